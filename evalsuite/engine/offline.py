@@ -1,0 +1,149 @@
+"""Offline mode: vllm.LLM in a child process per variant.
+
+A child per variant means memory is returned between variants and a crash or OOM kills
+only that variant's process; the parent records the reason and the sweep carries on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evalsuite.engine import EngineFailed
+from evalsuite.types import Completion, EngineStats, Request
+
+
+def log_tail(path: Path, lines: int = 400) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def failure_reason(log_path: Path, fallback: str) -> str:
+    """The most telling line of an engine log: the last exception or error line."""
+    keys = ("OutOfMemory", "out of memory", "Error:", "Exception:", "ValueError", "RuntimeError", "NotImplementedError")
+    for line in reversed(log_tail(log_path).splitlines()):
+        if any(k in line for k in keys):
+            return line.strip()[-400:]
+    return fallback
+
+
+class OfflineEngine:
+    def __init__(self, model: str, kwargs: dict[str, Any], log_path: Path, env: dict[str, str] | None = None,
+                 startup_timeout_s: float = 900):
+        self.model, self.kwargs, self.log_path = model, kwargs, Path(log_path)
+        self.env = env or {}
+        self.startup_timeout_s = startup_timeout_s
+        self._proc: mp.Process | None = None
+        self._conn = None
+        self._stats = EngineStats()
+
+    def start(self) -> EngineStats:
+        from evalsuite.engine.vllm_offline import worker_main
+
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=worker_main, args=(child, self.model, self.kwargs, str(self.log_path), self.env))
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        kind, payload = self._recv(self.startup_timeout_s, "engine start")
+        if kind != "ready":
+            self.close()
+            raise EngineFailed(failure_reason(self.log_path, payload))
+        self._stats = EngineStats.model_validate(payload)
+        self._fill_from_log()
+        return self._stats
+
+    def _fill_from_log(self) -> None:
+        """Fields the API does not expose on this platform, from vLLM's own log lines."""
+        try:
+            from evalsuite.logparse import parse_engine_log
+        except ImportError:
+            return
+        parsed = parse_engine_log(log_tail(self.log_path, 5000))
+        for key, value in parsed.items():
+            if key in EngineStats.model_fields and getattr(self._stats, key) is None:
+                setattr(self._stats, key, value)
+                self._stats.source[key] = "log"
+
+    def _recv(self, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what} "
+                                                  f"(exit code {self._proc.exitcode})"))
+            if time.monotonic() > deadline:
+                raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what}")) from None
+
+    def _call(self, msg: tuple, what: str, timeout: float = 24 * 3600):
+        if self._proc is None:
+            raise EngineFailed("engine not started")
+        self._conn.send(msg)
+        kind, payload = self._recv(timeout, what)
+        if kind == "error":
+            raise EngineFailed(payload)
+        return payload
+
+    def generate(self, requests: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
+        payload = self._call(("generate", [r.model_dump() for r in requests]), "generation")
+        if on_done:
+            on_done(len(requests))
+        return [Completion.model_validate(c) for c in payload]
+
+    def stats(self) -> EngineStats:
+        vals = self._call(("metrics",), "metrics", timeout=120)
+        s = self._stats.model_copy(deep=True)
+        if "vllm:num_preemptions" in vals:
+            s.num_preemptions = int(vals["vllm:num_preemptions"])
+        hits, queries = vals.get("vllm:prefix_cache_hits"), vals.get("vllm:prefix_cache_queries")
+        if hits is not None and queries:
+            s.prefix_cache_hit_rate = hits / queries
+        return s
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        tree = _process_tree(self._proc.pid)  # before the child exits and orphans its children
+        try:
+            if self._proc.is_alive():
+                self._conn.send(("close",))
+                self._conn.poll(30)
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        self._proc.join(20)
+        _terminate(tree)
+        self._proc = None
+
+
+def _process_tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _terminate(procs: list[psutil.Process]) -> None:
+    """vLLM's engine core is a grandchild: end it with its parent so memory is really freed."""
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass

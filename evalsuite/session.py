@@ -1,0 +1,72 @@
+"""One `evalsuite run`: config -> model -> run folder -> variants -> summary -> tracking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalsuite.config import load_config, load_raw
+from evalsuite.errors import EvalsuiteError
+from evalsuite.progress import Progress, console
+from evalsuite.records import RunDir, new_run_id
+from evalsuite.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
+from evalsuite.summary import print_summary
+from evalsuite.tasks import TaskContext
+from evalsuite.types import RunRecord
+
+
+def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
+    if resume:
+        found = find_resumable(out, config_path.stem)
+        if found is None:
+            raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
+        import yaml
+
+        if yaml.safe_load((found.root / "config.yaml").read_text()) != resolved:
+            raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
+        return found
+    return RunDir(out / new_run_id(config_path.stem))
+
+
+def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
+               show_progress: bool | None = None) -> RunRecord:
+    cfg = load_config(config_path)
+    resolved = cfg.model_dump(mode="json")
+    base_dir = config_path.resolve().parent
+    out = Path(output_dir or cfg.output_dir)
+    run_dir = _open_run_dir(config_path, out, resume, resolved)
+    with console.status("resolving model"):
+        model_dir = resolve_model(cfg, base_dir, cache_dir)
+        tokenizer = load_tokenizer(cfg, model_dir)
+    ctx = TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
+                      max_model_len=_min_max_model_len(cfg))
+    if resume:
+        record = run_dir.load_run()
+    else:
+        run_dir.write_config(resolved)
+        record = new_record(cfg, run_dir, config_path, model_dir)
+        run_dir.write_run(record)
+    console.print(f"run {run_dir.run_id} -> {run_dir.root}")
+    with Progress(show_progress) as progress:
+        record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+    print_summary(record)
+    _track(cfg, run_dir, record)
+    return record
+
+
+def _min_max_model_len(cfg) -> int | None:
+    lens = [v.max_model_len for v in cfg.variants.values() if v.max_model_len]
+    return min(lens) if lens else None
+
+
+def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
+    if not cfg.tracking.enabled:
+        return
+    try:
+        from evalsuite.tracking import log_run
+    except ImportError:
+        return
+    try:
+        log_run(run_dir, cfg.tracking)
+    except Exception as e:  # noqa: BLE001 - tracking must never lose a finished run
+        console.print(f"[yellow]MLflow logging failed ({type(e).__name__}: {e}); records are in {run_dir.root}; "
+                      f"run `evalsuite sync` later")

@@ -1,0 +1,58 @@
+"""The terminal summary: one row per variant with accuracy, memory and latency."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from evalsuite.types import RunRecord, VariantResult
+
+ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
+LATENCY_COLUMNS = [("latency/ttft_ms_p50", "TTFT p50 ms", "{:.1f}"), ("latency/itl_ms_p50", "ITL p50 ms", "{:.2f}")]
+
+
+def primary_metrics(record: RunRecord) -> list[str]:
+    """Per task, the metric that answers 'how accurate': the first non-timing metric it logged."""
+    names: list[str] = []
+    for v in record.variants:
+        for m in v.metrics:
+            task = m.name.split("/")[0]
+            if task == "latency" or m.name.endswith("_s") or any(n.split("/")[0] == task for n in names):
+                continue
+            names.append(m.name)
+    return names
+
+
+def _fmt(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(value)
+
+
+def _row(v: VariantResult, accuracy: list[str]) -> list[str]:
+    cells = [v.variant, {"ok": "[green]ok", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
+    for name in accuracy:
+        m = v.metric(name)
+        cells.append("-" if m is None else f"{m.value:.3f}" + (f" ±{m.stderr:.3f}" if m.stderr else ""))
+    cells += [_fmt(getattr(v.engine, key), fmt) for key, _, fmt in ENGINE_COLUMNS]
+    for name, _, fmt in LATENCY_COLUMNS:
+        m = v.metric(name)
+        cells.append(_fmt(m.value if m else None, fmt))
+    cells.append(v.reason or "")
+    return cells
+
+
+def table(record: RunRecord) -> Table:
+    acc = primary_metrics(record)
+    t = Table(title=f"run {record.run_id} · {record.model}")
+    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in LATENCY_COLUMNS], "reason"]:
+        t.add_column(col, overflow="fold")
+    for v in record.variants:
+        t.add_row(*_row(v, acc))
+    return t
+
+
+def print_summary(record: RunRecord, console: Console | None = None) -> None:
+    (console or Console()).print(table(record))

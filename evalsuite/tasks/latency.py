@@ -1,0 +1,62 @@
+"""The latency pass: one request at a time over distinct random-token prompts.
+
+Task batches are scheduled for throughput, so their per-request times include queueing.
+This pass measures TTFT and ITL the way a single user sees them, and its prompts share no
+prefix, so prefix caching cannot flatter it.
+"""
+
+from __future__ import annotations
+
+import random
+
+from evalsuite.metrics import latency_summary
+from evalsuite.types import Completion, Metric, Request, Sample, Score
+
+
+class LatencyTask:
+    name = "latency"
+    primary_metric = "latency/ttft_ms_p50"
+    batch_size = 1
+
+    def __init__(self, prompt_tokens: list[int], output_tokens: int, repeats: int, tokenizer, seed: int = 0):
+        self.prompt_tokens, self.output_tokens, self.repeats = prompt_tokens, output_tokens, repeats
+        self.tokenizer, self.seed = tokenizer, seed
+
+    def _token_pool(self) -> list[int]:
+        special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
+        size = len(self.tokenizer)
+        return [i for i in range(min(size, 32000)) if i not in special]
+
+    def samples(self) -> list[Sample]:
+        rng = random.Random(self.seed)
+        pool = self._token_pool()
+        out = []
+        for n in self.prompt_tokens:
+            for r in range(self.repeats):
+                ids = [rng.choice(pool) for _ in range(n)]
+                req = Request(prompt_token_ids=ids, max_tokens=self.output_tokens, ignore_eos=True)
+                out.append(Sample(id=f"len{n}-r{r}", task=self.name, request=req, target="", group=str(n)))
+        return out
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
+                 "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
+                 "cached_prompt_tokens": completion.cached_prompt_tokens}
+        return Score(sample_id=sample.id, task=self.name, value=1.0, pred="", target="", group=sample.group, extra=extra)
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        out: list[Metric] = []
+        groups = sorted({s.group for s in scores}, key=lambda g: int(g or 0))
+        for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+            out += latency_summary([s.extra.get(key) for s in scores], f"latency/{key}")
+            for g in groups if len(groups) > 1 else []:
+                sub = [s.extra.get(key) for s in scores if s.group == g]
+                out += [Metric(name=f"{m.name}/ctx{g}", value=m.value, stderr=m.stderr, n=m.n)
+                        for m in latency_summary(sub, f"latency/{key}")]
+        decode = [(s.extra["output_tokens"] - 1) / (s.extra["e2e_ms"] - s.extra["ttft_ms"]) * 1000
+                  for s in scores if s.extra.get("e2e_ms") and s.extra.get("ttft_ms") is not None
+                  and s.extra["e2e_ms"] > s.extra["ttft_ms"]]
+        out += latency_summary(decode, "latency/decode_tok_per_s")
+        prefill = [s.extra["prompt_tokens"] / s.extra["ttft_ms"] * 1000 for s in scores if s.extra.get("ttft_ms")]
+        out += latency_summary(prefill, "latency/prefill_tok_per_s")
+        return out
