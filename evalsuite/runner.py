@@ -61,6 +61,8 @@ class Runner:
         todo = [s for s in samples if s.id not in done]
         bar = self.progress.add(f"{variant} · {task.name}", total=len(samples), completed=len(samples) - len(todo))
         size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
+        if todo and hasattr(task, "warmup_request"):
+            engine.generate([task.warmup_request()])  # first-request overheads are not latency
         for i in range(0, len(todo), size):
             batch = todo[i : i + size]
             completions = engine.generate([s.request for s in batch])

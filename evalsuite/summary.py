@@ -40,14 +40,13 @@ def _row(v: VariantResult, accuracy: list[str]) -> list[str]:
     for name, _, fmt in LATENCY_COLUMNS:
         m = v.metric(name)
         cells.append(_fmt(m.value if m else None, fmt))
-    cells.append(v.reason or "")
     return cells
 
 
 def table(record: RunRecord) -> Table:
     acc = primary_metrics(record)
     t = Table(title=f"run {record.run_id} · {record.model}")
-    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in LATENCY_COLUMNS], "reason"]:
+    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in LATENCY_COLUMNS]]:
         t.add_column(col, overflow="fold")
     for v in record.variants:
         t.add_row(*_row(v, acc))
@@ -55,4 +54,8 @@ def table(record: RunRecord) -> Table:
 
 
 def print_summary(record: RunRecord, console: Console | None = None) -> None:
-    (console or Console()).print(table(record))
+    console = console or Console(width=None if Console().is_terminal else 160)
+    console.print(table(record))
+    for v in record.variants:
+        if v.reason:
+            console.print(f"  {v.variant} {v.status}: {v.reason}", markup=False, highlight=False)

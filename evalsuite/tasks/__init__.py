@@ -6,9 +6,10 @@ from pydantic import Field
 
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.legal import LegalConfig
+from evalsuite.tasks.longlegal import LongLegalConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
 
-TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig], Field(discriminator="type")]
+TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig], Field(discriminator="type")]
 
-__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig"]
+__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig"]

@@ -38,6 +38,9 @@ class LatencyTask:
                 out.append(Sample(id=f"len{n}-r{r}", task=self.name, request=req, target="", group=str(n)))
         return out
 
+    def warmup_request(self) -> Request:
+        return Request(prompt_token_ids=self._token_pool()[:16], max_tokens=4, ignore_eos=True)
+
     def score(self, sample: Sample, completion: Completion) -> Score:
         extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
                  "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,

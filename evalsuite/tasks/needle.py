@@ -1,12 +1,63 @@
-"""Needle in a haystack over a length x depth grid, single and multi-key/value needles."""
+"""Needle in a haystack over a length x depth grid, single and multi-key/value needles.
+
+Each cell (context length L, needle depth D, seed) is one prompt of exactly L tokens of the
+model under test, counting the answer budget: chat-template frame + haystack + needle(s) +
+question + answer budget = L. Needles are generated facts with one right answer ("The special
+magic number for {key} is: {7 digits}."); `multikey` adds distractor needles with other keys
+(RULER MK-NIAH), `multivalue` plants several values for one key, all of which must come back
+(RULER MV-NIAH; they sit together at the cell's depth). Scoring is a string match of the
+expected values in the completion, no judge model.
+
+Metrics: `{name}/acc`, `{name}/acc/len{L}`, `{name}/acc/len{L}_depth{D}` (D in integer
+percent), and `{name}/uncached_prompt_tokens`: the prompt tokens the engine really computed.
+Samples share prefixes on purpose (see `schedule`), so per-request times of this task are
+cache-assisted; the separate latency pass uses distinct random prompts for unflattered TTFT.
+
+Schedule (`schedule: shared_prefix`, the default): per seed one haystack token stream whose
+first H_L tokens form every context of length L, so shorter contexts are prefixes of longer
+ones; cells run longest length first and deepest needle first, so the first prompt of a seed
+computes the whole haystack and every later prompt reuses its prefix up to its own needle.
+Keep prefix caching on (`enable_prefix_caching: true`). `schedule: naive` runs the grid in
+config order (length, then depth, then seed), for comparison.
+
+Lengths beyond the model's window: a model with a shorter native window can be stretched per
+variant with rope scaling through engine arguments, e.g.
+
+    variants:
+      yarn4x:
+        max_model_len: 131072
+        engine_args:
+          hf_overrides: {rope_scaling: {rope_type: yarn, factor: 4, original_max_position_embeddings: 32768}}
+
+Lengths above the smallest max_model_len of the variants are refused before any request.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import random
+import re
+from collections import defaultdict
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalsuite.errors import ConfigError
+from evalsuite.haystack import TokenHaystack, encode, load_documents, prompt_frame, resolve_source, splice
+from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.types import Completion, Metric, Request, Sample, Score
+
+Schedule = Literal["shared_prefix", "naive"]
+
+_ADJECTIVES = ("amber brisk calm dusty eager faint gentle hollow icy jolly keen lofty mellow nimble ochre "
+               "proud quiet rustic silent tawny umber vivid wary young zesty bold crisp dim fierce grand "
+               "humble ivory lucid misty noble pale rapid shy tidy vast witty").split()
+_NOUNS = ("anchor badger candle dolphin ember falcon garden harbor island jacket kettle lantern meadow "
+          "needle orchard pepper quarry river saddle tunnel valley walnut yarrow zephyr beacon cactus "
+          "dagger engine fossil glacier hammer igloo jungle kernel ladder magnet nectar").split()
+
+INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize them. "
+         "I will quiz you about the numbers afterwards.\n\n")
 
 
 class NeedleConfig(BaseModel):
@@ -16,11 +67,202 @@ class NeedleConfig(BaseModel):
     name: str = "needle"
     haystack: str = "paul_graham"  # paul_graham | licensedcode | a folder of .txt files
     lengths: list[int] = Field(default_factory=lambda: [1024, 2048])
-    depths: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])
-    seeds: int = 1
+    depths: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])  # fractions 0..1
+    seeds: int = Field(default=1, ge=1)  # seeds ctx.seed .. ctx.seed + seeds - 1
     needle: Literal["single", "multikey", "multivalue"] = "single"
-    answer_tokens: int = 16
+    num_distractors: int = Field(default=3, ge=1)  # multikey: needles with other keys
+    num_values: int = Field(default=4, ge=2)  # multivalue: values planted for the one key
+    answer_tokens: int | None = Field(default=None, gt=0)  # default 16 per expected value
+    scoring: Literal["fraction", "all"] = "fraction"  # multivalue: share found, or all-or-nothing
     chat: bool = True
+    schedule: Schedule = "shared_prefix"
+
+    @field_validator("lengths")
+    @classmethod
+    def _check_lengths(cls, v: list[int]) -> list[int]:
+        return check_lengths(v)
+
+    @field_validator("depths")
+    @classmethod
+    def _check_depths(cls, v: list[float]) -> list[float]:
+        return check_depths(v)
 
     def build(self, ctx: TaskContext) -> Task:
-        raise NotImplementedError
+        return NeedleTask(self, ctx)
+
+
+def check_lengths(v: list[int]) -> list[int]:
+    if not v or any(x <= 0 for x in v) or len(set(v)) != len(v):
+        raise ValueError("lengths must be distinct positive token counts")
+    return v
+
+
+def check_depths(v: list[float]) -> list[float]:
+    if not v or any(not 0 <= d <= 1 for d in v):
+        raise ValueError("depths are fractions from 0 to 1 (0.5 = middle)")
+    if len({depth_pct(d) for d in v}) != len(v):
+        raise ValueError("depths must differ in whole percents")
+    return v
+
+
+def depth_pct(depth: float) -> int:
+    return int(round(depth * 100))
+
+
+def schedule_cells(lengths: list[int], depths: list[float], seeds: list[int],
+                   schedule: Schedule) -> list[tuple[int, int, float]]:
+    """(seed, length, depth) in the order to send them.
+
+    shared_prefix: per seed (one haystack), longest length and deepest needle first, so the
+    first prompt computes the longest shared prefix and later ones reuse it from the cache.
+    naive: the grid in config order, seed innermost, as a plain nested loop would send it.
+    """
+    if schedule == "naive":
+        return [(s, n, d) for n in lengths for d in depths for s in seeds]
+    return [(s, n, d) for s in seeds for n in sorted(lengths, reverse=True) for d in sorted(depths, reverse=True)]
+
+
+def check_fits(name: str, lengths: list[int], ctx: TaskContext) -> None:
+    if ctx.tokenizer is None:
+        raise ConfigError(f"tasks: {name}: needs the model's tokenizer to size prompts")
+    too_long = [n for n in lengths if ctx.max_model_len and n > ctx.max_model_len]
+    if too_long:
+        raise ConfigError(f"tasks: {name}: lengths {too_long} exceed max_model_len {ctx.max_model_len}; drop them "
+                          "or raise the variants' max_model_len (with rope scaling for a model whose native "
+                          "window is shorter, see the needle task's docs)")
+
+
+def haystack_budget(name: str, length: int, answer: int, fixed: int) -> int:
+    """Haystack tokens that make prompt + answer budget exactly `length`."""
+    n = length - answer - fixed
+    if n < 16:
+        raise ConfigError(f"tasks: {name}: length {length} is too short for the prompt frame "
+                          f"({fixed} tokens) and answer budget ({answer} tokens)")
+    return n
+
+
+def value_in(value: str, text: str) -> bool:
+    """`value` as a whole number in `text` (1234567 does not match inside 12345678)."""
+    return re.search(rf"(?<!\d){re.escape(value)}(?!\d)", text.replace(",", "")) is not None
+
+
+class NeedleTask:
+    def __init__(self, cfg: NeedleConfig, ctx: TaskContext):
+        check_fits(cfg.name, cfg.lengths, ctx)
+        self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
+        self.primary_metric = f"{cfg.name}/acc"
+        n_values = cfg.num_values if cfg.needle == "multivalue" else 1
+        self.answer_tokens = cfg.answer_tokens or 16 * n_values
+        self.seeds = [ctx.seed + i for i in range(cfg.seeds)]
+        self._hay: dict[int, TokenHaystack] = {}
+        self._docs = None
+
+    def haystack(self, seed: int) -> TokenHaystack:
+        if seed not in self._hay:
+            if self._docs is None:
+                self._docs = load_documents(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+            self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths))
+        return self._hay[seed]
+
+    def samples(self) -> list[Sample]:
+        cells = schedule_cells(self.cfg.lengths, self.cfg.depths, self.seeds, self.cfg.schedule)
+        return [self.sample(s, n, d) for s, n, d in cells]
+
+    def _layout(self, seed: int, length: int) -> dict[str, Any]:
+        """Distractor keys, values and depths: fixed per (seed, length), so that all depths of a
+        length share the haystack up to the target needle."""
+        rng = random.Random(f"needle:{seed}:{length}")
+        k = self.cfg.num_distractors if self.cfg.needle == "multikey" else 0
+        keys = rng.sample([f"{a}-{b}" for a in _ADJECTIVES for b in _NOUNS], k + 1)
+        values = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), k)]
+        return {"keys": keys[:k], "spare_key": keys[k], "values": values,
+                "depths": [rng.random() for _ in range(k)]}
+
+    def _target(self, seed: int, length: int, pct: int, layout: dict[str, Any]) -> tuple[str, list[str]]:
+        rng = random.Random(f"needle:{seed}:{length}:{pct}")
+        taken = set(layout["keys"])
+        key = next(k for k in (f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}" for _ in range(1000))
+                   if k not in taken)
+        n = self.cfg.num_values if self.cfg.needle == "multivalue" else 1
+        pool = [v for v in rng.sample(range(1_000_000, 10_000_000), n + len(layout["values"]))
+                if str(v) not in layout["values"]]
+        return key, [str(v) for v in pool[:n]]
+
+    def _texts(self, key: str) -> tuple[str, str]:
+        if self.cfg.needle == "multivalue":
+            return (f"What are all the special magic numbers for {key} mentioned in the provided text?",
+                    f"The special magic numbers for {key} mentioned in the provided text are")
+        return (f"What is the special magic number for {key} mentioned in the provided text?",
+                f"The special magic number for {key} mentioned in the provided text is")
+
+    def sample(self, seed: int, length: int, depth: float) -> Sample:
+        tok, pct = self.ctx.tokenizer, depth_pct(depth)
+        layout = self._layout(seed, length)
+        key, values = self._target(seed, length, pct, layout)
+        question, answer_prefix = self._texts(key)
+        prefix, suffix = prompt_frame(tok, INTRO, "\n\n" + question, " " + answer_prefix, self.cfg.chat)
+        needles = [encode(tok, f" The special magic number for {key} is: {v}.") for v in values]
+        decoys = [encode(tok, f" The special magic number for {k} is: {v}.")
+                  for k, v in zip(layout["keys"], layout["values"])]
+        fixed = len(prefix) + len(suffix) + sum(map(len, needles + decoys))
+        n = haystack_budget(self.name, length, self.answer_tokens, fixed)
+        hay = self.haystack(seed)
+        # decoy positions from a length-only reference so every depth of this length agrees
+        ref = haystack_budget(self.name, length, self.answer_tokens, len(prefix))
+        pos = hay.position(n, depth)
+        inserts = [(min(hay.position(ref, d), n), ids) for d, ids in zip(layout["depths"], decoys)]
+        inserts += [(pos, [t for ids in needles for t in ids])]
+        ids = prefix + splice(hay.ids[:n], inserts) + suffix
+        before = sum(len(t) for p, t in inserts[:-1] if p <= pos)  # decoys spliced in ahead of it
+        meta = {"seed": seed, "length": length, "depth": pct, "key": key, "answers": values,
+                "distractors": layout["values"], "needle_token": len(prefix) + pos + before,
+                "prompt_tokens": len(ids)}
+        req = Request(prompt_token_ids=ids, max_tokens=self.answer_tokens)
+        return Sample(id=f"{self.name}-s{seed}-len{length}-d{pct}", task=self.name, request=req,
+                      target=", ".join(values), group=cell_group(length, pct), meta=meta)
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        answers = sample.meta["answers"]
+        found = [a for a in answers if value_in(a, completion.text)]
+        frac = len(found) / len(answers)
+        value = frac if self.cfg.scoring == "fraction" else float(frac == 1.0)
+        extra = cell_extra(sample, completion)
+        extra.update(found=found, distractor_hits=[v for v in sample.meta["distractors"] if value_in(v, completion.text)])
+        return Score(sample_id=sample.id, task=self.name, value=value, pred=completion.text.strip()[:200],
+                     target=sample.target, group=sample.group, extra=extra)
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        return grid_metrics(self.name, scores)
+
+
+def cell_group(length: int, pct: int) -> str:
+    return f"len{length}_depth{pct}"
+
+
+def cell_extra(sample: Sample, completion: Completion) -> dict[str, Any]:
+    """What every grid task records per sample: its cell and how much of its prompt was cached."""
+    m = sample.meta
+    return {"seed": m["seed"], "length": m["length"], "depth": m["depth"],
+            "prompt_tokens": completion.prompt_tokens or m["prompt_tokens"],
+            "cached_prompt_tokens": completion.cached_prompt_tokens}
+
+
+def grid_metrics(name: str, scores: list[Score]) -> list[Metric]:
+    """acc overall, per length and per (length, depth) cell, plus uncached prompt tokens."""
+    if not scores:
+        return []
+    out = [accuracy(scores, f"{name}/acc")]
+    by_len: dict[int, list[Score]] = defaultdict(list)
+    by_cell: dict[tuple[int, int], list[Score]] = defaultdict(list)
+    for s in scores:
+        by_len[s.extra["length"]].append(s)
+        by_cell[(s.extra["length"], s.extra["depth"])].append(s)
+    out += [accuracy(g, f"{name}/acc/len{n}") for n, g in sorted(by_len.items())]
+    out += [accuracy(g, f"{name}/acc/{cell_group(n, d)}") for (n, d), g in sorted(by_cell.items())]
+    known = [s for s in scores if s.extra.get("cached_prompt_tokens") is not None]
+    if known:
+        uncached = sum(s.extra["prompt_tokens"] - s.extra["cached_prompt_tokens"] for s in known)
+        out.append(Metric(name=f"{name}/uncached_prompt_tokens", value=float(uncached), n=len(known)))
+        total = sum(s.extra["prompt_tokens"] for s in known)
+        out.append(Metric(name=f"{name}/prompt_tokens", value=float(total), n=len(known)))
+    return out

@@ -1,0 +1,236 @@
+"""Server mode: `vllm serve` on 127.0.0.1 (or a given base URL), streamed completions.
+
+Streaming lets the client time the first token and every later one as a user of the
+OpenAI-compatible API sees them, which offline mode cannot show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from evalsuite.engine import EngineFailed
+from evalsuite.engine.offline import failure_reason, log_tail
+from evalsuite.types import Completion, EngineStats, Request
+
+_LABELS = re.compile(r'(\w+)="([^"]*)"')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli_args(kwargs: dict[str, Any]) -> list[str]:
+    """Engine kwargs as `vllm serve` flags; False booleans use argparse's --no- form."""
+    out: list[str] = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False:
+            out.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def parse_prometheus(text: str) -> dict[str, Any]:
+    """Sum of each series over its labels, plus the labels of cache_config_info."""
+    vals: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{.*\})?\s+(\S+)", line)
+        if not m:
+            continue
+        name, labels, value = m.groups()
+        if name == "vllm:cache_config_info" and labels:
+            vals["cache_config_info"] = dict(_LABELS.findall(labels))
+        try:
+            vals[name] = vals.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return vals
+
+
+def _int(x: Any) -> int | None:
+    try:
+        return int(float(x))
+    except (TypeError, ValueError):
+        return None
+
+
+def stats_from_metrics(vals: dict[str, Any], stats: EngineStats) -> EngineStats:
+    info = vals.get("cache_config_info", {})
+    s = stats.model_copy(deep=True)
+    s.block_size = _int(info.get("block_size")) or s.block_size
+    s.kv_cache_blocks = _int(info.get("num_gpu_blocks")) or s.kv_cache_blocks
+    tokens = _int(info.get("kv_cache_size_tokens"))
+    if tokens or (s.kv_cache_blocks and s.block_size):
+        s.kv_cache_tokens = tokens or s.kv_cache_blocks * s.block_size
+        s.source["kv_cache_tokens"] = "api"
+    conc = info.get("kv_cache_max_concurrency")
+    if conc not in (None, "None"):
+        s.max_concurrency = float(conc)
+    if "vllm:num_preemptions_total" in vals:
+        s.num_preemptions = int(vals["vllm:num_preemptions_total"])
+    hits, queries = vals.get("vllm:prefix_cache_hits_total"), vals.get("vllm:prefix_cache_queries_total")
+    if hits is not None and queries:
+        s.prefix_cache_hit_rate = hits / queries
+    return s
+
+
+class ServerEngine:
+    def __init__(self, model: str, kwargs: dict[str, Any], log_path: Path, env: dict[str, str] | None = None,
+                 base_url: str | None = None, startup_timeout_s: float = 900, concurrency: int | None = None):
+        self.model, self.kwargs, self.log_path = model, dict(kwargs), Path(log_path)
+        self.env, self.base_url, self.startup_timeout_s = env or {}, base_url, startup_timeout_s
+        self.concurrency = concurrency or int(self.kwargs.get("max_num_seqs", 32))
+        self._proc: subprocess.Popen | None = None
+        self._served: str | None = None
+        self._stats = EngineStats()
+        self._http = requests.Session()
+
+    def _launch(self) -> None:
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        exe = Path(sys.executable).with_name("vllm")
+        cmd = [str(exe) if exe.exists() else "vllm", "serve", self.model, "--host", "127.0.0.1",
+               "--port", str(port), *cli_args(self.kwargs)]
+        env = {**os.environ, **self.env}
+        log = self.log_path.open("ab")
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise EngineFailed(failure_reason(self.log_path, f"vllm serve exited with code {self._proc.returncode}"))
+            try:
+                r = self._http.get(f"{self.base_url}/v1/models", timeout=5)
+                if r.ok:
+                    self._served = r.json()["data"][0]["id"]
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1.0)
+        raise EngineFailed(f"vllm serve not ready after {self.startup_timeout_s:.0f} s ({self.base_url})")
+
+    def start(self) -> EngineStats:
+        t0 = time.perf_counter()
+        if self.base_url is None:
+            self._launch()
+        self._wait_ready()
+        self._stats = EngineStats(startup_s=time.perf_counter() - t0, vllm_version=self._version())
+        self._stats = stats_from_metrics(self._metrics(), self._stats)
+        self._fill_from_log()
+        return self._stats
+
+    def _version(self) -> str | None:
+        try:
+            return self._http.get(f"{self.base_url}/version", timeout=5).json().get("version")
+        except (requests.RequestException, ValueError):
+            return None
+
+    def _metrics(self) -> dict[str, Any]:
+        try:
+            return parse_prometheus(self._http.get(f"{self.base_url}/metrics", timeout=10).text)
+        except requests.RequestException:
+            return {}
+
+    def _fill_from_log(self) -> None:
+        try:
+            from evalsuite.logparse import parse_engine_log
+        except ImportError:
+            return
+        for key, value in parse_engine_log(log_tail(self.log_path, 5000)).items():
+            if key in EngineStats.model_fields and getattr(self._stats, key) is None:
+                setattr(self._stats, key, value)
+                self._stats.source[key] = "log"
+
+    def _body(self, req: Request) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._served, "prompt": req.prompt_token_ids if req.prompt_token_ids is not None else req.prompt,
+            "max_tokens": req.max_tokens, "temperature": req.temperature, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": req.ignore_eos,
+        }
+        if req.logprobs is not None:
+            body["logprobs"] = req.logprobs
+        if req.stop:
+            body["stop"] = req.stop
+        if req.seed is not None:
+            body["seed"] = req.seed
+        return body
+
+    def _one(self, req: Request) -> Completion:
+        t0 = time.perf_counter()
+        stamps: list[float] = []
+        text, top, usage, finish = [], [], {}, None
+        with self._http.post(f"{self.base_url}/v1/completions", json=self._body(req), stream=True, timeout=3600) as r:
+            if not r.ok:
+                raise EngineFailed(f"server answered {r.status_code}: {r.text[:300]}")
+            for line in r.iter_lines():
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                usage = chunk.get("usage") or usage
+                for ch in chunk.get("choices", []):
+                    stamps.append(time.perf_counter())
+                    text.append(ch.get("text", ""))
+                    lp = ch.get("logprobs") or {}
+                    top += [dict(d) for d in (lp.get("top_logprobs") or []) if d is not None]
+                    finish = ch.get("finish_reason") or finish
+        return _completion(t0, stamps, "".join(text), top, usage, finish)
+
+    def generate(self, requests_: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(requests_)))) as pool:
+            out = list(pool.map(self._one, requests_))
+        if on_done:
+            on_done(len(requests_))
+        return out
+
+    def stats(self) -> EngineStats:
+        return stats_from_metrics(self._metrics(), self._stats)
+
+    def close(self) -> None:
+        self._http.close()
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+            self._proc.wait(30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._proc = None
+
+
+def _completion(t0: float, stamps: list[float], text: str, top: list, usage: dict, finish) -> Completion:
+    n_out = int(usage.get("completion_tokens") or len(stamps))
+    ttft = (stamps[0] - t0) * 1000 if stamps else None
+    itl = (stamps[-1] - stamps[0]) * 1000 / (n_out - 1) if len(stamps) > 1 and n_out > 1 else None
+    e2e = (stamps[-1] - t0) * 1000 if stamps else None
+    details = usage.get("prompt_tokens_details") or {}
+    return Completion(text=text, top_logprobs=top, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                      output_tokens=n_out, cached_prompt_tokens=details.get("cached_tokens"),
+                      finish_reason=finish, ttft_ms=ttft, itl_ms=itl, e2e_ms=e2e)

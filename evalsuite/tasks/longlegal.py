@@ -1,0 +1,208 @@
+"""Legal clauses at long context: find a planted clause's terms in a long contract.
+
+Each prompt is a contract-like document of exactly L tokens (with the answer budget): an
+agreement preamble, then real legal prose (licensedcode's full license texts, attached as
+schedules), and, at the cell's depth, an article of general provisions whose terms are drawn
+from a seed: governing-law state, termination notice period in days, liability cap in dollars,
+renewal term in months, payment term in days. One question per clause kind; every kind asks
+for one value that appears only in the planted article: haystack documents that state a
+governing law, a number of days/months/years or a dollar amount are left out. Scoring is exact
+match after extraction and normalization (the first U.S. state named; the first number, with
+"$", commas and "million" handled).
+
+The grid, its schedule, refusal beyond max_model_len and the metric names are the needle
+task's (see evalsuite.tasks.needle): `legal_long/acc`, `legal_long/acc/len{L}`,
+`legal_long/acc/len{L}_depth{D}`, plus `legal_long/acc/{clause}` and uncached prompt tokens.
+The questions of one cell share the whole document, so with prefix caching they cost little
+more than one.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evalsuite.errors import ConfigError
+from evalsuite.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame,
+                                resolve_source, splice)
+from evalsuite.metrics import accuracy
+from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.needle import (Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
+                                    depth_pct, grid_metrics, haystack_budget, schedule_cells)
+from evalsuite.types import Completion, Metric, Request, Sample, Score
+
+ClauseKind = Literal["governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms"]
+CLAUSE_KINDS: tuple[str, ...] = ("governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms")
+
+STATES = ("Alabama Alaska Arizona Arkansas California Colorado Connecticut Delaware Florida Georgia Hawaii Idaho "
+          "Illinois Indiana Iowa Kansas Kentucky Louisiana Maine Maryland Massachusetts Michigan Minnesota "
+          "Mississippi Missouri Montana Nebraska Nevada New_Hampshire New_Jersey New_Mexico New_York "
+          "North_Carolina North_Dakota Ohio Oklahoma Oregon Pennsylvania Rhode_Island South_Carolina "
+          "South_Dakota Tennessee Texas Utah Vermont Virginia Washington West_Virginia Wisconsin Wyoming")
+STATES_LIST = [s.replace("_", " ") for s in STATES.split()]
+
+# (clause text, question); {v} is the planted value as written in the contract
+CLAUSES: dict[str, tuple[str, str]] = {
+    "governing_law": (
+        "Governing Law. This Agreement shall be governed by and construed in accordance with the laws of the "
+        "State of {v}, without regard to its conflict of laws principles.",
+        "Under this Agreement, the laws of which U.S. state govern the Agreement? Answer with the name of the state only."),
+    "notice_period": (
+        "Termination for Convenience. Either party may terminate this Agreement for convenience upon {v} days' "
+        "prior written notice to the other party.",
+        "How many days of prior written notice must a party give to terminate this Agreement for convenience? "
+        "Answer with a number only."),
+    "liability_cap": (
+        "Limitation of Liability. In no event shall either party's aggregate liability arising out of or related "
+        'to this Agreement exceed ${v} (the "Liability Cap").',
+        "What is the maximum aggregate liability of either party under this Agreement, in U.S. dollars? "
+        "Answer with the amount only."),
+    "renewal_term": (
+        "Renewal. Upon expiration of the Initial Term, this Agreement shall automatically renew for successive "
+        "renewal terms of {v} months each, unless either party gives written notice of non-renewal.",
+        "How many months does each automatic renewal term of this Agreement last? Answer with a number only."),
+    "payment_terms": (
+        "Payment. The Customer shall pay each undisputed invoice within {v} days after its receipt.",
+        "Within how many days after receipt must the Customer pay an undisputed invoice? Answer with a number only."),
+}
+
+INTRO = ("The following is a long services agreement with its attached schedules. Read it carefully; you will be "
+         "asked about one of its terms.\n\nMASTER SERVICES AGREEMENT\n\nThis Master Services Agreement (the "
+         '"Agreement") is entered into by and between the Customer and the Provider.\n\n')
+
+# Texts that state their own governing law, periods or amounts would give a second answer.
+CONFLICT = re.compile(
+    r"governed by|governing law|laws of the (?:state|commonwealth)|\$\s?\d|dollars"
+    r"|\b\d+\s*(?:\(\d+\)\s*)?(?:calendar |business )?(?:days?|months?|years?)\b"
+    r"|\b(?:five|ten|twelve|fifteen|thirty|sixty|ninety)\s*(?:\(\d+\)\s*)?(?:days?|months?)\b", re.I)
+
+
+class LongLegalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["legal_long"] = "legal_long"
+    name: str = "legal_long"
+    haystack: str = "licensedcode"  # licensedcode | paul_graham | a folder of .txt files
+    lengths: list[int] = Field(default_factory=lambda: [1024, 2048])
+    depths: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])  # fractions 0..1
+    seeds: int = Field(default=1, ge=1)
+    clauses: list[ClauseKind] = Field(default_factory=lambda: list(CLAUSE_KINDS))  # one question each
+    answer_tokens: int = Field(default=16, gt=0)
+    chat: bool = True
+    schedule: Schedule = "shared_prefix"
+
+    @field_validator("lengths")
+    @classmethod
+    def _check_lengths(cls, v: list[int]) -> list[int]:
+        return check_lengths(v)
+
+    @field_validator("depths")
+    @classmethod
+    def _check_depths(cls, v: list[float]) -> list[float]:
+        return check_depths(v)
+
+    @field_validator("clauses")
+    @classmethod
+    def _check_clauses(cls, v: list[str]) -> list[str]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError("clauses must be a non-empty list without repeats")
+        return v
+
+    def build(self, ctx: TaskContext) -> Task:
+        return LongLegalTask(self, ctx)
+
+
+def plant_values(seed: int, length: int, pct: int) -> dict[str, str]:
+    """The terms of one cell's contract as written in it; numbers are distinct across clauses
+    so that quoting the wrong clause is never right."""
+    rng = random.Random(f"legal_long:{seed}:{length}:{pct}")
+    days = rng.sample(range(10, 181), 2)
+    months = rng.choice([m for m in range(6, 61) if m not in days])
+    return {"governing_law": rng.choice(STATES_LIST), "notice_period": str(days[0]),
+            "liability_cap": f"{rng.randrange(50, 5000) * 1000:,}", "renewal_term": str(months),
+            "payment_terms": str(days[1])}
+
+
+def normalize_answer(kind: str, text: str) -> str:
+    """The answer in `text` in canonical form: a state name lowercased, or a plain integer."""
+    if kind == "governing_law":
+        names = sorted(STATES_LIST, key=len, reverse=True)  # "West Virginia" before "Virginia"
+        m = re.search(r"\b(" + "|".join(map(re.escape, names)) + r")\b", text, re.I)
+        return m.group(1).lower() if m else ""
+    m = re.search(r"(\d[\d,]*(?:\.\d+)?)\s*(million|thousand)?", text, re.I)
+    if not m:
+        return ""
+    num = float(m.group(1).replace(",", ""))
+    num *= {"million": 1e6, "thousand": 1e3}.get((m.group(2) or "").lower(), 1)
+    return str(int(num)) if num == int(num) else str(num)
+
+
+def contract_documents(source) -> list:
+    docs = [d for d in load_documents(source, min_chars=400) if english_prose(d) and not CONFLICT.search(d.text)]
+    if not docs:
+        raise ConfigError(f"haystack: no document in {source} is free of governing-law clauses, periods and "
+                          "amounts, which would compete with the planted clauses")
+    return docs
+
+
+class LongLegalTask:
+    def __init__(self, cfg: LongLegalConfig, ctx: TaskContext):
+        check_fits(cfg.name, cfg.lengths, ctx)
+        self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
+        self.primary_metric = f"{cfg.name}/acc"
+        self.seeds = [ctx.seed + i for i in range(cfg.seeds)]
+        self._hay: dict[int, TokenHaystack] = {}
+        self._docs = None
+
+    def haystack(self, seed: int) -> TokenHaystack:
+        if seed not in self._hay:
+            if self._docs is None:
+                self._docs = contract_documents(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+            self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths),
+                                            heading="SCHEDULE {n}")
+        return self._hay[seed]
+
+    def samples(self) -> list[Sample]:
+        cells = schedule_cells(self.cfg.lengths, self.cfg.depths, self.seeds, self.cfg.schedule)
+        return [self.sample(s, n, d, kind) for s, n, d in cells for kind in self.cfg.clauses]
+
+    def article(self, seed: int, length: int, pct: int) -> tuple[str, dict[str, str]]:
+        values = plant_values(seed, length, pct)
+        kinds = list(self.cfg.clauses)
+        random.Random(f"legal_long:order:{seed}:{length}:{pct}").shuffle(kinds)
+        lines = [f"{i}. {CLAUSES[k][0].format(v=values[k])}" for i, k in enumerate(kinds, 1)]
+        return "\n\nARTICLE 12. GENERAL PROVISIONS\n\n" + "\n\n".join(lines) + "\n\n", values
+
+    def sample(self, seed: int, length: int, depth: float, kind: str) -> Sample:
+        tok, pct = self.ctx.tokenizer, depth_pct(depth)
+        text, values = self.article(seed, length, pct)
+        prefix, suffix = prompt_frame(tok, INTRO, "\n\nQuestion: " + CLAUSES[kind][1], "Answer:", self.cfg.chat)
+        block = encode(tok, text)
+        n = haystack_budget(self.name, length, self.cfg.answer_tokens, len(prefix) + len(suffix) + len(block))
+        hay = self.haystack(seed)
+        pos = hay.position(n, depth)
+        ids = prefix + splice(hay.ids[:n], [(pos, block)]) + suffix
+        target = normalize_answer(kind, values[kind])
+        meta = {"seed": seed, "length": length, "depth": pct, "clause": kind, "planted": values[kind],
+                "article_token": len(prefix) + pos, "prompt_tokens": len(ids)}
+        req = Request(prompt_token_ids=ids, max_tokens=self.cfg.answer_tokens)
+        return Sample(id=f"{self.name}-s{seed}-len{length}-d{pct}-{kind}", task=self.name, request=req,
+                      target=target, group=cell_group(length, pct), meta=meta)
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        pred = normalize_answer(sample.meta["clause"], completion.text)
+        extra = cell_extra(sample, completion)
+        extra.update(clause=sample.meta["clause"], completion=completion.text.strip()[:200])
+        return Score(sample_id=sample.id, task=self.name, value=float(pred == sample.target), pred=pred,
+                     target=sample.target, group=sample.group, extra=extra)
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        out = grid_metrics(self.name, scores)
+        for kind in self.cfg.clauses:
+            sub = [s for s in scores if s.extra.get("clause") == kind]
+            if sub:
+                out.append(accuracy(sub, f"{self.name}/acc/{kind}"))
+        return out

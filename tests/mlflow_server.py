@@ -1,0 +1,125 @@
+"""Pytest plugin: a real `mlflow server` for the whole session.
+
+Registered from conftest via `pytest_plugins = ["tests.mlflow_server"]` (or `-p tests.mlflow_server`).
+A real server, not the client's file store, because the HTTP path (REST, proxied artifact
+upload, retries) is what breaks in practice. SQLite backend, 127.0.0.1, a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+STARTUP_TIMEOUT_S = 120  # ~20 s on an idle 2-core box; CI neighbours can make it slower
+
+
+@dataclass(frozen=True)
+class MlflowServer:
+    uri: str
+    root: Path  # holds the backend database, artifacts and the server log
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(proc: subprocess.Popen, uri: str, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            if requests.get(f"{uri}/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"mlflow server not healthy after {STARTUP_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    # The server forks workers; signal its own process group so none outlive the session.
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> MlflowServer:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+           "--serve-artifacts", "--artifacts-destination", str(root / "artifacts")]
+    log = root / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+    try:
+        _wait_healthy(proc, uri, log)
+        yield MlflowServer(uri=uri, root=root)
+    finally:
+        _stop(proc)
+
+
+# ---------------------------------------------------------------- synthetic run directories
+# Shared by the tracking, compare and gate tests: a run directory as the runner writes it,
+# built from a few numbers instead of an engine.
+
+
+def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200, baseline: str | None = None,
+              tracking: dict | None = None) -> Path:
+    """Variant spec keys: wrong (item indices scored 0), status, reason, weights_gib, kv_cache_tokens,
+    required_gib, ttft (ctx -> ms), itl (ctx -> ms), needle (length -> accuracy)."""
+    from evalsuite import metrics as M
+    from evalsuite.records import RunDir
+    from evalsuite.types import EngineStats, Metric, RunRecord, Score, VariantResult
+
+    rd = RunDir(out / run_id)
+    config = {"model": {"hub": "org/tiny", "name": "tiny"}, "variants": {v: {} for v in variants},
+              "tasks": [{"type": "mmlu", "name": "mmlu", "limit": n}], "baseline": baseline, "seed": 0,
+              "tracking": tracking or {"enabled": True, "uri": None, "experiment": "evalsuite"}}
+    rd.write_config(config)
+    rd.write_env({"evalsuite_commit": "abc123", "vllm_version": "0.0.test", "vllm_distribution": "vllm"})
+    record = RunRecord(run_id=run_id, model="tiny", env={"device": "CPU: test", "model_dir": "/models/tiny"})
+    for name, spec in variants.items():
+        result = VariantResult(variant=name, status=spec.get("status", "ok"), reason=spec.get("reason"),
+                               settings=spec.get("settings", {"dtype": "bfloat16", "engine_args": {"x": [1, 2]}}),
+                               duration_s=12.5)
+        if result.status == "ok":
+            wrong = set(spec.get("wrong", ()))
+            scores = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0, pred="A", target="A",
+                            group="math" if i % 2 else "law") for i in range(n)]
+            rd.append_samples(name, "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                             for s in scores])
+            result.metrics = [M.accuracy(scores, "mmlu/acc"), Metric(name="mmlu/wall_s", value=3.0)]
+            result.metrics += [Metric(name=f"needle/acc/len{k}", value=a) for k, a in spec.get("needle", {}).items()]
+            for key in ("ttft", "itl"):
+                result.metrics += [Metric(name=f"latency/{key}_ms_p50/ctx{k}", value=ms)
+                                   for k, ms in spec.get(key, {}).items()]
+                if spec.get(key):
+                    result.metrics.append(Metric(name=f"latency/{key}_ms_p50", value=max(spec[key].values())))
+            result.engine = EngineStats(vllm_version="0.0.test", device="CPU: test",
+                                        weights_gib=spec.get("weights_gib", 1.0),
+                                        kv_cache_tokens=spec.get("kv_cache_tokens", 10000),
+                                        required_gib=spec.get("required_gib", 2.0))
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root

@@ -1,0 +1,102 @@
+"""Config loading: includes, defaults, and one-line errors with exit code 2."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evalsuite.cli import app
+from evalsuite.config import load_config
+from evalsuite.errors import ConfigError
+
+GOOD = """
+model: {path: /models/x}
+variants:
+  bf16: {dtype: bfloat16}
+  kv_fp8: {kv_cache_dtype: fp8}
+tasks:
+  - type: mmlu
+    limit_per_subject: 1
+"""
+
+# (name, yaml text, fragments the one-line message must contain)
+BAD = [
+    ("unknown_top_key", GOOD + "colour: red\n", ["colour", "unknown key", "allowed:", "variants"]),
+    ("unknown_variant_key", GOOD.replace("dtype: bfloat16", "dtyp: bfloat16"), ["variants.bf16.dtyp", "allowed:", "dtype"]),
+    ("bad_dtype", GOOD.replace("dtype: bfloat16", "dtype: bfloat17"), ["variants.bf16.dtype", "bfloat17", "'bfloat16'"]),
+    ("bad_kv_dtype", GOOD.replace("kv_cache_dtype: fp8", "kv_cache_dtype: int3"), ["kv_cache_dtype", "int3", "'fp8'"]),
+    ("bad_task_type", GOOD.replace("type: mmlu", "type: mmlu2"), ["tasks.0", "mmlu2", "'mmlu'"]),
+    ("unknown_task_key", GOOD.replace("limit_per_subject: 1", "limit_per_subjects: 1"), ["tasks.0.mmlu.limit_per_subjects", "allowed:"]),
+    ("no_variants", "model: {path: /m}\nvariants: {}\n", ["at least one variant"]),
+    ("two_sources", GOOD.replace("{path: /models/x}", "{path: /m, hub: org/m}"), ["model", "exactly one of"]),
+    ("bad_util", GOOD.replace("dtype: bfloat16", "gpu_memory_utilization: 1.5"), ["gpu_memory_utilization", "1.5", "less than or equal to 1"]),
+    ("not_mapping", "- a\n- b\n", ["top level must be a mapping"]),
+    ("bad_yaml", "model: [unclosed\n", ["invalid YAML", "line"]),
+    ("python_tag", "model: !!python/object/apply:os.system ['echo hi']\n", ["invalid YAML"]),
+    ("bad_baseline", GOOD + "baseline: fp16\n", ["baseline", "fp16"]),
+    ("missing_model", "variants: {a: {}}\n", ["model", "required"]),
+    ("negative_len", GOOD.replace("dtype: bfloat16", "max_model_len: -5"), ["max_model_len", "greater than 0"]),
+]
+
+
+def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_good_config_loads(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert list(cfg.variants) == ["bf16", "kv_fp8"]
+    assert cfg.variants["kv_fp8"].vllm_kwargs()["kv_cache_dtype"] == "fp8"
+
+
+@pytest.mark.parametrize("name,text,fragments", BAD, ids=[b[0] for b in BAD])
+def test_bad_config_one_line_exit_2(tmp_path, name, text, fragments):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    for frag in fragments:
+        assert frag in msg, msg
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("evalsuite: error:"), result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_file_exit_2(tmp_path):
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2 and "file not found" in result.output
+
+
+def test_include_and_defaults(tmp_path):
+    write(tmp_path, "model: {path: /m}\ndefaults: {max_model_len: 2048, dtype: bfloat16}\nseed: 3\n", "base.yaml")
+    cfg = load_config(write(tmp_path, "include: base.yaml\nvariants:\n  a:\n  b: {max_model_len: 1024}\n"))
+    assert cfg.seed == 3
+    assert cfg.variants["a"].max_model_len == 2048 and cfg.variants["a"].dtype == "bfloat16"
+    assert cfg.variants["b"].max_model_len == 1024
+
+
+def test_include_cycle(tmp_path):
+    write(tmp_path, "include: b.yaml\n", "a.yaml")
+    write(tmp_path, "include: a.yaml\n", "b.yaml")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_engine_args_verbatim(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD.replace("dtype: bfloat16", "engine_args: {kv_cache_memory_bytes: 1024, hf_overrides: {a: 1}}")))
+    kw = cfg.variants["bf16"].vllm_kwargs()
+    assert kw["kv_cache_memory_bytes"] == 1024 and kw["hf_overrides"] == {"a": 1}
+
+
+def test_shipped_configs_validate(repo_root):
+    files = sorted((repo_root / "configs").glob("*.yaml"))
+    assert files
+    for f in files:
+        if f.name.startswith("base"):
+            continue
+        load_config(f)

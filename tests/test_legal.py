@@ -1,0 +1,132 @@
+from pathlib import Path
+
+import pytest
+
+from evalsuite.data import read_records
+from evalsuite.errors import ConfigError
+from evalsuite.tasks import legal as legal_mod
+from evalsuite.tasks.base import TaskContext
+from evalsuite.tasks.legal import LegalConfig, build_template, fill_template, instruction_of
+from evalsuite.types import Completion, Score
+
+# ../shared beside the checkout; read in place, never copied into the repository
+CUAD = Path(__file__).resolve().parents[2] / "shared/data/legalbench-cuad"
+needs_cuad = pytest.mark.skipif(not CUAD.is_dir(), reason=f"LegalBench CUAD data not found at {CUAD}")
+
+
+def _ctx(tmp_path, **kw):
+    return TaskContext(base_dir=tmp_path, cache_dir=tmp_path / "cache", **kw)
+
+
+@needs_cuad
+def test_base_prompt_with_text_substituted(tmp_path):
+    task = LegalConfig(data_dir=str(CUAD), tasks=["anti_assignment"]).build(_ctx(tmp_path))
+    samples = task.samples()
+    test = read_records(CUAD / "anti_assignment/test.tsv")
+    base = (CUAD / "anti_assignment/base_prompt.txt").read_text()
+    assert len(samples) == len(test)
+    s = samples[3]
+    assert s.request.prompt == base.replace("{{text}}", test[3]["text"])
+    assert s.request.prompt.endswith("\nLabel:") and s.target == test[3]["label"]
+    assert s.id == "anti_assignment/test/3" and s.group == "anti_assignment" and s.choices == ["Yes", "No"]
+
+
+@needs_cuad
+def test_base_prompts_are_instruction_plus_all_train_examples():
+    """Why building from train.tsv is faithful: it reproduces every base prompt exactly."""
+    for folder in sorted(p for p in CUAD.iterdir() if p.is_dir()):
+        base = (folder / "base_prompt.txt").read_text()
+        assert build_template(instruction_of(base, folder.name), read_records(folder / "train.tsv")) == base, folder.name
+
+
+@needs_cuad
+def test_fewer_shots_keep_the_instruction(tmp_path):
+    task = LegalConfig(data_dir=str(CUAD), tasks=["governing_law"], num_fewshot=2, limit_per_task=1).build(_ctx(tmp_path))
+    prompt = task.samples()[0].request.prompt
+    instruction = instruction_of((CUAD / "governing_law/base_prompt.txt").read_text(), "governing_law")
+    assert prompt.startswith(instruction + "\n\nClause: ") and prompt.count("Clause: ") == 3
+    zero = LegalConfig(data_dir=str(CUAD), tasks=["governing_law"], num_fewshot=0, limit_per_task=1).build(_ctx(tmp_path))
+    assert zero.samples()[0].request.prompt.count("Clause: ") == 1
+
+
+@needs_cuad
+def test_limit_per_task_is_seeded_and_deterministic(tmp_path):
+    def ids(seed, tasks=None):
+        cfg = LegalConfig(data_dir=str(CUAD), tasks=tasks, limit_per_task=5)
+        return [s.id for s in cfg.build(_ctx(tmp_path, seed=seed)).samples()]
+
+    first = ids(0)
+    assert first == ids(0) and ids(3) != first
+    assert len(first) == 5 * len([p for p in CUAD.iterdir() if p.is_dir()])
+    assert ids(0, ["exclusivity"]) == [i for i in first if i.startswith("exclusivity/")]
+
+
+@needs_cuad
+def test_unknown_task_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.tasks.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
+        LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"]).build(_ctx(tmp_path)).samples()
+
+
+@needs_cuad
+def test_legalbench_spelling_names_the_same_task(tmp_path):
+    task = LegalConfig(data_dir=str(CUAD), tasks=["cuad_anti-assignment"], limit_per_task=2).build(_ctx(tmp_path))
+    assert {s.group for s in task.samples()} == {"anti_assignment"}
+
+
+def test_answer_column_and_no_base_prompt(tmp_path):
+    folder = tmp_path / "data" / "my_clause"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text("answer\ttext\nyes\tA clause.\nNo\tAnother.\n")
+    (folder / "test.tsv").write_text("index\tanswer\ttext\n0\tNo\tNone\n1\tYes\tIt says {{x}}.\n")
+    samples = LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
+    assert [s.target for s in samples] == ["No", "Yes"]
+    assert samples[0].request.prompt == (
+        "Does the clause below contain a my clause provision? Answer Yes or No.\n\n"
+        "Clause: A clause.\nLabel: Yes\n\nClause: Another.\nLabel: No\n\nClause: None\nLabel:")
+    assert samples[1].request.prompt.endswith("Clause: It says {{x}}.\nLabel:")
+
+
+def test_template_placeholder_without_column():
+    with pytest.raises(ValueError, match="missing"):
+        fill_template("Q: {{missing}}", {"text": "t"})
+
+
+def test_no_data_dir_and_no_hub(tmp_path, monkeypatch):
+    monkeypatch.setattr(legal_mod, "hub_reachable", lambda: False)
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir"):
+        LegalConfig().build(_ctx(tmp_path)).samples()
+
+
+def test_chat_needs_a_template(tmp_path):
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.chat"):
+        LegalConfig(chat=True).build(_ctx(tmp_path))
+
+
+def test_scoring_reads_yes_no_in_any_case(tmp_path):
+    task = LegalConfig(data_dir="x").build(_ctx(tmp_path))
+    from evalsuite.tasks.choice import choice_request
+    from evalsuite.types import Sample
+
+    s = Sample(id="t/test/0", task="legal", request=choice_request(prompt="p"), target="No", choices=["Yes", "No"], group="t")
+    sc = task.score(s, Completion(text=" no", top_logprobs=[{" no": -0.4, " Yes": -1.1, "No": -2.0}]))
+    assert sc.pred == "No" and sc.value == 1.0 and sc.extra["logprobs"] == {"Yes": -1.1, "No": -0.4}
+
+
+def _s(task, target, pred):
+    return Score(sample_id=f"{task}/{target}{pred}", task="legal", value=float(target == pred), pred=pred,
+                 target=target, group=task)
+
+
+def test_balanced_accuracy_per_task_and_mean(tmp_path):
+    task = LegalConfig(data_dir="x").build(_ctx(tmp_path))
+    # t1: 3 Yes (2 right), 1 No (right) -> (2/3 + 1) / 2; plain accuracy would say 3/4
+    t1 = [_s("t1", "Yes", "Yes"), _s("t1", "Yes", "Yes"), _s("t1", "Yes", "No"), _s("t1", "No", "No")]
+    # t2: always "Yes" -> 0.5 balanced whatever the class mix
+    t2 = [_s("t2", "Yes", "Yes"), _s("t2", "No", "Yes"), _s("t2", "No", "Yes")]
+    m = {x.name: x for x in task.metrics(t1 + t2)}
+    b1, b2 = (2 / 3 + 1) / 2, 0.5
+    assert m["legal/balanced_acc/t1"].value == pytest.approx(b1) and m["legal/balanced_acc/t1"].n == 4
+    assert m["legal/balanced_acc/t2"].value == pytest.approx(b2) and m["legal/balanced_acc/t2"].n == 3
+    assert m["legal/balanced_acc"].value == pytest.approx((b1 + b2) / 2) and m["legal/balanced_acc"].n == 7
+    assert m["legal/acc"].value == pytest.approx(4 / 7)
+    assert task.primary_metric == "legal/balanced_acc"

@@ -1,0 +1,227 @@
+"""Planner: calibrated against the H200 runs (shared/gpu/README.md), and vLLM's own arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from evalsuite.cli_plan import plan_command
+from evalsuite.devices import DEVICES, get_device, vllm_batch_defaults
+from evalsuite.errors import ConfigError
+from evalsuite.planner import (
+    _kv_groups,
+    kv_layout,
+    model_shape,
+    param_counts,
+    plan,
+    read_config,
+)
+
+LLAMA_8B = {
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+QWEN_15B = {
+    "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+    "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+    "sliding_window": 32768, "use_sliding_window": False, "max_window_layers": 21, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+H200 = {"gpu": "H200", "gpu_memory_utilization": 0.92, "max_model_len": 131072}
+
+# shared/gpu/README.md, H200, vLLM 0.26.0, 2026-11-29: (config, kwargs, weights GiB, KV capacity tokens)
+H200_ROWS = [
+    (LLAMA_8B, {}, 15.0, 914_304),
+    (LLAMA_8B, {"quantization": "fp8"}, 8.54, 967_200),
+    (LLAMA_8B, {"kv_cache_dtype": "fp8"}, 15.04, 1_828_096),
+    (LLAMA_8B, {"quantization": "fp8", "kv_cache_dtype": "fp8"}, 8.54, 1_934_400),
+    ({**LLAMA_8B, "quantization_config": AWQ}, {}, 5.49, 992_512),
+    (LLAMA_8B, {"block_size": 32}, 15.0, 914_304),
+    (LLAMA_8B, {"max_num_batched_tokens": 2048}, None, 920_592),
+    (LLAMA_8B, {"max_num_batched_tokens": 65536}, None, 872_832),
+]
+
+
+@pytest.mark.parametrize("cfg,kwargs,weights,tokens", H200_ROWS)
+def test_h200_rows_within_targets(cfg, kwargs, weights, tokens):
+    p = plan(cfg, **H200, **kwargs)
+    assert abs(p.kv_capacity_tokens - tokens) / tokens < 0.01
+    if weights is not None:
+        assert abs(p.weights_gib - weights) / weights < 0.03
+
+
+def test_llama_8b_counts_and_kv_bytes():
+    s = model_shape(LLAMA_8B)
+    assert param_counts(s).total == 8_030_261_248  # Llama-3.1-8B's published parameter count
+    assert plan(LLAMA_8B, **H200).kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # 128 KiB
+    assert plan(LLAMA_8B, **H200, kv_cache_dtype="fp8_e5m2").kv_bytes_per_token == 64 * 1024
+
+
+def test_capacity_is_whole_blocks_and_concurrency_matches():
+    p = plan(LLAMA_8B, **H200)
+    assert p.kv_capacity_tokens == p.kv_cache_blocks * p.block_size
+    assert p.max_concurrency == pytest.approx(p.kv_capacity_tokens / 131072, abs=1e-3)
+    assert p.max_num_seqs_fit == int(p.max_concurrency)
+    assert p.kv_cache_gib == pytest.approx(p.requested_gib - p.weights_gib - p.activation_gib - p.non_torch_gib,
+                                           abs=0.01)
+
+
+def test_activation_grows_with_batched_tokens_and_default_matches_h200():
+    default = plan(LLAMA_8B, **H200)
+    assert (default.max_num_batched_tokens, default.max_num_seqs) == (16384, 1024)
+    assert default.activation_gib == pytest.approx(1.78, abs=0.01)
+    small = plan(LLAMA_8B, **H200, max_num_batched_tokens=2048)
+    big = plan(LLAMA_8B, **H200, max_num_batched_tokens=65536)
+    assert small.activation_gib < default.activation_gib < big.activation_gib
+
+
+def test_tied_embeddings_and_qkv_bias():
+    assert param_counts(model_shape(QWEN_15B)).total == 1_543_714_304  # Qwen2.5-1.5B
+    assert model_shape(QWEN_15B).layer_kinds == ["full"] * 28  # use_sliding_window false
+
+
+def test_awq_machete_keeps_16bit_zero_points_marlin_packs_them():
+    cfg = {**LLAMA_8B, "quantization_config": AWQ}
+    hopper = plan(cfg, gpu="H100", max_model_len=8192)
+    ampere = plan(cfg, gpu="A100-80GB", max_model_len=8192)
+    assert ampere.weights_bytes < hopper.weights_bytes
+    assert hopper.quantization == "awq"
+
+
+def test_gptq_and_compressed_tensors_from_config():
+    gptq = {**LLAMA_8B, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}}
+    ct = {**LLAMA_8B, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True},
+        "targets": ["Linear"]}}, "ignore": ["lm_head"]}}
+    g, c = plan(gptq, max_model_len=8192), plan(ct, max_model_len=8192)
+    assert g.weights_gib == pytest.approx(c.weights_gib, rel=1e-6)
+    assert 5.0 < g.weights_gib < 5.5
+
+
+def test_fp8_keeps_embeddings_in_bf16():
+    bf16, fp8 = plan(LLAMA_8B, **H200), plan(LLAMA_8B, **H200, quantization="fp8")
+    embeddings = 2 * 128256 * 4096 * 2 / 2**30
+    assert fp8.weights_gib == pytest.approx((bf16.weights_gib - embeddings) / 2 + embeddings, abs=0.02)
+
+
+def test_fit_limits_are_consistent():
+    p = plan(LLAMA_8B, gpu="L4", max_model_len=8192)
+    assert p.fits and p.max_model_len_fit == p.kv_capacity_tokens
+    assert plan(LLAMA_8B, gpu="L4", max_model_len=p.max_model_len_fit).fits
+    over = plan(LLAMA_8B, gpu="L4", max_model_len=p.max_model_len_fit + 16)
+    assert not over.fits
+    assert over.min_gpu_memory_utilization > over.gpu_memory_utilization
+
+
+def test_fit_capped_at_model_limit():
+    assert plan(LLAMA_8B, **H200).max_model_len_fit == 131072
+
+
+def test_hybrid_sliding_window_groups():
+    assert _kv_groups(["full"] * 4 + ["sliding"] * 22) == (4, {"full": 1, "sliding": 6})
+    assert _kv_groups(["sliding"] * 12 + ["full"] * 13) == (13, {"full": 1, "sliding": 1})  # padded, like gpt-oss
+    gemma3 = {"model_type": "gemma3_text", "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+              "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+              "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6}
+    s = model_shape(gemma3)
+    assert s.layer_kinds.count("full") == 4 and s.tie_embeddings
+    layout = kv_layout(s, 2, 16, 32768, 2 * 8192)
+    # one full group needs 2048 blocks; six sliding groups need only window + in-flight tokens each
+    assert layout.blocks_per_request == 2048 + 6 * ((512 - 1 + 16384 + 15) // 16 + 1)
+    full = plan({**gemma3, "sliding_window": None}, gpu="L4", max_model_len=32768)
+    hybrid = plan(gemma3, gpu="L4", max_model_len=32768)
+    assert hybrid.max_concurrency > full.max_concurrency
+
+
+def test_mixtral_moe_params():
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+               "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}
+    assert param_counts(model_shape(mixtral)).total == pytest.approx(46.7e9, rel=0.005)
+
+
+def test_cpu_block_size_and_explicit_kv_memory():
+    p = plan(QWEN_15B, gpu="cpu", device_memory_gib=62.7, max_model_len=4096, kv_cache_memory_gib=11.62)
+    assert p.block_size == 128 and p.cuda_graph_gib == 0
+    per_block = 2 * 28 * 2 * 128 * 2 * 128
+    assert p.kv_cache_blocks == int(11.62 * 2**30) // per_block
+    assert p.kv_capacity_tokens == p.kv_cache_blocks * 128
+
+
+def test_float32_config_runs_in_bf16():
+    assert plan({**LLAMA_8B, "torch_dtype": "float32"}, **H200).dtype == "bfloat16"
+    assert plan(LLAMA_8B, **H200, dtype="float32").dtype == "float32"
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"kv_cache_dtype": "fp9"}, "allowed: auto"),
+    ({"quantization": "int3"}, "allowed: none, fp8"),
+    ({"gpu": "TPU"}, "allowed: H200"),
+    ({"dtype": "int8"}, "allowed: auto, bfloat16"),
+    ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization"),
+    ({"gpu": "cpu"}, "--device-memory-gib"),
+])
+def test_bad_options_raise_config_error(kwargs, needle):
+    with pytest.raises(ConfigError, match=needle):
+        plan(LLAMA_8B, max_model_len=4096, **kwargs)
+
+
+def test_missing_key_and_contradicting_quantization():
+    cfg = {k: v for k, v in LLAMA_8B.items() if k != "num_attention_heads"}
+    with pytest.raises(ConfigError, match="num_attention_heads"):
+        plan(cfg, max_model_len=4096)
+    with pytest.raises(ConfigError, match="contradicts"):
+        plan({**LLAMA_8B, "quantization_config": AWQ}, max_model_len=4096, quantization="fp8")
+
+
+def test_read_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    assert read_config(tmp_path)["hidden_size"] == 4096
+    with pytest.raises(ConfigError, match="no such file"):
+        read_config(tmp_path / "missing")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ConfigError, match="bad.json"):
+        read_config(tmp_path / "bad.json")
+
+
+def test_device_table():
+    for name in ("H100 80GB", "h100_sxm", "H200", "A100-40GB", "A100-80GB", "L40S", "L4", "A10G", "RTX 4090"):
+        d = get_device(name)
+        assert d.memory_gib and d.bf16_tflops > 0 and d.hbm_tbps > 0
+    assert vllm_batch_defaults(DEVICES["H200"]) == (16384, 1024)
+    assert vllm_batch_defaults(DEVICES["A100-80GB"]) == (8192, 256)
+    assert vllm_batch_defaults(DEVICES["CPU"]) == (4096, 256)
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("plan")(plan_command)
+    app.command("other")(lambda: None)  # two commands, so "plan" stays a sub-command
+    return app
+
+
+def test_cli_json_and_table(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    runner = CliRunner()
+    res = runner.invoke(_app(), ["plan", str(tmp_path), "--max-model-len", "131072", "--gpu-memory-utilization",
+                                 "0.92", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["kv_capacity_tokens"] == plan(LLAMA_8B, **H200).kv_capacity_tokens
+    assert out["roofline"]["itl_floor_ms"] > 0
+    res = runner.invoke(_app(), ["plan", str(tmp_path / "config.json"), "--gpu", "L4", "--max-model-len", "8192"])
+    assert res.exit_code == 0 and "KV capacity" in res.output
+
+
+def test_cli_errors_name_the_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    res = CliRunner().invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp9"])
+    assert isinstance(res.exception, ConfigError)
+    assert str(tmp_path / "config.json") in str(res.exception) and "allowed" in str(res.exception)
+    res = CliRunner().invoke(_app(), ["plan", str(tmp_path / "nope")])
+    assert isinstance(res.exception, ConfigError)
