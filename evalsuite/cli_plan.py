@@ -5,6 +5,7 @@ Mounted by evalsuite.cli as `app.command("plan")(friendly(plan_command))`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -54,14 +55,21 @@ def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
 def plan_command(
     source: Path = typer.Argument(..., help="Model folder holding config.json, or the config.json itself."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context length (default: the model's)."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2."),
-    quantization: str | None = typer.Option(None, "--quantization", help="fp8, awq, gptq (default: from config.json)."),
-    gpu: str = typer.Option("H200", "--gpu", help="H200, H100-SXM, H100-PCIE, A100-80GB, A100-40GB, L40S, L4, A10G, RTX4090, CPU."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Share of device memory vLLM reserves."),
-    block_size: int | None = typer.Option(None, "--block-size", help="Tokens per KV block (default 16 on GPU, 128 on CPU)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
+                                       help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2."),
+    quantization: str | None = typer.Option(None, "--quantization",
+                                            help="fp8, awq, gptq (default: from config.json)."),
+    gpu: str = typer.Option("H200", "--gpu",
+                            help="H200, H100-SXM, H100-PCIE, A100-80GB, A100-40GB, L40S, L4, A10G, RTX4090, CPU."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
+                                                 help="Share of device memory vLLM reserves."),
+    block_size: int | None = typer.Option(None, "--block-size",
+                                          help="Tokens per KV block (default 16 on GPU, 128 on CPU)."),
     dtype: str | None = typer.Option(None, "--dtype", help="auto, bfloat16, float16, float32."),
-    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", help="Override the device's memory (CPU: host RAM)."),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", help="Default: vLLM's for the device."),
+    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib",
+                                                   help="Override the device's memory (CPU: host RAM)."),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
+                                                      help="Default: vLLM's for the device."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Default: vLLM's for the device."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
@@ -69,9 +77,9 @@ def plan_command(
     """Predict weights, KV capacity and concurrency for a model on a device from its config.json."""
     cfg_file = _config_file(source)
     config = read_config(source)
-    if get_device(gpu).kind == "cpu" and device_memory_gib is None:
-        device_memory_gib = _host_memory_gib()
     try:
+        if get_device(gpu).kind == "cpu" and device_memory_gib is None:
+            device_memory_gib = _host_memory_gib()
         p = plan(config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
                  gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
                  device_memory_gib=device_memory_gib, max_num_batched_tokens=max_num_batched_tokens,
@@ -87,8 +95,6 @@ def plan_command(
     if as_json:
         payload = p.model_dump()
         payload["roofline"] = r.model_dump() if r else None
-        import json
-
         typer.echo(json.dumps(payload, indent=2))
         return
     rows = _rows(p, r)

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalsuite.compare import CONTEXT_GROUP, flat_metrics, read_config
+from evalsuite.compare import CONTEXT_GROUP, flat_metrics, fmt_value, read_config
 from evalsuite.config import format_validation_error, load_raw
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import mean_stderr
@@ -310,29 +310,30 @@ def run_gate(base_rd: RunDir, cand_rd: RunDir, rules: Rules, rules_path: str, va
     return GateReport(f"{base_rd.run_id}:{base.variant}", rules_path, rules, checks)
 
 
-def _num(v: float | None, unit: str = "") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+def _change(v: float | None, unit: str) -> str:
+    if v is None or math.isnan(v):
         return "-"
-    if unit:
-        return f"{v:+.2f} {unit}" if unit == "pt" else f"{v:+.1f}%"
-    return f"{v:.4g}"
+    return f"{v:+.2f} pt" if unit == "pt" else f"{v:+.1f}%"
 
 
 def to_markdown(report: GateReport) -> str:
-    """A PR comment: verdict first, failures first, then everything else."""
-    icon = {"pass": "✅", "fail": "❌", "skip": "⏭️"}
+    """A PR comment: verdict, failures first, then passes; skipped checks folded into one list."""
+    icon = {"pass": "✅", "fail": "❌"}
     verdict = "passed" if report.passed else f"failed ({len(report.failures())} check(s))"
     lines = [f"## {icon['pass' if report.passed else 'fail']} evalsuite gate {verdict}", "",
              f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{report.rules.decision}` "
              f"at {report.rules.confidence:.0%} one-sided confidence. Accuracy changes are in points, "
-             f"judged on paired per-item results.", "",
-             "| | candidate | rule | metric | baseline | candidate value | change (worse +) | limit | detail |",
+             f"judged on paired per-item results; positive change = worse.", "",
+             "| | candidate | rule | metric | baseline | candidate value | change | limit | detail |",
              "|---|---|---|---|---|---|---|---|---|"]
-    order = {"fail": 0, "pass": 1, "skip": 2}
-    for c in sorted(report.checks, key=lambda c: order[c.status]):
-        limit = "-" if c.limit is None else f"{c.limit:g} {c.unit}".strip()
-        lines.append(f"| {icon[c.status]} | `{c.candidate}` | {c.rule} | `{c.metric}` | {_num(c.baseline)} | "
-                     f"{_num(c.value)} | {_num(c.change, c.unit)} | {limit} | {c.detail.replace('|', '/')} |")
+    for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: c.status != "fail"):
+        limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
+        lines.append(f"| {icon[c.status]} | `{c.candidate}` | {c.rule} | `{c.metric}` | {fmt_value(c.metric, c.baseline)} | "
+                     f"{fmt_value(c.metric, c.value)} | {_change(c.change, c.unit)} | {limit} | "
+                     f"{c.detail.replace('|', '/')} |")
+    skipped = [c for c in report.checks if c.status == "skip"]
+    if skipped:
+        lines += ["", "Not checked: " + "; ".join(f"`{c.candidate}` {c.metric} ({c.detail})" for c in skipped)]
     return "\n".join(lines) + "\n"
 
 

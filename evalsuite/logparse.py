@@ -48,10 +48,8 @@ def _number(text: str, as_int: bool) -> float | int:
 
 
 def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    match = None
-    for match in pattern.finditer(text):
-        pass
-    return match
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def _last_engine(text: str) -> str:

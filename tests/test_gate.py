@@ -1,0 +1,197 @@
+"""The gate on synthetic run directories: verdicts, the paired statistics, exit codes, reports."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from evalsuite.cli import app
+from evalsuite.errors import ConfigError
+from evalsuite.gate import Rules, load_rules, paired_drop
+from tests.mlflow_server import build_run
+
+DEFAULT_RULES = Path(__file__).resolve().parent.parent / "configs" / "gates" / "default.yaml"
+runner = CliRunner()
+
+
+def gate(*args: str):
+    return runner.invoke(app, ["gate", *args])
+
+
+def two_runs(tmp_path: Path, base: dict, cand: dict, **kw) -> tuple[Path, Path]:
+    return (build_run(tmp_path / "runs", "20250101-000000-base", {"bf16": base}, **kw),
+            build_run(tmp_path / "runs", "20250101-000001-cand", {"fp8": cand}, **kw))
+
+
+def rules_file(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_default_rules_file_loads():
+    rules = load_rules(DEFAULT_RULES)
+    assert rules.decision == "upper_bound"
+    assert rules.rule_for("mmlu/acc").max_drop_points == 2.0
+    assert rules.rule_for("needle/acc/len4096").name == "long-context accuracy"
+    assert rules.rule_for("engine/weights_gib").kind == "max_growth_pct"
+    assert rules.rule_for("engine/kv_cache_tokens").kind == "max_drop_pct"
+
+
+def test_identical_runs_pass(tmp_path):
+    spec = {"wrong": range(30), "ttft": {512: 10.0}, "itl": {512: 2.0}}
+    base, cand = two_runs(tmp_path, spec, spec)
+    junit, md = tmp_path / "out" / "gate.xml", tmp_path / "out" / "gate.md"
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES),
+               "--junit", str(junit), "--markdown", str(md))
+    assert res.exit_code == 0, res.output
+    suites = ET.parse(junit).getroot()
+    assert suites.get("failures") == "0"
+    names = [tc.get("name") for tc in suites.iter("testcase")]
+    assert "accuracy: mmlu/acc" in names and "memory: engine/weights_gib" in names
+    assert md.read_text().startswith("## ✅ evalsuite gate passed")
+
+
+def test_accuracy_drop_beyond_limit_fails_naming_the_metric(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": range(20)}, {"wrong": range(40)})  # 10 points lower
+    junit = tmp_path / "gate.xml"
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--junit", str(junit))
+    assert res.exit_code == 1, res.output
+    assert "❌" in res.output and "mmlu/acc" in res.output
+    failures = [tc for tc in ET.parse(junit).getroot().iter("testcase") if tc.find("failure") is not None]
+    assert [tc.get("name") for tc in failures] == ["accuracy: mmlu/acc"]
+    assert "mmlu/acc" in failures[0].find("failure").get("message")
+
+
+def test_more_memory_fails(tmp_path):
+    base, cand = two_runs(tmp_path, {"weights_gib": 1.0}, {"weights_gib": 1.2})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "engine/weights_gib" in res.output and "growth +20.0% > limit 5%" in res.output
+
+
+def test_kv_capacity_drop_fails(tmp_path):
+    base, cand = two_runs(tmp_path, {"kv_cache_tokens": 10000}, {"kv_cache_tokens": 8000})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "engine/kv_cache_tokens" in res.output and "drop +20.0%" in res.output
+
+
+def test_latency_growth_fails(tmp_path):
+    base, cand = two_runs(tmp_path, {"ttft": {512: 10.0}}, {"ttft": {512: 20.0}})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1 and "latency/ttft_ms_p50" in res.output
+
+
+@pytest.mark.parametrize(("decision", "code"), [("upper_bound", 1), ("point", 0), ("lower_bound", 0)])
+def test_decision_rule_on_a_small_noisy_drop(tmp_path, decision, code):
+    # 2 of 200 answers lost: 1 point, se ~0.7 point, so the one-sided 95% upper bound is ~2.2 points
+    base, cand = two_runs(tmp_path, {"wrong": range(10)}, {"wrong": range(12)})
+    rules = rules_file(tmp_path, {"decision": decision, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == code, res.output
+    assert "paired, n=200" in res.output and "not significant" in res.output
+
+
+def test_per_task_override(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": range(20)}, {"wrong": range(40)})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "*/acc", "max_drop_points": 1, "tasks": {"mmlu": 20}}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 0, res.output
+
+
+def test_paired_drop_statistics():
+    base = {f"q{i}": {"value": 1.0, "group": "a" if i < 50 else "b"} for i in range(100)}
+    cand = {k: {**v, "value": 0.0 if k in ("q0", "q1") else 1.0} for k, v in base.items()}
+    drop, se, n = paired_drop(base, cand, None)
+    assert (n, drop) == (100, pytest.approx(0.02))
+    assert se == pytest.approx(math.sqrt((2 * 0.98**2 + 98 * 0.02**2) / 99 / 100))
+    # stratified: both losses sit in group a, whose mean drop 0.04 is averaged with b's 0
+    drop, se, _ = paired_drop(base, cand, "group")
+    assert drop == pytest.approx(0.02)
+    assert se == pytest.approx(math.sqrt((2 * 0.96**2 + 48 * 0.04**2) / 49 / 50) / 2)
+    assert paired_drop(base, {"other": {"value": 1.0}}, None) is None
+
+
+def test_unpaired_fallback_uses_reported_stderr(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": range(20)}, {"wrong": range(21)})
+    (Path(cand) / "fp8" / "samples" / "mmlu.jsonl").unlink()
+    rules = rules_file(tmp_path, {"decision": "point", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 0 and "unpaired" in res.output
+
+
+def test_every_candidate_variant_is_compared_with_the_config_baseline(tmp_path):
+    run = build_run(tmp_path / "runs", "20250101-000000-all",
+                    {"bf16": {}, "fp8": {"weights_gib": 0.5}, "big": {"weights_gib": 2.0},
+                     "int4": {"status": "skipped", "reason": "no kernel"}}, baseline="bf16")
+    junit = tmp_path / "g.xml"
+    res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(DEFAULT_RULES), "--junit", str(junit))
+    assert res.exit_code == 1
+    suites = {s.get("name").split(" vs ")[0]: s for s in ET.parse(junit).getroot().iter("testsuite")}
+    assert set(suites) == {f"20250101-000000-all:{v}" for v in ("fp8", "big", "int4")}
+    assert suites["20250101-000000-all:fp8"].get("failures") == "0"
+    assert suites["20250101-000000-all:big"].get("failures") == "1"
+    assert suites["20250101-000000-all:int4"].get("skipped") == "1"  # skipped on purpose is not a failure
+
+
+def test_failed_candidate_fails(tmp_path):
+    base, cand = two_runs(tmp_path, {}, {"status": "failed", "reason": "engine died"})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1 and "engine died" in res.output
+
+
+def test_ambiguous_baseline_variant_is_bad_input(tmp_path):
+    run = build_run(tmp_path / "runs", "20250101-000000-two", {"a": {}, "b": {}})
+    res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 2
+    assert "--variant-baseline" in res.output and "a, b" in res.output
+    res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(DEFAULT_RULES),
+               "--variant-baseline", "a", "--variant-candidate", "b")
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize(("data", "expect"), [
+    ({"rules": [{"metrics": "x/acc", "max_drop": 1}]}, "rules.0.max_drop: unknown key (allowed: max_drop_pct, "),
+    ({"decision": "vibes", "rules": [{"metrics": "x", "max_drop_pct": 1}]}, "'upper_bound', 'point' or 'lower_bound'"),
+    ({"rules": [{"metrics": "x", "max_drop_pct": 1, "max_growth_pct": 2}]}, "give exactly one of"),
+    ({"rules": []}, "rules: List should have at least 1 item"),
+    ({"confidence": 1.5, "rules": [{"metrics": "x", "max_drop_pct": 1}]}, "confidence:"),
+])
+def test_malformed_rules_exit_2_with_one_line(tmp_path, data, expect):
+    base, cand = two_runs(tmp_path, {}, {})
+    rules = rules_file(tmp_path, data)
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"evalsuite: error: {rules}:"), res.stderr
+    assert expect in lines[0]
+
+
+def test_unreadable_inputs_exit_2(tmp_path):
+    base, _ = two_runs(tmp_path, {}, {})
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("rules: [\n")
+    assert gate("--baseline", str(base), "--candidate", str(base), "--rules", str(bad_yaml)).exit_code == 2
+    res = gate("--baseline", str(tmp_path), "--candidate", str(base), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 2 and "not a run directory" in res.stderr
+    with pytest.raises(ConfigError):
+        load_rules(tmp_path / "missing.yaml")
+
+
+def test_nothing_matched_is_bad_input(tmp_path):
+    base, cand = two_runs(tmp_path, {}, {})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "nope/*", "max_drop_pct": 1}]})
+    assert gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules)).exit_code == 2
+
+
+def test_rules_model_first_match_wins():
+    rules = Rules.model_validate({"rules": [{"metrics": "mmlu/acc", "max_drop_points": 5},
+                                            {"metrics": "*/acc", "max_drop_points": 1}]})
+    assert rules.rule_for("mmlu/acc").limit_for("mmlu/acc") == 5
+    assert rules.rule_for("legal/acc").limit_for("legal/acc") == 1

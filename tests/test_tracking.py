@@ -1,0 +1,197 @@
+"""Tracking against a real `mlflow server` (tests/mlflow_server.py), read back through the client."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import _validate_metric_name
+from typer.testing import CliRunner
+
+from evalsuite.cli import app
+from evalsuite.config import TrackingConfig
+from evalsuite.records import RunDir
+from evalsuite.tracking import TrackingError, flatten, log_run, sanitize
+from tests.mlflow_server import build_run, free_port
+
+runner = CliRunner()
+VARIANTS = {
+    "bf16": {"wrong": range(20), "ttft": {512: 10.0, 2048: 30.0}, "needle": {1024: 1.0, 4096: 0.9}},
+    "fp8": {"wrong": range(30), "weights_gib": 0.5, "kv_cache_tokens": 20000, "ttft": {512: 9.0, 2048: 28.0},
+            "settings": {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "fp8"}},
+    "int4": {"status": "skipped", "reason": "no W4A16 kernel on CPU"},
+    "broken": {"status": "failed", "reason": "engine exited with code 1"},
+}
+
+
+def experiment_runs(client: MlflowClient, name: str) -> list:
+    exp = client.get_experiment_by_name(name)
+    return [] if exp is None else client.search_runs([exp.experiment_id], max_results=1000)
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    return build_run(tmp_path / "runs", "20250101-000000-small", VARIANTS, baseline="bf16")
+
+
+@pytest.fixture
+def client(mlflow_server) -> MlflowClient:
+    return MlflowClient(mlflow_server.uri)
+
+
+def test_sanitize_is_valid_stable_and_injective():
+    assert sanitize("needle/acc/len1024") == "needle/acc/len1024"
+    assert sanitize("latency/ttft_ms_p50/ctx512") == "latency/ttft_ms_p50/ctx512"
+    odd = ["mmlu/acc/µ-physics", "a//b", "a/../b", "/lead", "trail/", "x?y", "x*y", ".", "", "k" * 300]
+    out = [sanitize(n) for n in odd]
+    for name in out:
+        _validate_metric_name(name)  # raises if MLflow would refuse it
+        assert len(name) <= 250
+    assert len(set(out)) == len(out)
+    assert out == [sanitize(n) for n in odd]  # same input, same key
+    assert sanitize("x?y") != sanitize("x*y")  # both become x_y; the hash keeps them apart
+
+
+def test_flatten():
+    assert flatten({"dtype": "bf16", "engine_args": {"swap": 4, "ids": [1, 2]}, "none": None}) == {
+        "dtype": "bf16", "engine_args.swap": "4", "engine_args.ids": "[1, 2]"}
+
+
+def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlflow_server):
+    res = log_run(RunDir(run), TrackingConfig(experiment="t-basic"), uri=mlflow_server.uri)
+    assert sorted(res.created) == ["bf16", "broken", "fp8", "int4", "parent"]
+    parent = client.get_run(res.parent_run_id)
+    assert parent.data.tags["evalsuite.role"] == "parent" and parent.info.run_name == "20250101-000000-small"
+    assert parent.data.params["model.name"] == "tiny" and parent.data.params["task.mmlu.limit"] == "200"
+    parent_files = {a.path for a in client.list_artifacts(res.parent_run_id, "run")}
+    assert parent_files == {"run/config.yaml", "run/env.json", "run/run.json"}
+    report = {a.path for a in client.list_artifacts(res.parent_run_id, "report")}
+    assert {"report/compare.md", "report/compare.csv", "report/accuracy_vs_weights_gib.png",
+            "report/latency_vs_context.png"} <= report
+
+    fp8 = client.get_run(res.variant_run_ids["fp8"])
+    assert fp8.data.tags["mlflow.parentRunId"] == res.parent_run_id
+    assert fp8.data.tags["evalsuite.status"] == "ok" and fp8.info.status == "FINISHED"
+    assert fp8.data.tags["evalsuite.commit"] == "abc123" and fp8.data.tags["vllm.version"] == "0.0.test"
+    assert fp8.data.tags["device"] == "CPU: test"
+    assert fp8.data.params["quantization"] == "fp8" and fp8.data.params["model.name"] == "tiny"
+    m = fp8.data.metrics
+    assert m["mmlu/acc"] == pytest.approx(0.85) and m["engine/weights_gib"] == 0.5
+    assert m["engine/kv_cache_tokens"] == 20000 and m["latency/ttft_ms_p50/ctx512"] == 9.0
+    assert {a.path for a in client.list_artifacts(fp8.info.run_id)} >= {"result.json", "samples"}
+    assert [a.path for a in client.list_artifacts(fp8.info.run_id, "samples")] == ["samples/mmlu.jsonl"]
+
+    int4 = client.get_run(res.variant_run_ids["int4"])
+    assert int4.data.tags["evalsuite.status"] == "skipped"
+    assert int4.data.tags["evalsuite.reason"] == "no W4A16 kernel on CPU"
+    broken = client.get_run(res.variant_run_ids["broken"])
+    assert broken.data.tags["evalsuite.status"] == "failed" and broken.info.status == "FAILED"
+
+    state = json.loads((run / "tracking.json").read_text())["targets"][mlflow_server.uri]
+    assert state["parent_run_id"] == res.parent_run_id and state["variant_run_ids"] == res.variant_run_ids
+    assert RunDir(run).load_run().mlflow_run_id == res.parent_run_id
+
+
+def test_sync_is_idempotent_by_tags_not_only_the_local_file(run, client, mlflow_server):
+    cfg = TrackingConfig(experiment="t-idem")
+    first = log_run(RunDir(run), cfg, uri=mlflow_server.uri)
+    before = {r.info.run_id for r in experiment_runs(client, "t-idem")}
+    assert len(before) == 5
+    (run / "tracking.json").unlink()  # the server, not the file, says what is there
+    res = runner.invoke(app, ["sync", str(run), "--uri", mlflow_server.uri])
+    assert res.exit_code == 0 and "already synced" in res.stdout, res.output
+    assert {r.info.run_id for r in experiment_runs(client, "t-idem")} == before
+    assert json.loads((run / "tracking.json").read_text())["targets"][mlflow_server.uri]["parent_run_id"] == \
+        first.parent_run_id
+
+
+def test_changed_variant_is_replaced_and_the_rest_kept(run, client, mlflow_server):
+    cfg = TrackingConfig(experiment="t-stale")
+    first = log_run(RunDir(run), cfg, uri=mlflow_server.uri)
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.variants = [v.model_copy(update={"status": "ok", "reason": None}) if v.variant == "broken" else v
+                       for v in record.variants]  # as after `evalsuite run --resume`
+    rd.write_run(record)
+    second = log_run(rd, cfg, uri=mlflow_server.uri)
+    assert second.created == ["broken"] and second.parent_run_id == first.parent_run_id
+    assert second.variant_run_ids["fp8"] == first.variant_run_ids["fp8"]
+    live = {r.data.tags.get("evalsuite.variant"): r for r in experiment_runs(client, "t-stale")}
+    assert len(live) == 5 and live["broken"].data.tags["evalsuite.status"] == "ok"
+
+
+def test_unreachable_server_raises_quickly_and_keeps_records(run):
+    port = free_port()  # nothing listens here
+    t0 = time.monotonic()
+    with pytest.raises(TrackingError, match="unreachable"):
+        log_run(RunDir(run), TrackingConfig(), uri=f"http://127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 10
+    assert RunDir(run).exists() and not (run / "tracking.json").exists()
+
+
+def test_silent_server_times_out_instead_of_hanging(run):
+    with socket.socket() as s:  # accepts connections (kernel backlog) but never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        t0 = time.monotonic()
+        with pytest.raises(TrackingError):
+            log_run(RunDir(run), TrackingConfig(), uri=f"http://127.0.0.1:{s.getsockname()[1]}")
+        assert time.monotonic() - t0 < 20
+
+
+def test_sync_uploads_what_failed_at_run_time(run, tmp_path, client, mlflow_server):
+    out = run.parent
+    build_run(out, "20250101-000001-other", {"bf16": {}}, tracking={"enabled": True, "experiment": "t-sync"})
+    build_run(out, "20250101-000002-off", {"bf16": {}}, tracking={"enabled": False, "experiment": "t-sync"})
+    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("experiment: evalsuite",
+                                                                               "experiment: t-sync"))
+    with pytest.raises(TrackingError):
+        log_run(RunDir(run), None, uri=f"http://127.0.0.1:{free_port()}")
+    res = runner.invoke(app, ["sync", "--output-dir", str(out), "--uri", mlflow_server.uri])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("uploaded") == 2 and "tracking disabled" in res.stdout
+    assert len(experiment_runs(client, "t-sync")) == 5 + 2
+    again = runner.invoke(app, ["sync", "--output-dir", str(out), "--uri", mlflow_server.uri])
+    assert again.stdout.count("already synced") == 2 and len(experiment_runs(client, "t-sync")) == 7
+
+
+def test_sync_reports_failures_with_exit_1(run):
+    res = runner.invoke(app, ["sync", str(run), "--uri", f"http://127.0.0.1:{free_port()}"])
+    assert res.exit_code == 1 and "not synced" in res.stderr
+
+
+def test_compare_and_gate_read_mlflow_runs(run, mlflow_server):
+    res = log_run(RunDir(run), TrackingConfig(experiment="t-read"), uri=mlflow_server.uri)
+    uri = ["--uri", mlflow_server.uri]
+    by_parent = runner.invoke(app, ["compare", res.parent_run_id, "--format", "csv", *uri])
+    assert by_parent.exit_code == 0, by_parent.output
+    assert by_parent.stdout.splitlines()[1].startswith("bf16,ok,0.9,0.0")
+    by_experiment = runner.invoke(app, ["compare", "t-read", "--format", "markdown", *uri])
+    assert by_experiment.exit_code == 0 and "| fp8 | ok | 0.850 (-5.0 pt)" in by_experiment.stdout
+    gate = runner.invoke(app, ["gate", "--baseline", res.variant_run_ids["bf16"], "--candidate",
+                               res.variant_run_ids["fp8"], "--rules", "configs/gates/default.yaml", *uri])
+    assert gate.exit_code == 1 and "paired, n=200" in gate.stdout  # samples came back from MLflow
+    missing = runner.invoke(app, ["compare", "no-such-experiment", *uri])
+    assert missing.exit_code == 2 and "not a run directory, nor an MLflow run id" in missing.stderr
+
+
+def test_default_store_is_sqlite_beside_the_runs(run, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    res = log_run(RunDir(run), TrackingConfig(experiment="t-local"))
+    out = run.parent
+    assert res.uri == f"sqlite:///{out.resolve() / 'mlflow.db'}"
+    assert (out / "mlflow.db").exists()
+    assert (out / "mlartifacts" / res.variant_run_ids["bf16"] / "artifacts" / "samples" / "mmlu.jsonl").exists()
+    client = MlflowClient(res.uri)
+    assert client.get_run(res.variant_run_ids["bf16"]).data.metrics["mmlu/acc"] == pytest.approx(0.9)
+    assert log_run(RunDir(run), TrackingConfig(experiment="t-local")).created == []
+
+
+def test_env_uri_is_used_when_config_has_none(run, monkeypatch, mlflow_server, client):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
+    res = log_run(RunDir(run), TrackingConfig(experiment="t-env"))
+    assert res.uri == mlflow_server.uri and len(experiment_runs(client, "t-env")) == 5
