@@ -69,10 +69,9 @@ def pick_items(samples, n: int, seed: int):
 def build_items(args, model_dir: str):
     from transformers import AutoTokenizer
 
+    from evalsuite.assets import default_cache_dir
     from evalsuite.tasks.base import TaskContext
     from evalsuite.tasks.mmlu import SUBJECTS, MMLUConfig, open_source
-
-    from evalsuite.assets import default_cache_dir
 
     ctx = TaskContext(base_dir=Path.cwd(), cache_dir=default_cache_dir(), seed=args.seed,
                       tokenizer=AutoTokenizer.from_pretrained(model_dir), max_model_len=args.max_model_len)

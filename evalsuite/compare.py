@@ -236,7 +236,8 @@ def open_sources(refs: list[str], uri: str | None, scratch: Path) -> list[tuple[
                 raise ConfigError(f"{ref}: not a run directory (no run.json)")
             out.append((rd, None))
             continue
-        from evalsuite.tracking import fetch  # only now: mlflow is slow to import and may be absent
+        # only now: mlflow is slow to import, and run directories alone must not need it
+        from evalsuite.tracking import fetch
 
         out += fetch(ref, uri, scratch)
     return out

@@ -27,9 +27,16 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from evalsuite.compare import CONTEXT_GROUP, flat_metrics, fmt_value, read_config
+from evalsuite.compare import flat_metrics, fmt_value, read_config
 from evalsuite.config import format_validation_error, load_raw
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import mean_stderr
@@ -44,13 +51,15 @@ class Rule(BaseModel):
 
     name: str | None = None
     metrics: list[str] = Field(min_length=1)  # glob patterns over metric names (engine stats: engine/<field>)
+    exclude: list[str] = Field(default_factory=list)  # globs taken out again, e.g. "*_depth*" grid cells
     max_drop_points: float | None = Field(default=None, ge=0)  # higher is better; paired per-item test
     max_drop_pct: float | None = Field(default=None, ge=0)  # higher is better (capacity, throughput)
     max_growth_pct: float | None = Field(default=None, ge=0)  # lower is better (memory, latency)
-    strata: Literal["group", "target"] | None = None  # macro / balanced scores: stratify the paired test
+    # macro / balanced scores: the paired test averages per-stratum means, as the score does
+    strata: list[Literal["group", "target"]] = Field(default_factory=list)
     tasks: dict[str, float] = Field(default_factory=dict)  # task name -> limit, same unit as the rule's
 
-    @field_validator("metrics", mode="before")
+    @field_validator("metrics", "exclude", "strata", mode="before")
     @classmethod
     def _one_or_many(cls, v):
         return [v] if isinstance(v, str) else v
@@ -73,7 +82,8 @@ class Rule(BaseModel):
         return self.name or ",".join(self.metrics)
 
     def matches(self, metric: str) -> bool:
-        return any(fnmatch.fnmatchcase(metric, p) for p in self.metrics)
+        hit = any(fnmatch.fnmatchcase(metric, p) for p in self.metrics)
+        return hit and not any(fnmatch.fnmatchcase(metric, p) for p in self.exclude)
 
     def limit_for(self, metric: str) -> float:
         return self.tasks.get(metric.split("/")[0], getattr(self, self.kind))
@@ -118,8 +128,24 @@ class Check:
 # ---------------------------------------------------------------- paired accuracy
 
 
+def _labels(sample: dict, score: dict) -> set[str]:
+    """Every name a `task/metric/<group>` metric may use for this item's cell.
+
+    Tasks name groups differently: the score's group (a subject, `len1024_depth50`), a prefix
+    of it (`len1024`), or a field of the sample's meta / the score's extra (a category, a clause).
+    """
+    group = str(score.get("group"))
+    parts = group.split("_")
+    labels = {group, *("_".join(parts[:i]) for i in range(1, len(parts)))}
+    for d in (sample.get("meta") or {}, score.get("extra") or {}):
+        labels |= {str(v) for v in d.values() if isinstance(v, str)}
+        if isinstance(d.get("length"), int):
+            labels |= {f"len{d['length']}", f"ctx{d['length']}"}
+    return labels
+
+
 def read_scores(rd: RunDir, variant: str, task: str) -> dict[str, dict]:
-    """sample id -> score row; first occurrence wins, cut-off lines are skipped (as RunDir does)."""
+    """sample id -> {value, group, target, labels}; first occurrence wins, cut-off lines are skipped."""
     path = rd.root / variant / "samples" / f"{task}.jsonl"
     out: dict[str, dict] = {}
     if not path.exists():
@@ -129,29 +155,25 @@ def read_scores(rd: RunDir, variant: str, task: str) -> dict[str, dict]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        score = row.get("score") or {}
-        sid = (row.get("sample") or {}).get("id") or score.get("sample_id")
+        sample, score = row.get("sample") or {}, row.get("score") or {}
+        sid = sample.get("id") or score.get("sample_id")
         if sid is not None and sid not in out and isinstance(score.get("value"), (int, float)):
-            out[sid] = score
+            out[sid] = {"value": float(score["value"]), "group": score.get("group"), "target": score.get("target"),
+                        "labels": _labels(sample, score)}
     return out
 
 
-def _in_group(score: dict, group: str | None) -> bool:
-    if group is None:
-        return True
-    m = CONTEXT_GROUP.match(f"x/{group}")
-    return str(score.get("group")) in ({group, m["n"]} if m else {group})
-
-
-def paired_drop(base: dict[str, dict], cand: dict[str, dict], strata: str | None) -> tuple[float, float, int] | None:
+def paired_drop(base: dict[str, dict], cand: dict[str, dict], strata: list[str] | None = None
+                ) -> tuple[float, float, int] | None:
     """Mean of (baseline - candidate) over shared items and its standard error, in score units.
 
-    With strata, the mean of per-stratum means (macro/balanced scores), se from the strata's ses.
+    With strata, the unweighted mean of per-stratum means (as macro and balanced scores weigh
+    items), its se combined from the strata's ses.
     """
-    cells: dict[str, list[float]] = defaultdict(list)
+    cells: dict[tuple, list[float]] = defaultdict(list)
     for sid, b in base.items():
         if sid in cand:
-            cells[str(b.get(strata)) if strata else ""].append(b["value"] - cand[sid]["value"])
+            cells[tuple(str(b.get(k)) for k in strata or ())].append(b["value"] - cand[sid]["value"])
     if not cells:
         return None
     stats = [mean_stderr(d) for d in cells.values()]
@@ -176,8 +198,10 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     limit = rule.limit_for(metric)
     parts = metric.split("/")
     group = parts[2] if len(parts) > 2 else None
-    base = {k: s for k, s in read_scores(pair.base_rd, pair.base.variant, parts[0]).items() if _in_group(s, group)}
-    cand = {k: s for k, s in read_scores(pair.cand_rd, pair.cand.variant, parts[0]).items() if _in_group(s, group)}
+    base = {k: s for k, s in read_scores(pair.base_rd, pair.base.variant, parts[0]).items()
+            if group is None or group in s["labels"]}
+    cand = {k: s for k, s in read_scores(pair.cand_rd, pair.cand.variant, parts[0]).items()
+            if group is None or group in s["labels"]}
     paired = paired_drop(base, cand, rule.strata)
     if paired is not None:
         drop, se, n = paired
@@ -321,9 +345,9 @@ def to_markdown(report: GateReport) -> str:
     icon = {"pass": "✅", "fail": "❌"}
     verdict = "passed" if report.passed else f"failed ({len(report.failures())} check(s))"
     lines = [f"## {icon['pass' if report.passed else 'fail']} evalsuite gate {verdict}", "",
-             f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{report.rules.decision}` "
-             f"at {report.rules.confidence:.0%} one-sided confidence. Accuracy changes are in points, "
-             f"judged on paired per-item results; positive change = worse.", "",
+             (f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{report.rules.decision}` "
+              f"at {report.rules.confidence:.0%} one-sided confidence. Accuracy changes are in points, "
+              f"judged on paired per-item results; positive change = worse."), "",
              "| | candidate | rule | metric | baseline | candidate value | change | limit | detail |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: c.status != "fail"):

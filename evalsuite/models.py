@@ -115,7 +115,7 @@ def import_model(source: str, cache_dir: Path | None = None) -> Path:
         final = _model_dir(cache_dir, path.stem, sha)
         if _is_imported(final):
             return final
-        return _convert(path, final, source, sha, chat_template=None)
+        return _convert(path, final, str(path.resolve()), sha, chat_template=None)
     raise ConfigError(f"model source {source!r} is not a folder, a .gguf file or pypi:NAME==VER")
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")  # headless: CI and servers have no display
+# Figure objects, not pyplot: rendered by Agg straight to PNG, no display, no global backend state.
+from matplotlib.figure import Figure
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from evalsuite.compare import CONTEXT_GROUP, is_unitless  # noqa: E402
+from evalsuite.compare import CONTEXT_GROUP, is_unitless
 
 LATENCY_BASES = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
 
@@ -51,7 +49,8 @@ def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
 def _grid(n: int, title: str):
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
+    fig = Figure(figsize=(5 * cols, 4 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     fig.suptitle(title)
@@ -61,7 +60,6 @@ def _grid(n: int, title: str):
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

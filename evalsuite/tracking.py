@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,10 @@ from evalsuite.records import RunDir
 from evalsuite.types import RunRecord, VariantResult
 
 STATE_FILE = "tracking.json"
-# An unreachable server must fail in seconds, not after MLflow's default 7 retries with backoff.
-HTTP_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# An unreachable server must fail in seconds, not after MLflow's default 7 retries with backoff;
+# and a CLI that prints its own summary has no use for a "View run" line per run.
+SESSION_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+               "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 MAX_KEY, MAX_PARAM, MAX_TAG = 250, 6000, 8000  # mlflow.utils.validation limits
 BATCH = 100  # log_batch allows 100 params/tags and 1000 entities per call
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -81,7 +83,7 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
 def _ms(when: datetime | None) -> int | None:
     if when is None:
         return None
-    return int((when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 def _digest(*parts: str) -> str:
@@ -124,8 +126,8 @@ def resolve_target(run_dir: RunDir, cfg: TrackingConfig | None, uri: str | None 
 @contextmanager
 def _session(uri: str) -> Iterator[MlflowClient]:
     """A client with short HTTP retries; user-set MLFLOW_HTTP_* values win."""
-    saved = {k: os.environ.get(k) for k in HTTP_ENV}
-    for k, v in HTTP_ENV.items():
+    saved = {k: os.environ.get(k) for k in SESSION_ENV}
+    for k, v in SESSION_ENV.items():
         os.environ.setdefault(k, v)
     for noisy in ("alembic", "mlflow.store.db.utils", "mlflow.tracking.fluent"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -218,7 +220,7 @@ def variant_digest(rd: RunDir, result: VariantResult) -> str:
 
 def _log_batch(client: MlflowClient, run_id: str, params: dict[str, str] | None = None,
                metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
-    now = int(datetime.now(timezone.utc).timestamp() * 1000)
+    now = int(datetime.now(UTC).timestamp() * 1000)
     p = [Param(sanitize(k), v[:MAX_PARAM]) for k, v in (params or {}).items()]
     m = [MlMetric(k, float(v), now, 0) for k, v in (metrics or {}).items()]
     t = [RunTag(k, v[:MAX_TAG]) for k, v in (tags or {}).items()]
@@ -240,7 +242,7 @@ class SyncResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "parent_run_id": self.parent_run_id,
-                "variant_run_ids": self.variant_run_ids, "synced_at": datetime.now(timezone.utc).isoformat()}
+                "variant_run_ids": self.variant_run_ids, "synced_at": datetime.now(UTC).isoformat()}
 
 
 class _Logger:
@@ -330,8 +332,9 @@ def _report(rd: RunDir, out: Path) -> list[Path]:
 
     try:
         return write_report(compare([(rd, None)]), out)
-    except EvalsuiteError:
-        return []  # e.g. a config baseline that no longer names a variant: upload the records anyway
+    except Exception as e:  # noqa: BLE001 - a report that cannot be drawn must not keep the records out
+        logging.getLogger(__name__).warning("evalsuite: no comparison report for %s: %s", rd.root, e)
+        return []
 
 
 def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, *, uri: str | None = None) -> SyncResult:

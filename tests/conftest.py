@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.mlflow_server"]
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

@@ -52,7 +52,7 @@ def _stop(proc: subprocess.Popen) -> None:
     # The server forks workers; signal its own process group so none outlive the session.
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
+        proc.wait(timeout=5)  # uvicorn waits for idle keep-alive clients; no need to be polite
     except ProcessLookupError:
         return
     except subprocess.TimeoutExpired:
@@ -85,8 +85,8 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
 
 def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200, baseline: str | None = None,
               tracking: dict | None = None) -> Path:
-    """Variant spec keys: wrong (item indices scored 0), status, reason, weights_gib, kv_cache_tokens,
-    required_gib, ttft (ctx -> ms), itl (ctx -> ms), needle (length -> accuracy)."""
+    """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, weights_gib,
+    kv_cache_tokens, required_gib, ttft (ctx -> ms), itl (ctx -> ms), needle (length -> accuracy)."""
     from evalsuite import metrics as M
     from evalsuite.records import RunDir
     from evalsuite.types import EngineStats, Metric, RunRecord, Score, VariantResult
@@ -109,7 +109,16 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
             rd.append_samples(name, "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
                                              for s in scores])
             result.metrics = [M.accuracy(scores, "mmlu/acc"), Metric(name="mmlu/wall_s", value=3.0)]
-            result.metrics += [Metric(name=f"needle/acc/len{k}", value=a) for k, a in spec.get("needle", {}).items()]
+            needle = []
+            for length, acc in spec.get("needle", {}).items():  # 10 items per length, the first ones wrong
+                cell = [Score(sample_id=f"n{length}-{i}", task="needle", value=float(i >= round((1 - acc) * 10)),
+                              pred="", target="7", group=f"len{length}_depth50", extra={"length": length})
+                        for i in range(10)]
+                result.metrics.append(M.accuracy(cell, f"needle/acc/len{length}"))
+                needle += cell
+            if needle:
+                rd.append_samples(name, "needle", [{"sample": {"id": s.sample_id}, "completion": {},
+                                                    "score": s.model_dump()} for s in needle])
             for key in ("ttft", "itl"):
                 result.metrics += [Metric(name=f"latency/{key}_ms_p50/ctx{k}", value=ms)
                                    for k, ms in spec.get(key, {}).items()]

@@ -38,7 +38,10 @@ def test_default_rules_file_loads():
     rules = load_rules(DEFAULT_RULES)
     assert rules.decision == "upper_bound"
     assert rules.rule_for("mmlu/acc").max_drop_points == 2.0
-    assert rules.rule_for("needle/acc/len4096").name == "long-context accuracy"
+    assert rules.rule_for("needle/acc/len4096").name == "accuracy by context length"
+    assert rules.rule_for("needle/acc/len4096_depth50") is None  # excluded: one cell is too small
+    assert rules.rule_for("needle/acc").limit_for("needle/acc") == 5.0  # per-task override
+    assert rules.rule_for("legal/balanced_acc").strata == ["group", "target"]
     assert rules.rule_for("engine/weights_gib").kind == "max_growth_pct"
     assert rules.rule_for("engine/kv_cache_tokens").kind == "max_drop_pct"
 
@@ -112,10 +115,20 @@ def test_paired_drop_statistics():
     assert (n, drop) == (100, pytest.approx(0.02))
     assert se == pytest.approx(math.sqrt((2 * 0.98**2 + 98 * 0.02**2) / 99 / 100))
     # stratified: both losses sit in group a, whose mean drop 0.04 is averaged with b's 0
-    drop, se, _ = paired_drop(base, cand, "group")
+    drop, se, _ = paired_drop(base, cand, ["group"])
     assert drop == pytest.approx(0.02)
     assert se == pytest.approx(math.sqrt((2 * 0.96**2 + 48 * 0.04**2) / 49 / 50) / 2)
+    drop, _, _ = paired_drop(base, cand, ["group", "target"])
+    assert drop == pytest.approx(0.02)  # one target here, so the same two strata
     assert paired_drop(base, {"other": {"value": 1.0}}, None) is None
+
+
+def test_group_metrics_are_paired_within_their_cell(tmp_path):
+    base, cand = two_runs(tmp_path, {"needle": {1024: 1.0, 4096: 0.9}}, {"needle": {1024: 1.0, 4096: 0.5}})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "| ❌ | `20250101-000001-cand:fp8` | accuracy by context length | `needle/acc/len4096`" in res.output
+    assert "paired, n=10" in res.output  # only the 4096-token items, matched via len4096_depth50
 
 
 def test_unpaired_fallback_uses_reported_stderr(tmp_path):
@@ -157,7 +170,7 @@ def test_ambiguous_baseline_variant_is_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "expect"), [
-    ({"rules": [{"metrics": "x/acc", "max_drop": 1}]}, "rules.0.max_drop: unknown key (allowed: max_drop_pct, "),
+    ({"rules": [{"metrics": "x/acc", "max_drop": 1}]}, "rules.0.max_drop: unknown key (allowed: exclude, max_drop_pct, "),
     ({"decision": "vibes", "rules": [{"metrics": "x", "max_drop_pct": 1}]}, "'upper_bound', 'point' or 'lower_bound'"),
     ({"rules": [{"metrics": "x", "max_drop_pct": 1, "max_growth_pct": 2}]}, "give exactly one of"),
     ({"rules": []}, "rules: List should have at least 1 item"),

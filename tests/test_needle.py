@@ -67,7 +67,7 @@ def test_chat_template_frames_the_prompt(tokenizer, hay_dir):
     s = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], chat=True).samples()[0]
     text = tokenizer.decode(s.request.prompt_token_ids)
     assert text.startswith("<s><|user|>\nSome special magic numbers")
-    assert "<|assistant|>\n The special magic number for" in text
+    assert "<|assistant|>\nThe special magic number for" in text
     assert text.rstrip().endswith("mentioned in the provided text is")
     plain = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], chat=False).samples()[0]
     assert "<|user|>" not in tokenizer.decode(plain.request.prompt_token_ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 from pathlib import Path
@@ -15,7 +16,8 @@ from typer.testing import CliRunner
 from evalsuite.cli import app
 from evalsuite.config import TrackingConfig
 from evalsuite.records import RunDir
-from evalsuite.tracking import TrackingError, flatten, log_run, sanitize
+from evalsuite.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
+from evalsuite.types import Metric
 from tests.mlflow_server import build_run, free_port
 
 runner = CliRunner()
@@ -62,7 +64,11 @@ def test_flatten():
 
 
 def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlflow_server):
-    res = log_run(RunDir(run), TrackingConfig(experiment="t-basic"), uri=mlflow_server.uri)
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.variants[1].metrics.append(Metric(name="mmlu/acc/µ?", value=0.5))  # fp8: a name MLflow refuses
+    rd.write_run(record)
+    res = log_run(rd, TrackingConfig(experiment="t-basic"), uri=mlflow_server.uri)
     assert sorted(res.created) == ["bf16", "broken", "fp8", "int4", "parent"]
     parent = client.get_run(res.parent_run_id)
     assert parent.data.tags["evalsuite.role"] == "parent" and parent.info.run_name == "20250101-000000-small"
@@ -82,6 +88,7 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     m = fp8.data.metrics
     assert m["mmlu/acc"] == pytest.approx(0.85) and m["engine/weights_gib"] == 0.5
     assert m["engine/kv_cache_tokens"] == 20000 and m["latency/ttft_ms_p50/ctx512"] == 9.0
+    assert m[sanitize("mmlu/acc/µ?")] == 0.5
     assert {a.path for a in client.list_artifacts(fp8.info.run_id)} >= {"result.json", "samples"}
     assert [a.path for a in client.list_artifacts(fp8.info.run_id, "samples")] == ["samples/mmlu.jsonl"]
 
@@ -96,7 +103,15 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert RunDir(run).load_run().mlflow_run_id == res.parent_run_id
 
 
-def test_sync_is_idempotent_by_tags_not_only_the_local_file(run, client, mlflow_server):
+def test_nan_metrics_are_accepted(client, mlflow_server):
+    # a task with no items scores NaN; MLflow stores it rather than refusing the whole batch
+    run = client.create_run(client.create_experiment("t-nan"))
+    _log_batch(client, run.info.run_id, metrics={"legal/balanced_acc": math.nan, "mmlu/acc": 0.5})
+    assert math.isnan(client.get_run(run.info.run_id).data.metrics["legal/balanced_acc"])
+
+
+def test_sync_is_idempotent_by_tags_not_only_the_local_file(tmp_path, client, mlflow_server):
+    run = build_run(tmp_path, "20250101-000000-small", VARIANTS, tracking={"experiment": "t-idem"})
     cfg = TrackingConfig(experiment="t-idem")
     first = log_run(RunDir(run), cfg, uri=mlflow_server.uri)
     before = {r.info.run_id for r in experiment_runs(client, "t-idem")}
@@ -143,12 +158,11 @@ def test_silent_server_times_out_instead_of_hanging(run):
         assert time.monotonic() - t0 < 20
 
 
-def test_sync_uploads_what_failed_at_run_time(run, tmp_path, client, mlflow_server):
-    out = run.parent
-    build_run(out, "20250101-000001-other", {"bf16": {}}, tracking={"enabled": True, "experiment": "t-sync"})
+def test_sync_uploads_what_failed_at_run_time(tmp_path, client, mlflow_server):
+    out = tmp_path / "runs"
+    run = build_run(out, "20250101-000000-small", VARIANTS, tracking={"experiment": "t-sync"})
+    build_run(out, "20250101-000001-other", {"bf16": {}}, tracking={"experiment": "t-sync"})
     build_run(out, "20250101-000002-off", {"bf16": {}}, tracking={"enabled": False, "experiment": "t-sync"})
-    (run / "config.yaml").write_text((run / "config.yaml").read_text().replace("experiment: evalsuite",
-                                                                               "experiment: t-sync"))
     with pytest.raises(TrackingError):
         log_run(RunDir(run), None, uri=f"http://127.0.0.1:{free_port()}")
     res = runner.invoke(app, ["sync", "--output-dir", str(out), "--uri", mlflow_server.uri])

@@ -110,8 +110,7 @@ class ServerEngine:
     def _launch(self) -> None:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
-        exe = Path(sys.executable).with_name("vllm")
-        cmd = [str(exe) if exe.exists() else "vllm", "serve", self.model, "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", self.model, "--host", "127.0.0.1",
                "--port", str(port), *cli_args(self.kwargs)]
         env = {**os.environ, **self.env}
         log = self.log_path.open("ab")
@@ -136,12 +135,17 @@ class ServerEngine:
 
     def start(self) -> EngineStats:
         t0 = time.perf_counter()
-        if self.base_url is None:
+        self.base_url_owned = self.base_url is None
+        if self.base_url_owned:
             self._launch()
         self._wait_ready()
         self._stats = EngineStats(startup_s=time.perf_counter() - t0, vllm_version=self._version())
         self._stats = stats_from_metrics(self._metrics(), self._stats)
         self._fill_from_log()
+        if self._stats.weights_gib is None and not self.kwargs.get("quantization") and self.base_url_owned:
+            self._stats.weights_gib = checkpoint_gib(self.model)
+            if self._stats.weights_gib is not None:
+                self._stats.source["weights_gib"] = "checkpoint"
         return self._stats
 
     def _version(self) -> str | None:
@@ -223,6 +227,24 @@ class ServerEngine:
             except ProcessLookupError:
                 pass
         self._proc = None
+
+
+def checkpoint_gib(model_dir: str) -> float | None:
+    """Tensor bytes from the safetensors headers: what an unquantized load holds in memory.
+
+    The CPU server logs no weight size and offers no apply_model, so for unquantized
+    variants the checkpoint is the exact answer; quantized-on-load variants get none.
+    """
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with f.open("rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+        total += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
+    return total / 1024**3
 
 
 def _completion(t0: float, stamps: list[float], text: str, top: list, usage: dict, finish) -> Completion:

@@ -200,7 +200,7 @@ class NeedleTask:
         layout = self._layout(seed, length)
         key, values = self._target(seed, length, pct, layout)
         question, answer_prefix = self._texts(key)
-        prefix, suffix = prompt_frame(tok, INTRO, "\n\n" + question, " " + answer_prefix, self.cfg.chat)
+        prefix, suffix = prompt_frame(tok, INTRO, "\n\n" + question, answer_prefix, self.cfg.chat)
         needles = [encode(tok, f" The special magic number for {key} is: {v}.") for v in values]
         decoys = [encode(tok, f" The special magic number for {k} is: {v}.")
                   for k, v in zip(layout["keys"], layout["values"])]
