@@ -15,6 +15,10 @@ What is compared, and why it is fair:
   one-request-at-a-time case (the most reuse, the least parallelism).
 - Only generation is timed (engine start excluded). Greedy decoding, so the answers of the
   two orders must be identical; `same_answers` compares them per sample id.
+- Eager mode by default (`--compile` to turn torch.compile on): on a shared 2-core machine the
+  compile warm-up alone took minutes, and it is the same for both orders.
+- The work itself is also reported as `uncached_prompt_tokens` (prompt tokens the engine really
+  computed, from each request's cached-token count), which does not depend on machine load.
 
     .venv/bin/python bench/niah_schedule.py [--model DIR] [--lengths 1024,2048,4096]
         [--depths 0,0.25,0.5,0.75,1] [--seeds 1] [--batch-size 0] [--needle single]
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -66,7 +71,7 @@ def warmup_request(tokenizer, n: int = 256) -> Request:
 def run_order(args, samples: list[Sample], warm: Request, log_dir: Path, label: str) -> tuple[float, dict]:
     """Seconds to answer `samples` in the given order on a fresh engine, and what it saw."""
     kwargs = {"enable_prefix_caching": True, "max_model_len": max(args.lengths), "dtype": "bfloat16",
-              "kv_cache_memory_bytes": args.kv_bytes, "seed": 0}
+              "kv_cache_memory_bytes": args.kv_bytes, "seed": 0, "enforce_eager": not args.compile}
     engine = OfflineEngine(args.model, kwargs, log_dir / f"engine-{label}.log")
     try:
         engine.start()
@@ -97,6 +102,7 @@ def parse_args(argv=None):
     p.add_argument("--haystack", default="paul_graham")
     p.add_argument("--batch-size", type=int, default=0, help="requests per generate call (0: the whole grid)")
     p.add_argument("--kv-bytes", type=int, default=2 << 30, help="fixed KV pool, same for both orders")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (default: eager)")
     p.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     p.add_argument("--json", type=Path, default=None, help="also write the details here")
     return p.parse_args(argv)
@@ -106,6 +112,8 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     args = parse_args(argv)
+    # a plain SIGTERM would skip engine.close() and leave the engine's processes running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.model = args.model or default_model(args.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     naive, sched = build_samples(args, tokenizer, "naive"), build_samples(args, tokenizer, "shared_prefix")

@@ -77,6 +77,54 @@ def models_import(source: str = typer.Argument(..., help="A local HF folder, a .
     typer.echo(import_model(source, cache_dir()))
 
 
+@app.command()
+@friendly
+def quantize(
+    target: Path = typer.Argument(..., help="A config file (its model is quantized) or a model folder."),
+    method: str | None = typer.Option(None, "--method", "-m", help="awq, gptq or rtn (default: the variant's `quantize:`)."),
+    variant: str | None = typer.Option(None, "--variant", help="Take the method from this variant of the config."),
+    samples: int = typer.Option(32, "--samples", help="Calibration samples (AWQ, GPTQ)."),
+    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per calibration sample."),
+    calibration: str = typer.Option("paul_graham", "--calibration", help="Local text: paul_graham or licensedcode."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds."),
+) -> None:
+    """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
+    from evalsuite.quantize import QuantParams, quantize_model
+
+    model_dir, method = _quantize_target(target, method, variant)
+    params = QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration)
+    res = quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
+    how = "cached" if res.cached else f"built in {res.info.get('wall_s', 0):.1f} s"
+    err.print(f"{method}: {how} (quantization {res.info.get('quantize_s', 0):.1f} s)", highlight=False)
+    typer.echo(res.path)
+
+
+def _quantize_target(target: Path, method: str | None, variant: str | None) -> tuple[Path, str]:
+    """A model folder and a method, from a folder or from a config (and one of its variants)."""
+    from evalsuite.errors import ConfigError
+
+    if target.is_dir():
+        if variant:
+            raise ConfigError(f"--variant needs a config file, and {target} is a folder")
+        if not method:
+            raise ConfigError("--method is required with a model folder (awq, gptq or rtn)")
+        return target, method
+    from evalsuite.config import load_config
+    from evalsuite.runner import resolve_model
+
+    cfg = load_config(target)
+    if variant and variant not in cfg.variants:
+        raise ConfigError(f"--variant {variant!r} is not in {target} ({', '.join(cfg.variants)})")
+    wanted = [variant] if variant else [n for n, v in cfg.variants.items() if v.quantize]
+    methods = {cfg.variants[n].quantize for n in wanted if cfg.variants[n].quantize}
+    if not method:
+        if len(methods) != 1:
+            asked = sorted(methods) or "none"
+            raise ConfigError(f"{target}: give --method (awq, gptq or rtn); the variants ask for {asked}")
+        method = methods.pop()
+    return Path(resolve_model(cfg, target.resolve().parent, cache_dir())), method
+
+
 def _mount_optional() -> None:
     """Sub-commands whose modules may be absent in a partial install stay out of the way."""
     try:

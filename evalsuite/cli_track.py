@@ -89,7 +89,10 @@ def sync_command(
     uri: str | None = typer.Option(None, "--uri", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
-    from evalsuite.tracking import find_run_dirs, log_run, run_tracking_config
+    try:
+        from evalsuite.tracking import find_run_dirs, log_run, run_tracking_config
+    except ImportError as e:
+        raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 
     failed = 0
     for rd in find_run_dirs(list(run_dirs or []), output_dir):

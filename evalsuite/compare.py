@@ -76,12 +76,11 @@ def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
     if not entries:
         raise ConfigError("compare: no variants to compare")
     if wanted is None:
-        wanted = read_config(entries[0].run_dir).get("baseline")
-        if not wanted:
-            return entries[0]
-        matches = [e for e in entries if e.run_dir.root == entries[0].run_dir.root and e.result.variant == wanted]
-    else:
-        matches = [e for e in entries if e.label == wanted] or [e for e in entries if e.result.variant == wanted]
+        first = entries[0].run_dir
+        named = read_config(first).get("baseline")
+        match = [e for e in entries if e.run_dir.root == first.root and e.result.variant == named]
+        return match[0] if match else entries[0]  # the config's baseline may not be among those picked
+    matches = [e for e in entries if e.label == wanted] or [e for e in entries if e.result.variant == wanted]
     if len(matches) != 1:
         labels = ", ".join(e.label for e in entries)
         how = "is ambiguous" if matches else "is not a variant"
@@ -236,8 +235,9 @@ def open_sources(refs: list[str], uri: str | None, scratch: Path) -> list[tuple[
                 raise ConfigError(f"{ref}: not a run directory (no run.json)")
             out.append((rd, None))
             continue
-        # only now: mlflow is slow to import, and run directories alone must not need it
-        from evalsuite.tracking import fetch
-
+        try:  # only now: mlflow is slow to import, and run directories alone must not need it
+            from evalsuite.tracking import fetch
+        except ImportError as e:
+            raise ConfigError(f"{ref}: no such run directory (MLflow lookups need mlflow: {e})") from None
         out += fetch(ref, uri, scratch)
     return out

@@ -54,6 +54,7 @@ Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compr
 class Variant(_Strict):
     """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
 
+    model: str | None = None  # a pre-quantized checkpoint of the same base model (AWQ/GPTQ folder)
     dtype: Dtype = "auto"
     quantization: Quantization | None = None
     quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
@@ -71,7 +72,7 @@ class Variant(_Strict):
 
     def vllm_kwargs(self) -> dict[str, Any]:
         """Engine keyword arguments; unset fields are left to vLLM's own defaults."""
-        skip = {"engine_args", "quantize"}
+        skip = {"engine_args", "quantize", "model"}
         out = {k: v for k, v in self.model_dump().items() if k not in skip and v is not None}
         if out.get("tensor_parallel_size") == 1:
             out.pop("tensor_parallel_size")

@@ -13,7 +13,6 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from evalsuite.errors import ConfigError
 

@@ -14,7 +14,7 @@ from typing import Any
 from evalsuite import env as envmod
 from evalsuite.config import RunConfig, Variant
 from evalsuite.engine import Engine, EngineFailed
-from evalsuite.errors import ConfigError, EvalsuiteError
+from evalsuite.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.progress import Progress
 from evalsuite.records import RunDir
 from evalsuite.support import unsupported_reason
@@ -55,6 +55,7 @@ def _row(sample: Sample, completion: Completion, score: Score) -> dict[str, Any]
 class Runner:
     def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
         self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
+        self.device = envmod.device_name()
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
@@ -76,6 +77,32 @@ class Runner:
             self.progress.advance(bar, len(batch))
         return [done[s.id] for s in samples]
 
+    def _measured(self, stats: EngineStats, variant: Variant, result: VariantResult) -> EngineStats:
+        from evalsuite.memory import complete, predict
+
+        stats.device = stats.device or self.device
+        try:
+            result.predicted = predict(self.model_dir, variant, stats, stats.device)
+        except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
+            result.predicted = {"error": f"{type(e).__name__}: {e}"}
+        return complete(stats, result.predicted)
+
+    def _quantized(self, name: str, variant: Variant, result: VariantResult) -> str | None:
+        """quantize (issue 7): the checkpoint folder, or None when the variant ends here: skipped
+        if the quantization tool is missing (like an unsupported platform), failed otherwise."""
+        from evalsuite.quantize import checkpoint_for_variant
+
+        try:
+            with self.progress.status(f"{name}: quantizing ({variant.quantize}; cached after the first build)"):
+                path, result.settings["quantized"] = checkpoint_for_variant(variant.quantize, self.model_dir,
+                                                                            self.ctx.cache_dir)
+            return path
+        except EvalsuiteError as e:
+            result.status = "skipped" if isinstance(e, UnsupportedVariant) else "failed"
+            result.reason = str(e)
+            self.run_dir.write_result(result)
+            return None
+
     def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
                                started_at=datetime.now(timezone.utc))
@@ -85,9 +112,14 @@ class Runner:
             self.run_dir.write_result(result)
             return result
         self.run_dir.write_result(result)
+        model_dir = self.model_dir
+        if variant.quantize:  # quantize (issue 7): run on the variant's cached W4A16 checkpoint
+            model_dir = self._quantized(name, variant, result)
+            if model_dir is None:
+                return result
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
-        engine = make_engine(self.cfg, variant, self.model_dir, log_path)
+        engine = make_engine(self.cfg, variant, model_dir, log_path)
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
@@ -97,7 +129,7 @@ class Runner:
                 scores = self.run_task(engine, name, task, samples[task.name])
                 metrics += task.metrics(scores)
                 metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
-            result.engine = engine.stats()
+            result.engine = self._measured(engine.stats(), variant, result)
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)

@@ -15,7 +15,8 @@ SCHEMA_VERSION = 1
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN (an accuracy over no items) must survive a JSON round trip, not become null
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class Request(_Model):

@@ -143,7 +143,8 @@ def test_refusal_beyond_max_model_len(tokenizer, lic_dir):
 
 
 def test_metrics(tokenizer, lic_dir):
-    task = build(tokenizer, lic_dir, lengths=[1024, 2048], depths=[0.0, 1.0], clauses=["governing_law", "notice_period"])
+    task = build(tokenizer, lic_dir, lengths=[1024, 2048], depths=[0.0, 1.0],
+                 clauses=["governing_law", "notice_period"])
     samples = task.samples()
     assert samples[0].id == "legal_long-s0-len2048-d100-governing_law"
     scores = [task.score(s, Completion(text=s.meta["planted"] if s.meta["clause"] == "governing_law" else "x",
@@ -156,7 +157,8 @@ def test_metrics(tokenizer, lic_dir):
 
 
 def test_config_union():
-    cfg = TypeAdapter(TaskConfig).validate_python({"type": "legal_long", "lengths": [4096], "clauses": ["renewal_term"]})
+    raw = {"type": "legal_long", "lengths": [4096], "clauses": ["renewal_term"]}
+    cfg = TypeAdapter(TaskConfig).validate_python(raw)
     assert isinstance(cfg, LongLegalConfig) and cfg.name == "legal_long"
     with pytest.raises(Exception):
         TypeAdapter(TaskConfig).validate_python({"type": "legal_long", "clauses": ["arbitration"]})

@@ -258,7 +258,8 @@ def test_metrics_names_and_uncached_tokens(tokenizer, hay_dir):
         scores.append(task.score(s, _completion(text, prompt=s.meta["prompt_tokens"], cached=256 * (i > 0))))
     m = {x.name: x for x in task.metrics(scores)}
     assert task.primary_metric == "needle/acc" and m["needle/acc"].value == 0.5
-    assert {"needle/acc/len512", "needle/acc/len1024", "needle/acc/len512_depth0", "needle/acc/len1024_depth50"} <= set(m)
+    assert {"needle/acc/len512", "needle/acc/len1024", "needle/acc/len512_depth0",
+            "needle/acc/len1024_depth50"} <= set(m)
     total = sum(s.meta["prompt_tokens"] for s in samples)
     assert m["needle/uncached_prompt_tokens"].value == total - 256 * (len(samples) - 1)
 

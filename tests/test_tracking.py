@@ -189,6 +189,8 @@ def test_compare_and_gate_read_mlflow_runs(run, mlflow_server):
     gate = runner.invoke(app, ["gate", "--baseline", res.variant_run_ids["bf16"], "--candidate",
                                res.variant_run_ids["fp8"], "--rules", "configs/gates/default.yaml", *uri])
     assert gate.exit_code == 1 and "paired, n=200" in gate.stdout  # samples came back from MLflow
+    one_variant = runner.invoke(app, ["compare", res.variant_run_ids["fp8"], "--format", "csv", *uri])
+    assert one_variant.exit_code == 0 and one_variant.stdout.splitlines()[1].startswith("fp8,ok,0.85")
     missing = runner.invoke(app, ["compare", "no-such-experiment", *uri])
     assert missing.exit_code == 2 and "not a run directory, nor an MLflow run id" in missing.stderr
 

@@ -120,7 +120,7 @@ class OfflineEngine:
         hits, queries = vals.get("vllm:prefix_cache_hits"), vals.get("vllm:prefix_cache_queries")
         if hits is not None and queries:
             s.prefix_cache_hit_rate = hits / queries
-        return s
+        return with_kv_peak(s, vals.get("kv_usage_peak"))
 
     def close(self) -> None:
         if self._proc is None:
@@ -135,6 +135,18 @@ class OfflineEngine:
         self._proc.join(20)
         _terminate(tree)
         self._proc = None
+
+
+def with_kv_peak(s: EngineStats, usage: float | None) -> EngineStats:
+    """KV actually used at the workload's peak, from the engine's usage fraction."""
+    if usage is None or not s.kv_cache_blocks:
+        return s
+    s.kv_used_peak_blocks = round(usage * s.kv_cache_blocks)
+    s.source["kv_used_peak_blocks"] = "api"
+    if s.kv_cache_gib:
+        s.kv_used_peak_gib = usage * s.kv_cache_gib
+        s.source["kv_used_peak_gib"] = "api"
+    return s
 
 
 def _process_tree(pid: int) -> list[psutil.Process]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -101,16 +102,49 @@ def engine_stats(llm, startup_s: float) -> EngineStats:
     return stats
 
 
+class _KVPeak:
+    """Samples the engine's KV-usage gauge while a batch runs; the gauge itself holds only 'now'."""
+
+    def __init__(self, llm, interval_s: float = 0.02):
+        self.llm, self.interval_s, self.peak = llm, interval_s, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> float:
+        for m in self.llm.get_metrics():
+            if m.name == "vllm:kv_cache_usage_perc":
+                return float(m.value)
+        return 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.peak = max(self.peak, self._read())
+            except Exception:  # a registry read racing a write is retried next tick
+                continue
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
 def _serve(conn, llm, startup_s: float) -> None:
+    peak = 0.0
     while True:
         msg = conn.recv()
         op = msg[0]
         if op == "generate":
             reqs = [Request.model_validate(r) for r in msg[1]]
-            results = llm.generate([_prompt(r) for r in reqs], [_sampling(r) for r in reqs], use_tqdm=False)
+            with _KVPeak(llm) as kv:
+                results = llm.generate([_prompt(r) for r in reqs], [_sampling(r) for r in reqs], use_tqdm=False)
+            peak = max(peak, kv.peak)
             conn.send(("ok", [to_completion(r).model_dump() for r in results]))
         elif op == "metrics":
-            conn.send(("ok", _metric_values(llm)))
+            conn.send(("ok", {**_metric_values(llm), "kv_usage_peak": peak}))
         elif op == "close":
             _shutdown(llm)
             conn.send(("ok", None))

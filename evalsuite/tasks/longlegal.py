@@ -49,7 +49,8 @@ CLAUSES: dict[str, tuple[str, str]] = {
     "governing_law": (
         "Governing Law. This Agreement shall be governed by and construed in accordance with the laws of the "
         "State of {v}, without regard to its conflict of laws principles.",
-        "Under this Agreement, the laws of which U.S. state govern the Agreement? Answer with the name of the state only."),
+        "Under this Agreement, the laws of which U.S. state govern the Agreement? "
+        "Answer with the name of the state only."),
     "notice_period": (
         "Termination for Convenience. Either party may terminate this Agreement for convenience upon {v} days' "
         "prior written notice to the other party.",
@@ -165,7 +166,8 @@ class LongLegalTask:
     def haystack(self, seed: int) -> TokenHaystack:
         if seed not in self._hay:
             if self._docs is None:
-                self._docs = contract_documents(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+                src = resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir)
+                self._docs = contract_documents(src)
             self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths),
                                             heading="SCHEDULE {n}")
         return self._hay[seed]

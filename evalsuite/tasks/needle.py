@@ -227,7 +227,8 @@ class NeedleTask:
         frac = len(found) / len(answers)
         value = frac if self.cfg.scoring == "fraction" else float(frac == 1.0)
         extra = cell_extra(sample, completion)
-        extra.update(found=found, distractor_hits=[v for v in sample.meta["distractors"] if value_in(v, completion.text)])
+        hits = [v for v in sample.meta["distractors"] if value_in(v, completion.text)]
+        extra.update(found=found, distractor_hits=hits)
         return Score(sample_id=sample.id, task=self.name, value=value, pred=completion.text.strip()[:200],
                      target=sample.target, group=sample.group, extra=extra)
 

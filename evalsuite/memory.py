@@ -1,0 +1,60 @@
+"""Predicted next to measured: the planner's view of a variant beside what the engine said."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evalsuite.config import Variant
+from evalsuite.logparse import with_derived
+from evalsuite.types import EngineStats
+
+GIB = 1024**3
+PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
+                  "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
+                  "block_size", "max_model_len", "device")
+
+
+def _planner_gpu(device: str | None) -> str:
+    """The planner's device key: the GPU's name, or cpu when the engine runs on the CPU."""
+    if not device or device.startswith("CPU"):
+        return "cpu"
+    return device
+
+
+def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None) -> dict[str, Any]:
+    """The planner's numbers for this variant, with the engine's own KV budget where it was fixed."""
+    from evalsuite.planner import plan
+
+    path = Path(model_dir) / "config.json"
+    if not path.exists():
+        return {}
+    kw = variant.vllm_kwargs()
+    kv_bytes = kw.get("kv_cache_memory_bytes")
+    gpu = _planner_gpu(device)
+    mem = psutil.virtual_memory().total / GIB if gpu == "cpu" else None  # vLLM-CPU budgets against host RAM
+    p = plan(json.loads(path.read_text()), max_model_len=stats.max_model_len or variant.max_model_len,
+             kv_cache_dtype=variant.kv_cache_dtype, quantization=variant.quantization,
+             gpu=gpu, device_memory_gib=mem, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
+             block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
+             max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
+             enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None)
+    return {k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}
+
+
+def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+    """Fill what follows from measured numbers; the KV bytes per token is exact from the model shape."""
+    s = stats.model_copy(deep=True)
+    if s.kv_bytes_per_token is None and predicted.get("kv_bytes_per_token"):
+        s.kv_bytes_per_token = int(predicted["kv_bytes_per_token"])
+        s.source["kv_bytes_per_token"] = "computed"
+    if s.kv_bytes_per_token and s.kv_cache_tokens and s.source.get("kv_cache_gib") != "api":
+        s.kv_cache_gib = s.kv_bytes_per_token * s.kv_cache_tokens / GIB  # exact, where the log rounds to 0.01
+        s.source["kv_cache_gib"] = "computed"
+    if s.kv_used_peak_blocks is not None and s.block_size and s.kv_bytes_per_token:
+        s.kv_used_peak_gib = s.kv_used_peak_blocks * s.block_size * s.kv_bytes_per_token / GIB
+        s.source["kv_used_peak_gib"] = "computed"
+    return with_derived(s)

