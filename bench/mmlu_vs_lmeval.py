@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -168,8 +169,17 @@ def run_lmeval(model_dir: str, order: dict[str, list[str]], args, work: Path) ->
     log = work / "lmeval.log"
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, __file__, "--lmeval-worker", str(work / "spec.json")],
-                              stdout=fh, stderr=subprocess.STDOUT, env=env)
+        # its own process group, so that an interrupted bench takes vLLM's engine core with it
+        proc = subprocess.Popen([sys.executable, __file__, "--lmeval-worker", str(work / "spec.json")],
+                                stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            proc.wait()
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # also any engine process the worker left behind
+            except ProcessLookupError:
+                pass
+            proc.wait()
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         sys.exit(f"lm-eval failed (exit {proc.returncode}); log {log}:\n{tail}")
@@ -218,6 +228,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.lmeval_worker:
         return lmeval_worker(args.lmeval_worker)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks that stop engines
     model_dir = args.model or default_model()
     with tempfile.TemporaryDirectory(prefix="mmlu-vs-lmeval-") as tmp:
         work = Path(args.work_dir or tmp)

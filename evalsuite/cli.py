@@ -58,11 +58,13 @@ def run(
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Where run folders go (default: config's output_dir)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the latest run of this config, skipping finished samples."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: on a terminal)."),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Run only these variants (repeatable); the rest can follow with --resume."),
 ) -> None:
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
     from evalsuite.session import run_config
 
-    record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress)
+    record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress,
+                        only=variant)
     failed = [v for v in record.variants if v.status == "failed"]
     if failed and len(failed) == len(record.variants):
         raise typer.Exit(1)
@@ -81,7 +83,7 @@ def models_import(source: str = typer.Argument(..., help="A local HF folder, a .
 @friendly
 def quantize(
     target: Path = typer.Argument(..., help="A config file (its model is quantized) or a model folder."),
-    method: str | None = typer.Option(None, "--method", "-m", help="awq, gptq or rtn (default: the variant's `quantize:`)."),
+    method: str | None = typer.Option(None, "--method", "-m", help="awq, gptq or rtn (default: the variants')."),
     variant: str | None = typer.Option(None, "--variant", help="Take the method from this variant of the config."),
     samples: int = typer.Option(32, "--samples", help="Calibration samples (AWQ, GPTQ)."),
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per calibration sample."),
@@ -96,6 +98,12 @@ def quantize(
     res = quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
     how = "cached" if res.cached else f"built in {res.info.get('wall_s', 0):.1f} s"
     err.print(f"{method}: {how} (quantization {res.info.get('quantize_s', 0):.1f} s)", highlight=False)
+    from evalsuite.config import Variant
+    from evalsuite.support import unsupported_reason
+
+    why = unsupported_reason(Variant(quantize=method))
+    if why:  # building works everywhere; say now that this engine cannot run the result
+        err.print(f"note: not runnable here: {why}", markup=False, highlight=False, soft_wrap=True)
     typer.echo(res.path)
 
 
@@ -119,8 +127,9 @@ def _quantize_target(target: Path, method: str | None, variant: str | None) -> t
     methods = {cfg.variants[n].quantize for n in wanted if cfg.variants[n].quantize}
     if not method:
         if len(methods) != 1:
-            asked = sorted(methods) or "none"
-            raise ConfigError(f"{target}: give --method (awq, gptq or rtn); the variants ask for {asked}")
+            asked = ", ".join(sorted(methods)) or "none"
+            who = f"variant {variant!r} asks" if variant else "its variants ask"
+            raise ConfigError(f"{target}: give --method (awq, gptq or rtn); {who} for {asked}")
         method = methods.pop()
     return Path(resolve_model(cfg, target.resolve().parent, cache_dir())), method
 

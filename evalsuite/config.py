@@ -194,9 +194,22 @@ def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
     raw = _apply_defaults(load_raw(path))
     try:
-        return RunConfig.model_validate(raw)
+        cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+    base = path.resolve().parent
+    for v in cfg.variants.values():  # local folders are found relative to the config file
+        v.model = _local_path(base, v.model)
+    cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
+    return cfg
+
+
+def _local_path(base: Path, value: str | None) -> str | None:
+    """A relative path that exists beside the config becomes absolute; hub ids stay as they are."""
+    if not value or Path(value).expanduser().is_absolute():
+        return value
+    local = (base / value).resolve()
+    return str(local) if local.exists() else value
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from evalsuite import env as envmod
 from evalsuite.config import RunConfig, Variant
+from evalsuite.cuda import NvmlPeak, device_total_gib
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.progress import Progress
@@ -25,6 +26,7 @@ from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, 
 
 def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
     kwargs = variant.vllm_kwargs()
+    model_dir = variant.model or model_dir
     if cfg.model.trust_remote_code:
         kwargs["trust_remote_code"] = True
     if cfg.model.tokenizer:
@@ -38,6 +40,15 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     from evalsuite.engine.offline import OfflineEngine
 
     return OfflineEngine(model_dir, kwargs, log_path, env=cfg.engine.env, startup_timeout_s=cfg.engine.startup_timeout_s)
+
+
+def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak) -> None:
+    """NVML's peak and what vLLM reserved: the same for every variant, kept as a cross-check."""
+    result.engine.nvml_peak_gib = nvml.peak_gib()
+    total = device_total_gib()
+    if total and result.engine.reserved_gib is None:
+        result.engine.reserved_gib = total * (variant.gpu_memory_utilization or 0.9)
+        result.engine.source["reserved_gib"] = "computed"
 
 
 def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
@@ -77,12 +88,12 @@ class Runner:
             self.progress.advance(bar, len(batch))
         return [done[s.id] for s in samples]
 
-    def _measured(self, stats: EngineStats, variant: Variant, result: VariantResult) -> EngineStats:
+    def _measured(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
         from evalsuite.memory import complete, predict
 
         stats.device = stats.device or self.device
         try:
-            result.predicted = predict(self.model_dir, variant, stats, stats.device)
+            result.predicted = predict(model_dir, variant, stats, stats.device)
         except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
             result.predicted = {"error": f"{type(e).__name__}: {e}"}
         return complete(stats, result.predicted)
@@ -120,6 +131,7 @@ class Runner:
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
         engine = make_engine(self.cfg, variant, model_dir, log_path)
+        nvml = NvmlPeak().__enter__()
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
@@ -129,12 +141,14 @@ class Runner:
                 scores = self.run_task(engine, name, task, samples[task.name])
                 metrics += task.metrics(scores)
                 metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
-            result.engine = self._measured(engine.stats(), variant, result)
+            result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)
         finally:
             engine.close()
+            nvml.__exit__(None, None, None)
+        _record_reservation(result, variant, nvml)
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)
         return result

