@@ -88,13 +88,15 @@ def quantize(
     samples: int = typer.Option(32, "--samples", help="Calibration samples (AWQ, GPTQ)."),
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per calibration sample."),
     calibration: str = typer.Option("paul_graham", "--calibration", help="Local text: paul_graham or licensedcode."),
+    compute_dtype: str = typer.Option("float32", "--compute-dtype", help="Calibration math: float32, bfloat16."),
     timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds."),
 ) -> None:
     """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
     from evalsuite.quantize import QuantParams, quantize_model
 
     model_dir, method = _quantize_target(target, method, variant)
-    params = QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration)
+    params = QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration,
+                         compute_dtype=compute_dtype)
     res = quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
     how = "cached" if res.cached else f"built in {res.info.get('wall_s', 0):.1f} s"
     err.print(f"{method}: {how} (quantization {res.info.get('quantize_s', 0):.1f} s)", highlight=False)

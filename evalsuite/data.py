@@ -50,7 +50,7 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
 
 def resolve_dir(path: str, base_dir: Path) -> Path:
     p = Path(path).expanduser()
-    return p if p.is_absolute() else (base_dir / p)
+    return p if p.is_absolute() else (base_dir / p).resolve()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

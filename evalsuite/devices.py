@@ -66,6 +66,18 @@ def get_device(name: str) -> Device:
     return DEVICES[key]
 
 
+# NVML names (nvidia-smi) -> table keys; the first pattern found in the name wins
+_NVML_PATTERNS = [("H200", "H200"), ("H100 PCIE", "H100-PCIE"), ("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40GB"),
+                  ("A100-PCIE-40GB", "A100-40GB"), ("A100", "A100-80GB"), ("L40S", "L40S"), ("L4", "L4"),
+                  ("A10G", "A10G"), ("4090", "RTX4090")]
+
+
+def from_nvml_name(name: str) -> str | None:
+    """The table key for a name as NVML reports it ('NVIDIA H200', 'NVIDIA H100 80GB HBM3'), if known."""
+    upper = name.upper()
+    return next((key for pattern, key in _NVML_PATTERNS if pattern in upper), None)
+
+
 def vllm_batch_defaults(device: Device) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) that vLLM's offline `LLM` class picks on this device.
 

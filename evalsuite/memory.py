@@ -20,9 +20,11 @@ PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv
 
 def _planner_gpu(device: str | None) -> str:
     """The planner's device key: the GPU's name, or cpu when the engine runs on the CPU."""
+    from evalsuite.devices import from_nvml_name
+
     if not device or device.startswith("CPU"):
         return "cpu"
-    return device
+    return from_nvml_name(device) or device
 
 
 def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None) -> dict[str, Any]:

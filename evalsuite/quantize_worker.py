@@ -59,6 +59,12 @@ def _cpu_only_patches() -> list[str]:
     return ["IntermediatesCache.pin_memory -> no-op (no accelerator)"]
 
 
+def _source_dtype(model_dir: Path) -> str:
+    config = json.loads((model_dir / "config.json").read_text())
+    dtype = config.get("dtype") or config.get("torch_dtype") or "bfloat16"
+    return dtype if dtype in ("bfloat16", "float16", "float32") else "bfloat16"
+
+
 def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -79,11 +85,12 @@ def run(job: dict) -> dict:
 
     torch.manual_seed(job.get("seed", 0))
     out_dir = Path(job["out_dir"])
+    p = job["params"]
+    saved_dtype = _source_dtype(Path(job["model_dir"]))
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype="auto")
+    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=getattr(torch, p["compute_dtype"]))
     tokenizer = AutoTokenizer.from_pretrained(job["model_dir"])
     load_s = time.perf_counter() - t0
-    p = job["params"]
     recipe = _recipe(job["method"], p["scheme"], p["ignore"], p)
     kwargs, calib = {}, {}
     if job["method"] != "rtn":
@@ -97,10 +104,14 @@ def run(job: dict) -> dict:
     oneshot(model=model, recipe=recipe, **kwargs)
     quantize_s = time.perf_counter() - t1
     t2 = time.perf_counter()
+    # Before packing, so the int4 values are chosen against the scales vLLM will use.
+    model.to(getattr(torch, saved_dtype))
+    model.config.dtype = saved_dtype
     model.save_pretrained(out_dir, save_compressed=True)
     tokenizer.save_pretrained(out_dir)
     save_s = time.perf_counter() - t2
     return {"load_s": load_s, "quantize_s": quantize_s, "save_s": save_s, "calibration": calib,
+            "compute_dtype": p["compute_dtype"], "saved_dtype": saved_dtype,
             "patches": patches, "versions": _versions(), "recipe": _recipe_text(out_dir, recipe)}
 
 

@@ -228,3 +228,15 @@ def test_name_is_the_metric_prefix(data_dir, tmp_path):
     comp = Completion(text=" A", top_logprobs=[{" A": -0.1}])
     assert task.score(s, comp).value == 1.0
     assert task.metrics([task.score(s, comp)])[0].name == "mmlu_0shot/acc"
+
+
+def test_hub_offline_env_skips_the_probe(monkeypatch):
+    from evalsuite import data
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data.hub_reachable.cache_clear()
+    monkeypatch.setattr(data.socket, "create_connection", lambda *a, **k: pytest.fail("probed the network"))
+    try:
+        assert data.hub_reachable() is False
+    finally:
+        data.hub_reachable.cache_clear()

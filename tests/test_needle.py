@@ -297,3 +297,19 @@ def test_heatmaps_from_rows_and_results(tokenizer, hay_dir, tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError):
         heatmap_png([], tmp_path / "empty.png")
+
+
+def test_runner_preflight_refuses_before_any_engine(tokenizer, hay_dir):
+    from evalsuite.config import RunConfig
+    from evalsuite.runner import preflight
+    from evalsuite.session import _min_max_model_len
+
+    cfg = RunConfig.model_validate({
+        "model": {"path": "unused"}, "variants": {"short": {"max_model_len": 1024}, "long": {"max_model_len": 4096}},
+        "tasks": [{"type": "needle", "haystack": hay_dir.name, "lengths": [512, 2048]}]})
+    ctx = make_ctx(tokenizer, hay_dir, max_model_len=_min_max_model_len(cfg))
+    with pytest.raises(ConfigError, match="2048.*max_model_len 1024"):
+        preflight(cfg, ctx)
+    cfg.tasks[0].lengths = [512, 1024]
+    tasks, samples = preflight(cfg, ctx)
+    assert [len(v) for v in samples.values()] == [6] and tasks[0].primary_metric == "needle/acc"

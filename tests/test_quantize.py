@@ -85,8 +85,9 @@ def test_cache_key_is_deterministic_and_separates_what_matters():
         q.cache_key("f" * 64, q.QuantParams(method="awq", seq_len=512), "My Model"),
         q.cache_key("f" * 64, q.QuantParams(method="awq", calibration="licensedcode"), "My Model"),
         q.cache_key("f" * 64, q.QuantParams(method="awq", extra={"n_grid": 10}), "My Model"),
+        q.cache_key("f" * 64, q.QuantParams(method="awq", compute_dtype="bfloat16"), "My Model"),
     }
-    assert key not in others and len(others) == 6
+    assert key not in others and len(others) == 7
     # RTN uses no calibration data, so calibration settings must not split its cache.
     assert q.cache_key("f" * 64, q.QuantParams(method="rtn"), "m") == q.cache_key(
         "f" * 64, q.QuantParams(method="rtn", samples=7, calibration="licensedcode"), "m")
@@ -96,6 +97,7 @@ def test_cache_key_is_deterministic_and_separates_what_matters():
     ({"method": "int3"}, "awq, gptq, rtn"),
     ({"method": "awq", "calibration": "hub"}, "paul_graham"),
     ({"method": "awq", "samples": 0}, "samples >= 1"),
+    ({"method": "awq", "compute_dtype": "fp8"}, "float32, bfloat16"),
 ])
 def test_bad_params_are_config_errors(kwargs, fragment):
     with pytest.raises(q.ConfigError, match=fragment):
@@ -246,6 +248,8 @@ def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
     weights = qc["config_groups"]["group_0"]["weights"]
     assert (weights["num_bits"], weights["group_size"], weights["symmetric"]) == (4, 128, True)
     assert res.info["versions"]["llmcompressor"] and "QuantizationModifier" in res.info["recipe"]
+    assert (res.info["compute_dtype"], res.info["saved_dtype"]) == ("float32", "bfloat16")
+    assert json.loads((res.path / "config.json").read_text())["dtype"] == "bfloat16"
     kwargs = {"dtype": "bfloat16", "max_model_len": 512, "enforce_eager": True, "seed": 0,
               "kv_cache_memory_bytes": 64 * 2**20}
     engine = OfflineEngine(str(res.path), kwargs, tmp_path / "engine.log", env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

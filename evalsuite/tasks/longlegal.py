@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalsuite.errors import ConfigError
-from evalsuite.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame,
+from evalsuite.haystack import (Document, TokenHaystack, encode, english_prose, load_documents, prompt_frame,
                                 resolve_source, splice)
 from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
@@ -146,7 +147,7 @@ def normalize_answer(kind: str, text: str) -> str:
     return str(int(num)) if num == int(num) else str(num)
 
 
-def contract_documents(source) -> list:
+def contract_documents(source: Path) -> list[Document]:
     docs = [d for d in load_documents(source, min_chars=400) if english_prose(d) and not conflicts(d.text)]
     if not docs:
         raise ConfigError(f"haystack: no document in {source} is free of governing-law clauses, periods and "

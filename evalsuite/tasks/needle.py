@@ -15,10 +15,14 @@ cache-assisted; the separate latency pass uses distinct random prompts for unfla
 
 Schedule (`schedule: shared_prefix`, the default): per seed one haystack token stream whose
 first H_L tokens form every context of length L, so shorter contexts are prefixes of longer
-ones; cells run longest length first and deepest needle first, so the first prompt of a seed
-computes the whole haystack and every later prompt reuses its prefix up to its own needle.
-Keep prefix caching on (`enable_prefix_caching: true`). `schedule: naive` runs the grid in
-config order (length, then depth, then seed), for comparison.
+ones and every prompt shares the haystack up to its needle with the others of its seed; keep
+prefix caching on (`enable_prefix_caching: true`). Both schedules send these same prompts; the
+order decides whether a prefix is still cached when it is needed. With a KV pool that keeps
+everything the order changes nothing (the engine computes the prompts' prefix trie either way);
+at long context, where a few running requests fill the pool, `shared_prefix` (all cells of a
+seed back to back, longest length and deepest needle first) finds its prefixes, while `naive`
+(config order: length, then depth, then seed innermost) has lost them to eviction.
+bench/niah_schedule.py measures this.
 
 Lengths beyond the model's window: a model with a shorter native window can be stretched per
 variant with rope scaling through engine arguments, e.g.
@@ -42,7 +46,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalsuite.errors import ConfigError
-from evalsuite.haystack import TokenHaystack, encode, load_documents, prompt_frame, resolve_source, splice
+from evalsuite.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame, resolve_source,
+                                splice)
 from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.types import Completion, Metric, Request, Sample, Score
@@ -160,7 +165,8 @@ class NeedleTask:
     def haystack(self, seed: int) -> TokenHaystack:
         if seed not in self._hay:
             if self._docs is None:
-                self._docs = load_documents(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+                src = resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir)
+                self._docs = [d for d in load_documents(src) if english_prose(d)] or load_documents(src)
             self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths))
         return self._hay[seed]
 
@@ -173,10 +179,9 @@ class NeedleTask:
         length share the haystack up to the target needle."""
         rng = random.Random(f"needle:{seed}:{length}")
         k = self.cfg.num_distractors if self.cfg.needle == "multikey" else 0
-        keys = rng.sample([f"{a}-{b}" for a in _ADJECTIVES for b in _NOUNS], k + 1)
+        keys = rng.sample([f"{a}-{b}" for a in _ADJECTIVES for b in _NOUNS], k)
         values = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), k)]
-        return {"keys": keys[:k], "spare_key": keys[k], "values": values,
-                "depths": [rng.random() for _ in range(k)]}
+        return {"keys": keys, "values": values, "depths": [rng.random() for _ in range(k)]}
 
     def _target(self, seed: int, length: int, pct: int, layout: dict[str, Any]) -> tuple[str, list[str]]:
         rng = random.Random(f"needle:{seed}:{length}:{pct}")
