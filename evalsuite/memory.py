@@ -60,3 +60,31 @@ def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
         s.kv_used_peak_gib = s.kv_used_peak_blocks * s.block_size * s.kv_bytes_per_token / GIB
         s.source["kv_used_peak_gib"] = "computed"
     return with_derived(s)
+
+
+def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:
+    """Measured TTFT/ITL per context length as % of the device's floor (GPU runs only)."""
+    from evalsuite.devices import from_nvml_name
+    from evalsuite.roofline import roofline
+    from evalsuite.types import Metric
+
+    gpu = from_nvml_name(device or "")
+    path = Path(model_dir) / "config.json"
+    if gpu is None or not path.exists():
+        return []
+    config = json.loads(path.read_text())
+    by_name = {m.name: m.value for m in metrics}
+    out = []
+    for name, ttft_ms in by_name.items():
+        if not name.startswith("latency/ttft_ms_p50/ctx"):
+            continue
+        ctx = name.rsplit("ctx", 1)[1]
+        itl_ms = by_name.get(f"latency/itl_ms_p50/ctx{ctx}")
+        r = roofline(config, prompt_tokens=int(ctx), gpu=gpu, quantization=variant.quantization,
+                     kv_cache_dtype=variant.kv_cache_dtype, measured_ttft_s=ttft_ms / 1000, measured_itl_ms=itl_ms)
+        out += [Metric(name=f"roofline/ttft_floor_ms/ctx{ctx}", value=r.ttft_floor_s * 1000),
+                Metric(name=f"roofline/itl_floor_ms/ctx{ctx}", value=r.itl_floor_ms),
+                Metric(name=f"roofline/ttft_pct_of_floor/ctx{ctx}", value=ttft_ms / (r.ttft_floor_s * 1000) * 100)]
+        if itl_ms:
+            out.append(Metric(name=f"roofline/itl_pct_of_floor/ctx{ctx}", value=itl_ms / r.itl_floor_ms * 100))
+    return out

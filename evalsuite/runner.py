@@ -114,6 +114,14 @@ class Runner:
             self.run_dir.write_result(result)
             return None
 
+    def _roofline(self, model_dir: str, variant: Variant, metrics: list[Metric]) -> list[Metric]:
+        from evalsuite.memory import roofline_metrics
+
+        try:
+            return roofline_metrics(model_dir, variant, metrics, self.device)
+        except Exception:  # noqa: BLE001 - an unknown architecture has no floor; the run stands
+            return []
+
     def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
                                started_at=datetime.now(timezone.utc))
@@ -142,6 +150,7 @@ class Runner:
                 metrics += task.metrics(scores)
                 metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
             result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
+            metrics += self._roofline(variant.model or model_dir, variant, metrics)
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)
