@@ -225,9 +225,10 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
             cur = Variant
         else:
             # discriminated task union: loc holds the tag (e.g. 'mmlu')
-            from evalsuite.tasks import LegalConfig, MMLUConfig, NeedleConfig
+            from evalsuite.tasks import LegalConfig, LongLegalConfig, MMLUConfig, NeedleConfig
 
-            cur = {c.model_fields["type"].default: c for c in (MMLUConfig, LegalConfig, NeedleConfig)}.get(part, cur)
+            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig)
+            cur = {c.model_fields["type"].default: c for c in configs}.get(part, cur)
     fields = getattr(cur, "model_fields", None)
     return sorted(fields) if fields else None
 

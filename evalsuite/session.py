@@ -59,7 +59,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
 
 
 def _min_max_model_len(cfg) -> int | None:
-    lens = [v.max_model_len for v in cfg.variants.values() if v.max_model_len]
+    lens = [v.max_model_len or v.engine_args.get("max_model_len") for v in cfg.variants.values()]
+    lens = [n for n in lens if n]
     return min(lens) if lens else None
 
 

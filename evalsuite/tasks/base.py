@@ -30,3 +30,27 @@ class Task(Protocol):
     def score(self, sample: Sample, completion: Completion) -> Score: ...
 
     def metrics(self, scores: list[Score]) -> list[Metric]: ...
+
+
+class DatasetTask:
+    """A task over a data set: built from its config, samples loaded once on first use.
+
+    Subclasses set `metric` (the headline metric's name under the task) and implement _build().
+    """
+
+    metric = "acc"
+
+    def __init__(self, cfg: Any, ctx: TaskContext):
+        self.cfg, self.ctx = cfg, ctx
+        self.name: str = cfg.name
+        self.primary_metric = f"{cfg.name}/{self.metric}"
+        self.source: str | None = None  # where the data came from, for the record
+        self._samples: list[Sample] | None = None
+
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._samples = self._build()
+        return self._samples
+
+    def _build(self) -> list[Sample]:
+        raise NotImplementedError

