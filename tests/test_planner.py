@@ -9,6 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from evalsuite.cli_plan import plan_command
+from tests.shapes import LLAMA_8B
 from evalsuite.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.errors import ConfigError
 from evalsuite.planner import (
@@ -20,11 +21,6 @@ from evalsuite.planner import (
     read_config,
 )
 
-LLAMA_8B = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-}
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 QWEN_15B = {
     "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,

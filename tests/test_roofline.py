@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.shapes import LLAMA_8B
 from evalsuite.devices import DEVICES
 from evalsuite.planner import model_shape, param_counts
 from evalsuite.roofline import (
@@ -14,11 +15,6 @@ from evalsuite.roofline import (
     roofline,
 )
 
-LLAMA_8B = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-}
 T = 130_000
 H200 = DEVICES["H200"]
 

@@ -31,7 +31,7 @@ from evalsuite.haystack import (Document, TokenHaystack, encode, english_prose, 
                                 resolve_source, splice)
 from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.tasks.needle import (GridConfig, Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
+from evalsuite.tasks.needle import (GridConfig, GridTask, Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
                                     depth_pct, grid_metrics, haystack_budget, schedule_cells)
 from evalsuite.types import Completion, Metric, Request, Sample, Score
 
@@ -138,23 +138,11 @@ def contract_documents(source: Path) -> list[Document]:
     return docs
 
 
-class LongLegalTask:
-    def __init__(self, cfg: LongLegalConfig, ctx: TaskContext):
-        check_fits(cfg.name, cfg.lengths, ctx)
-        self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
-        self.primary_metric = f"{cfg.name}/acc"
-        self.seeds = [ctx.seed + i for i in range(cfg.seeds)]
-        self._hay: dict[int, TokenHaystack] = {}
-        self._docs = None
+class LongLegalTask(GridTask):
+    heading = "SCHEDULE {n}"
 
-    def haystack(self, seed: int) -> TokenHaystack:
-        if seed not in self._hay:
-            if self._docs is None:
-                src = resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir)
-                self._docs = contract_documents(src)
-            self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths),
-                                            heading="SCHEDULE {n}")
-        return self._hay[seed]
+    def documents(self, src):
+        return contract_documents(src)
 
     def samples(self) -> list[Sample]:
         cells = schedule_cells(self.cfg.lengths, self.cfg.depths, self.seeds, self.cfg.schedule)

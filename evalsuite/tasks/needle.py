@@ -156,24 +156,39 @@ def value_in(value: str, text: str) -> bool:
     return re.search(rf"(?<!\d){re.escape(value)}(?!\d)", text.replace(",", "")) is not None
 
 
-class NeedleTask:
-    def __init__(self, cfg: NeedleConfig, ctx: TaskContext):
+class GridTask:
+    """A long-context task over a length x depth grid: one haystack token stream per seed."""
+
+    heading: str | None = None  # a section heading the haystack repeats, if any
+
+    def __init__(self, cfg: GridConfig, ctx: TaskContext):
         check_fits(cfg.name, cfg.lengths, ctx)
         self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
         self.primary_metric = f"{cfg.name}/acc"
-        n_values = cfg.num_values if cfg.needle == "multivalue" else 1
-        self.answer_tokens = cfg.answer_tokens or 16 * n_values
         self.seeds = [ctx.seed + i for i in range(cfg.seeds)]
         self._hay: dict[int, TokenHaystack] = {}
         self._docs = None
 
+    def documents(self, src):
+        raise NotImplementedError
+
     def haystack(self, seed: int) -> TokenHaystack:
         if seed not in self._hay:
             if self._docs is None:
-                src = resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir)
-                self._docs = [d for d in load_documents(src) if english_prose(d)] or load_documents(src)
-            self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths))
+                self._docs = self.documents(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+            extra = {"heading": self.heading} if self.heading else {}
+            self._hay[seed] = TokenHaystack(self._docs, self.ctx.tokenizer, seed, max(self.cfg.lengths), **extra)
         return self._hay[seed]
+
+
+class NeedleTask(GridTask):
+    def __init__(self, cfg: NeedleConfig, ctx: TaskContext):
+        super().__init__(cfg, ctx)
+        n_values = cfg.num_values if cfg.needle == "multivalue" else 1
+        self.answer_tokens = cfg.answer_tokens or 16 * n_values
+
+    def documents(self, src):
+        return [d for d in load_documents(src) if english_prose(d)] or load_documents(src)
 
     def samples(self) -> list[Sample]:
         cells = schedule_cells(self.cfg.lengths, self.cfg.depths, self.seeds, self.cfg.schedule)
