@@ -24,15 +24,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from evalsuite.errors import ConfigError
-from evalsuite.haystack import (Document, TokenHaystack, encode, english_prose, load_documents, prompt_frame,
-                                resolve_source, splice)
+from evalsuite.haystack import Document, encode, english_prose, load_documents, prompt_frame, splice
 from evalsuite.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.tasks.needle import (GridConfig, GridTask, Schedule, cell_extra, cell_group, check_depths, check_fits, check_lengths,
-                                    depth_pct, grid_metrics, haystack_budget, schedule_cells)
+from evalsuite.tasks.needle import (GridConfig, GridTask, cell_extra, cell_group, depth_pct, grid_metrics,
+                                    haystack_budget, schedule_cells)
 from evalsuite.types import Completion, Metric, Request, Sample, Score
 
 ClauseKind = Literal["governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms"]
