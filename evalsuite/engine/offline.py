@@ -45,6 +45,16 @@ def failure_reason(log_path: Path, fallback: str) -> str:
     return f"{pick[0].group(1)}: {pick[0].group(2).strip()}"[:400]
 
 
+def fill_from_log(stats: EngineStats, log_path: Path) -> None:
+    """Fields the API does not expose on this platform, from vLLM's own log lines (marked "log")."""
+    from evalsuite.logparse import parse_engine_log
+
+    for key, value in parse_engine_log(log_tail(log_path, 5000)).items():
+        if key in EngineStats.model_fields and getattr(stats, key) is None:
+            setattr(stats, key, value)
+            stats.source[key] = "log"
+
+
 class OfflineEngine:
     def __init__(self, model: str, kwargs: dict[str, Any], log_path: Path, env: dict[str, str] | None = None,
                  startup_timeout_s: float = 900):
@@ -69,20 +79,8 @@ class OfflineEngine:
             self.close()
             raise EngineFailed(failure_reason(self.log_path, payload))
         self._stats = EngineStats.model_validate(payload)
-        self._fill_from_log()
+        fill_from_log(self._stats, self.log_path)
         return self._stats
-
-    def _fill_from_log(self) -> None:
-        """Fields the API does not expose on this platform, from vLLM's own log lines."""
-        try:
-            from evalsuite.logparse import parse_engine_log
-        except ImportError:
-            return
-        parsed = parse_engine_log(log_tail(self.log_path, 5000))
-        for key, value in parsed.items():
-            if key in EngineStats.model_fields and getattr(self._stats, key) is None:
-                setattr(self._stats, key, value)
-                self._stats.source[key] = "log"
 
     def _recv(self, timeout: float, what: str):
         deadline = time.monotonic() + timeout

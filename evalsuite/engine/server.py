@@ -22,7 +22,7 @@ from typing import Any
 import requests
 
 from evalsuite.engine import EngineFailed
-from evalsuite.engine.offline import failure_reason, log_tail
+from evalsuite.engine.offline import failure_reason, fill_from_log
 from evalsuite.types import Completion, EngineStats, Request
 
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
@@ -141,7 +141,7 @@ class ServerEngine:
         self._wait_ready()
         self._stats = EngineStats(startup_s=time.perf_counter() - t0, vllm_version=self._version())
         self._stats = stats_from_metrics(self._metrics(), self._stats)
-        self._fill_from_log()
+        fill_from_log(self._stats, self.log_path)
         if self._stats.weights_gib is None and not self.kwargs.get("quantization") and self.base_url_owned:
             self._stats.weights_gib = checkpoint_gib(self.model)
             if self._stats.weights_gib is not None:
@@ -159,16 +159,6 @@ class ServerEngine:
             return parse_prometheus(self._http.get(f"{self.base_url}/metrics", timeout=10).text)
         except requests.RequestException:
             return {}
-
-    def _fill_from_log(self) -> None:
-        try:
-            from evalsuite.logparse import parse_engine_log
-        except ImportError:
-            return
-        for key, value in parse_engine_log(log_tail(self.log_path, 5000)).items():
-            if key in EngineStats.model_fields and getattr(self._stats, key) is None:
-                setattr(self._stats, key, value)
-                self._stats.source[key] = "log"
 
     def _body(self, req: Request) -> dict[str, Any]:
         body: dict[str, Any] = {
