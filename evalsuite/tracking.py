@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import requests
 from mlflow.entities import Metric as MlMetric
@@ -114,6 +116,19 @@ def run_tracking_config(run_dir: RunDir) -> TrackingConfig:
 
     section = read_config(run_dir).get("tracking") or {}
     return TrackingConfig.model_validate(section)
+
+
+def local_store(uri: str) -> Path | None:
+    """The file or folder behind a local tracking URI (SQLite file, file store); None for servers."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        return Path(path) if path and path != ":memory:" else None
+    if parsed.scheme == "file":
+        return Path(url2pathname(parsed.path))
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a bare path (or a Windows drive letter)
+        return Path(uri)
+    return None
 
 
 def resolve_target(run_dir: RunDir, cfg: TrackingConfig | None, uri: str | None = None) -> Target:
@@ -409,6 +424,11 @@ def find_run_dirs(paths: list[Path], output_dir: Path) -> list[RunDir]:
 def fetch(ref: str, uri: str | None, dest: Path) -> list[tuple[RunDir, set[str] | None]]:
     """An MLflow run id (parent or variant) or experiment name, downloaded as run directories."""
     uri = read_uri(uri)
+    store = local_store(uri)
+    if store is not None and not store.exists():
+        # Opening a local store creates it: a lookup that is bound to fail must not leave one behind
+        raise ConfigError(f"{ref}: no such run directory, and no MLflow store at {store} to look it up in "
+                          f"(name one with --uri or $MLFLOW_TRACKING_URI)")
     with _session(uri) as client:
         if RUN_ID.match(ref):
             try:
