@@ -55,7 +55,7 @@ Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compr
 class Variant(_Strict):
     """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
 
-    model: str | None = None  # a pre-quantized checkpoint of the same base model (AWQ/GPTQ folder)
+    model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
     dtype: Dtype = "auto"
     quantization: Quantization | None = None
     quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
