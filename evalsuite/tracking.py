@@ -289,8 +289,10 @@ def task_dataset(rd: RunDir, variant: str, task: str) -> DatasetInput | None:
     frame = task_frame(rows)
     digest = _digest(*(f"{i}\0{t}" for i, t in zip(frame["id"], frame["target"], strict=True)))
     source = str(rd.samples_path(variant, task).resolve())
-    with warnings.catch_warnings():  # MLflow registers two local-file sources; both resolve alike
-        warnings.filterwarnings("ignore", "The specified dataset source can be interpreted", UserWarning)
+    with warnings.catch_warnings():
+        # Hints meant for model signatures (integer columns, two local-file sources that resolve
+        # alike) say nothing about a logged table of items; a CLI user would only see noise.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow\.")
         d = from_pandas(frame, source=source, name=task, digest=digest).to_dict()
     entity = MlDataset(name=d["name"], digest=d["digest"], source_type=d["source_type"], source=d["source"],
                        schema=d.get("schema"), profile=d.get("profile"))
