@@ -165,7 +165,8 @@ def check_gguf(path: Path, full: bool = False) -> None:
         try:
             GGUFReader(path)
         except Exception as e:  # noqa: BLE001 - any parser failure means a damaged file, said in one line
-            raise ConfigError(f"{path}: damaged GGUF file ({type(e).__name__}: {str(e).splitlines()[0][:120]})") from None
+            first = str(e).splitlines()[0][:120] if str(e) else ""
+            raise ConfigError(f"{path}: damaged GGUF file ({type(e).__name__}: {first})") from None
 
 
 def is_gguf(model: str | None) -> bool:

@@ -117,7 +117,10 @@ WAIT_FOR_TEXT = """
   const sleep = ms => new Promise(r => setTimeout(r, ms));
   const deadline = Date.now() + timeoutMs;
   const shows = texts => texts.every(n => document.body && document.body.innerText.includes(n));
-  const until = async texts => { while (Date.now() < deadline && !shows(texts)) await sleep(250); return shows(texts); };
+  const until = async texts => {
+    while (Date.now() < deadline && !shows(texts)) await sleep(250);
+    return shows(texts);
+  };
   let clicked = null;
   if (await until(ready) && click) {
     const target = document.querySelector(click);
