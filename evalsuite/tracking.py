@@ -6,7 +6,9 @@ and a content digest, so `evalsuite sync` can be repeated and only uploads what 
 or stale. `tracking.json` in the run directory remembers where a run went, per URI.
 
 Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (compare.md,
-compare.csv, plots); each variant run has result.json, samples/<task>.jsonl, engine.log.
+compare.csv, plots); each variant run has result.json, samples/<task>.jsonl, engine.log, and
+one dataset input per task (item ids, groups, targets: what the variant was asked).
+The experiment is tagged as a classic (non-GenAI) one, so MLflow's UI opens on its runs table.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
 
@@ -18,18 +20,24 @@ import logging
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
+import pandas as pd
 import requests
+from mlflow.entities import Dataset as MlDataset
+from mlflow.entities import DatasetInput, InputTag, Param, RunTag
 from mlflow.entities import Metric as MlMetric
-from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.config import TrackingConfig
 from evalsuite.errors import ConfigError, EvalsuiteError
@@ -46,6 +54,10 @@ BATCH = 100  # log_batch allows 100 params/tags and 1000 entities per call
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 T_RUN, T_VARIANT, T_ROLE, T_SYNCED = "evalsuite.run_id", "evalsuite.variant", "evalsuite.role", "evalsuite.synced"
 T_PARENT = "mlflow.parentRunId"
+# MLflow 3's UI opens an experiment without this tag on its GenAI overview; this value (from the
+# UI's ExperimentKind enum; no Python constant exists) opens it on the classic runs table.
+T_EXPERIMENT_KIND, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+DATASET_CONTEXT = "evaluation"  # the dataset input's mlflow.data.context tag
 
 
 class TrackingError(EvalsuiteError):
@@ -116,6 +128,19 @@ def run_tracking_config(run_dir: RunDir) -> TrackingConfig:
     return TrackingConfig.model_validate(section)
 
 
+def local_store(uri: str) -> Path | None:
+    """The file or folder behind a local tracking URI (SQLite file, file store); None for servers."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        return Path(path) if path and path != ":memory:" else None
+    if parsed.scheme == "file":
+        return Path(url2pathname(parsed.path))
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a bare path (or a Windows drive letter)
+        return Path(uri)
+    return None
+
+
 def resolve_target(run_dir: RunDir, cfg: TrackingConfig | None, uri: str | None = None) -> Target:
     """--uri, else the config's tracking.uri, else $MLFLOW_TRACKING_URI, else SQLite beside the run."""
     cfg = cfg or run_tracking_config(run_dir)
@@ -160,7 +185,8 @@ def _experiment_id(client: MlflowClient, target: Target, artifact_root: Path | N
         # A SQLite store has no artifact server: put artifacts in a folder next to it.
         location = artifact_root.resolve().as_uri() if artifact_root and target.uri.startswith("sqlite:") else None
         try:
-            return client.create_experiment(target.experiment, artifact_location=location)
+            return client.create_experiment(target.experiment, artifact_location=location,
+                                            tags={T_EXPERIMENT_KIND: EXPERIMENT_KIND})
         except MlflowException:
             exp = client.get_experiment_by_name(target.experiment)  # created concurrently
             if exp is None:
@@ -168,6 +194,8 @@ def _experiment_id(client: MlflowClient, target: Target, artifact_root: Path | N
     if exp.lifecycle_stage != "active":
         raise TrackingError(f"MLflow experiment {target.experiment!r} at {target.uri} is deleted; "
                             f"restore it or set tracking.experiment")
+    if T_EXPERIMENT_KIND not in exp.tags:  # an experiment someone else made: a kind chosen in the UI stays
+        client.set_experiment_tag(exp.experiment_id, T_EXPERIMENT_KIND, EXPERIMENT_KIND)
     return exp.experiment_id
 
 
@@ -226,6 +254,49 @@ def _log_batch(client: MlflowClient, run_id: str, params: dict[str, str] | None 
     t = [RunTag(k, v[:MAX_TAG]) for k, v in (tags or {}).items()]
     for i in range(0, max(len(p), len(m), len(t)), BATCH):
         client.log_batch(run_id, metrics=m[i : i + BATCH], params=p[i : i + BATCH], tags=t[i : i + BATCH])
+
+
+# ---------------------------------------------------------------- task data as MLflow datasets
+
+
+def task_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per item: its id, group, target, prompt length and scalar metadata. Prompts stay
+    out: a needle prompt is a whole haystack, and the samples artifact has them all."""
+    out = []
+    for row in rows:
+        sample, completion = row.get("sample") or {}, row.get("completion") or {}
+        request = sample.get("request") or {}
+        ids = request.get("prompt_token_ids")
+        item = {"id": sample.get("id", (row.get("score") or {}).get("sample_id")), "group": sample.get("group"),
+                "target": sample.get("target", (row.get("score") or {}).get("target")),
+                "prompt_tokens": completion.get("prompt_tokens") or (len(ids) if ids else None),
+                "max_tokens": request.get("max_tokens")}
+        item.update({f"meta.{k}": v for k, v in (sample.get("meta") or {}).items()
+                     if isinstance(v, (str, int, float, bool))})
+        out.append(item)
+    frame = pd.DataFrame(out)
+    return frame.sort_values("id", kind="stable").reset_index(drop=True) if "id" in frame else frame
+
+
+def task_dataset(rd: RunDir, variant: str, task: str) -> DatasetInput | None:
+    """A task's items as an MLflow dataset; the digest covers ids and targets, so variants that
+    saw the same items share one dataset in the experiment."""
+    from mlflow.data import from_pandas
+
+    rows = rd.load_samples(variant, task)
+    if not rows:
+        return None
+    frame = task_frame(rows)
+    digest = _digest(*(f"{i}\0{t}" for i, t in zip(frame["id"], frame["target"], strict=True)))
+    source = str(rd.samples_path(variant, task).resolve())
+    with warnings.catch_warnings():
+        # Hints meant for model signatures (integer columns, two local-file sources that resolve
+        # alike) say nothing about a logged table of items; a CLI user would only see noise.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"mlflow\.")
+        d = from_pandas(frame, source=source, name=task, digest=digest).to_dict()
+    entity = MlDataset(name=d["name"], digest=d["digest"], source_type=d["source_type"], source=d["source"],
+                       schema=d.get("schema"), profile=d.get("profile"))
+    return DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, DATASET_CONTEXT)])
 
 
 # ---------------------------------------------------------------- logging a run
@@ -300,11 +371,19 @@ class _Logger:
         run_id = run.info.run_id
         params = {**run_params(self.record, self.config), **flatten(result.settings)}
         _log_batch(self.client, run_id, params=params, metrics=variant_metrics(result))
+        self._variant_datasets(run_id, result)
         self._variant_artifacts(run_id, result)
         _log_batch(self.client, run_id, tags={T_SYNCED: digest})  # last: marks the upload complete
         end = _ms(result.started_at) + int(result.duration_s * 1000) if result.started_at and result.duration_s else None
         self.client.set_terminated(run_id, "FAILED" if result.status == "failed" else "FINISHED", end_time=end)
         return run_id
+
+    def _variant_datasets(self, run_id: str, result: VariantResult) -> None:
+        """Each task's items as a dataset input of the variant run, so the UI shows what was asked."""
+        tasks = sorted(p.stem for p in (self.rd.root / result.variant / "samples").glob("*.jsonl"))
+        inputs = [d for d in (task_dataset(self.rd, result.variant, t) for t in tasks) if d is not None]
+        if inputs:
+            self.client.log_inputs(run_id, datasets=inputs)
 
     def _variant_artifacts(self, run_id: str, result: VariantResult) -> None:
         vdir = self.rd.root / result.variant
@@ -409,6 +488,11 @@ def find_run_dirs(paths: list[Path], output_dir: Path) -> list[RunDir]:
 def fetch(ref: str, uri: str | None, dest: Path) -> list[tuple[RunDir, set[str] | None]]:
     """An MLflow run id (parent or variant) or experiment name, downloaded as run directories."""
     uri = read_uri(uri)
+    store = local_store(uri)
+    if store is not None and not store.exists():
+        # Opening a local store creates it: a lookup that is bound to fail must not leave one behind
+        raise ConfigError(f"{ref}: no such run directory, and no MLflow store at {store} to look it up in "
+                          f"(name one with --uri or $MLFLOW_TRACKING_URI)")
     with _session(uri) as client:
         if RUN_ID.match(ref):
             try:

@@ -69,8 +69,10 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
            "--serve-artifacts", "--artifacts-destination", str(root / "artifacts")]
     log = root / "server.log"
+    # MLflow 3's server also starts seven job-runner processes (GenAI scorers); tests use none of them
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=root, start_new_session=True, env=env)
     try:
         _wait_healthy(proc, uri, log)
         yield MlflowServer(uri=uri, root=root)

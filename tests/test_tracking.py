@@ -211,3 +211,30 @@ def test_env_uri_is_used_when_config_has_none(run, monkeypatch, mlflow_server, c
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.uri)
     res = log_run(RunDir(run), TrackingConfig(experiment="t-env"))
     assert res.uri == mlflow_server.uri and len(experiment_runs(client, "t-env")) == 5
+
+
+def test_experiment_opens_on_runs_and_tasks_are_dataset_inputs(run, client, mlflow_server):
+    res = log_run(RunDir(run), TrackingConfig(experiment="t-ui-kind"), uri=mlflow_server.uri)
+    exp = client.get_experiment(res.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    inputs = {v: client.get_run(rid).inputs.dataset_inputs for v, rid in res.variant_run_ids.items()}
+    by_variant = {v: {d.dataset.name: d for d in ds} for v, ds in inputs.items()}
+    assert set(by_variant["bf16"]) == {"mmlu", "needle"} and set(by_variant["fp8"]) == {"mmlu"}
+    assert by_variant["int4"] == {} and by_variant["broken"] == {}  # no samples, no dataset
+    mmlu = by_variant["bf16"]["mmlu"]
+    assert {t.key: t.value for t in mmlu.tags} == {"mlflow.data.context": "evaluation"}
+    assert mmlu.dataset.digest == by_variant["fp8"]["mmlu"].dataset.digest  # same items, one dataset
+    schema = json.loads(mmlu.dataset.schema)["mlflow_colspec"]
+    assert {c["name"] for c in schema} >= {"id", "group", "target"}
+    assert json.loads(mmlu.dataset.profile)["num_rows"] == 200
+    assert {"report/compare.md", "report/accuracy_vs_weights_gib.png"} <= {
+        a.path for a in client.list_artifacts(res.parent_run_id, "report")}
+
+
+def test_experiment_kind_chosen_by_a_user_is_kept(run, client, mlflow_server):
+    exp_id = client.create_experiment("t-ui-own", tags={"mlflow.experimentKind": "genai_development"})
+    log_run(RunDir(run), TrackingConfig(experiment="t-ui-own"), uri=mlflow_server.uri)
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "genai_development"
+    plain = client.create_experiment("t-ui-plain")  # made elsewhere without a kind: evalsuite sets it
+    log_run(RunDir(run), TrackingConfig(experiment="t-ui-plain"), uri=mlflow_server.uri)
+    assert client.get_experiment(plain).tags["mlflow.experimentKind"] == "custom_model_development"

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
@@ -35,8 +35,8 @@ class LegalConfig(BaseModel):
     name: str = "legal"
     data_dir: str | None = None  # folder of <task>/{train,test}.tsv; else HF nguha/legalbench
     tasks: list[str] | None = None
-    num_fewshot: int | None = None  # None: every train.tsv example, as LegalBench does
-    limit_per_task: int | None = None
+    num_fewshot: int | None = Field(default=None, ge=0)  # None: every train.tsv example, as LegalBench does
+    limit_per_task: int | None = Field(default=None, ge=1)
     chat: bool = False
 
     def build(self, ctx: TaskContext) -> Task:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
@@ -58,8 +58,8 @@ class MMLUConfig(BaseModel):
     hub_id: str = "cais/mmlu"
     subjects: list[str] | None = None
     split: Literal["test", "validation"] = "test"
-    num_fewshot: int = 5
-    limit_per_subject: int | None = None
+    num_fewshot: int = Field(default=5, ge=0)
+    limit_per_subject: int | None = Field(default=None, ge=1)
     chat: bool = False
 
     def build(self, ctx: TaskContext) -> Task:

@@ -9,6 +9,7 @@ set -uo pipefail
 limit=$1 config=$2; shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 stem=$(basename "$config" .yaml)
+nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9 2>/dev/null
 pids=()
 i=0
 for group in "$@"; do
@@ -21,7 +22,8 @@ for group in "$@"; do
   mkdir -p "$out"
   # Staggered starts: vLLM checks the card's free memory while it starts.
   sleep $(( i > 1 ? 20 : 0 ))
-  timeout --signal=INT --kill-after=30 "$limit" bash "$here/device.sh" run run "$config" \
+  left=$(( limit - (i - 1) * 20 ))
+  timeout --signal=INT --kill-after=20 "$left" bash "$here/device.sh" run run "$config" \
     --output-dir "$out" "${resume[@]}" "${args[@]}" > "$out/console-$(date +%H%M%S).log" 2>&1 &
   pids+=($!)
 done

@@ -1,0 +1,185 @@
+"""Bad input through the real CLI: one line on stderr naming what is wrong, exit 2, no traceback;
+and read-only commands leave no file behind, whether they fail or succeed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.mlflow_server import build_run
+
+REPO = Path(__file__).resolve().parent.parent
+GOOD = """\
+model: {path: /models/x}
+variants:
+  bf16: {max_model_len: 2048}
+  small: {max_model_len: 1024}
+tasks:
+  - {type: mmlu, limit_per_subject: 1, subjects: [anatomy]}
+  - {type: needle, lengths: [512, 1024]}
+latency: {prompt_tokens: [256], output_tokens: 16}
+"""
+
+
+def cli(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), "EVALSUITE_CACHE": str(cwd / ".cache"), "COLUMNS": "80", **env}
+    full_env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "evalsuite", *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def assert_bad(res: subprocess.CompletedProcess, *fragments: str) -> str:
+    out = res.stdout + res.stderr
+    assert "Traceback" not in out, out
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2, out
+    assert len(lines) == 1 and lines[0].startswith("evalsuite: error: "), out
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+    return lines[0]
+
+
+def files(root: Path) -> set[Path]:
+    return {p.relative_to(root) for p in root.rglob("*") if ".cache" not in p.parts}
+
+
+def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+CASES = [
+    ("negative_prompt_tokens", GOOD.replace("prompt_tokens: [256]", "prompt_tokens: [-5]"),
+     ["latency.prompt_tokens.0", "greater than 0", "-5"]),
+    ("empty_prompt_tokens", GOOD.replace("prompt_tokens: [256]", "prompt_tokens: []"),
+     ["latency.prompt_tokens", "at least 1 item"]),
+    ("negative_fewshot", GOOD.replace("limit_per_subject: 1", "limit_per_subject: 1, num_fewshot: -1"),
+     ["num_fewshot", "greater than or equal to 0", "-1"]),
+    ("negative_limit", GOOD.replace("limit_per_subject: 1", "limit_per_subject: -3"),
+     ["limit_per_subject", "greater than or equal to 1", "-3"]),
+    ("unknown_subject", GOOD.replace("[anatomy]", "[anatomy, astronmy]"),
+     ["tasks.mmlu.subjects", "'astronmy'", "did you mean 'astronomy'", "allowed:"]),
+    ("needle_too_long", GOOD.replace("[512, 1024]", "[512, 4096]"),
+     ["tasks.needle.lengths", "[4096]", "variants.small.max_model_len 1024"]),
+    ("latency_too_long", GOOD.replace("prompt_tokens: [256]", "prompt_tokens: [1020]"),
+     ["latency.prompt_tokens", "[1020] + output_tokens 16", "variants.small.max_model_len 1024"]),
+    ("nested_40", GOOD + "engine: {env: " + "{a: " * 40 + "1" + "}" * 41 + "\n", ["nested more than 32 levels"]),
+]
+
+
+@pytest.mark.parametrize("name,text,fragments", CASES, ids=[c[0] for c in CASES])
+def test_validate_refuses(tmp_path, name, text, fragments):
+    path = write(tmp_path, text)
+    assert_bad(cli(["validate", str(path)], tmp_path), str(path), *fragments)
+
+
+def test_good_config_validates(tmp_path):
+    res = cli(["validate", str(write(tmp_path, GOOD))], tmp_path)
+    assert res.returncode == 0 and "ok (2 variant(s), 2 task(s))" in res.stdout, res.stdout + res.stderr
+
+
+def test_not_utf8(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(GOOD.encode() + "# café\n".encode("latin-1"))
+    assert_bad(cli(["validate", str(path)], tmp_path), "not UTF-8", "0xe9")
+
+
+def test_deeply_nested_yaml(tmp_path):
+    path = write(tmp_path, GOOD + "x: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert_bad(cli(["validate", str(path)], tmp_path), str(path), "nested too deeply")
+
+
+def test_several_errors_name_three(tmp_path):
+    text = (GOOD.replace("limit_per_subject: 1", "limit_per_subject: -3, num_fewshot: -1")
+            .replace("prompt_tokens: [256]", "prompt_tokens: [-5], repeats: 0"))
+    line = assert_bad(cli(["validate", str(write(tmp_path, text))], tmp_path))
+    assert line.count("; ") == 2 and "(and 1 more error)" in line, line
+    for key in ("num_fewshot", "limit_per_subject", "prompt_tokens"):
+        assert key in line
+
+
+def test_model_config_json_not_json(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{not json")
+    cfg = write(tmp_path, "model: {path: model}\nvariants: {bf16: {}}\n")
+    res = cli(["run", str(cfg), "--no-progress"], tmp_path)
+    assert_bad(res, str(model / "config.json"), "not valid JSON", "line 1")
+    assert not (tmp_path / "runs").exists()
+    variant = write(tmp_path, "model: {path: /m}\nvariants: {bf16: {}, other: {model: model}}\n", "v.yaml")
+    assert_bad(cli(["validate", str(variant)], tmp_path), "variants.other.model", "not valid JSON")
+
+
+def gguf_file(path: Path) -> Path:
+    """A small, valid GGUF file (one tensor), written with the gguf package itself."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (b"", "empty file"),
+    (b"PK\x03\x04 not gguf", "not a GGUF file"),
+    (b"GGUF\x03\x00", "header cut off"),
+    (b"GGUF\x09\x00\x00\x00" + bytes(16), "version 9"),
+], ids=["empty", "bad_magic", "short_header", "bad_version"])
+def test_broken_gguf(tmp_path, content, fragment):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content)
+    assert_bad(cli(["models", "import", str(bad)], tmp_path), str(bad), fragment)
+    cfg = write(tmp_path, "model: {path: /m}\nvariants: {bf16: {}, q4: {model: bad.gguf}}\n")
+    assert_bad(cli(["validate", str(cfg)], tmp_path), "variants.q4.model", fragment)
+    run_cfg = write(tmp_path, "model: {gguf: bad.gguf}\nvariants: {bf16: {}}\n", "r.yaml")
+    assert_bad(cli(["run", str(run_cfg), "--no-progress"], tmp_path), fragment)
+
+
+def test_truncated_gguf_is_one_line(tmp_path):
+    whole = gguf_file(tmp_path / "whole.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) // 3])
+    assert_bad(cli(["models", "import", str(cut)], tmp_path), str(cut), "damaged GGUF file")
+
+
+def test_missing_gguf_variant(tmp_path):
+    cfg = write(tmp_path, "model: {path: /m}\nvariants: {bf16: {}, q4: {model: nowhere.gguf}}\n")
+    assert_bad(cli(["validate", str(cfg)], tmp_path), "variants.q4.model", "no such GGUF file")
+
+
+# ---------------------------------------------------------------- read-only commands write nothing
+
+
+def test_read_only_commands_write_nothing_when_failing(tmp_path):
+    rules = REPO / "configs" / "gates" / "default.yaml"
+    before = files(tmp_path)
+    assert_bad(cli(["compare", "NO_SUCH_DIR"], tmp_path), "NO_SUCH_DIR", "no MLflow store")
+    assert_bad(cli(["gate", "--baseline", "NO_A", "--candidate", "NO_B", "--rules", str(rules)], tmp_path), "NO_A")
+    assert_bad(cli(["plan", "NO_MODEL"], tmp_path), "NO_MODEL")
+    assert_bad(cli(["validate", "NO_CONFIG.yaml"], tmp_path), "file not found")
+    assert files(tmp_path) == before
+
+
+def test_read_only_commands_write_nothing_when_succeeding(tmp_path, tiny_model):
+    run = build_run(tmp_path / "runs", "20250101-000000-ro", {"bf16": {}, "fp8": {"wrong": range(3)}},
+                    baseline="bf16")
+    cfg = write(tmp_path, f"model: {{path: {tiny_model}}}\nvariants: {{bf16: {{}}}}\n")
+    rules = REPO / "configs" / "gates" / "default.yaml"
+    before = files(tmp_path)
+    for args in (["validate", str(cfg)], ["compare", str(run)], ["plan", str(tiny_model), "--gpu", "H200"],
+                 ["gate", "--baseline", str(run), "--candidate", str(run), "--rules", str(rules),
+                  "--variant-baseline", "bf16", "--variant-candidate", "bf16"]):
+        res = cli(args, tmp_path)
+        assert res.returncode == 0, (args, res.stdout + res.stderr)
+    assert files(tmp_path) == before

@@ -1,0 +1,57 @@
+"""MLflow's own UI, in a real headless chromium, shows an evalsuite run as people expect: the
+runs table lists the parent run, its variants nested under it, and each variant's task datasets.
+
+Needs Debian's chromium (`apt-get install chromium`; scripts/setup_browser.sh). Without it the
+test is skipped, unless EVALSUITE_REQUIRE_BROWSER=1 (as in .ci/run) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evalsuite.config import TrackingConfig
+from evalsuite.records import RunDir
+from evalsuite.tracking import log_run
+from tests.browser import Browser, dump_dom, find_chromium, page_text
+from tests.mlflow_server import build_run
+
+if find_chromium() is None:
+    if os.environ.get("EVALSUITE_REQUIRE_BROWSER"):
+        raise RuntimeError("EVALSUITE_REQUIRE_BROWSER is set but no chromium is installed (apt-get install chromium)")
+    pytest.skip("no chromium (apt-get install chromium, or scripts/setup_browser.sh)", allow_module_level=True)
+
+VARIANTS = {"bf16-base": {"needle": {1024: 1.0}}, "fp8-weights": {"wrong": range(5), "weights_gib": 0.5},
+            "int4-skipped": {"status": "skipped", "reason": "no W4A16 kernel on CPU"}}
+# The expander in the parent's "Run Name" cell: nested runs are collapsed under their parent.
+EXPANDER = 'div[role="gridcell"][col-id*="Run Name"] button'
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory, mlflow_server):
+    run = build_run(tmp_path_factory.mktemp("ui"), "20250101-000000-ui-check", VARIANTS, baseline="bf16-base")
+    return log_run(RunDir(run), TrackingConfig(experiment="t-browser"), uri=mlflow_server.uri)
+
+
+def runs_url(uri: str, experiment_id: str) -> str:
+    # MLflow 3.17's UI picks GenAI vs classic views from its "workflowType" switch (URL, then the
+    # browser's last choice); the experiment tag evalsuite sets is what earlier 3.x versions read.
+    return f"{uri}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
+def test_runs_table_lists_parent_variants_and_datasets(logged, mlflow_server):
+    with Browser() as browser:
+        page = page_text(browser, runs_url(mlflow_server.uri, logged.experiment_id),
+                         ready=["Run Name", "20250101-000000-ui-check"], click=EXPANDER,
+                         needles=[*VARIANTS, "mmlu (", "needle ("])
+    assert page["clicked"] == EXPANDER, page["text"][:2000]
+    assert page["found"], page["text"][:2000]
+    text = page["text"]
+    assert "4 matching runs" in text  # the parent and its 3 variants
+    assert "Evaluation" in text  # the datasets' context
+
+
+def test_dump_dom_renders_the_parent_run(logged, mlflow_server):
+    dom = dump_dom(runs_url(mlflow_server.uri, logged.experiment_id))
+    assert "20250101-000000-ui-check" in dom and "Run Name" in dom
