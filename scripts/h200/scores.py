@@ -1,0 +1,127 @@
+"""Per-item scores of H200 run folders, kept in docs/results, and the paired table built from them.
+
+Run folders of the 1.5B hold ~130 MB of prompts per variant, too much to keep in the repository
+(every device call carries the repository). What a comparison needs is each item's Score: its id,
+group, target, prediction, value and the choice log-probabilities. `export` keeps those (gzip JSONL,
+one file per variant and task) with each variant's result.json and the engine's memory log lines;
+`table` prints accuracies with 95% Wilson intervals and paired differences against the baseline
+(exact McNemar p for per-item accuracy, a paired bootstrap interval for every difference).
+
+    python scripts/h200/scores.py export RUN_DIR... DEST
+    python scripts/h200/scores.py table DEST [--baseline bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
+
+LOG_KEEP = re.compile(r"Model loading took|Available KV cache|KV cache size|Maximum concurrency|Using \w+LinearKernel|"
+                      r"Actual usage|Error|error:")
+BOOT = 2000
+
+
+def export(run_dirs: list[Path], dest: Path) -> None:
+    for run in run_dirs:
+        for vdir in sorted(p for p in run.iterdir() if (p / "result.json").is_file()):
+            out = dest / vdir.name
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(vdir / "result.json", out / "result.json")
+            shutil.copyfile(run / "config.yaml", out / "config.yaml")
+            log = (vdir / "engine.log").read_text(errors="replace").splitlines() if (vdir / "engine.log").exists() else []
+            (out / "engine-memory.log").write_text("\n".join(ln[:400] for ln in log if LOG_KEEP.search(ln)) + "\n")
+            for f in sorted((vdir / "samples").glob("*.jsonl")):
+                with f.open() as src, gzip.open(out / f"{f.stem}.scores.jsonl.gz", "wt") as dst:
+                    for line in src:
+                        if line.endswith("\n"):  # a line cut by a kill is not a result
+                            dst.write(json.dumps(json.loads(line)["score"]) + "\n")
+
+
+def load(dest: Path) -> dict[str, dict[str, dict[str, dict]]]:
+    """variant -> task -> sample id -> score row."""
+    out: dict = defaultdict(dict)
+    for f in sorted(dest.glob("*/*.scores.jsonl.gz")):
+        with gzip.open(f, "rt") as fh:
+            out[f.parent.name][f.name.split(".")[0]] = {r["sample_id"]: r for r in map(json.loads, fh)}
+    return out
+
+
+def headline(rows: list[dict], task: str) -> float:
+    """The task's headline: mean of per-task balanced accuracies for legal, else mean score."""
+    if task != "legal":
+        return float(np.mean([r["value"] for r in rows]))
+    per: dict = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        per[r["group"]][r["target"]].append(r["value"])
+    return float(np.mean([np.mean([np.mean(v) for v in by_label.values()]) for by_label in per.values()]))
+
+
+def paired_boot(base: list[dict], cand: list[dict], task: str, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of headline(cand) - headline(base), items resampled together
+    (within each group for legal, so every task keeps its size)."""
+    rng = np.random.default_rng(seed)
+    groups: dict = defaultdict(list)
+    for i, r in enumerate(base):
+        groups[r["group"] if task == "legal" else ""].append(i)
+    diffs = []
+    for _ in range(BOOT):
+        idx = np.concatenate([rng.choice(g, size=len(g)) for g in groups.values()])
+        diffs.append(headline([cand[i] for i in idx], task) - headline([base[i] for i in idx], task))
+    return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
+
+
+def row(variant: str, task: str, rows: dict, base: dict | None) -> str:
+    vals = list(rows.values())
+    n, k = len(vals), sum(r["value"] >= 1 for r in vals)
+    lo, hi = proportion_confint(k, n, method="wilson")
+    head = headline(vals, task)
+    cell = f"| {variant} | {task} | {n} | {head:.4f} | {k / n:.4f} [{lo:.4f}, {hi:.4f}] |"
+    if base is None:
+        return cell + " baseline | | |"
+    ids = [i for i in rows if i in base]
+    b, c = [base[i] for i in ids], [rows[i] for i in ids]
+    bb, cc = np.array([r["value"] >= 1 for r in b]), np.array([r["value"] >= 1 for r in c])
+    p = mcnemar([[np.sum(bb & cc), np.sum(bb & ~cc)], [np.sum(~bb & cc), np.sum(~bb & ~cc)]], exact=True).pvalue
+    lo_d, hi_d = paired_boot(b, c, task)
+    d = headline(c, task) - headline(b, task)
+    return cell + f" {100 * d:+.2f} [{100 * lo_d:+.2f}, {100 * hi_d:+.2f}] (n={len(ids)}) | {int(np.sum(bb & ~cc))}/{int(np.sum(~bb & cc))} | {p:.2g} |"
+
+
+def table(dest: Path, baseline: str) -> None:
+    data = load(dest)
+    print("| variant | task | n | headline | per-item acc [95% Wilson] | headline diff vs baseline, pt [95% paired bootstrap] | lost/gained | exact McNemar p |")
+    print("|---|---|---|---|---|---|---|---|")
+    for variant in sorted(data, key=lambda v: (v != baseline, v)):
+        for task, rows in sorted(data[variant].items()):
+            base = None if variant == baseline else data.get(baseline, {}).get(task)
+            if variant != baseline and not base:
+                continue
+            print(row(variant, task, rows, base))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("paths", nargs="+", type=Path)
+    t = sub.add_parser("table")
+    t.add_argument("dest", type=Path)
+    t.add_argument("--baseline", default="bf16")
+    a = ap.parse_args()
+    if a.cmd == "export":
+        export(a.paths[:-1], a.paths[-1])
+    else:
+        table(a.dest, a.baseline)
+
+
+if __name__ == "__main__":
+    main()
