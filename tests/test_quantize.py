@@ -265,3 +265,33 @@ def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
                 engine.generate([Request(prompt="Question: 2+2? Answer:", max_tokens=1)])
     finally:
         engine.close()
+
+
+def test_kv_fp8_method_has_its_own_scheme_and_needs_an_fp8_cache():
+    assert q.QuantParams(method="kv_fp8").scheme == "FP8_KV"
+    assert q.QuantParams(method="awq").scheme == "W4A16"
+    assert "-kv_fp8-fp8_kv-" in q.cache_key("f" * 64, q.QuantParams(method="kv_fp8"), "m")
+    with pytest.raises(ValueError, match="kv_fp8 needs kv_cache_dtype"):
+        Variant(quantize="kv_fp8")
+    assert Variant(quantize="kv_fp8", kv_cache_dtype="fp8").vllm_kwargs() == {"dtype": "auto", "kv_cache_dtype": "fp8"}
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(_real_quant_python() is None, reason=".venv-quant missing (scripts/setup_quant.sh)")
+def test_kv_fp8_calibration_writes_static_kv_scales(tmp_path, tiny_model, monkeypatch):
+    """The real worker observes k/v on calibration text and stores per-tensor scales vLLM reads
+    (compressed-tensors kv_cache_scheme); the weights stay unquantized."""
+    from safetensors import safe_open
+
+    monkeypatch.delenv("EVALSUITE_QUANT_PYTHON", raising=False)
+    params = q.QuantParams(method="kv_fp8", samples=4, seq_len=64)
+    res = q.quantize_model(tiny_model, params, tmp_path / "cache", timeout_s=600)
+    qc = json.loads((res.path / "config.json").read_text())["quantization_config"]
+    assert qc["kv_cache_scheme"]["num_bits"] == 8 and qc["kv_cache_scheme"]["type"] == "float"
+    assert not qc.get("config_groups")
+    scales = {}
+    for f in res.path.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as st:
+            scales.update({k: st.get_tensor(k) for k in st.keys() if k.endswith(("k_scale", "v_scale"))})
+    assert scales and all(float(t.float().min()) > 0 for t in scales.values())
+    assert any(abs(float(t.float().max()) - 1.0) > 1e-6 for t in scales.values())  # calibrated, not defaults
