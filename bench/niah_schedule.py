@@ -120,15 +120,28 @@ def parse_args(argv=None):
     p.add_argument("--cache-dir", type=Path, default=default_cache_dir())
     p.add_argument("--log", type=Path, default=None, help="engine log (default: a temp file)")
     p.add_argument("--json", type=Path, default=None, help="also write the details here")
+    p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", type=engine_arg,
+                   help="vLLM engine argument over the bench's own, VALUE as JSON where it parses "
+                        "(e.g. load_format=dummy, gpu_memory_utilization=0.9); repeatable")
     return p.parse_args(argv)
+
+
+def engine_arg(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--engine-arg wants KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def engine_kwargs(args) -> tuple[dict, int]:
     max_len = max(args.lengths)
     pool = math.ceil(args.kv_contexts * max_len / BLOCK) * BLOCK + BLOCK
-    return {"enable_prefix_caching": True, "max_model_len": max_len, "dtype": "bfloat16", "seed": 0,
-            "kv_cache_memory_bytes": pool * kv_bytes_per_token(args.model),
-            "enforce_eager": not args.compile}, pool
+    kwargs = {"enable_prefix_caching": True, "max_model_len": max_len, "dtype": "bfloat16", "seed": 0,
+              "kv_cache_memory_bytes": pool * kv_bytes_per_token(args.model), "enforce_eager": not args.compile}
+    return {**kwargs, **dict(args.engine_arg)}, pool
 
 
 def measure(args, tokenizer, orders: dict[str, list[Sample]], log: Path) -> dict[str, list[dict]]:
