@@ -177,6 +177,18 @@ def _prop(v: float) -> str:
 
 
 @dataclass
+class PairedDelta:
+    """Candidate - baseline in points on the items both answered, with its two-sided 95% interval."""
+
+    delta: float
+    low: float
+    high: float
+    method: str
+    n: int
+    subset: bool  # fewer items than one of the two metrics counts: the delta differs from theirs
+
+
+@dataclass
 class Comparison:
     entries: list[Entry]
     baseline: str
@@ -184,13 +196,13 @@ class Comparison:
     deltas: pd.DataFrame
     columns: list[str]
     intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (label, metric)
-    paired: dict[tuple[str, str], tuple[float, float, str]] = field(default_factory=dict)  # delta bounds, pt
+    paired: dict[tuple[str, str], PairedDelta] = field(default_factory=dict)
 
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
 
     def methods(self) -> list[str]:
-        return list(dict.fromkeys(m for _, _, m in self.paired.values()))
+        return list(dict.fromkeys(p.method for p in self.paired.values()))
 
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
@@ -201,12 +213,12 @@ class Comparison:
         if ci:
             lines.append(f"({_prop(ci[0])}–{_prop(ci[1])})")
         if label != self.baseline:
-            d = fmt_delta(metric, self.deltas.at[label, metric])
+            pd_ = self.paired.get((label, metric))
+            d = fmt_delta(metric, pd_.delta if pd_ else self.deltas.at[label, metric])
             if d:
-                lines.append(d)
-            pci = self.paired.get((label, metric))
-            if pci:
-                lines.append(f"[{pci[0]:+.1f}, {pci[1]:+.1f}]")
+                lines.append(d + ("‡" if pd_ and pd_.subset else ""))
+            if pd_:
+                lines.append(f"[{pd_.low:+.1f}, {pd_.high:+.1f}]")
         return lines
 
     def markdown(self) -> str:

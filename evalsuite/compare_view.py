@@ -13,15 +13,16 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from evalsuite.compare import CONFIDENCE, Comparison, Entry, is_unitless
+from evalsuite.compare import CONFIDENCE, Comparison, Entry, PairedDelta, is_unitless
 from evalsuite.metrics import accuracy_interval, is_interval_bound
 from evalsuite.paired import pairing, paired_result, unpaired
 
 LEGEND = ("value (95% interval, Wilson for a proportion); delta vs baseline: points for scores, with the paired "
-          "95% interval [low, high] over the items both answered; % for quantities")
+          "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
+          "quantities")
 
 
-def _paired_delta(base: Entry, cand: Entry, metric: str) -> tuple[float, float, str] | None:
+def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
     one_sided = 1 - (1 - CONFIDENCE) / 2
     p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
@@ -33,7 +34,9 @@ def _paired_delta(base: Entry, cand: Entry, metric: str) -> tuple[float, float, 
         test = None
     if test is None:
         return None
-    return -test.high * 100, -test.low * 100, test.method.split(" (")[0]
+    counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
+    subset = p.n > 0 and any(n > p.n for n in counted)
+    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
 
 
 def add_intervals(c: Comparison) -> None:
@@ -130,8 +133,11 @@ def to_csv(c: Comparison) -> str:
             extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
         extra[f"{col} delta"] = list(c.deltas[col])
         if any((x, col) in c.paired for x in c.frame.index):
-            extra[f"{col} delta ci95 low"] = [c.paired.get((x, col), (math.nan,) * 3)[0] for x in c.frame.index]
-            extra[f"{col} delta ci95 high"] = [c.paired.get((x, col), (math.nan,) * 3)[1] for x in c.frame.index]
+            paired = [c.paired.get((x, col)) for x in c.frame.index]
+            extra[f"{col} delta paired"] = [p.delta if p else math.nan for p in paired]
+            extra[f"{col} delta ci95 low"] = [p.low if p else math.nan for p in paired]
+            extra[f"{col} delta ci95 high"] = [p.high if p else math.nan for p in paired]
+            extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
     out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
     return out.to_csv()
 

@@ -232,28 +232,28 @@ def decide(rules: Rules, checks: list[Check]) -> None:
 
 
 def _verdict(rules: Rules, c: Check) -> None:
-    conf, limit = f"{rules.confidence:.0%}", f"limit {c.limit:g} pt"
     if c.test is None:
         c.status, c.detail = rules.insufficient_n, f"insufficient n: {c.insufficient} ({c.pairs})"
         return
-    shown = c.p_adj  # equal to the raw p with `adjust: none`
+    shown = c.p_adj < rules.alpha  # p_adj is the raw p with `adjust: none`
+    p = f"{'Holm ' if rules.adjust == 'holm' else ''}p {c.p_adj:.2g} {'<' if shown else '>='} {rules.alpha:g}"
+    limit = f"limit {c.limit:g} pt"
     if c.insufficient is not None:
-        exceeds = shown < rules.alpha
-        c.status = "fail" if exceeds else rules.insufficient_n
-        verdict = "but the drop is shown to exceed the limit" if exceeds else f"{rules.insufficient_n} as configured"
+        c.status = "fail" if shown else rules.insufficient_n
+        verdict = f"but the drop is shown to exceed the {limit} ({p})" if shown else f"{rules.insufficient_n} as configured"
         c.detail = f"insufficient n: {c.insufficient}; {verdict}"
     elif rules.decision == "upper_bound":
-        c.status = "pass" if shown < rules.alpha else "fail"
-        c.detail = f"upper bound {c.high:+.2f} pt {'<=' if c.status == 'pass' else '>'} {limit}"
+        c.status = "pass" if shown else "fail"
+        c.detail = f"upper bound {c.high:+.2f} pt: {'' if shown else 'not '}shown within {limit} ({p})"
     elif rules.decision == "lower_bound":
-        c.status = "fail" if shown < rules.alpha else "pass"
-        c.detail = f"lower bound {c.low:+.2f} pt {'>' if c.status == 'fail' else '<='} {limit}"
+        c.status = "fail" if shown else "pass"
+        c.detail = f"lower bound {c.low:+.2f} pt: {'' if shown else 'not '}shown above {limit} ({p})"
     else:
         c.status = "fail" if c.change > c.limit else "pass"
         c.detail = f"point estimate {c.change:+.2f} pt {'>' if c.status == 'fail' else '<='} {limit}"
     counts = f", {c.test.counts[0]} lost/{c.test.counts[1]} gained" if c.test.counts else ""
     sig = "significant drop" if c.significant and c.change > 0 else "no significant drop"
-    c.detail += (f"; {conf} bounds {c.low:+.2f}..{c.high:+.2f} pt ({c.pairs}{counts}; {c.method}); {sig}")
+    c.detail += f"; {c.pairs}{counts}; {c.method}; {sig} (p {c.p_worse:.2g}, Holm {c.p_worse_adj:.2g})"
 
 
 # ---------------------------------------------------------------- memory, capacity, latency

@@ -131,7 +131,7 @@ def plan(rules: Rules, rules_path: str, n: int, discordance: float | None = None
                          f"{need:,} | {ok} |")
     lines += ["", f"Assumptions: {d:.0%} of items change answer between the variants (discordance; set "
                   f"`discordance` in the rules or --discordance), half each way (no true drop); scores are 0/1 "
-                  f"(a macro or balanced score needs about as many items per stratum-weighted effective n); "
+                  f"(for macro and balanced scores read n as the effective n, 1/sum(w_i^2), which is n for equal strata); "
                   f"normal approximation to the paired difference (Connor 1987), floored by the bound with no "
                   f"item changed, z^2/(n+z^2). Rules over groups (e.g. per context length) need n per group. "
                   f"Checks with fewer than {rules.min_n} pairs are `insufficient n`."]

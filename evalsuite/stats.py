@@ -7,9 +7,10 @@ Methods, and why these:
   single accuracy      Wilson score interval (statsmodels): stays in [0, 1] and keeps its
                        coverage at small n and near 0 or 1, where the normal interval fails.
   binary, unweighted   exact McNemar test for "the candidate is worse" (one-sided binomial test
-                       on the discordant pairs), and Tango's score bounds for the drop, which
-                       also give p-values against a limit (Tango 1998; recommended for paired
-                       proportions by Fagerland, Lydersen & Laake 2014). Bounds stay in [-1, 1].
+                       on the discordant pairs; also against a limit of 0), and Tango's score
+                       bounds for the drop, which give the p-values against a non-zero limit
+                       (Tango 1998; recommended for paired proportions by Fagerland, Lydersen &
+                       Laake 2014). Bounds stay in [-1, 1].
   anything else        paired bootstrap of items (scipy.stats.bootstrap, percentile), resampled
                        within strata when the metric weighs strata (macro, balanced accuracy),
                        for non-binary scores such as needle `fraction` scoring.
@@ -137,6 +138,8 @@ def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> Paired
     low, high = tango_bounds(b, c, n, confidence)
 
     def p_limit(limit: float, within: bool) -> float:
+        if limit == 0:  # no margin: the exact conditional test applies (McNemar, either direction)
+            return mcnemar_worse_p(c, b) if within else mcnemar_worse_p(b, c)
         t = tango_statistic(b, c, n, limit)
         return float(norm.cdf(t) if within else norm.sf(t))
 
@@ -174,12 +177,15 @@ def _resample_means(diffs: np.ndarray, cells: list[np.ndarray], cell_w: np.ndarr
     Drawn as multinomial counts over each cell's distinct values: the same distribution as
     resampling items (scipy.stats.bootstrap does that, at O(resamples x n) cost: 6 s for
     MMLU's 14,042 items), at O(resamples x distinct values), since paired differences of
-    scores take few values. tests/test_stats.py checks the two agree.
+    scores take few values. tests/test_stats.py checks the two agree. Swapping baseline and
+    candidate negates every replicate exactly.
     """
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     dist = np.zeros(resamples)
     for idx, cw in zip(cells, cell_w, strict=True):
-        values, counts = np.unique(diffs[idx], return_counts=True)
+        values, first, counts = np.unique(diffs[idx], return_index=True, return_counts=True)
+        order = np.argsort(first)  # categories in item order, so negated scores draw the same counts
+        values, counts = values[order], counts[order]
         rows = max(1, int(4e6 // len(values)))  # bounds memory at ~32 MB per chunk
         for start in range(0, resamples, rows):
             stop = min(start + rows, resamples)

@@ -137,3 +137,27 @@ def test_context_series_and_units():
 def test_not_a_run_dir(tmp_path):
     res = runner.invoke(app, ["compare", str(tmp_path)])
     assert res.exit_code == 2 and "not a run directory" in res.stderr
+
+
+def test_several_run_folders_side_by_side(tmp_path):
+    a = build_run(tmp_path, "20250101-000000-a", {"bf16": {"wrong": range(20)}, "fp8": {"wrong": range(24)}})
+    b = build_run(tmp_path, "20250105-000000-b", {"awq": {"wrong": range(30)}, "fp8": {}}, n=120)
+    res = runner.invoke(app, ["compare", str(a), f"{b}:awq", f"{b}:fp8", "--baseline", "20250101-000000-a:fp8",
+                              "--format", "markdown"])
+    assert res.exit_code == 0, res.output
+    assert "| metric | 20250101-000000-a:fp8 (baseline) | bf16 | awq | 20250105-000000-b:fp8 |" in res.stdout
+    c = compare([(RunDir(a), None), (RunDir(b), {"awq"})], "fp8")
+    # awq (run b, 120 items) pairs with fp8 (run a, 200 items) on the 120 ids both answered
+    # (0.75 vs 0.88 over all their items, but 0.75 vs 0.80 on the shared ones: the paired delta is shown)
+    assert c.cell("awq", "mmlu/acc")[2:] == ["-5.0 pt‡", "[-10.5, -1.7]"]
+    assert c.cell("bf16", "mmlu/acc")[2:] == ["+2.0 pt", "[+0.1, +5.0]"]
+    bad = runner.invoke(app, ["compare", str(a), f"{b}:nope"])
+    assert bad.exit_code == 2 and "no such variant" in bad.stderr
+
+
+def test_roofline_percentages_read_as_percent():
+    assert not is_unitless("roofline/ttft_pct_of_floor/ctx1024")
+    from evalsuite.compare import fmt_value
+
+    assert fmt_value("roofline/ttft_pct_of_floor/ctx1024", 131.4) == "131%"
+    assert fmt_value("mmlu/acc", 0.5) == "0.500"

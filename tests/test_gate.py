@@ -99,6 +99,7 @@ def test_decision_rule_on_a_small_noisy_drop(tmp_path, decision, code):
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
     assert res.exit_code == code, res.output
     assert "paired, n=200, 2 lost/0 gained; exact McNemar; Tango score bounds" in res.output
+    assert "95% bounds" in res.output and "| -0.35..+2.98 |" in res.output
     assert "no significant drop" in res.output
 
 
@@ -201,3 +202,110 @@ def test_rules_model_first_match_wins():
                                             {"metrics": "*/acc", "max_drop_points": 1}]})
     assert rules.rule_for("mmlu/acc").limit_for("mmlu/acc") == 5
     assert rules.rule_for("legal/acc").limit_for("legal/acc") == 1
+
+
+@pytest.mark.parametrize("n", [5, 12, 40, 200])
+@pytest.mark.parametrize("decision", ["upper_bound", "point", "lower_bound"])
+def test_identical_runs_never_fail(tmp_path, n, decision):
+    spec = {"wrong": range(0, n, 3), "needle": {1024: 0.8}}
+    base, cand = two_runs(tmp_path, spec, spec, n=n)
+    rules = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "decision": decision})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 0, res.output
+    assert "❌" not in res.output and "significant drop" in res.output
+    # upper_bound: 10 needle items cannot certify 10 pt; point: one of n items is more than 2 pt below n=50;
+    # lower_bound: only fewer than min_n items
+    warn = {"upper_bound": True, "point": n < 50, "lower_bound": n < 10}[decision]
+    assert ("\n| ⚠️ |" in res.output) == warn, res.output
+
+
+def test_swapped_runs_flip_the_change(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": range(10)}, {"wrong": range(16)})
+    rules = rules_file(tmp_path, {"decision": "point", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 5}]})
+
+    def row(a, b):
+        out = gate("--baseline", str(a), "--candidate", str(b), "--rules", str(rules)).output
+        return next(line for line in out.splitlines() if "`mmlu/acc`" in line).split(" | ")
+
+    ab, ba = row(base, cand), row(cand, base)
+    assert ab[6] == "+3.00 pt" and ba[6] == "-3.00 pt"
+    low, high = ab[7].split("..")
+    assert ba[7] == f"{-float(high):+.2f}..{-float(low):+.2f}"
+
+
+def test_insufficient_n_follows_the_configured_decision(tmp_path):
+    # 12 items: one changed answer is 8.3 points against a 2-point limit, so no decision is possible
+    base, cand = two_runs(tmp_path, {"wrong": []}, {"wrong": [0]}, n=12)
+    for outcome, code in (("warn", 0), ("pass", 0), ("fail", 1)):
+        rules = rules_file(tmp_path, {"decision": "point", "insufficient_n": outcome,
+                                      "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+        res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+        assert res.exit_code == code, res.output
+        assert "insufficient n: one item moves the score by 8.3 pt > limit" in res.output
+    few = rules_file(tmp_path, {"min_n": 20, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(few))
+    assert "insufficient n: n=12 paired items < min_n 20" in res.output and res.exit_code == 0
+
+
+def test_a_drop_shown_to_exceed_the_limit_fails_even_when_n_is_small(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": []}, {"wrong": range(20)}, n=20)  # all 20 lost
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "insufficient n: even with no item changed" in res.output
+    assert "but the drop is shown to exceed the limit" in res.output
+
+
+def test_holm_adjustment_decides_and_can_be_turned_off(tmp_path):
+    # three candidates each losing 5 of 200 items and gaining none: McNemar's one-sided p = 1/32 each
+    run = build_run(tmp_path / "runs", "20250101-000000-h",
+                    {"bf16": {}, **{f"c{i}": {"wrong": range(5 * i, 5 * i + 5)} for i in range(3)}}, baseline="bf16")
+    spec = {"decision": "lower_bound", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 0}]}
+    for adjust, code in (("holm", 0), ("none", 1)):
+        rules = rules_file(tmp_path, {**spec, "adjust": adjust})
+        res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(rules))
+        assert res.exit_code == code, res.output
+    assert "Holm-adjusted over the gate's 3 accuracy check(s)" in gate(
+        "--baseline", str(run), "--candidate", str(run), "--rules", str(rules_file(tmp_path, spec))).output
+
+
+def test_baseline_and_candidates_from_different_run_folders(tmp_path):
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {}, "fp8": {"wrong": range(2)}})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {"wrong": range(3)}, "fp8": {}}, n=150)
+    junit = tmp_path / "g.xml"
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--candidate", f"{a}:fp8",
+               "--candidate", f"{b}:fp8", "--rules", str(DEFAULT_RULES), "--junit", str(junit))
+    assert res.exit_code in (0, 1), res.output
+    suites = {s.get("name") for s in ET.parse(junit).getroot().iter("testsuite")}
+    # fp8 exists in both runs, so it is named run:variant; awq and the baseline are unique
+    assert suites == {"awq vs bf16", "20250101-000000-A:fp8 vs bf16", "20250102-000000-B:fp8 vs bf16"}
+    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
+    assert "paired, n=150 of 200/150" in row  # only the ids both runs answered
+    assert gate("--baseline", f"{a}:nope", "--candidate", str(b), "--rules", str(DEFAULT_RULES)).exit_code == 2
+
+
+def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
+    base, cand = two_runs(tmp_path, {"ttft": {512: 10.0, 4096: 100.0}}, {"ttft": {512: 20.0, 4096: 100.0}})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
+    assert "latency/ttft_ms_p50 (pooled over prompt lengths; judged per length)" in res.output
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["latency/ttft_ms_p99"], "max_growth_pct": 10}]})
+    from evalsuite.gate import Rule, Rules, relative_check
+
+    spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
+    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20)
+    assert check.status == "warn" and "p99 from 20 samples (needs >= 100" in check.detail
+    assert isinstance(spec.rules[0], Rule) and rules.exists()
+
+
+def test_plan_states_what_n_resolves(tmp_path):
+    res = gate("--plan", str(DEFAULT_RULES), "--n", "500")
+    assert res.exit_code == 0, res.output
+    # 5% discordance, 80% power, 95% one-sided: (1.645 + 0.842) * sqrt(0.05 / 500) = 2.49 points
+    assert "is **2.49 pt**" in res.output
+    assert "| accuracy | `*/acc, */exact_match` | 2 pt | 2.49 pt | 773 | ⚠️ limit below resolution |" in res.output
+    assert "| accuracy by context length | `*/acc/len*, */acc/ctx*` | 10 pt | 2.49 pt | 31 | ok |" in res.output
+    assert "Assumptions: 5% of items change answer" in res.output
+    assert "is **1.11 pt**" in gate("--plan", str(DEFAULT_RULES), "--n", "500", "--discordance", "0.01").output
+    assert gate("--plan", str(DEFAULT_RULES)).exit_code == 2
+    assert gate("--rules", str(DEFAULT_RULES)).exit_code == 2
