@@ -122,16 +122,16 @@ def to_markdown(c: Comparison) -> str:
 
 
 def to_csv(c: Comparison) -> str:
-    """Every metric, raw numbers, variants as rows: `<m>`, `<m> ci95 low/high`, `<m> delta`,
-    `<m> delta ci95 low/high` (points or percent, as displayed)."""
+    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta` (points or percent, as
+    displayed), `<m> ci95 low/high`, and for the rows shown the paired delta, its ci95 and n."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
         extra[col] = list(c.frame[col])
+        extra[f"{col} delta"] = list(c.deltas[col])
         if is_unitless(col) and any((x, col) in c.intervals for x in c.frame.index):
             extra[f"{col} ci95 low"] = [c.intervals.get((x, col), (math.nan,) * 2)[0] for x in c.frame.index]
             extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
-        extra[f"{col} delta"] = list(c.deltas[col])
         if any((x, col) in c.paired for x in c.frame.index):
             paired = [c.paired.get((x, col)) for x in c.frame.index]
             extra[f"{col} delta paired"] = [p.delta if p else math.nan for p in paired]
