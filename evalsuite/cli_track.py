@@ -88,7 +88,7 @@ def gate_command(
 def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
               variant_candidate: str | None, uri: str | None, scratch: Path):
     from evalsuite.compare import open_sources
-    from evalsuite.gate import Side, run_gate
+    from evalsuite.gate import run_gate
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)

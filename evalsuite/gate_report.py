@@ -71,8 +71,9 @@ def _resolution(report: GateReport) -> list[str]:
 def to_markdown(report: GateReport) -> str:
     """A PR comment: verdict, failures first, then warnings and passes; skipped checks folded into one list."""
     conf = f"{report.rules.confidence:.0%}"
+    adj = "p Holm" if report.rules.adjust == "holm" else "p (unadjusted)"
     lines = _header(report) + [
-        f"| | candidate | rule | metric | baseline | candidate value | change | {conf} bounds | limit | p | p Holm "
+        f"| | candidate | rule | metric | baseline | candidate value | change | {conf} bounds | limit | p | {adj} "
         "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"fail": 0, "warn": 1, "pass": 2}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
@@ -85,7 +86,8 @@ def to_markdown(report: GateReport) -> str:
 
 
 def to_junit(report: GateReport) -> str:
-    """One testsuite per candidate variant, one testcase per rule check; a warning is a pass with its note."""
+    """One testsuite per candidate variant, one testcase per rule check; a check too small to judge
+    (warn) is reported as skipped with its reason, so CI dashboards show it."""
     root = ET.Element("testsuites", name="evalsuite gate", tests=str(len(report.checks)),
                       failures=str(len(report.failures())))
     by_candidate: dict[str, list[Check]] = defaultdict(list)
@@ -94,12 +96,12 @@ def to_junit(report: GateReport) -> str:
     for cand, checks in by_candidate.items():
         suite = ET.SubElement(root, "testsuite", name=f"{cand} vs {report.baseline}", tests=str(len(checks)),
                               failures=str(sum(c.status == "fail" for c in checks)),
-                              skipped=str(sum(c.status == "skip" for c in checks)))
+                              skipped=str(sum(c.status in ("skip", "warn") for c in checks)))
         for c in checks:
             case = ET.SubElement(suite, "testcase", classname=f"evalsuite.gate.{cand}", name=f"{c.rule}: {c.metric}")
             if c.status == "fail":
                 ET.SubElement(case, "failure", message=f"{c.metric}: {c.detail}").text = c.detail
-            elif c.status == "skip":
+            elif c.status in ("skip", "warn"):
                 ET.SubElement(case, "skipped", message=c.detail)
             else:
                 ET.SubElement(case, "system-out").text = c.detail
