@@ -37,7 +37,7 @@ def compare_command(
         typer.echo(result.csv(), nl=False)
     else:
         console = Console()
-        for table in rich_tables(result, console.width if console.is_terminal else 80):
+        for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
             console.print(table)
     for f in files:
         typer.echo(f"wrote {f}", err=True)

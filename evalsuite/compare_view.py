@@ -61,9 +61,14 @@ def add_intervals(c: Comparison) -> None:
 # ---------------------------------------------------------------- terminal
 
 
+def _header(c: Comparison, label: str) -> str:
+    """run:variant on two lines, so that a long run name does not widen the column."""
+    return label.replace(":", ":\n") + (" (baseline)" if label == c.baseline else "")
+
+
 def _column_width(c: Comparison, label: str) -> int:
     lines = [line for m in c.columns for line in c.cell(label, m)]
-    head = len(label) + (11 if label == c.baseline else 0)  # " (baseline)"
+    head = max(map(len, _header(c, label).split("\n")))
     return max([head, *map(len, lines)]) + 3  # padding and the rule between columns
 
 
@@ -95,7 +100,7 @@ def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
                   caption=Text(LEGEND) if i == len(chunks) - 1 else None, caption_justify="left")
         t.add_column("metric", overflow="fold", max_width=28)
         for label in labels:
-            t.add_column(Text(f"{label} (baseline)" if label == c.baseline else label), overflow="fold")
+            t.add_column(Text(_header(c, label)), overflow="fold")
         t.add_row("status", *(Text(status[x], style=colour.get(status[x], "")) for x in labels))
         for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
             t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))

@@ -202,8 +202,8 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
     check.method = test.method
-    check.resolvable = resolvable_drop(test.n_eff, test.se, rules.confidence, rules.power) * 100
-    spread = test.se**2 * test.n_eff  # the discordance rate, for 0/1 scores with no drop
+    check.resolvable = resolvable_drop(test.n_eff, test.se0, rules.confidence, rules.power) * 100
+    spread = test.se0**2 * test.n_eff  # the share of items that changed, for 0/1 scores
     check.needed = items_needed(limit / 100, spread, rules.confidence, rules.power) if limit > 0 else None
     check.insufficient = why or _unresolvable(rules, test, limit / 100)
     return check
@@ -226,6 +226,8 @@ def decide(rules: Rules, checks: list[Check]) -> None:
                 c.p_worse, c.p_worse_adj, c.significant = p, q, q < rules.alpha
             else:
                 c.p, c.p_adj = p, q
+    for c in families.get("exceeds", []):  # shown above a limit >= 0 is shown above 0 (closed testing)
+        c[0].significant = c[0].significant or (c[0].limit >= 0 and c[0].p_adj < rules.alpha)
     for c in checks:
         if c.status == "pending":
             _verdict(rules, c)
@@ -253,7 +255,8 @@ def _verdict(rules: Rules, c: Check) -> None:
         c.detail = f"point estimate {c.change:+.2f} pt {'>' if c.status == 'fail' else '<='} {limit}"
     counts = f", {c.test.counts[0]} lost/{c.test.counts[1]} gained" if c.test.counts else ""
     sig = "significant drop" if c.significant and c.change > 0 else "no significant drop"
-    c.detail += f"; {c.pairs}{counts}; {c.method}; {sig} (p {c.p_worse:.2g}, Holm {c.p_worse_adj:.2g})"
+    how = "shown above the limit; " if c.significant and c.p_worse_adj >= rules.alpha else ""
+    c.detail += f"; {c.pairs}{counts}; {c.method}; {sig} ({how}p {c.p_worse:.2g}, Holm {c.p_worse_adj:.2g})"
 
 
 # ---------------------------------------------------------------- memory, capacity, latency

@@ -41,8 +41,8 @@ def _header(report: GateReport) -> list[str]:
             f"in points (baseline - candidate, positive = worse) on items paired by sample id; each row names its "
             f"method. Checks with fewer than {r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit "
             f"this n cannot resolve, say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
-            f"p(drop ≥ limit) for `upper_bound` (small: the drop is shown to be within the limit), else "
-            f"p(drop ≤ limit) (small: the drop is shown to exceed it).", ""]
+            f"p(drop ≥ limit) for an `upper_bound` check (small: shown within the limit); p(drop ≤ limit) for "
+            f"`lower_bound`, `point` and insufficient-n checks (small: shown to exceed the limit).", ""]
 
 
 def _row(c: Check) -> str:

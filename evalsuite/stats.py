@@ -115,7 +115,8 @@ class PairedTest:
     drop: float
     low: float
     high: float
-    se: float  # standard error of the drop, for resolution statements
+    se: float  # standard error of the drop at the observed drop
+    se0: float  # ... had nothing dropped at the observed churn: what resolution statements use
     p_worse: float  # H0: no drop (one-sided)
     method: str
     counts: tuple[int, int] | None = None  # (b, c) for binary pairs
@@ -144,7 +145,7 @@ def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> Paired
         return float(norm.cdf(t) if within else norm.sf(t))
 
     se = math.sqrt(max((b + c) / n - drop * drop, 0.0) / n)
-    return PairedTest(n, float(n), 1 / n, drop, low, high, se, mcnemar_worse_p(b, c),
+    return PairedTest(n, float(n), 1 / n, drop, low, high, se, math.sqrt((b + c) / n / n), mcnemar_worse_p(b, c),
                       "exact McNemar; Tango score bounds", (b, c), p_limit)
 
 
@@ -212,8 +213,9 @@ def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
         return float((beyond + 1) / (len(dist) + 1))
 
     how = "paired bootstrap" + (f" within {len(cells)} strata" if len(cells) > 1 else "")
+    se = float(np.std(dist))
     return PairedTest(len(diffs), float(1 / np.sum(w * w)), float(w.max()), float(np.dot(w, diffs)), low, high,
-                      float(np.std(dist)), p_limit(0.0, False), f"{how} (percentile, {resamples} resamples)",
+                      se, se, p_limit(0.0, False), f"{how} (percentile, {resamples} resamples)",
                       None, p_limit)
 
 
@@ -246,7 +248,7 @@ def unpaired_test(base: tuple[int, int], cand: tuple[int, int], confidence: floa
     drop = x1 / n1 - x2 / n2
     se = math.sqrt(x1 / n1 * (1 - x1 / n1) / n1 + x2 / n2 * (1 - x2 / n2) / n2)
     n_eff = 1 / (1 / n1 + 1 / n2) / 2  # the paired n with the same variance at no correlation
-    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, float(low), float(high), se,
+    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, float(low), float(high), se, se,
                       p_limit(0.0, False), "unpaired: score test for two proportions (no shared sample ids)",
                       None, p_limit)
 
