@@ -140,7 +140,6 @@ class Check:
     n: int | None = None
     p: float | None = None  # the verdict's test, raw and adjusted
     p_adj: float | None = None
-    p_label: str = ""
     p_worse: float | None = None  # "the candidate is worse", raw and adjusted
     p_worse_adj: float | None = None
     resolvable: float | None = None  # smallest limit this n resolves, points
@@ -217,7 +216,6 @@ def decide(rules: Rules, checks: list[Check]) -> None:
         within = rules.decision == "upper_bound" and c.insufficient is None
         key = "within" if within else "exceeds"
         families.setdefault(key, []).append((c, (c.test.p_within if within else c.test.p_exceeds)(c.limit / 100)))
-        c.p_label = "p(drop ≥ limit)" if within else "p(drop ≤ limit)"
     for key, members in families.items():
         raw = [p for _, p in members]
         adjusted = holm(raw) if rules.adjust == "holm" else raw
