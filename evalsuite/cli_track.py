@@ -15,15 +15,16 @@ URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFL
 
 
 def compare_command(
-    runs: list[str] = typer.Argument(..., help="Run directories, MLflow run ids or MLflow experiment names."),
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant (default: config's `baseline`, else the first)."),
+    runs: list[str] = typer.Argument(..., help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
     out: Path | None = typer.Option(None, "--out", help="Also write compare.md, compare.csv and PNG plots here."),
     fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
-    metric: list[str] | None = typer.Option(None, "--metric", help="Columns to show (glob, repeatable); CSV always has all."),
+    metric: list[str] | None = typer.Option(None, "--metric", help="Rows to show (glob, repeatable); CSV always has all."),
     uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
 ) -> None:
-    """Variants x metrics with deltas against a baseline; plots with --out."""
-    from evalsuite.compare import compare, open_sources, rich_table, write_report
+    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    from evalsuite.compare import compare, open_sources, write_report
+    from evalsuite.compare_view import rich_tables
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -35,52 +36,75 @@ def compare_command(
     elif fmt == "csv":
         typer.echo(result.csv(), nl=False)
     else:
-        Console().print(rich_table(result.shown(), f"baseline {result.baseline} · deltas: points for scores, % otherwise"))
+        console = Console()
+        for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
+            console.print(table)
     for f in files:
         typer.echo(f"wrote {f}", err=True)
 
 
 def gate_command(
-    baseline: str = typer.Option(..., "--baseline", help="Baseline run directory or MLflow run id."),
-    candidate: str = typer.Option(..., "--candidate", help="Candidate run directory or MLflow run id."),
-    rules: Path = typer.Option(..., "--rules", help="Gate rules YAML (see configs/gates/default.yaml)."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
+    candidate: list[str] | None = typer.Option(None, "--candidate", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (see configs/gates/default.yaml)."),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", help="Baseline variant (default: the only one, else config's `baseline`)."),
-    variant_candidate: str | None = typer.Option(None, "--variant-candidate", help="Candidate variant (default: every variant of the candidate run)."),
+    variant_candidate: str | None = typer.Option(None, "--variant-candidate", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per check)."),
     markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a PR comment)."),
+    plan_rules: Path | None = typer.Option(None, "--plan", help="Print what RULES can resolve with --n paired items, then exit."),
+    n: int | None = typer.Option(None, "--n", min=1, help="With --plan: paired items per check."),
+    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
     uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
 ) -> None:
-    """Exit 0 if the candidate is within every rule's limit of the baseline, 1 if not, 2 on bad input."""
-    from evalsuite.compare import open_sources
-    from evalsuite.gate import load_rules, run_gate, to_junit, to_markdown
+    """Exit 0 if every candidate is within every rule's limit of the baseline, 1 if not, 2 on bad input."""
+    from evalsuite.gate import load_rules
+    from evalsuite.gate_report import plan, to_junit, to_markdown
 
+    if plan_rules is not None:
+        if n is None:
+            raise ConfigError("--plan: give --n, the number of paired items per check")
+        typer.echo(plan(load_rules(plan_rules), str(plan_rules), n, discordance), nl=False)
+        return
+    missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate), ("--rules", rules)) if not v]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: required (or --plan RULES --n N)")
     spec = load_rules(rules)
     with tempfile.TemporaryDirectory(prefix="evalsuite-gate-") as scratch:
         try:
-            base_rd, only_b = _one_run(open_sources([baseline], uri, Path(scratch) / "b"), "--baseline")
-            cand_rd, only_c = _one_run(open_sources([candidate], uri, Path(scratch) / "c"), "--candidate")
-            report = run_gate(base_rd, cand_rd, spec, str(rules), variant_baseline or only_b,
-                              variant_candidate or only_c)
+            report = _run_gate(baseline, candidate, spec, str(rules), variant_baseline, variant_candidate, uri,
+                               Path(scratch))
         except EvalsuiteError as e:
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
     text = to_markdown(report)
-    if markdown:
-        markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(text)
-    if junit:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(to_junit(report))
+    for path, body in ((markdown, text), (junit, to_junit(report) if junit else "")):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
     typer.echo(text, nl=False)
     if not report.passed:
         raise typer.Exit(1)
 
 
-def _one_run(sources, flag: str):
-    """A gate side is one run; a variant run id (MLflow) also picks that variant."""
+def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
+              variant_candidate: str | None, uri: str | None, scratch: Path):
+    from evalsuite.compare import open_sources
+    from evalsuite.gate import run_gate
+
+    base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
+    sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)
+             for i, ref in enumerate(candidates)]
+    return run_gate(base, sides, spec, rules_path)
+
+
+def _one_run(sources, flag: str, variant: str | None):
+    """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant."""
+    from evalsuite.gate import Side
+
     if len(sources) != 1:
         raise ConfigError(f"{flag}: give one run (this names {len(sources)}; an experiment holds several)")
     rd, only = sources[0]
-    return rd, next(iter(only)) if only and len(only) == 1 else None
+    picked = next(iter(only)) if only and len(only) == 1 else None
+    return Side(rd, picked or variant)
 
 
 def sync_command(

@@ -104,8 +104,8 @@ class RunDir:
             os.fsync(f.fileno())
 
     def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
-        """Rows written so far; a line cut short by a kill is dropped (it is redone)."""
-        path = self.samples_path(variant, task)
+        """Rows written so far; a line cut short by a kill is dropped (it is redone). Creates nothing."""
+        path = self.root / variant / "samples" / f"{task}.jsonl"
         if not path.exists():
             return []
         rows, seen = [], set()

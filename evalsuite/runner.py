@@ -16,6 +16,7 @@ from evalsuite.config import RunConfig, Variant
 from evalsuite.cuda import NvmlPeak, device_total_gib
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.errors import ConfigError, EvalsuiteError, UnsupportedVariant
+from evalsuite.metrics import interval_metrics
 from evalsuite.progress import Progress
 from evalsuite.records import RunDir
 from evalsuite.support import unsupported_reason
@@ -155,6 +156,7 @@ class Runner:
                 scores = self.run_task(engine, name, task, samples[task.name])
                 metrics += task.metrics(scores)
                 metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
+            metrics += interval_metrics(metrics)
             result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
             metrics += self._roofline(variant.model or model_dir, variant, metrics)
             result.metrics, result.status = metrics, "ok"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from evalsuite.cli import app
@@ -39,11 +40,26 @@ def test_table_and_deltas(run):
     assert c.deltas.at["bf16", "mmlu/acc"] == pytest.approx(5.0)  # points
     assert c.deltas.at["bf16", "engine/weights_gib"] == pytest.approx(100.0)  # percent
     assert c.deltas.at["fp8", "mmlu/acc"] == 0
-    assert c.columns[:2] == ["mmlu/acc", "latency/ttft_ms_p50"]
-    shown = c.shown()
-    assert shown.loc["fp8 (baseline)", "mmlu/acc"] == "0.850"
-    assert shown.loc["bf16", "mmlu/acc"] == "0.900 (+5.0 pt)"
-    assert shown.loc["int4", "status"] == "skipped" and shown.loc["int4", "mmlu/acc"] == "-"
+    # per-length latency rows, never the median pooled over lengths
+    assert c.columns[:5] == ["mmlu/acc", "latency/ttft_ms_p50/ctx512", "latency/ttft_ms_p50/ctx2048",
+                             "latency/itl_ms_p50/ctx512", "latency/itl_ms_p50/ctx2048"]
+    assert c.cell("fp8", "mmlu/acc") == ["0.850", "(.794–.893)"]  # Wilson 95% for 170/200
+    # bf16 answers 10 more of the same 200 items right and none wrong: +5 pt, paired 95% [+2.7, +9.0]
+    assert c.cell("bf16", "mmlu/acc") == ["0.900", "(.851–.934)", "+5.0 pt", "[+2.7, +9.0]"]
+    assert c.cell("int4", "mmlu/acc") == ["-"]
+    assert c.cell("bf16", "engine/weights_gib") == ["1.000", "+100.0%"]
+
+
+def test_table_fits_80_columns_and_names_the_method(run):
+    from evalsuite.compare_view import rich_tables
+
+    console = Console(width=80, record=True, file=io.StringIO())
+    for table in rich_tables(compare([(RunDir(run), None)]), 80):
+        console.print(table)
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "fp8 (baseline)" in text and "[+2.7, +9.0]" in text and "[low, high]" in text
+    assert text.count("fp8 (baseline)") == 2  # more variants than fit: a second table, baseline first again
 
 
 def test_baseline_choice(run):
@@ -69,10 +85,14 @@ def test_labels_disambiguate_across_runs(tmp_path):
 def test_formats(run):
     md = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
     assert md.exit_code == 0
-    assert "| variant | status | mmlu/acc |" in md.stdout and "| fp8 (baseline) | ok | 0.850 |" in md.stdout
+    assert "| metric | fp8 (baseline) | bf16 | waste | int4 |" in md.stdout
+    assert "| mmlu/acc | 0.850 (.794–.893) | 0.900 (.851–.934) +5.0 pt [+2.7, +9.0] |" in md.stdout
+    assert "exact McNemar; Tango score bounds" in md.stdout
     csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
     assert frame.at["bf16", "mmlu/acc delta"] == pytest.approx(5.0)
+    assert frame.at["bf16", "mmlu/acc delta ci95 low"] == pytest.approx(2.74, abs=0.01)
+    assert frame.at["fp8", "mmlu/acc ci95 low"] == pytest.approx(0.794, abs=0.001)
     assert "needle/acc/len4096" in frame.columns  # CSV holds every metric, not only the headline
     table = runner.invoke(app, ["compare", str(run), "--metric", "engine/*"])
     assert table.exit_code == 0 and "weights" in table.stdout and "mmlu/acc" not in table.stdout
@@ -117,3 +137,27 @@ def test_context_series_and_units():
 def test_not_a_run_dir(tmp_path):
     res = runner.invoke(app, ["compare", str(tmp_path)])
     assert res.exit_code == 2 and "not a run directory" in res.stderr
+
+
+def test_several_run_folders_side_by_side(tmp_path):
+    a = build_run(tmp_path, "20250101-000000-a", {"bf16": {"wrong": range(20)}, "fp8": {"wrong": range(24)}})
+    b = build_run(tmp_path, "20250105-000000-b", {"awq": {"wrong": range(30)}, "fp8": {}}, n=120)
+    res = runner.invoke(app, ["compare", str(a), f"{b}:awq", f"{b}:fp8", "--baseline", "20250101-000000-a:fp8",
+                              "--format", "markdown"])
+    assert res.exit_code == 0, res.output
+    assert "| metric | 20250101-000000-a:fp8 (baseline) | bf16 | awq | 20250105-000000-b:fp8 |" in res.stdout
+    c = compare([(RunDir(a), None), (RunDir(b), {"awq"})], "fp8")
+    # awq (run b, 120 items) pairs with fp8 (run a, 200 items) on the 120 ids both answered
+    # (0.75 vs 0.88 over all their items, but 0.75 vs 0.80 on the shared ones: the paired delta is shown)
+    assert c.cell("awq", "mmlu/acc")[2:] == ["-5.0 pt‡", "[-10.5, -1.7]"]
+    assert c.cell("bf16", "mmlu/acc")[2:] == ["+2.0 pt", "[+0.1, +5.0]"]
+    bad = runner.invoke(app, ["compare", str(a), f"{b}:nope"])
+    assert bad.exit_code == 2 and "no such variant" in bad.stderr
+
+
+def test_roofline_percentages_read_as_percent():
+    assert not is_unitless("roofline/ttft_pct_of_floor/ctx1024")
+    from evalsuite.compare import fmt_value
+
+    assert fmt_value("roofline/ttft_pct_of_floor/ctx1024", 131.4) == "131%"
+    assert fmt_value("mmlu/acc", 0.5) == "0.500"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli import app
 from evalsuite.errors import ConfigError
-from evalsuite.gate import Rules, load_rules, paired_drop
+from evalsuite.gate import Rules, load_rules
 from tests.mlflow_server import build_run
 
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "configs" / "gates" / "default.yaml"
@@ -98,7 +98,9 @@ def test_decision_rule_on_a_small_noisy_drop(tmp_path, decision, code):
     rules = rules_file(tmp_path, {"decision": decision, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
     assert res.exit_code == code, res.output
-    assert "paired, n=200" in res.output and "not significant" in res.output
+    assert "paired, n=200, 2 lost/0 gained; exact McNemar; Tango score bounds" in res.output
+    assert "95% bounds" in res.output and "| -0.35..+2.98 |" in res.output
+    assert "no significant drop" in res.output
 
 
 def test_per_task_override(tmp_path):
@@ -108,27 +110,19 @@ def test_per_task_override(tmp_path):
     assert res.exit_code == 0, res.output
 
 
-def test_paired_drop_statistics():
-    base = {f"q{i}": {"value": 1.0, "group": "a" if i < 50 else "b"} for i in range(100)}
-    cand = {k: {**v, "value": 0.0 if k in ("q0", "q1") else 1.0} for k, v in base.items()}
-    drop, se, n = paired_drop(base, cand, None)
-    assert (n, drop) == (100, pytest.approx(0.02))
-    assert se == pytest.approx(math.sqrt((2 * 0.98**2 + 98 * 0.02**2) / 99 / 100))
-    # stratified: both losses sit in group a, whose mean drop 0.04 is averaged with b's 0
-    drop, se, _ = paired_drop(base, cand, ["group"])
-    assert drop == pytest.approx(0.02)
-    assert se == pytest.approx(math.sqrt((2 * 0.96**2 + 48 * 0.04**2) / 49 / 50) / 2)
-    drop, _, _ = paired_drop(base, cand, ["group", "target"])
-    assert drop == pytest.approx(0.02)  # one target here, so the same two strata
-    assert paired_drop(base, {"other": {"value": 1.0}}, None) is None
-
-
 def test_group_metrics_are_paired_within_their_cell(tmp_path):
+    # 4 of 10 needle items at 4096 tokens lost: a 40-point drop, yet McNemar's exact p is 1/16, and
+    # 10 items cannot certify a 10-point limit at all (the bound with nothing lost is +21 points)
     base, cand = two_runs(tmp_path, {"needle": {1024: 1.0, 4096: 0.9}}, {"needle": {1024: 1.0, 4096: 0.5}})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
-    assert res.exit_code == 1
-    assert "| ❌ | `20250101-000001-cand:fp8` | accuracy by context length | `needle/acc/len4096`" in res.output
-    assert "paired, n=10" in res.output  # only the 4096-token items, matched via len4096_depth50
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if "`needle/acc/len4096`" in line)
+    assert row.startswith("| ⚠️ | `fp8` | accuracy by context length |")
+    assert "paired, n=10, 4 lost/0 gained" in row  # only the 4096-token items, matched via len4096_depth50
+    assert "insufficient n: even with no item changed the 95% bound is +21.3 pt > limit" in row
+    assert "| `fp8` | `needle/acc/len4096` | 10 | 10 pt |" in res.output  # the resolution table lists it
+    strict = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "insufficient_n": "fail"})
+    assert gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(strict)).exit_code == 1
 
 
 def test_unpaired_fallback_uses_reported_stderr(tmp_path):
@@ -147,10 +141,10 @@ def test_every_candidate_variant_is_compared_with_the_config_baseline(tmp_path):
     res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(DEFAULT_RULES), "--junit", str(junit))
     assert res.exit_code == 1
     suites = {s.get("name").split(" vs ")[0]: s for s in ET.parse(junit).getroot().iter("testsuite")}
-    assert set(suites) == {f"20250101-000000-all:{v}" for v in ("fp8", "big", "int4")}
-    assert suites["20250101-000000-all:fp8"].get("failures") == "0"
-    assert suites["20250101-000000-all:big"].get("failures") == "1"
-    assert suites["20250101-000000-all:int4"].get("skipped") == "1"  # skipped on purpose is not a failure
+    assert set(suites) == {"fp8", "big", "int4"}  # names are unique: no run prefix
+    assert suites["fp8"].get("failures") == "0"
+    assert suites["big"].get("failures") == "1"
+    assert suites["int4"].get("skipped") == "1"  # skipped on purpose is not a failure
 
 
 def test_failed_candidate_fails(tmp_path):
@@ -208,3 +202,112 @@ def test_rules_model_first_match_wins():
                                             {"metrics": "*/acc", "max_drop_points": 1}]})
     assert rules.rule_for("mmlu/acc").limit_for("mmlu/acc") == 5
     assert rules.rule_for("legal/acc").limit_for("legal/acc") == 1
+
+
+@pytest.mark.parametrize("n", [5, 12, 40, 200])
+@pytest.mark.parametrize("decision", ["upper_bound", "point", "lower_bound"])
+def test_identical_runs_never_fail(tmp_path, n, decision):
+    spec = {"wrong": range(0, n, 3), "needle": {1024: 0.8}}
+    base, cand = two_runs(tmp_path, spec, spec, n=n)
+    rules = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "decision": decision})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 0, res.output
+    assert "❌" not in res.output and "significant drop" in res.output
+    # upper_bound: 10 needle items cannot certify 10 pt; point: one of n items is more than 2 pt below n=50;
+    # lower_bound: only fewer than min_n items
+    warn = {"upper_bound": True, "point": n < 50, "lower_bound": n < 10}[decision]
+    assert ("\n| ⚠️ |" in res.output) == warn, res.output
+
+
+def test_swapped_runs_flip_the_change(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": range(10)}, {"wrong": range(16)})
+    rules = rules_file(tmp_path, {"decision": "point", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 5}]})
+
+    def row(a, b):
+        out = gate("--baseline", str(a), "--candidate", str(b), "--rules", str(rules)).output
+        return next(line for line in out.splitlines() if "`mmlu/acc`" in line).split(" | ")
+
+    ab, ba = row(base, cand), row(cand, base)
+    assert ab[6] == "+3.00 pt" and ba[6] == "-3.00 pt"
+    low, high = ab[7].split("..")
+    assert ba[7] == f"{-float(high):+.2f}..{-float(low):+.2f}"
+
+
+def test_insufficient_n_follows_the_configured_decision(tmp_path):
+    # 12 items: one changed answer is 8.3 points against a 2-point limit, so no decision is possible
+    base, cand = two_runs(tmp_path, {"wrong": []}, {"wrong": [0]}, n=12)
+    for outcome, code in (("warn", 0), ("pass", 0), ("fail", 1)):
+        rules = rules_file(tmp_path, {"decision": "point", "insufficient_n": outcome,
+                                      "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+        res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+        assert res.exit_code == code, res.output
+        assert "insufficient n: one item moves the score by 8.3 pt > limit" in res.output
+    few = rules_file(tmp_path, {"min_n": 20, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(few))
+    assert "insufficient n: n=12 paired items < min_n 20" in res.output and res.exit_code == 0
+
+
+def test_a_drop_shown_to_exceed_the_limit_fails_even_when_n_is_small(tmp_path):
+    base, cand = two_runs(tmp_path, {"wrong": []}, {"wrong": range(20)}, n=20)  # all 20 lost
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "insufficient n: even with no item changed" in res.output
+    assert "but the drop is shown to exceed the limit" in res.output
+
+
+def test_holm_adjustment_decides_and_can_be_turned_off(tmp_path):
+    # three candidates each losing 5 of 200 items and gaining none: McNemar's one-sided p = 1/32 each
+    run = build_run(tmp_path / "runs", "20250101-000000-h",
+                    {"bf16": {}, **{f"c{i}": {"wrong": range(5 * i, 5 * i + 5)} for i in range(3)}}, baseline="bf16")
+    spec = {"decision": "lower_bound", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 0}]}
+    for adjust, code in (("holm", 0), ("none", 1)):
+        rules = rules_file(tmp_path, {**spec, "adjust": adjust})
+        res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(rules))
+        assert res.exit_code == code, res.output
+    assert "Holm-adjusted over the gate's 3 accuracy check(s)" in gate(
+        "--baseline", str(run), "--candidate", str(run), "--rules", str(rules_file(tmp_path, spec))).output
+
+
+def test_baseline_and_candidates_from_different_run_folders(tmp_path):
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {}, "fp8": {"wrong": range(2)}})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {"wrong": range(3)}, "fp8": {}}, n=150)
+    junit = tmp_path / "g.xml"
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--candidate", f"{a}:fp8",
+               "--candidate", f"{b}:fp8", "--rules", str(DEFAULT_RULES), "--junit", str(junit))
+    assert res.exit_code in (0, 1), res.output
+    suites = {s.get("name") for s in ET.parse(junit).getroot().iter("testsuite")}
+    # fp8 exists in both runs, so it is named run:variant; awq and the baseline are unique
+    assert suites == {"awq vs bf16", "20250101-000000-A:fp8 vs bf16", "20250102-000000-B:fp8 vs bf16"}
+    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
+    assert "paired, n=150 of 200/150" in row  # only the ids both runs answered
+    assert gate("--baseline", f"{a}:nope", "--candidate", str(b), "--rules", str(DEFAULT_RULES)).exit_code == 2
+
+
+def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
+    base, cand = two_runs(tmp_path, {"ttft": {512: 10.0, 4096: 100.0}}, {"ttft": {512: 20.0, 4096: 100.0}})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1
+    assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
+    assert "latency/ttft_ms_p50 (pooled over prompt lengths; judged per length)" in res.output
+    from evalsuite.gate import relative_check
+
+    spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
+    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20)
+    assert check.status == "warn" and "p99 from 20 samples (needs >= 100" in check.detail
+    named = rules_file(tmp_path, {"rules": [{"metrics": ["latency/ttft_ms_p99", "latency/ttft_ms_p50/ctx*"],
+                                             "max_growth_pct": 10}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(named))
+    assert "latency/ttft_ms_p99 (not in the baseline (a tail percentile q is recorded only with" in res.output
+
+
+def test_plan_states_what_n_resolves(tmp_path):
+    res = gate("--plan", str(DEFAULT_RULES), "--n", "500")
+    assert res.exit_code == 0, res.output
+    # 5% discordance, 80% power, 95% one-sided: (1.645 + 0.842) * sqrt(0.05 / 500) = 2.49 points
+    assert "is **2.49 pt**" in res.output
+    assert "| accuracy | `*/acc, */exact_match` | 2 pt | 2.49 pt | 773 | ⚠️ limit below resolution |" in res.output
+    assert "| accuracy by context length | `*/acc/len*, */acc/ctx*` | 10 pt | 2.49 pt | 31 | ok |" in res.output
+    assert "Assumptions: 5% of items change answer" in res.output
+    assert "is **1.11 pt**" in gate("--plan", str(DEFAULT_RULES), "--n", "500", "--discordance", "0.01").output
+    assert gate("--plan", str(DEFAULT_RULES)).exit_code == 2
+    assert gate("--rules", str(DEFAULT_RULES)).exit_code == 2

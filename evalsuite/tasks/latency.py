@@ -48,18 +48,33 @@ class LatencyTask:
         return Score(sample_id=sample.id, task=self.name, value=1.0, pred="", target="", group=sample.group, extra=extra)
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
-        out: list[Metric] = []
+        """Per metric the pooled summary, and with several prompt lengths one per length
+        (`.../ctx<N>`): a median over mixed lengths describes no request anyone sends."""
         groups = sorted({s.group for s in scores}, key=lambda g: int(g or 0))
-        for key in ("ttft_ms", "itl_ms", "e2e_ms"):
-            out += latency_summary([s.extra.get(key) for s in scores], f"latency/{key}")
+        out: list[Metric] = []
+        for key, values in SERIES.items():
+            out += latency_summary(values(scores), f"latency/{key}")
             for g in groups if len(groups) > 1 else []:
-                sub = [s.extra.get(key) for s in scores if s.group == g]
+                sub = [s for s in scores if s.group == g]
                 out += [Metric(name=f"{m.name}/ctx{g}", value=m.value, stderr=m.stderr, n=m.n)
-                        for m in latency_summary(sub, f"latency/{key}")]
-        decode = [(s.extra["output_tokens"] - 1) / (s.extra["e2e_ms"] - s.extra["ttft_ms"]) * 1000
-                  for s in scores if s.extra.get("e2e_ms") and s.extra.get("ttft_ms") is not None
-                  and s.extra["e2e_ms"] > s.extra["ttft_ms"]]
-        out += latency_summary(decode, "latency/decode_tok_per_s")
-        prefill = [s.extra["prompt_tokens"] / s.extra["ttft_ms"] * 1000 for s in scores if s.extra.get("ttft_ms")]
-        out += latency_summary(prefill, "latency/prefill_tok_per_s")
+                        for m in latency_summary(values(sub), f"latency/{key}")]
         return out
+
+
+def _decode(scores: list[Score]) -> list[float]:
+    return [(s.extra["output_tokens"] - 1) / (s.extra["e2e_ms"] - s.extra["ttft_ms"]) * 1000
+            for s in scores if s.extra.get("e2e_ms") and s.extra.get("ttft_ms") is not None
+            and s.extra["e2e_ms"] > s.extra["ttft_ms"]]
+
+
+def _prefill(scores: list[Score]) -> list[float]:
+    return [s.extra["prompt_tokens"] / s.extra["ttft_ms"] * 1000 for s in scores if s.extra.get("ttft_ms")]
+
+
+def _timing(key: str):
+    return lambda scores: [s.extra.get(key) for s in scores]
+
+
+# metric key -> how to read its values from a list of scores
+SERIES = {"ttft_ms": _timing("ttft_ms"), "itl_ms": _timing("itl_ms"), "e2e_ms": _timing("e2e_ms"),
+          "decode_tok_per_s": _decode, "prefill_tok_per_s": _prefill}

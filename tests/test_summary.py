@@ -1,0 +1,22 @@
+"""The terminal summary after a run: intervals beside accuracies, and what the run's n can resolve."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from evalsuite.records import RunDir
+from evalsuite.summary import print_summary
+from tests.mlflow_server import build_run
+
+
+def test_summary_shows_wilson_intervals_and_resolution(tmp_path):
+    run = build_run(tmp_path, "20250101-000000-s", {"bf16": {"wrong": range(3)}, "kv_fp8": {"wrong": range(4)}}, n=12)
+    console = Console(width=160, record=True, file=io.StringIO())
+    print_summary(RunDir(run).load_run(), console)
+    text = console.export_text()
+    assert "0.750 (0.468–0.911)" in text  # 9/12, Wilson 95%
+    assert "accuracy: value (95% interval; Wilson for a proportion)" in text
+    # 12 items: even with no answer changed the one-sided 95% bound is z^2/(12+z^2) = 18.4 points
+    assert "mmlu/acc 18.4 pt (n=12)" in text and "gate --plan" in text
