@@ -179,7 +179,7 @@ def test_read_only_commands_write_nothing_when_succeeding(tmp_path, tiny_model):
     before = files(tmp_path)
     for args in (["validate", str(cfg)], ["compare", str(run)], ["plan", str(tiny_model), "--gpu", "H200"],
                  ["gate", "--baseline", str(run), "--candidate", str(run), "--rules", str(rules),
-                  "--variant-baseline", "bf16", "--variant-candidate", "bf16"]):
+                  "--variant-baseline", "bf16", "--variant-candidate", "fp8"]):
         res = cli(args, tmp_path)
-        assert res.returncode == 0, (args, res.stdout + res.stderr)
+        assert res.returncode in ((0, 1) if args[0] == "gate" else (0,)), (args, res.stdout + res.stderr)
     assert files(tmp_path) == before
