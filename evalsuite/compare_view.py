@@ -49,7 +49,7 @@ def add_intervals(c: Comparison) -> None:
                     c.intervals[(e.label, m.name)] = ci
     base = next(e for e in c.entries if e.label == c.baseline)
     for e in c.entries:
-        if e is base or e.result.status != "ok":
+        if e is base or e.result.status not in ("ok", "partial"):
             continue
         for metric in c.columns:
             if is_unitless(metric) and base.result.metric(metric) and e.result.metric(metric):

@@ -41,6 +41,9 @@ from evalsuite.stats import PairedTest, best_case_bound, holm, items_needed, res
 from evalsuite.types import VariantResult
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
+# partial: an interrupted variant scored from what it recorded; items are paired by id, so only
+# what both sides answered is compared, and every check states its n.
+USABLE = ("ok", "partial")
 PERCENTILE = re.compile(r"_p(\d+)(/|$)")
 
 
@@ -288,7 +291,7 @@ def _pooled_latency(metric: str, names: set[str]) -> bool:
 def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check]:
     """Every baseline metric that a rule names, checked against the candidate."""
     cand = pair.cand
-    if cand.status != "ok":
+    if cand.status not in USABLE:
         status = "skip" if cand.status == "skipped" and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
     bm, cm = flat_metrics(pair.base), flat_metrics(cand)
@@ -342,7 +345,7 @@ def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
     v = record.variant(name)
     if v is None:
         raise ConfigError(f"--baseline: {name!r} is not a variant of run {record.run_id} (allowed: {', '.join(names)})")
-    if v.status != "ok":
+    if v.status not in USABLE:
         raise ConfigError(f"baseline variant {name!r} of run {record.run_id} is {v.status}: {v.reason or '-'}")
     return v
 

@@ -46,7 +46,7 @@ def accuracy_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    ok = frame[frame["status"].isin(["ok", "partial"])] if "status" in frame else frame
     return ok.reindex(columns=cols).apply(pd.to_numeric, errors="coerce")
 
 

@@ -48,7 +48,7 @@ def _fmt(value, fmt: str) -> str:
 
 
 def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, str]]) -> list[str]:
-    cells = [v.variant, {"ok": "[green]ok", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
+    cells = [v.variant, {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
     for name in accuracy:
         m = v.metric(name)
         ci = accuracy_interval(m) if m is not None else None

@@ -106,7 +106,8 @@ class EngineStats(_Model):
     source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed"
 
 
-Status = Literal["ok", "failed", "skipped", "running", "pending"]
+# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`)
+Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 
 
 class VariantResult(_Model):

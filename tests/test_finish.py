@@ -1,0 +1,62 @@
+"""`evalsuite finish`: an interrupted run's recorded samples become a `partial` variant that
+compare and gate read, with no engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from evalsuite.finish import finish_run
+from evalsuite.records import RunDir
+from evalsuite.types import RunRecord, Score, VariantResult
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def interrupted_run(root: Path, wrong: set[int], recorded: int = 150) -> Path:
+    """Two variants: bf16 interrupted after its mmlu and 3 needle cells, fp8 before any sample."""
+    rd = RunDir(root)
+    rd.write_config({"model": {"hub": "org/tiny", "name": "tiny"}, "variants": {"bf16": {}, "fp8": {}},
+                     "tasks": [{"type": "mmlu", "num_fewshot": 0},
+                               {"type": "needle", "lengths": [1024], "depths": [0.0, 1.0]}], "seed": 0})
+    rd.write_run(RunRecord(run_id=root.name, model="tiny"))  # killed before any variant ended
+    for name in ("bf16", "fp8"):
+        rd.write_result(VariantResult(variant=name, status="running"))
+    rows = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0, pred="A", target="A",
+                  group="law") for i in range(recorded)]
+    rd.append_samples("bf16", "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                       for s in rows])
+    cells = [Score(sample_id=f"n{i}", task="needle", value=1.0, pred="7", target="7", group="len1024_depth0",
+                   extra={"length": 1024, "depth": 0, "seed": i}) for i in range(3)]
+    rd.append_samples("bf16", "needle", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                         for s in cells])
+    return root
+
+
+def test_finish_scores_what_was_recorded(tmp_path):
+    root = interrupted_run(tmp_path / "r1", wrong=set(range(30)))
+    record = finish_run(root, tmp_path / "cache")
+    bf16 = record.variant("bf16")
+    assert bf16.status == "partial" and "mmlu 150" in bf16.reason and "needle 3" in bf16.reason
+    metrics = {m.name: m for m in bf16.metrics}
+    assert metrics["mmlu/acc"].value == 120 / 150 and metrics["mmlu/acc"].n == 150
+    assert metrics["needle/acc"].value == 1.0
+    assert metrics["mmlu/acc_ci95_low"].value < 0.8 < metrics["mmlu/acc_ci95_high"].value
+    assert record.variant("fp8").status == "partial" and record.variant("fp8").metrics == []
+    assert RunDir(root).load_result("bf16").status == "partial"  # written back, so a re-read agrees
+
+
+def test_gate_pairs_partial_variants_by_id(tmp_path):
+    base = finish_run(interrupted_run(tmp_path / "base", wrong=set()), tmp_path / "cache")
+    cand = finish_run(interrupted_run(tmp_path / "cand", wrong=set(range(40)), recorded=100), tmp_path / "cache")
+    assert base.variant("bf16").status == cand.variant("bf16").status == "partial"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - {name: accuracy, metrics: [mmlu/acc], max_drop_points: 2.0}\n")
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "gate", "--baseline", f"{tmp_path / 'base'}:bf16",
+                          "--candidate", f"{tmp_path / 'cand'}:bf16", "--rules", str(rules), "--markdown",
+                          str(tmp_path / "gate.md")], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    report = (tmp_path / "gate.md").read_text()
+    assert "n=100" in report and "40 lost/0 gained" in report and "exact McNemar" in report
