@@ -88,7 +88,8 @@ def test_no_choice_in_the_top_k_is_wrong_even_for_the_first_choice():
         assert sc.pred == "" and sc.value == 0.0 and sc.extra["found"] == 0
         assert sc.extra["no_choice"] is True and sc.extra["tie"] is False
     # folding finds the bare "A" in the second case
-    folded = score_choice("t", _sample("A"), Completion(text="A", top_logprobs=[{"The": -0.1, "A": -0.5}]), tokens="fold")
+    bare = Completion(text="A", top_logprobs=[{"The": -0.1, "A": -0.5}])
+    folded = score_choice("t", _sample("A"), bare, tokens="fold")
     assert folded.pred == "A" and folded.value == 1.0
 
 

@@ -5,16 +5,17 @@ as "Clause: ...\\nLabel: Yes|No") with `{{text}}` replaced by the test clause. T
 are exactly instruction + train.tsv examples, so a prompt with fewer shots (`num_fewshot`) or
 without a base prompt (the hub copy has none) is built the same way from train.tsv. The answer
 is read from the next token's log-probabilities of " Yes" and " No" (case-insensitive, as
-LegalBench normalizes generations; "Yes" and "No" in chat mode, as lm-eval), one request per clause; `choice_tokens: fold` also counts
-"Yes"/"No" without the space (see evalsuite.tasks.choice, also for ties and items with neither
-label in the top-k, reported as `legal/tie_rate` and `legal/no_choice_rate`).
+LegalBench normalizes generations; "Yes" and "No" in chat mode, as lm-eval), one request per
+clause; `choice_tokens: fold` also counts them with or without the space (see
+evalsuite.tasks.choice, also for ties and items with neither label in the top-k, reported as
+`legal/tie_rate` and `legal/no_choice_rate`).
 
 `limit_per_task` draws a label-stratified sample, seeded per task and label, with equal counts
 of Yes and No where both have enough items (the rest from the larger label). Equal, not
 proportional: balanced accuracy is the mean of the two labels' recalls, so its standard error
-is smallest with the same n behind each recall, and a subset can never lose a label (CUAD's
-test sets are near 50/50 anyway, so the two allocations differ by a few items). Plain `acc`
-on such a subset weights the labels equally rather than as the full test set does.
+is smallest with the same n behind each recall, and a subset of two or more items never loses
+a label (CUAD's test sets are near 50/50 anyway, so the two allocations differ by a few
+items). Plain `acc` on such a subset weights the labels equally, not as the full test set does.
 """
 
 from __future__ import annotations
