@@ -6,7 +6,8 @@ from evalsuite.data import read_records
 from evalsuite.errors import ConfigError
 from evalsuite.tasks import legal as legal_mod
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.legal import LegalConfig, build_template, fill_template, instruction_of
+from evalsuite.tasks.legal import (LegalConfig, build_template, fill_template, instruction_of, label_quotas,
+                                  stratified_subset)
 from evalsuite.types import Completion, Score
 
 # ../shared beside the checkout; read in place, never copied into the repository
@@ -62,6 +63,69 @@ def test_limit_per_task_is_seeded_and_deterministic(tmp_path):
 
 
 @needs_cuad
+def test_limit_per_task_keeps_both_labels_in_every_cuad_task(tmp_path):
+    samples = LegalConfig(data_dir=str(CUAD), limit_per_task=4).build(_ctx(tmp_path)).samples()
+    by_task = {}
+    for s in samples:
+        by_task.setdefault(s.group, []).append(s.target)
+    assert all(sorted(t) == ["No", "No", "Yes", "Yes"] for t in by_task.values())
+
+
+@pytest.mark.parametrize("counts, limit, want", [
+    ({"Yes": 50, "No": 50}, 5, {"No": 2, "Yes": 3}),  # the odd item: larger label, then later name
+    ({"Yes": 50, "No": 60}, 5, {"Yes": 2, "No": 3}),
+    ({"Yes": 3, "No": 100}, 10, {"Yes": 3, "No": 7}),  # a short label gives its rest to the other
+    ({"Yes": 9}, 4, {"Yes": 4}),
+    ({"Yes": 1, "No": 1}, 1, {"No": 0, "Yes": 1}),
+])
+def test_label_quotas(counts, limit, want):
+    assert label_quotas(counts, limit) == want
+
+
+def test_stratified_subset_is_balanced_seeded_and_ordered():
+    labels = ["No"] * 90 + ["Yes"] * 10  # a 10% label, that a plain 10-of-100 draw loses a third of the time
+    pick = stratified_subset(labels, 10, seed=0, stratum="t")
+    assert pick == sorted(pick) and len(set(pick)) == 10
+    assert sorted(labels[i] for i in pick) == ["No"] * 5 + ["Yes"] * 5
+    assert stratified_subset(labels, 10, seed=0, stratum="t") == pick
+    assert stratified_subset(labels, 10, seed=1, stratum="t") != pick
+    assert stratified_subset(labels, 10, seed=0, stratum="u") != pick
+    assert stratified_subset(labels, None, 0, "t") == stratified_subset(labels, 100, 0, "t") == list(range(100))
+    for seed in range(50):
+        for limit in (2, 3, 7):
+            assert {labels[i] for i in stratified_subset(labels, limit, seed, "t")} == {"No", "Yes"}
+
+
+def _write_task(root, name, labels):
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text("answer\ttext\nYes\tA clause.\nNo\tAnother.\n")
+    rows = "".join(f"{i}\t{a}\tClause {i}.\n" for i, a in enumerate(labels))
+    (folder / "test.tsv").write_text("index\tanswer\ttext\n" + rows)
+
+
+def test_limit_per_task_draws_label_stratified(tmp_path):
+    _write_task(tmp_path / "data", "skewed", ["Yes"] * 3 + ["No"] * 27)
+    _write_task(tmp_path / "data", "even", ["Yes", "No"] * 10)
+
+    def targets(seed, tasks=None):
+        samples = LegalConfig(data_dir="data", limit_per_task=6, tasks=tasks).build(_ctx(tmp_path, seed=seed)).samples()
+        return [(s.id, s.target) for s in samples]
+
+    first = targets(0)
+    assert sorted(t for i, t in first if i.startswith("skewed/")) == ["No"] * 3 + ["Yes"] * 3
+    assert sorted(t for i, t in first if i.startswith("even/")) == ["No"] * 3 + ["Yes"] * 3
+    assert targets(0) == first and targets(1) != first
+    assert targets(0, ["skewed"]) == [x for x in first if x[0].startswith("skewed/")]
+
+
+def test_bad_label_is_a_config_error(tmp_path):
+    _write_task(tmp_path / "data", "odd", ["Yes", "Maybe"])
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir: odd/test: label 'Maybe'"):
+        LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
+
+
+@needs_cuad
 def test_unknown_task_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"tasks\.legal\.tasks.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
         LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"]).build(_ctx(tmp_path)).samples()
@@ -110,6 +174,15 @@ def test_scoring_reads_yes_no_in_any_case(tmp_path):
     s = Sample(id="t/test/0", task="legal", request=choice_request(prompt="p"), target="No", choices=["Yes", "No"], group="t")
     sc = task.score(s, Completion(text=" no", top_logprobs=[{" no": -0.4, " Yes": -1.1, "No": -2.0}]))
     assert sc.pred == "No" and sc.value == 1.0 and sc.extra["logprobs"] == {"Yes": -1.1, "No": -0.4}
+    # the bare "No" is not the token after "Label:" unless folded
+    bare = Completion(text="No", top_logprobs=[{"No": -0.1, "yes": -0.2, " Yes": -1.5}])
+    assert task.score(s, bare).pred == "Yes"
+    fold = LegalConfig(data_dir="x", choice_tokens="fold").build(_ctx(tmp_path))
+    assert fold.score(s, bare).pred == "No"
+    nothing = task.score(s, Completion(text="The", top_logprobs=[{"The": -0.1}]))
+    assert nothing.pred == "" and nothing.value == 0.0 and nothing.extra["no_choice"]
+    m = {x.name: x for x in task.metrics([sc, nothing])}
+    assert m["legal/no_choice_rate"].value == 0.5 and m["legal/tie_rate"].value == 0.0
 
 
 def _s(task, target, pred):

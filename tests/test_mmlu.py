@@ -8,6 +8,7 @@ from evalsuite.errors import ConfigError
 from evalsuite.tasks import mmlu as mmlu_mod
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.mmlu import CATEGORIES, SUBJECTS, MMLUConfig, build_prompt, chat_messages
+from evalsuite.tasks.choice import LETTERS, target_delimiter
 from evalsuite.types import Completion, Score
 
 LMEVAL_MMLU = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks/mmlu" if importlib.util.find_spec("lm_eval") else None
@@ -47,15 +48,20 @@ def _ctx(tmp_path, **kw):
     return TaskContext(base_dir=tmp_path, cache_dir=tmp_path / "cache", **kw)
 
 
-def _lmeval_prompts(subject, data_files, k, chat=False):
-    """Prompts as lm-eval 0.4.13's own mmlu task classes build them over the same files."""
+def _lmeval_task(subject, data_files, k):
+    """lm-eval 0.4.13's own mmlu task class over the same files."""
     yaml = pytest.importorskip("yaml")
     task_mod = pytest.importorskip("lm_eval.api.task")
     base = yaml.safe_load((LMEVAL_MMLU / "default/_default_template_yaml").read_text())
     sub = yaml.safe_load((LMEVAL_MMLU / f"default/mmlu_{subject}.yaml").read_text())
     cfg = dict(base, task=f"t_{subject}", description=sub["description"], num_fewshot=k,
                dataset_path="json", dataset_kwargs={"data_files": {k2: str(v) for k2, v in data_files.items()}})
-    task = task_mod.ConfigurableTask(config=cfg)
+    return task_mod.ConfigurableTask(config=cfg)
+
+
+def _lmeval_prompts(subject, data_files, k, chat=False):
+    """Prompts as lm-eval 0.4.13's own mmlu task classes build them over the same files."""
+    task = _lmeval_task(subject, data_files, k)
     render = (lambda msgs, add_generation_prompt: json.dumps([msgs, add_generation_prompt])) if chat else None
     return [task.fewshot_context(doc, k, apply_chat_template=chat, chat_template=render) for doc in task.test_docs()]
 
@@ -108,6 +114,33 @@ def test_chat_messages_match_lmeval_apply_chat_template(data_dir, tmp_path):
     assert all(s.request.prompt is None and s.request.prompt_token_ids for s in samples)
     files = {"test": data_dir / "anatomy" / "test.jsonl", "dev": data_dir / "anatomy" / "dev.jsonl"}
     assert [json.dumps(c) for c in tok.calls] == _lmeval_prompts("anatomy", files, 5, chat=True)
+
+
+@pytest.mark.skipif(LMEVAL_MMLU is None, reason="lm-eval not installed")
+@pytest.mark.parametrize("chat", [False, True])
+def test_choice_tokens_are_lmevals_continuations(data_dir, chat):
+    """The token read for each letter is the continuation lm-eval 0.4.13 scores: " A" after
+    "Answer:", "A" after a chat template's assistant turn."""
+    files = {"test": data_dir / "anatomy" / "test.jsonl", "dev": data_dir / "anatomy" / "dev.jsonl"}
+    task = _lmeval_task("anatomy", files, 5)
+    reqs = task.construct_requests(task.test_docs()[0], "ctx", apply_chat_template=chat)
+    assert [r.arguments for r in reqs] == [("ctx", target_delimiter(chat) + letter) for letter in LETTERS]
+
+
+def test_scoring_convention_plain_chat_and_fold(data_dir, tmp_path):
+    """Known answers: most mass on the bare "B", less on " A"."""
+    top = [{"B": -0.1, " A": -2.0, " C": -2.5}]
+
+    def pred(**kw):
+        ctx = _ctx(tmp_path, tokenizer=_ChatTok()) if kw.get("chat") else _ctx(tmp_path)
+        task = MMLUConfig(data_dir=str(data_dir), subjects=["philosophy"], **kw).build(ctx)
+        return task.score(task.samples()[0], Completion(text="B", top_logprobs=top)).pred
+
+    assert pred() == "A"  # lm-eval reads " A": the bare "B" is not its token
+    assert pred(chat=True) == "B"  # in chat mode lm-eval reads the bare letters
+    assert pred(choice_tokens="fold") == "B"
+    with pytest.raises(ValueError):
+        MMLUConfig(choice_tokens="max")
 
 
 def test_chat_needs_a_template(tmp_path):
@@ -219,6 +252,21 @@ def test_metrics_micro_macro_category_subject(data_dir, tmp_path):
     assert "mmlu/acc/other" not in m
     assert m["mmlu/acc/anatomy"].value == 1.0 and m["mmlu/acc/anatomy"].n == 3
     assert task.primary_metric == "mmlu/acc"
+    assert "mmlu/no_choice_rate" not in m  # these scores carry no log-probabilities
+
+
+def test_no_choice_and_tie_rates(data_dir, tmp_path):
+    task = MMLUConfig(data_dir=str(data_dir), subjects=["philosophy"]).build(_ctx(tmp_path))
+    samples = task.samples()  # targets A, B, C, D
+    tops = [{"The": -0.1, "A": -0.2},  # no letter after a space: wrong, although the target is A
+            {" A": -0.7, " B": -0.7},  # tie: goes to A, wrong for target B
+            {" C": -0.1},
+            {" D": -0.3, " A": -0.3}]  # tie: goes to A, wrong for target D
+    scores = [task.score(s, Completion(text="x", top_logprobs=[t])) for s, t in zip(samples, tops)]
+    assert [sc.pred for sc in scores] == ["", "A", "C", "A"] and [sc.value for sc in scores] == [0, 0, 1, 0]
+    m = {x.name: x for x in task.metrics(scores)}
+    assert m["mmlu/acc"].value == 0.25
+    assert m["mmlu/no_choice_rate"].value == 0.25 and m["mmlu/tie_rate"].value == 0.5 and m["mmlu/tie_rate"].n == 4
 
 
 def test_name_is_the_metric_prefix(data_dir, tmp_path):

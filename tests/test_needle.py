@@ -11,9 +11,9 @@ from evalsuite.errors import ConfigError
 from evalsuite.haystack import TokenHaystack, load_documents, resolve_source, split_front_matter, splice
 from evalsuite.tasks import TaskConfig
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.needle import NeedleConfig, schedule_cells, value_in
+from evalsuite.tasks.needle import NeedleConfig, named_values, needle_value, schedule_cells, value_in
 from evalsuite.testing import train_tokenizer
-from evalsuite.types import Completion, Metric, VariantResult
+from evalsuite.types import Completion, Metric, Score, VariantResult
 
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but "
          "have an they you were her she there all one their we can has more when will would who so no time "
@@ -159,6 +159,91 @@ def test_multivalue_scoring_fraction_and_all(tokenizer, hay_dir):
     assert strict.score(s, _completion(half)).value == 0.0
 
 
+def test_named_values_and_thousands_separators():
+    assert named_values("1234567, 7654321 and 1,234,567 again") == ["1234567", "7654321"]
+    assert named_values("1234567,7654321") == ["1234567", "7654321"]  # a list without spaces: two values
+    assert named_values("12345678 123456 2024") == []  # other lengths are not needle values
+    assert value_in("7654321", "1234567,7654321") and not value_in("1234567", "12345677654321")
+
+
+@pytest.mark.parametrize("found, asked, extra, scoring, want", [
+    (1, 1, 0, "fraction", 1.0), (1, 1, 1, "fraction", 0.0), (0, 1, 0, "fraction", 0.0),
+    (4, 4, 0, "fraction", 1.0), (4, 4, 1, "fraction", 0.8), (2, 4, 0, "fraction", 0.5), (2, 4, 2, "fraction", 1 / 3),
+    (4, 4, 1, "all", 0.0), (4, 4, 0, "all", 1.0), (3, 4, 0, "all", 0.0),
+])
+def test_needle_value_rule(found, asked, extra, scoring, want):
+    assert needle_value(found, asked, extra, scoring) == pytest.approx(want)
+
+
+def test_multikey_answer_naming_a_decoy_is_wrong_unless_ignored(tokenizer, hay_dir):
+    """Listing every number of the text used to get full marks; by default it gets none."""
+    penalize = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multikey")
+    ignore = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multikey", decoys="ignore")
+    assert penalize.cfg.decoys == "penalize"
+    s = penalize.samples()[0]
+    answer, decoys = s.meta["answers"][0], s.meta["distractors"]
+    everything = _completion(", ".join([*decoys[:1], answer, *decoys[1:]]))
+    sc = penalize.score(s, everything)
+    assert sc.value == 0.0 and sc.extra["distractor_hits"] == decoys and sc.extra["extras"] == decoys
+    assert ignore.score(s, everything).value == 1.0
+    one_decoy = _completion(f"{answer} (or maybe {decoys[1]})")
+    assert penalize.score(s, one_decoy).value == 0.0 and ignore.score(s, one_decoy).value == 1.0
+    assert penalize.score(s, _completion(f" {answer}.")).value == 1.0
+
+
+def test_single_needle_with_an_unplanted_value(tokenizer, hay_dir):
+    penalize = build(tokenizer, hay_dir, lengths=[512], depths=[0.5])
+    ignore = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], decoys="ignore")
+    s = penalize.samples()[0]
+    answer = s.meta["answers"][0]
+    other = next(v for v in ("1000000", "9999999") if v != answer)
+    sc = penalize.score(s, _completion(f"{answer} or {other}"))
+    assert sc.value == 0.0 and sc.extra["extras"] == [other] and sc.extra["distractor_hits"] == []
+    assert ignore.score(s, _completion(f"{answer} or {other}")).value == 1.0
+
+
+def test_multivalue_extra_values_cost_like_missed_ones(tokenizer, hay_dir):
+    frac = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multivalue", num_values=4)
+    s = frac.samples()[0]
+    answers = s.meta["answers"]
+    unplanted = [v for v in ("1000000", "1000001", "9999999") if v not in answers][:2]
+    assert frac.score(s, _completion(" ".join(answers + unplanted[:1]))).value == pytest.approx(4 / 5)
+    assert frac.score(s, _completion(" ".join(answers[:2] + unplanted))).value == pytest.approx(2 / 6)
+    assert frac.score(s, _completion(" ".join(answers + answers))).value == 1.0  # repeats are no extras
+    strict = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multivalue", num_values=4, scoring="all")
+    assert strict.score(s, _completion(" ".join(answers + unplanted[:1]))).value == 0.0
+    lax = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multivalue", num_values=4, decoys="ignore")
+    assert lax.score(s, _completion(" ".join(answers[:2] + unplanted))).value == 0.5
+
+
+def test_decoy_and_extra_value_rates(tokenizer, hay_dir):
+    task = build(tokenizer, hay_dir, lengths=[512, 1024], depths=[0.0, 0.5], needle="multikey")
+    samples = task.samples()
+    assert len(samples) == 4
+    texts = [s.meta["answers"][0] for s in samples]
+    texts[0] += " " + samples[0].meta["distractors"][0]  # a decoy
+    texts[1] += " 1000000"  # a value planted nowhere
+    scores = [task.score(s, _completion(t)) for s, t in zip(samples, texts)]
+    m = {x.name: x for x in task.metrics(scores)}
+    assert m["needle/acc"].value == 0.5
+    assert m["needle/decoy_rate"].value == 0.25 and m["needle/decoy_rate"].n == 4
+    assert m["needle/extra_value_rate"].value == 0.5
+    single = build(tokenizer, hay_dir, lengths=[512], depths=[0.5])
+    names = {x.name for x in single.metrics([single.score(single.samples()[0], _completion("x"))])}
+    assert "needle/extra_value_rate" in names and "needle/decoy_rate" not in names
+
+
+def test_recorded_scores_without_extras_still_give_rates(tokenizer, hay_dir):
+    """Scores recorded before `extras` existed load and are counted from their stored answer."""
+    task = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multikey")
+    s = task.samples()[0]
+    sc = task.score(s, _completion(f"{s.meta['answers'][0]}, {s.meta['distractors'][0]}"))
+    old = sc.model_dump(mode="json")
+    del old["extra"]["extras"]
+    m = {x.name: x for x in task.metrics([Score.model_validate(old)])}
+    assert m["needle/extra_value_rate"].value == 1.0 and m["needle/decoy_rate"].value == 1.0
+
+
 def test_multikey_records_distractor_hits(tokenizer, hay_dir):
     task = build(tokenizer, hay_dir, lengths=[512], depths=[0.5], needle="multikey")
     s = task.samples()[0]
@@ -273,6 +358,8 @@ def test_config_validation_and_union():
         NeedleConfig(lengths=[1024, 1024])
     with pytest.raises(ValidationError):
         NeedleConfig(schedule="random")
+    with pytest.raises(ValidationError):
+        NeedleConfig(decoys="forgive")
     cfg = TypeAdapter(TaskConfig).validate_python({"type": "needle", "schedule": "naive", "needle": "multikey"})
     assert isinstance(cfg, NeedleConfig) and cfg.schedule == "naive"
 

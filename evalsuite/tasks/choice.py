@@ -4,35 +4,69 @@ One request per item (max_tokens=1, logprobs=TOP_K) instead of one log-likelihoo
 per choice: the prompt is shared, so the prefix cache serves it, and vLLM skips that cache
 for prompt_logprobs requests. The price: a choice outside the top-k counts as -inf, which
 only matters when the model puts almost no mass on any of the choices.
+
+Which token stands for a choice (`choice_tokens`):
+- `lm_eval` (the default): the choice after lm-eval's target delimiter, the continuation whose
+  log-likelihood lm-eval 0.4.13 scores: " A" after "Answer:" (its mmlu task: doc_to_choice
+  ["A", "B", "C", "D"], the default target_delimiter " "), and "A" without the space in chat
+  mode (its construct_requests drops the delimiter under apply_chat_template, since the
+  assistant turn starts the answer). In byte-level BPE vocabularies (Llama 3, Qwen, SmolLM)
+  " A" is one token, so its next-token log-probability is exactly that log-likelihood; "A" is
+  another token and does not count. vLLM reports a SentencePiece "▁A" as " A" too.
+- `fold`: the best of " A" and "A" (any token text that strips to the choice), for models
+  that split their mass between the two.
+
+Rules, as lm-eval's `argmax` over the choices' log-likelihoods:
+- ties: when the best two choices have exactly the same log-probability (bf16 logits of a
+  small model often do), the first in choice order wins; the score records `tie: true` and
+  the task reports `<task>/tie_rate`.
+- no choice: when no choice's token is among the top-k, nothing is predicted (pred "") and the
+  item is wrong, whatever its target; the score records `no_choice: true` and the task reports
+  `<task>/no_choice_rate`. Counting it as the first choice would credit chance for an answer
+  the model never gave.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 from evalsuite.errors import ConfigError
-from evalsuite.types import Completion, Request, Sample, Score
+from evalsuite.metrics import mean_stderr
+from evalsuite.types import Completion, Metric, Request, Sample, Score
 
 TOP_K = 20
 LETTERS = ("A", "B", "C", "D")
+TARGET_DELIMITER = " "  # lm-eval's default target_delimiter, which its mmlu task keeps
+ChoiceTokens = Literal["lm_eval", "fold"]
 
 
 def choice_request(prompt: str | None = None, prompt_token_ids: list[int] | None = None) -> Request:
     return Request(prompt=prompt, prompt_token_ids=prompt_token_ids, max_tokens=1, logprobs=TOP_K, temperature=0.0)
 
 
-def choice_logprobs(top: dict[str, float], choices: Sequence[str],
-                    normalize: Callable[[str], str] = str.strip) -> dict[str, float]:
-    """Each choice's best log-probability over the token texts that normalize to it.
+def target_delimiter(chat: bool) -> str:
+    """What lm-eval puts between prompt and choice: nothing after a chat template's assistant turn."""
+    return "" if chat else TARGET_DELIMITER
 
-    Tokenizers have both " A" and "A"; the model may split its mass between them, so the
-    larger one stands for the choice (-inf if neither is in the top-k).
+
+def choice_logprobs(top: dict[str, float], choices: Sequence[str], tokens: ChoiceTokens = "lm_eval",
+                    casefold: bool = False, delimiter: str = TARGET_DELIMITER) -> dict[str, float]:
+    """Each choice's log-probability as the next token (-inf if its token is not in the top-k).
+
+    `lm_eval` reads the token `delimiter + choice`; `fold` the larger of all tokens that strip
+    to the choice. `casefold` also matches " a" to "A" (LegalBench lower-cases generations).
     """
+    def key(text: str) -> str:
+        text = text if tokens == "lm_eval" else text.strip()
+        return text.lower() if casefold else text
+
+    prefix = delimiter if tokens == "lm_eval" else ""
+    wanted = {key(prefix + c): c for c in choices}
     out = {c: -math.inf for c in choices}
-    wanted = {normalize(c): c for c in choices}
     for text, lp in top.items():
-        c = wanted.get(normalize(text))
+        c = wanted.get(key(text))
         if c is not None and lp > out[c]:
             out[c] = lp
     return out
@@ -47,17 +81,49 @@ def argmax_first(lps: dict[str, float], choices: Sequence[str]) -> str:
     return best
 
 
-def score_choice(task: str, sample: Sample, completion: Completion,
-                 normalize: Callable[[str], str] = str.strip) -> Score:
+def pick(lps: dict[str, float], choices: Sequence[str]) -> tuple[str | None, bool]:
+    """(the predicted choice or None when no choice is in the top-k, whether the best two tie)."""
+    best = argmax_first(lps, choices)
+    if math.isinf(lps[best]):
+        return None, False
+    return best, sum(lps[c] == lps[best] for c in choices) > 1
+
+
+def score_choice(task: str, sample: Sample, completion: Completion, tokens: ChoiceTokens = "lm_eval",
+                 casefold: bool = False, delimiter: str = TARGET_DELIMITER) -> Score:
     choices = sample.choices or list(LETTERS)
     top = completion.top_logprobs[0] if completion.top_logprobs else {}
-    lps = choice_logprobs(top, choices, normalize)
-    pred = argmax_first(lps, choices)
+    lps = choice_logprobs(top, choices, tokens, casefold, delimiter)
+    pred, tie = pick(lps, choices)
     # None, not -inf, for choices outside the top-k: records are JSON, which has no infinity
     shown = {c: (None if math.isinf(v) else v) for c, v in lps.items()}
-    extra = {"logprobs": shown, "found": sum(v is not None for v in shown.values())}
-    return Score(sample_id=sample.id, task=task, value=float(pred == sample.target), pred=pred,
-                 target=sample.target, group=sample.group, extra=extra)
+    extra = {"logprobs": shown, "found": sum(v is not None for v in shown.values()),
+             "no_choice": pred is None, "tie": tie}
+    return Score(sample_id=sample.id, task=task, value=float(pred is not None and pred == sample.target),
+                 pred=pred or "", target=sample.target, group=sample.group, extra=extra)
+
+
+def choice_flags(score: Score) -> tuple[bool, bool]:
+    """(no choice in the top-k, the best two tied), from the recorded per-choice log-probabilities,
+    so that scores recorded before these flags existed count too."""
+    lps = [v for v in (score.extra.get("logprobs") or {}).values() if v is not None]
+    if not lps:
+        return True, False
+    best = max(lps)
+    return False, lps.count(best) > 1
+
+
+def choice_rates(scores: Sequence[Score], prefix: str) -> list[Metric]:
+    """`{prefix}/no_choice_rate` and `{prefix}/tie_rate`: shares of the items scored from
+    log-probabilities, with standard errors."""
+    flags = [choice_flags(s) for s in scores if "logprobs" in s.extra]
+    if not flags:
+        return []
+    out = []
+    for i, what in enumerate(("no_choice_rate", "tie_rate")):
+        mean, se = mean_stderr([float(f[i]) for f in flags])
+        out.append(Metric(name=f"{prefix}/{what}", value=mean, stderr=se, n=len(flags)))
+    return out
 
 
 def chat_prompt_ids(tokenizer, messages: list[dict[str, str]], key: str) -> list[int]:

@@ -5,23 +5,36 @@ as "Clause: ...\\nLabel: Yes|No") with `{{text}}` replaced by the test clause. T
 are exactly instruction + train.tsv examples, so a prompt with fewer shots (`num_fewshot`) or
 without a base prompt (the hub copy has none) is built the same way from train.tsv. The answer
 is read from the next token's log-probabilities of " Yes" and " No" (case-insensitive, as
-LegalBench normalizes generations), one request per clause.
+LegalBench normalizes generations; "Yes" and "No" in chat mode, as lm-eval), one request per
+clause; `choice_tokens: fold` also counts them with or without the space (see
+evalsuite.tasks.choice, also for ties and items with neither label in the top-k, reported as
+`legal/tie_rate` and `legal/no_choice_rate`).
+
+`limit_per_task` draws a label-stratified sample, seeded per task and label, with equal counts
+of Yes and No where both have enough items (the rest from the larger label). Equal, not
+proportional: balanced accuracy is the mean of the two labels' recalls, so its standard error
+is smallest with the same n behind each recall, and a subset of two or more items never loses
+a label (CUAD's test sets are near 50/50 anyway, so the two allocations differ by a few
+items). Plain `acc` on such a subset weights the labels equally, not as the full test set does.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
+from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import accuracy, balanced_accuracy, by_group
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
-from evalsuite.tasks.choice import chat_prompt_ids, choice_request, fit_request, score_choice
+from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
+                                    score_choice, target_delimiter)
 from evalsuite.types import Completion, Metric, Sample, Score
 
 HUB_ID = "nguha/legalbench"
@@ -36,8 +49,9 @@ class LegalConfig(BaseModel):
     data_dir: str | None = None  # folder of <task>/{train,test}.tsv; else HF nguha/legalbench
     tasks: list[str] | None = None
     num_fewshot: int | None = Field(default=None, ge=0)  # None: every train.tsv example, as LegalBench does
-    limit_per_task: int | None = Field(default=None, ge=1)
+    limit_per_task: int | None = Field(default=None, ge=1)  # a label-stratified sample per task, equal Yes and No
     chat: bool = False
+    choice_tokens: ChoiceTokens = "lm_eval"  # " Yes"/" No" only; fold: with or without the space
 
     def build(self, ctx: TaskContext) -> Task:
         key = f"tasks.{self.name}"
@@ -152,7 +166,11 @@ class LegalTask(DatasetTask):
             raise ConfigError(f"{key}.num_fewshot: {task} has only {len(data.train)} train examples, asked {cfg.num_fewshot}")
         template = task_template(data.base_prompt, data.train, cfg.num_fewshot, task)
         out = []
-        for i in seeded_subset(len(data.test), cfg.limit_per_task, self.ctx.seed, task):
+        try:
+            labels = [label_of(r) for r in data.test]
+        except ValueError as e:
+            raise ConfigError(f"{key}.data_dir: {task}/test: {e}") from None
+        for i in stratified_subset(labels, cfg.limit_per_task, self.ctx.seed, task):
             row = data.test[i]
             prompt = fill_template(template, row)
             if cfg.chat:
@@ -161,18 +179,48 @@ class LegalTask(DatasetTask):
             else:
                 req = choice_request(prompt=prompt)
             req, truncated = fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
-            out.append(Sample(id=f"{task}/test/{i}", task=self.name, request=req, target=label_of(row),
+            out.append(Sample(id=f"{task}/test/{i}", task=self.name, request=req, target=labels[i],
                               choices=list(LABELS), group=task, meta={"truncated": True} if truncated else {}))
         return out
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        # LegalBench lower-cases generations before comparing, so "yes" counts as "Yes"
-        return score_choice(self.name, sample, completion, normalize=lambda t: t.strip().lower())
+        # LegalBench lower-cases generations before comparing, so " yes" counts as " Yes"
+        return score_choice(self.name, sample, completion, self.cfg.choice_tokens, casefold=True,
+                            delimiter=target_delimiter(self.cfg.chat))
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         p = self.name
         per_task = [balanced_accuracy(g, f"{p}/balanced_acc/{t}") for t, g in by_group(scores).items()]
-        return [mean_over_tasks(per_task, f"{p}/balanced_acc"), accuracy(scores, f"{p}/acc"), *per_task]
+        return [mean_over_tasks(per_task, f"{p}/balanced_acc"), accuracy(scores, f"{p}/acc"), *per_task,
+                *choice_rates(scores, p)]
+
+
+def label_quotas(counts: dict[str, int], limit: int) -> dict[str, int]:
+    """Items to draw per label: equal shares of `limit`, a label short of its share giving the
+    rest to the others; an odd item goes to the larger label (then the later name)."""
+    quotas, left = {}, limit
+    order = sorted(counts, key=lambda label: (counts[label], label))
+    for i, label in enumerate(order):
+        quotas[label] = min(counts[label], left // (len(order) - i))
+        left -= quotas[label]
+    return quotas
+
+
+def stratified_subset(labels: list[str], limit: int | None, seed: int, stratum: str) -> list[int]:
+    """Indices of `limit` items with the labels as even as they allow, in their original order.
+
+    Seeded per stratum and label, so a task's pick does not change when other tasks are
+    added or filtered out.
+    """
+    if limit is None or limit >= len(labels):
+        return list(range(len(labels)))
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_label[label].append(i)
+    quotas = label_quotas({k: len(v) for k, v in by_label.items()}, limit)
+    picked = [i for label, idx in sorted(by_label.items())
+              for i in random.Random(f"{seed}:{stratum}:{label}").sample(idx, quotas[label])]
+    return sorted(picked)
 
 
 def mean_over_tasks(per_task: list[Metric], name: str) -> Metric:

@@ -6,6 +6,11 @@ and a blank line, then the question ending in "Answer:". Chat mode follows lm-ev
 `--apply_chat_template` (without `--fewshot_as_multiturn`): the header is the system turn,
 shots and question one user turn, and the generation prompt opens the assistant turn, so the
 first token the model writes is the letter.
+
+Scoring (see evalsuite.tasks.choice): by default the token " A" after "Answer:" ("A" in chat
+mode), the continuation lm-eval scores (`choice_tokens: lm_eval`); `choice_tokens: fold` takes
+the best of " A" and "A". Items with no choice letter in the top-k are wrong (`mmlu/no_choice_rate`), exact
+ties go to the first letter (`mmlu/tie_rate`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
-from evalsuite.tasks.choice import LETTERS, chat_prompt_ids, choice_request, fit_request, score_choice
+from evalsuite.tasks.choice import (LETTERS, ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
+                                    score_choice, target_delimiter)
 from evalsuite.types import Completion, Metric, Sample, Score
 
 # lm-eval's tasks/mmlu/_generate_configs.py SUBJECTS: subject -> category
@@ -61,6 +67,7 @@ class MMLUConfig(BaseModel):
     num_fewshot: int = Field(default=5, ge=0)
     limit_per_subject: int | None = Field(default=None, ge=1)
     chat: bool = False
+    choice_tokens: ChoiceTokens = "lm_eval"  # " A" only, as lm-eval; fold: best of " A" and "A"
 
     def build(self, ctx: TaskContext) -> Task:
         key = f"tasks.{self.name}"
@@ -185,14 +192,16 @@ class MMLUTask(DatasetTask):
         return out
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        return score_choice(self.name, sample, completion)
+        return score_choice(self.name, sample, completion, self.cfg.choice_tokens,
+                            delimiter=target_delimiter(self.cfg.chat))
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
-        """Micro and macro accuracy, then per category (micro, as lm-eval's groups) and subject."""
+        """Micro and macro accuracy, per category (micro, as lm-eval's groups) and subject, then
+        the shares of items with no letter in the top-k and with tied letters."""
         p = self.name
         subjects = by_group(scores)
         categories = by_group(scores, key=lambda s: SUBJECTS.get(s.group or "", "other"))
         out = [accuracy(scores, f"{p}/acc"), macro_accuracy(subjects, f"{p}/acc_macro")]
         out += [accuracy(categories[c], f"{p}/acc/{c}") for c in CATEGORIES if c in categories]
         out += [accuracy(g, f"{p}/acc/{s}") for s, g in subjects.items()]
-        return out
+        return out + choice_rates(scores, p)

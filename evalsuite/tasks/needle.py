@@ -6,10 +6,22 @@ question + answer budget = L. Needles are generated facts with one right answer 
 magic number for {key} is: {7 digits}."); `multikey` adds distractor needles with other keys
 (RULER MK-NIAH), `multivalue` plants several values for one key, all of which must come back
 (RULER MV-NIAH; they sit together at the cell's depth). Scoring is a string match of the
-expected values in the completion, no judge model.
+expected values in the completion, no judge model: a value counts as named when it appears as a
+whole number (thousands separators allowed), and every value is a 7-digit number.
+
+Values named beyond the asked ones (`decoys`):
+- `penalize` (the default): the answer must name the asked values and no other 7-digit number,
+  neither a distractor's value (a decoy planted for another key) nor one planted nowhere.
+  Single and multikey: correct only if the value is named and nothing else is, so listing
+  every number in the text earns nothing. Multivalue `fraction`: found / (asked + extra), the
+  Jaccard index of named and planted values, so each extra value costs as much as a missed
+  one; `all`: every value named and no other.
+- `ignore`: extra values do not count (RULER's string_match_all): found / asked, or all found.
 
 Metrics: `{name}/acc`, `{name}/acc/len{L}`, `{name}/acc/len{L}_depth{D}` (D in integer
-percent), and `{name}/uncached_prompt_tokens`: the prompt tokens the engine really computed.
+percent), `{name}/extra_value_rate` (share of answers naming a value not asked, whatever the
+`decoys` setting), for multikey `{name}/decoy_rate` (share naming a distractor's value), and
+`{name}/uncached_prompt_tokens`: the prompt tokens the engine really computed.
 Samples share prefixes on purpose (see `schedule`), so per-request times of this task are
 cache-assisted; the separate latency pass uses distinct random prompts for unflattered TTFT.
 
@@ -48,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from evalsuite.errors import ConfigError
 from evalsuite.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame, resolve_source,
                                 splice)
-from evalsuite.metrics import accuracy
+from evalsuite.metrics import accuracy, mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.types import Completion, Metric, Request, Sample, Score
 
@@ -96,6 +108,7 @@ class NeedleConfig(GridConfig):
     num_values: int = Field(default=4, ge=2)  # multivalue: values planted for the one key
     answer_tokens: int | None = Field(default=None, gt=0)  # default 16 per expected value
     scoring: Literal["fraction", "all"] = "fraction"  # multivalue: share found, or all-or-nothing
+    decoys: Literal["penalize", "ignore"] = "penalize"  # values named beyond the asked ones
 
     def build(self, ctx: TaskContext) -> Task:
         return NeedleTask(self, ctx)
@@ -151,9 +164,32 @@ def haystack_budget(name: str, length: int, answer: int, fixed: int) -> int:
     return n
 
 
+# a comma between digits with exactly three after it: "1,234,567" is one number, "1234567,7654321" two
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_VALUE = re.compile(r"(?<!\d)\d{7}(?!\d)")  # the needles' values: 1_000_000 .. 9_999_999
+
+
 def value_in(value: str, text: str) -> bool:
     """`value` as a whole number in `text` (1234567 does not match inside 12345678)."""
-    return re.search(rf"(?<!\d){re.escape(value)}(?!\d)", text.replace(",", "")) is not None
+    return re.search(rf"(?<!\d){re.escape(value)}(?!\d)", _THOUSANDS.sub("", text)) is not None
+
+
+def named_values(text: str) -> list[str]:
+    """The needle-format values (whole 7-digit numbers) in `text`, each once, in order."""
+    return list(dict.fromkeys(_VALUE.findall(_THOUSANDS.sub("", text))))
+
+
+def needle_value(found: int, asked: int, extra: int, scoring: str) -> float:
+    """The score of an answer naming `found` of `asked` values and `extra` values not asked
+    (pass extra=0 to ignore them); see the module docs for the rule."""
+    if asked == 1 or scoring == "all":
+        return float(found == asked and extra == 0)
+    return found / (asked + extra)
+
+
+def rate(flags: list[bool], name: str) -> Metric:
+    mean, se = mean_stderr([float(f) for f in flags])
+    return Metric(name=name, value=mean, stderr=se, n=len(flags))
 
 
 class GridTask:
@@ -247,18 +283,31 @@ class NeedleTask(GridTask):
                       target=", ".join(values), group=cell_group(length, pct), meta=meta)
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        answers = sample.meta["answers"]
-        found = [a for a in answers if value_in(a, completion.text)]
-        frac = len(found) / len(answers)
-        value = frac if self.cfg.scoring == "fraction" else float(frac == 1.0)
+        answers, text = sample.meta["answers"], completion.text
+        found = [a for a in answers if value_in(a, text)]
+        extras = [v for v in named_values(text) if v not in answers]
+        penalized = len(extras) if self.cfg.decoys == "penalize" else 0
+        value = needle_value(len(found), len(answers), penalized, self.cfg.scoring)
         extra = cell_extra(sample, completion)
-        hits = [v for v in sample.meta["distractors"] if value_in(v, completion.text)]
-        extra.update(found=found, distractor_hits=hits)
-        return Score(sample_id=sample.id, task=self.name, value=value, pred=completion.text.strip()[:200],
+        hits = [v for v in sample.meta["distractors"] if value_in(v, text)]
+        extra.update(found=found, distractor_hits=hits, extras=extras)
+        return Score(sample_id=sample.id, task=self.name, value=value, pred=text.strip()[:200],
                      target=sample.target, group=sample.group, extra=extra)
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
-        return grid_metrics(self.name, scores)
+        out = grid_metrics(self.name, scores)
+        if scores:
+            out.append(rate([bool(extras_of(s)) for s in scores], f"{self.name}/extra_value_rate"))
+        if scores and self.cfg.needle == "multikey":
+            out.append(rate([bool(s.extra.get("distractor_hits")) for s in scores], f"{self.name}/decoy_rate"))
+        return out
+
+
+def extras_of(score: Score) -> list[str]:
+    """Values named beyond the asked ones; read back from the answer where a record predates them."""
+    if "extras" in score.extra:
+        return score.extra["extras"]
+    return [v for v in named_values(score.pred) if v not in score.target.split(", ")]
 
 
 def cell_group(length: int, pct: int) -> str:
