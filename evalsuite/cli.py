@@ -145,6 +145,13 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
+        from evalsuite.check.cli import check_command
+
+        app.command("check", help="Judge claims (YAML) against run folders and the planner: held / not held / "
+                                  "not measurable.")(friendly(check_command))
+    except ImportError:
+        pass
+    try:
         from evalsuite.cli_track import register
 
         register(app, friendly)
