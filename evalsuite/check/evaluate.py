@@ -25,7 +25,7 @@ from evalsuite.devices import GIB
 from evalsuite.errors import ConfigError
 
 Verdict = Literal["held", "not held", "not measurable"]
-_UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("tokens", "tokens"), ("bytes", "bytes"), ("_blocks", "blocks"))
+_UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"), ("_tokens", "tokens"), ("_blocks", "blocks"))
 
 
 @dataclass
@@ -70,10 +70,13 @@ class Context:
 
 
 def unit_of(kind: str, metric: str) -> str:
+    """The unit a measured quantity is shown in: the kind's, else the metric name's unit suffix."""
     if kind in ("ratio", "change_pct", "points"):
         return {"ratio": "x", "change_pct": "%", "points": "pt"}[kind]
-    key = split_at(metric)[0]
-    return next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
+    name = split_at(metric)[0].rsplit("/", 1)[-1]
+    if name.endswith("_per_s"):
+        return "/s"
+    return next((unit for part, unit in _UNITS if f"{part}_" in f"{name}_"), "")
 
 
 def is_score(metric: str) -> bool:
@@ -215,12 +218,20 @@ def _preconditions(ctx: Context, check: Check) -> str | None:
         if r.verdict == "not measurable":
             return f"precondition not measurable ({pre.what}: {r.detail})"
         if r.verdict == "not held":
-            return f"precondition not met ({pre.what}: {_short(r.measured, r.unit)}, needs {r.claimed})"
+            return f"precondition not met ({pre.what}: {number(r.measured, r.unit)}, needs {r.claimed})"
     return None
 
 
-def _short(v: float | None, unit: str) -> str:
-    return "-" if v is None else f"{v:,.4g}{'' if unit in ('x', '%', '') else ' '}{unit}"
+def number(v: float | None, unit: str = "") -> str:
+    """A measured number as the report shows it: thousands separated, units after."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if unit == "x":
+        return f"{v:.3g}x"
+    if unit in ("%", "pt"):
+        return f"{v:+.2f}{'%' if unit == '%' else ' pt'}"
+    text = f"{v:,.0f}" if abs(v) >= 1000 or float(v).is_integer() else f"{v:.4g}"
+    return f"{text} {unit}".strip()
 
 
 def evaluate_check(ctx: Context, check: Check) -> CheckResult:

@@ -7,21 +7,11 @@ import math
 from typing import Any
 
 from evalsuite.check.evaluate import CheckResult, ClaimResult
+from evalsuite.check.evaluate import number as fmt
 from evalsuite.check.runs import Run, dump
 from evalsuite.check.schema import ClaimsFile
 
 ICON = {"held": "✅", "not held": "❌", "not measurable": "➖"}
-
-
-def fmt(v: float | None, unit: str = "") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    if unit == "x":
-        return f"{v:.3g}x"
-    if unit in ("%", "pt"):
-        return f"{v:+.2f}{'%' if unit == '%' else ' pt'}"
-    text = f"{v:,.0f}" if abs(v) >= 1000 or float(v).is_integer() else f"{v:.4g}"
-    return f"{text} {unit}".strip()
 
 
 def counts(results: list[ClaimResult]) -> dict[str, int]:

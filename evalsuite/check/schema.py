@@ -104,14 +104,18 @@ class Effect(_Strict):
     def describe(self) -> str:
         unit = {"ratio": "x", "change_pct": "%", "points": " pt"}.get(self.kind, "")
         if self.equals is not None:
-            tol = (f" ± {self.tolerance:g}{unit}" if self.tolerance is not None
-                   else f" ± {self.tolerance_pct:g}%" if self.tolerance_pct is not None else "")
-            return f"{self.kind} = {self.equals:g}{unit}{tol}"
+            tol = (f" ± {_g(self.tolerance)}{unit}" if self.tolerance is not None
+                   else f" ± {_g(self.tolerance_pct)}%" if self.tolerance_pct is not None else "")
+            return f"{self.kind} = {_g(self.equals)}{unit}{tol}"
         if self.between is not None:
-            return f"{self.kind} in [{self.between[0]:g}, {self.between[1]:g}]{unit}"
+            return f"{self.kind} in [{_g(self.between[0])}, {_g(self.between[1])}]{unit}"
         if self.above is not None:
-            return f"{self.kind} > {self.above:g}{unit}"
-        return f"{self.kind} < {self.below:g}{unit}"
+            return f"{self.kind} > {_g(self.above)}{unit}"
+        return f"{self.kind} < {_g(self.below)}{unit}"
+
+
+def _g(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 and float(x).is_integer() else f"{x:g}"
 
 
 class PlannerSettings(_Strict):

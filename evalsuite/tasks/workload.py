@@ -68,7 +68,8 @@ class WorkloadTask:
         return [i for i in range(min(size, 32000)) if i not in special]
 
     def samples(self) -> list[Sample]:
-        rng, pool, c = random.Random(self.ctx.seed), self._pool(), self.cfg
+        # seeded by task name too: two workloads of one run must not share prompts (nor cache hits)
+        rng, pool, c = random.Random(f"{self.ctx.seed}-{self.name}"), self._pool(), self.cfg
         prefix = [rng.choice(pool) for _ in range(c.shared_prefix_tokens)]
         out = []
         for i in range(c.requests):
