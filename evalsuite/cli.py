@@ -147,8 +147,7 @@ def _mount_optional() -> None:
     try:
         from evalsuite.check.cli import check_command
 
-        app.command("check", help="Judge claims (YAML) against run folders and the planner: held / not held / "
-                                  "not measurable.")(friendly(check_command))
+        app.command("check")(friendly(check_command))
     except ImportError:
         pass
     try:

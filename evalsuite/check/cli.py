@@ -18,7 +18,7 @@ def check_command(
     markdown: Path | None = typer.Option(None, "--markdown", help="Also write the Markdown report here."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the JSON report here."),
 ) -> None:
-    """Judge each claim: held, not held or not measurable (with why), with the measured number.
+    """Judge claims (YAML) against run folders and the planner: held, not held or not measurable.
 
     Exit 0 when no claim is contradicted, 1 when any is not held, 2 on bad input."""
     from evalsuite.check.evaluate import evaluate
