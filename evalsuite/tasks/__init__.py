@@ -9,7 +9,8 @@ from evalsuite.tasks.legal import LegalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
+from evalsuite.tasks.workload import WorkloadConfig
 
-TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig], Field(discriminator="type")]
+TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig], Field(discriminator="type")]
 
-__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig"]
+__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig", "WorkloadConfig"]

@@ -1,0 +1,41 @@
+"""`evalsuite check CLAIMS RUN...`: mounted by evalsuite.cli; exit 0 / 1 / 2 like `gate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from evalsuite.errors import ConfigError
+
+FORMATS = ("markdown", "json")
+
+
+def check_command(
+    claims: Path = typer.Argument(..., help="Claims YAML (see configs/claims/long-context-128k.yaml)."),
+    runs: list[Path] | None = typer.Argument(None, help="Run folders; variants are named run:variant where names clash."),
+    fmt: str = typer.Option("markdown", "--format", help="What to print: markdown | json."),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Also write the Markdown report here."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the JSON report here."),
+) -> None:
+    """Judge claims (YAML) against run folders and the planner: held, not held or not measurable.
+
+    Exit 0 when no claim is contradicted, 1 when any is not held, 2 on bad input."""
+    from evalsuite.check.evaluate import evaluate
+    from evalsuite.check.report import to_json, to_markdown
+    from evalsuite.check.runs import open_run
+    from evalsuite.check.schema import load_claims
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    spec = load_claims(claims)
+    opened = [open_run(p) for p in runs or []]
+    results = evaluate(spec, claims.resolve().parent, opened, str(claims))
+    md, js = to_markdown(results, spec, str(claims), opened), to_json(results, spec, str(claims), opened)
+    for path, text in ((markdown, md), (json_out, js)):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    typer.echo(md if fmt == "markdown" else js, nl=False)
+    if any(r.verdict == "not held" for r in results):
+        raise typer.Exit(1)

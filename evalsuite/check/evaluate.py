@@ -1,0 +1,280 @@
+"""Claims -> verdicts: measure each check from run folders, the planner or vLLM's defaults, then judge it.
+
+Verdicts: `held` (the measured value, or its whole interval, is what the claim says), `not held`
+(it is not: with an interval, the whole interval is outside), `not measurable` (with why: the
+claim names no number, a setting the engine does not have, a run or metric that is missing,
+too few items, or an interval that straddles the claimed bound). A claim is not held when any of
+its checks is, else not measurable when any is, else held; informational checks do not count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from evalsuite.check import stats
+from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
+from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
+from evalsuite.config import format_validation_error
+from evalsuite.devices import GIB
+from evalsuite.errors import ConfigError
+
+Verdict = Literal["held", "not held", "not measurable"]
+_UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"), ("_tokens", "tokens"), ("_blocks", "blocks"))
+
+
+@dataclass
+class Measured:
+    """One side's number and where it came from."""
+
+    value: float
+    label: str
+    metric: str
+    record: stats.Metric | None = None
+    found: Found | None = None
+
+
+@dataclass
+class CheckResult:
+    what: str
+    verdict: Verdict
+    claimed: str
+    source: str
+    measured: float | None = None
+    unit: str = ""
+    interval: stats.Interval | None = None
+    sides: list[Measured] = field(default_factory=list)
+    detail: str = ""
+    informational: bool = False
+    note: str | None = None
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    verdict: Verdict
+    checks: list[CheckResult]
+
+
+@dataclass
+class Context:
+    spec: ClaimsFile
+    base_dir: Path  # the claims file's folder: planner models resolve against it
+    runs: list[Run]
+    where: str = ""  # claims.<i>.checks.<j>, for error messages
+
+
+def unit_of(kind: str, metric: str) -> str:
+    """The unit a measured quantity is shown in: the kind's, else the metric name's unit suffix."""
+    if kind in ("ratio", "change_pct", "points"):
+        return {"ratio": "x", "change_pct": "%", "points": "pt"}[kind]
+    name = split_at(metric)[0].rsplit("/", 1)[-1]
+    if name.endswith("_per_s"):
+        return "/s"
+    return next((unit for part, unit in _UNITS if f"{part}_" in f"{name}_"), "")
+
+
+def is_score(metric: str) -> bool:
+    key = split_at(metric)[0]
+    return engine_field(key) is None and not key.startswith("latency/") and stats.strata_for(key) is not None
+
+
+# ---------------------------------------------------------------- measuring one side
+
+
+def measure_run(ctx: Context, check: Check, side: Side) -> Measured:
+    metric = side.metric or check.metric
+    first: NotMeasurable | None = None
+    for found in find_variant(ctx.runs, side.variant):
+        try:
+            value, record = lookup(found, metric)
+        except NotMeasurable as e:
+            first = first or e
+            continue
+        return Measured(value, found.label, metric, record, found)
+    raise first
+
+
+def measure_planner(ctx: Context, check: Check, side: Side) -> Measured:
+    from evalsuite.planner import plan, read_config
+
+    metric = side.metric or check.metric
+    settings = check.settings.model_dump(exclude_none=True)
+    if side.settings is not None:
+        settings.update(side.settings.model_dump(exclude_none=True))
+    try:
+        config = read_config(ctx.base_dir / check.model)
+    except ConfigError as e:
+        raise ConfigError(f"{ctx.where}.model: {e}") from None
+    try:
+        p = plan(config, **settings)
+    except ConfigError as e:  # a setting the planner does not model is an answer, not bad input
+        raise NotMeasurable(f"planner: {e}") from None
+    derived = {"kv_bytes_per_request": p.kv_bytes_per_token * p.max_model_len,
+               "kv_gib_per_request": p.kv_bytes_per_token * p.max_model_len / GIB,
+               "kv_gib_all_seqs": p.kv_bytes_per_token * p.max_model_len * p.max_num_seqs / GIB}
+    value = derived[metric] if metric in derived else getattr(p, metric)
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items())
+    return Measured(float(value), f"planner: {check.model}" + (f" ({shown})" if shown else ""), metric)
+
+
+def measure_vllm_default(check: Check) -> Measured:
+    """An engine argument's default, read from the vLLM installed where `check` runs."""
+    try:
+        import vllm
+        from vllm.engine.arg_utils import EngineArgs
+    except Exception as e:  # noqa: BLE001 - any import failure means this machine cannot answer
+        raise NotMeasurable(f"vLLM is not importable here ({type(e).__name__}); run check where vLLM is installed") from None
+    fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+    f = fields.get(check.metric)
+    if f is None or not isinstance(f.default, (int, float)):
+        raise NotMeasurable(f"vLLM {vllm.__version__} has no numeric engine argument {check.metric!r}")
+    return Measured(float(f.default), f"vLLM {vllm.__version__} EngineArgs default", check.metric)
+
+
+def measure(ctx: Context, check: Check, side: Side) -> Measured:
+    if check.source == "planner":
+        return measure_planner(ctx, check, side)
+    if check.source == "vllm_default":
+        return measure_vllm_default(check)
+    return measure_run(ctx, check, side)
+
+
+# ---------------------------------------------------------------- judging
+
+
+def quantity(kind: str, sides: list[Measured]) -> float:
+    if kind == "value":
+        return sides[0].value
+    b, c = sides[0].value, sides[1].value
+    if kind in ("ratio", "change_pct") and b == 0:
+        raise NotMeasurable(f"{sides[0].label}: {sides[0].metric} is 0, so a {kind} is undefined")
+    return {"ratio": c / b if b else math.nan, "change_pct": (c - b) / abs(b) * 100 if b else math.nan,
+            "difference": c - b, "points": (c - b) * 100}[kind]
+
+
+def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Interval | None:
+    """Accuracy intervals, in the kind's unit; None for other metrics and kinds."""
+    kind, conf = check.effect.kind, ctx.spec.confidence
+    if check.source != "run" or kind not in ("value", "difference", "points") or not all(is_score(s.metric) for s in sides):
+        return None
+    if kind == "value":
+        s = sides[0]
+        items = stats.items_for(s.found.run.rd.root, s.found.result.variant, s.metric)
+        return stats.single_interval(items, s.metric, s.value, conf) or stats.normal_interval(s.value, [s.record], conf)
+    b, c = sides
+    scale = 100.0 if kind == "points" else 1.0
+    iv = None
+    if b.metric == c.metric:
+        iv = stats.paired_interval(stats.items_for(b.found.run.rd.root, b.found.result.variant, b.metric),
+                                   stats.items_for(c.found.run.rd.root, c.found.result.variant, c.metric),
+                                   b.metric, (b.value, c.value), conf)
+    iv = iv or stats.normal_interval(c.value - b.value, [b.record, c.record], conf)
+    if iv is not None:
+        iv.low, iv.high = iv.low * scale, iv.high * scale
+    return iv
+
+
+def too_few(ctx: Context, sides: list[Measured]) -> str | None:
+    for s in sides:
+        if s.record is not None and is_score(s.metric) and s.record.n is not None and s.record.n < ctx.spec.min_n:
+            return f"insufficient n: {s.label} {s.metric} has n={s.record.n} < min_n {ctx.spec.min_n}"
+    return None
+
+
+def decide(ctx: Context, check: Check, q: float, iv: stats.Interval | None) -> tuple[Verdict, str]:
+    eff = check.effect
+    if iv is not None and ctx.spec.decide_on == "interval":
+        conf = f"{ctx.spec.confidence:.0%}"
+        if eff.holds(iv.low) and eff.holds(iv.high):
+            return "held", f"the whole {conf} interval is within the claim"
+        if eff.excludes(iv.low, iv.high):
+            return "not held", f"the whole {conf} interval is outside the claim"
+        return "not measurable", (f"insufficient n: the {conf} interval {iv.low:+.3g}..{iv.high:+.3g} straddles "
+                                  f"the claimed bound")
+    return ("held", "") if eff.holds(q) else ("not held", "")
+
+
+def _unsupported(requires: dict) -> str | None:
+    """Why the engine cannot be set as the claim needs, from the values evalsuite's Variant (vLLM's) accepts."""
+    from evalsuite.config import Variant
+
+    for key, value in requires.items():
+        try:
+            Variant.model_validate({key: value})
+        except ValidationError as e:
+            return f"not a setting vLLM has: {format_validation_error(e, Variant)}"
+    return None
+
+
+def _preconditions(ctx: Context, check: Check) -> str | None:
+    for pre in check.given:
+        r = evaluate_check(ctx, pre)
+        if r.verdict == "not measurable":
+            return f"precondition not measurable ({pre.what}: {r.detail})"
+        if r.verdict == "not held":
+            return f"precondition not met ({pre.what}: {number(r.measured, r.unit)}, needs {r.claimed})"
+    return None
+
+
+def number(v: float | None, unit: str = "") -> str:
+    """A measured number as the report shows it: thousands separated, units after."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if unit == "x":
+        return f"{v:.3g}x"
+    if unit in ("%", "pt"):
+        return f"{v:+.2f}{'%' if unit == '%' else ' pt'}"
+    text = f"{v:,.0f}" if abs(v) >= 1000 or float(v).is_integer() else f"{v:.4g}"
+    return f"{text} {unit}".strip()
+
+
+def evaluate_check(ctx: Context, check: Check) -> CheckResult:
+    out = CheckResult(check.what, "not measurable", check.effect.describe(), check.source,
+                      informational=check.informational, note=check.note)
+    if not check.measurable:
+        out.detail = check.why
+        return out
+    why = _unsupported(check.requires) or _preconditions(ctx, check)
+    if why:
+        out.detail = why
+        return out
+    try:
+        out.sides = [measure(ctx, check, side) for side in check.sides()]
+        out.unit = unit_of(check.effect.kind, out.sides[0].metric)
+        out.measured = quantity(check.effect.kind, out.sides)
+        few = too_few(ctx, out.sides)
+        if few:
+            raise NotMeasurable(few)
+        out.interval = interval_for(ctx, check, out.sides)
+    except NotMeasurable as e:
+        out.detail = str(e)
+        return out
+    out.verdict, out.detail = decide(ctx, check, out.measured, out.interval)
+    return out
+
+
+def evaluate_claim(ctx: Context, index: int, claim: Claim) -> ClaimResult:
+    if not claim.measurable:
+        return ClaimResult(claim, "not measurable", [])
+    results = []
+    for j, check in enumerate(claim.checks):
+        ctx.where = f"claims.{index}.checks.{j}"
+        results.append(evaluate_check(ctx, check))
+    counted = [r.verdict for r in results if not r.informational] or [r.verdict for r in results]
+    verdict: Verdict = ("not held" if "not held" in counted else
+                        "not measurable" if "not measurable" in counted else "held")
+    return ClaimResult(claim, verdict, results)
+
+
+def evaluate(spec: ClaimsFile, base_dir: Path, runs: list[Run], path: str = "") -> list[ClaimResult]:
+    ctx = Context(spec, base_dir, runs)
+    try:
+        return [evaluate_claim(ctx, i, c) for i, c in enumerate(spec.claims)]
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path else str(e)) from None

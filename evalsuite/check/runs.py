@@ -1,0 +1,144 @@
+"""Run folders as `evalsuite check` reads them: variants by `run:variant` or plain name, metrics by address.
+
+`run:variant`: `run` is a run id, or a pattern (fnmatch) over run names, a run's name being its
+id without the leading timestamp, i.e. its config's stem: `h200-llama8b-128k:fp8`,
+`qwen-1.5b*:bf16`. Where several matching runs hold the variant (results built up over separate
+runs of one config), the latest run in which it finished `ok` and has the metric is read, and the
+report names it. A plain `variant` must be in exactly one given run, so that two models' `fp8`
+variants are never mixed up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from evalsuite.check.schema import engine_field, split_at
+from evalsuite.errors import ConfigError, EvalsuiteError
+from evalsuite.records import RunDir
+from evalsuite.types import Metric, RunRecord, VariantResult
+
+
+_STAMP = re.compile(r"^\d{8}-\d{6}-")  # records.new_run_id's prefix
+
+
+class NotMeasurable(Exception):
+    """A check cannot be answered from what was given; the message says why."""
+
+
+@dataclass
+class Run:
+    rd: RunDir
+    record: RunRecord
+    config: dict
+    results: dict[str, VariantResult] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.rd.run_id
+
+    @property
+    def name(self) -> str:
+        return _STAMP.sub("", self.run_id)
+
+    def matches(self, pattern: str) -> bool:
+        stem = Path(self.record.config_path).stem if self.record.config_path else None
+        return pattern == self.run_id or any(fnmatch.fnmatchcase(n, pattern) for n in (self.name, stem) if n)
+
+
+@dataclass
+class Found:
+    run: Run
+    result: VariantResult
+
+    @property
+    def label(self) -> str:
+        return f"{self.run.run_id}:{self.result.variant}"
+
+
+def open_run(path: Path) -> Run:
+    """One run folder, read only; unreadable input is a ConfigError (exit 2)."""
+    rd = RunDir(path)
+    if not rd.exists():
+        raise ConfigError(f"RUN {path}: not a run folder (no run.json); give folders under runs/")
+    try:
+        record = rd.load_run()
+    except EvalsuiteError as e:
+        raise ConfigError(str(e)) from None
+    results = {}
+    for v in record.variants:
+        try:  # result.json is rewritten as the variant runs: the freshest view of it
+            results[v.variant] = rd.load_result(v.variant) or v
+        except (ValidationError, ValueError) as e:
+            raise ConfigError(f"{path / v.variant / 'result.json'}: not a variant result ({str(e).splitlines()[0]})") from None
+    cfg_path = path / "config.yaml"
+    try:
+        config = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+    except yaml.YAMLError:
+        config = {}
+    return Run(rd, record, config if isinstance(config, dict) else {}, results)
+
+
+def find_variant(runs: list[Run], ref: str) -> list[Found]:
+    """Every finished variant a reference may mean, latest run first."""
+    run_name, _, variant = ref.rpartition(":")
+    pool = [r for r in runs if r.matches(run_name)] if run_name else runs
+    if run_name and not pool:
+        raise NotMeasurable(f"no run matching {run_name!r} was given (given: {', '.join(r.run_id for r in runs) or 'none'})")
+    holders = [r for r in pool if variant in r.results]
+    if not holders:
+        where = f"runs matching {run_name!r}" if run_name else "the given runs"
+        raise NotMeasurable(f"variant {variant!r} is not in {where}")
+    if not run_name and len({r.name for r in holders}) > 1:
+        raise NotMeasurable(f"variant {variant!r} is in runs of different configs "
+                            f"({', '.join(r.run_id for r in holders)}): name it run:{variant}")
+    ok = sorted((r for r in holders if r.results[variant].status == "ok"),
+                key=lambda r: (r.record.created_at, r.run_id), reverse=True)
+    if not ok:
+        res = holders[-1].results[variant]
+        raise NotMeasurable(f"variant {holders[-1].run_id}:{variant} is {res.status}: {res.reason or 'no reason recorded'}")
+    return [Found(r, r.results[variant]) for r in ok]
+
+
+def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
+    """The number a metric address names in one variant, and its Metric record (None for engine stats)."""
+    key, tokens = split_at(metric)
+    fld = engine_field(key)
+    if fld is not None:
+        value = getattr(found.result.engine, fld)
+        if value is None:
+            raise NotMeasurable(f"{found.label}: the engine did not report {fld}")
+        return float(value), None
+    names = [f"{key}/ctx{tokens}", f"{key}/len{tokens}"] if tokens else [key]
+    if tokens and _only_length(found.run.config, key) == tokens:
+        names.append(key)
+    for name in names:
+        m = found.result.metric(name)
+        if m is not None:
+            if math.isnan(m.value):
+                raise NotMeasurable(f"{found.label}: {name} is NaN (no items scored)")
+            return m.value, m
+    have = [m.name for m in found.result.metrics]
+    near = difflib.get_close_matches(names[0], have, n=3, cutoff=0.6)
+    hint = f" (nearest: {', '.join(near)})" if near else ""
+    raise NotMeasurable(f"{found.label} has no metric {' or '.join(names)}{hint}")
+
+
+def _only_length(config: dict, key: str) -> int | None:
+    """The single prompt length of a run's latency pass, whose metrics then carry no /ctx suffix."""
+    if not key.startswith("latency/"):
+        return None
+    lengths = (config.get("latency") or {}).get("prompt_tokens") or []
+    return lengths[0] if len(lengths) == 1 else None
+
+
+def dump(runs: list[Run]) -> list[dict]:
+    return [{"run": r.run_id, "path": str(r.rd.root), "variants": {k: v.status for k, v in r.results.items()}}
+            for r in runs]

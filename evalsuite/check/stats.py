@@ -1,0 +1,193 @@
+"""Intervals for accuracy claims, from the per-item scores a run recorded.
+
+A paired difference uses the items both variants answered: a percentile bootstrap over items
+(scipy, resampling the pairs together) of the same aggregate the metric uses (plain mean, mean of
+per-group means, mean over groups of per-label recalls), plus the exact McNemar p-value
+(statsmodels) when every score is 0 or 1. A single accuracy gets a Wilson interval (statsmodels)
+when its items are 0/1 and unstratified, else a one-sample bootstrap. Where the recomputed
+aggregate does not reproduce the recorded metric, the item files do not describe it, so the
+interval falls back to the recorded standard errors (normal approximation) and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from evalsuite.types import Metric
+
+RESAMPLES = 2000
+
+
+@dataclass
+class Interval:
+    low: float
+    high: float
+    method: str
+    n: int | None = None
+    p_value: float | None = None  # exact McNemar, paired 0/1 scores only
+
+
+def read_items(run_root: Path, variant: str, task: str) -> dict[str, dict]:
+    """sample id -> {value, group, target, labels}; read without creating anything."""
+    path = run_root / variant / "samples" / f"{task}.jsonl"
+    out: dict[str, dict] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        sample, score = row.get("sample") or {}, row.get("score") or {}
+        sid = sample.get("id") or score.get("sample_id")
+        if sid is None or sid in out or not isinstance(score.get("value"), (int, float)):
+            continue
+        out[sid] = {"value": float(score["value"]), "group": str(score.get("group")),
+                    "target": str(score.get("target")), "labels": _labels(sample, score)}
+    return out
+
+
+def _labels(sample: dict, score: dict) -> set[str]:
+    """Names a `task/metric/<group>` key may use for this item: the group, its `_` prefixes
+    (`len4096` of `len4096_depth50`), string fields of meta/extra, len<N> of a length field."""
+    group = str(score.get("group"))
+    parts = group.split("_")
+    labels = {group, *("_".join(parts[:i]) for i in range(1, len(parts)))}
+    for d in (sample.get("meta") or {}, score.get("extra") or {}):
+        labels |= {str(v) for v in d.values() if isinstance(v, str)}
+        if isinstance(d.get("length"), int):
+            labels |= {f"len{d['length']}", f"ctx{d['length']}"}
+    return labels
+
+
+def strata_for(metric: str) -> tuple[str, ...] | None:
+    """How the metric aggregates its items; None when it is not an item average we know."""
+    parts = metric.split("/")
+    if len(parts) < 2:
+        return None
+    name, grouped = parts[1], len(parts) > 2
+    if name.startswith("balanced_acc"):
+        return ("target",) if grouped else ("group", "target")
+    if name.endswith("_macro"):
+        return () if grouped else ("group",)
+    return () if name in ("acc", "exact_match", "score") else None
+
+
+def items_for(run_root: Path, variant: str, metric: str) -> dict[str, dict]:
+    parts = metric.split("/")
+    items = read_items(run_root, variant, parts[0])
+    if len(parts) > 2:
+        items = {k: v for k, v in items.items() if parts[2] in v["labels"]}
+    return items
+
+
+class _Codes:
+    """Integer codes of the finest stratum of each item, and each code's parent group."""
+
+    def __init__(self, rows: list[dict], strata: tuple[str, ...]):
+        keys = [tuple(r[s] for s in strata) for r in rows]
+        cells = sorted(set(keys))
+        index = {c: i for i, c in enumerate(cells)}
+        self.codes = np.array([index[k] for k in keys], dtype=float)
+        parents = sorted({c[0] for c in cells}) if len(strata) == 2 else []
+        self.parent = np.array([parents.index(c[0]) for c in cells]) if parents else None
+        self.n_cells, self.depth = len(cells), len(strata)
+
+
+def nested_mean(x: np.ndarray, codes: np.ndarray, c: _Codes) -> np.ndarray:
+    """The metric's aggregate along the last axis: mean, mean of cell means, or mean of group means of cell means."""
+    if c.depth == 0:
+        return x.mean(axis=-1)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample may miss a cell: it drops out, as in the metric
+        cells = np.stack([np.where(codes == k, x, 0.0).sum(-1) / (codes == k).sum(-1) for k in range(c.n_cells)], -1)
+        if c.parent is None:
+            return np.nanmean(cells, axis=-1)
+        groups = np.stack([np.nanmean(cells[..., c.parent == g], axis=-1) for g in range(int(c.parent.max()) + 1)], -1)
+        return np.nanmean(groups, axis=-1)
+
+
+def _bootstrap(data: tuple[np.ndarray, ...], statistic, confidence: float) -> tuple[float, float]:
+    from scipy.stats import bootstrap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate resamples (all equal) are handled below
+        res = bootstrap(data, statistic, paired=True, vectorized=True, confidence_level=confidence,
+                        n_resamples=RESAMPLES, method="percentile", batch=100, rng=np.random.default_rng(0))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if math.isnan(low) or math.isnan(high):
+        point = float(statistic(*data))
+        return point, point
+    return low, high
+
+
+def _reproduces(value: float, recorded: float | None) -> bool:
+    return recorded is not None and not math.isnan(recorded) and abs(value - recorded) < 1e-6
+
+
+def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: str, recorded: tuple[float, float],
+                    confidence: float) -> Interval | None:
+    """Interval of candidate - baseline (score units) over shared items, or None where the items do not
+    reproduce both recorded metrics."""
+    strata = strata_for(metric)
+    shared = sorted(set(base) & set(cand))
+    if strata is None or len(shared) < 2:
+        return None
+    c = _Codes([base[k] for k in shared], strata)
+    b = np.array([base[k]["value"] for k in shared])
+    x = np.array([cand[k]["value"] for k in shared])
+    if not (_reproduces(float(nested_mean(b, c.codes, c)), recorded[0])
+            and _reproduces(float(nested_mean(x, c.codes, c)), recorded[1])):
+        return None
+
+    def diff(bb, xx, codes, axis=-1):
+        return nested_mean(xx, codes, c) - nested_mean(bb, codes, c)
+
+    low, high = _bootstrap((b, x, c.codes), diff, confidence)
+    how = f"paired bootstrap over {len(shared):,} items (percentile, {RESAMPLES} resamples)"
+    p = None
+    if np.isin(b, (0.0, 1.0)).all() and np.isin(x, (0.0, 1.0)).all():
+        from statsmodels.stats.contingency_tables import mcnemar
+
+        table = [[int(((b == 1) & (x == 1)).sum()), int(((b == 1) & (x == 0)).sum())],
+                 [int(((b == 0) & (x == 1)).sum()), int(((b == 0) & (x == 0)).sum())]]
+        p = float(mcnemar(table, exact=True).pvalue)
+        how += f"; exact McNemar p={p:.3g}"
+    return Interval(low, high, how, len(shared), p)
+
+
+def single_interval(items: dict[str, dict], metric: str, recorded: float, confidence: float) -> Interval | None:
+    """Interval of one variant's score: Wilson for unstratified 0/1 items, else a bootstrap."""
+    strata = strata_for(metric)
+    if strata is None or len(items) < 2:
+        return None
+    rows = list(items.values())
+    c = _Codes(rows, strata)
+    x = np.array([r["value"] for r in rows])
+    if not _reproduces(float(nested_mean(x, c.codes, c)), recorded):
+        return None
+    if not strata and np.isin(x, (0.0, 1.0)).all():
+        from statsmodels.stats.proportion import proportion_confint
+
+        low, high = proportion_confint(int(x.sum()), len(x), alpha=1 - confidence, method="wilson")
+        return Interval(float(low), float(high), f"Wilson over {len(x):,} items", len(x))
+    low, high = _bootstrap((x, c.codes), lambda xx, codes, axis=-1: nested_mean(xx, codes, c), confidence)
+    return Interval(low, high, f"bootstrap over {len(x):,} items (percentile, {RESAMPLES} resamples)", len(x))
+
+
+def normal_interval(value: float, metrics: list[Metric], confidence: float) -> Interval | None:
+    """value +- z x (the metrics' standard errors combined); None when any is missing."""
+    ses = [m.stderr for m in metrics]
+    if any(se is None or math.isnan(se) for se in ses):
+        return None
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(sum(se * se for se in ses))
+    n = min((m.n for m in metrics if m.n is not None), default=None)
+    how = "normal from the recorded standard errors" + (" (unpaired)" if len(metrics) > 1 else "")
+    return Interval(value - half, value + half, how, n)

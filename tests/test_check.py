@@ -1,0 +1,288 @@
+"""`evalsuite check` on synthetic run folders and the planner: verdicts, numbers, intervals, exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from evalsuite import metrics as M
+from evalsuite.check import evaluate as ev
+from evalsuite.check.runs import NotMeasurable, open_run
+from evalsuite.check.schema import load_claims
+from evalsuite.cli import app
+from evalsuite.records import RunDir
+from evalsuite.types import EngineStats, Metric, RunRecord, Score, VariantResult
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "configs" / "claims" / "long-context-128k.yaml"
+LLAMA2 = REPO / "configs" / "models" / "llama-2-7b.json"
+LLAMA31 = REPO / "configs" / "models" / "llama-3.1-8b.json"
+runner = CliRunner()
+
+
+def build_run(root: Path, run_id: str, variants: dict[str, dict], n: int = 200) -> Path:
+    """Spec keys: wrong (MMLU item indices scored 0), status, reason, metrics (name -> value), engine (fields)."""
+    rd = RunDir(root / run_id)
+    rd.write_config({"model": {"hub": "org/tiny"}, "variants": {v: {} for v in variants},
+                     "latency": {"prompt_tokens": [4096], "output_tokens": 8, "repeats": 3}})
+    record = RunRecord(run_id=run_id, model="tiny", config_path=f"configs/{run_id.split('-', 2)[2]}.yaml")
+    for name, spec in variants.items():
+        result = VariantResult(variant=name, status=spec.get("status", "ok"), reason=spec.get("reason"))
+        if result.status == "ok":
+            wrong = set(spec.get("wrong", ()))
+            scores = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0, pred="A", target="A",
+                            group="math" if i % 2 else "law") for i in range(n)]
+            rd.append_samples(name, "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                             for s in scores])
+            result.metrics = [M.accuracy(scores, "mmlu/acc"),
+                              *(Metric(name=k, value=v, n=3) for k, v in spec.get("metrics", {}).items())]
+            result.engine = EngineStats(**spec.get("engine", {}))
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
+
+
+def write_claims(tmp: Path, claims: list[dict], **top) -> Path:
+    path = tmp / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": claims, **top}, sort_keys=False))
+    return path
+
+
+def claim(cid: str, *checks: dict) -> dict:
+    return {"id": cid, "text": f"claim {cid}", "where": "a blog post", "checks": list(checks)}
+
+
+@pytest.fixture
+def runs(tmp_path) -> list[Path]:
+    a = build_run(tmp_path / "runs", "20260101-000000-shape", {
+        "defaults": {"metrics": {"latency/ttft_ms_p50/ctx130000": 1000.0, "latency/ttft_ms_p50": 300.0},
+                     "engine": {"required_gib": 34.0, "kv_cache_tokens": 914_304, "num_preemptions": 0}},
+        "block32": {"metrics": {"latency/ttft_ms_p50/ctx130000": 900.0},
+                    "engine": {"required_gib": 34.1, "kv_cache_tokens": 914_304}},
+        "fp8": {"wrong": range(10), "engine": {"required_gib": 27.5}},
+        "broken": {"status": "skipped", "reason": "no FP8 kernel on this CPU"},
+    })
+    b = build_run(tmp_path / "runs", "20260102-000000-qwen", {"bf16": {}, "fp8": {"wrong": range(10)}})
+    return [a, b]
+
+
+def check(*args: str):
+    return runner.invoke(app, ["check", *map(str, args)])
+
+
+TTFT_HELD = {"what": "TTFT at 128K, block 32 vs 16", "metric": "latency/ttft_ms_p50@130000",
+             "baseline": "shape:defaults", "candidate": "shape:block32",
+             "effect": {"kind": "change_pct", "equals": -8.3, "tolerance": 4}}
+MMLU_NOT_HELD = {"what": "MMLU, fp8 vs bf16", "metric": "mmlu/acc", "baseline": "qwen:bf16", "candidate": "qwen:fp8",
+                 "effect": {"kind": "points", "above": -0.3}}
+MISSING = {"what": "ITL", "metric": "latency/itl_ms_p50@130000", "baseline": "shape:defaults",
+           "candidate": "shape:block32", "effect": {"kind": "change_pct", "below": 0}}
+
+
+def test_held_not_held_not_measurable(tmp_path, runs):
+    claims = write_claims(tmp_path, [claim("3", TTFT_HELD), claim("5", MMLU_NOT_HELD), claim("8", MISSING)])
+    out = tmp_path / "report.json"
+    res = check(claims, *runs, "--json", out)
+    assert res.exit_code == 1, res.output
+    rep = json.loads(out.read_text())
+    verdicts = {c["id"]: c["verdict"] for c in rep["claims"]}
+    assert verdicts == {"3": "held", "5": "not held", "8": "not measurable"}
+    assert rep["summary"] == {"held": 1, "not held": 1, "not measurable": 1}
+    held, not_held, missing = (c["checks"][0] for c in rep["claims"])
+    assert held["measured"] == pytest.approx(-10.0) and held["unit"] == "%"
+    assert [s["label"] for s in held["sides"]] == ["20260101-000000-shape:defaults", "20260101-000000-shape:block32"]
+    assert not_held["measured"] == pytest.approx(-5.0) and not_held["unit"] == "pt"
+    iv = not_held["interval"]
+    assert iv["high"] < -0.3 and iv["low"] < -5.0 < iv["high"]
+    assert "paired bootstrap over 200 items" in iv["method"]
+    assert iv["p_value"] == pytest.approx(2 * 0.5**10)  # exact McNemar: 10 discordant pairs, all one way
+    assert "has no metric latency/itl_ms_p50@130000" not in missing["detail"]
+    assert "no metric latency/itl_ms_p50/ctx130000" in missing["detail"]
+    assert res.output.startswith("## evalsuite check: 1 held · 1 not held · 1 not measurable")
+
+
+def test_exit_0_when_nothing_is_contradicted(tmp_path, runs):
+    claims = write_claims(tmp_path, [claim("3", TTFT_HELD), claim("8", MISSING)])
+    res = check(claims, *runs)
+    assert res.exit_code == 0, res.output
+    assert "✅ held" in res.output and "➖ not measurable" in res.output
+
+
+def test_planner_answers_claims_1_and_4_without_a_run(tmp_path):
+    per_token = {"what": "KV per token", "source": "planner", "model": str(LLAMA2), "metric": "kv_bytes_per_token",
+                 "effect": {"kind": "value", "equals": 2.0e6, "tolerance_pct": 25}}
+    request = {**per_token, "what": "KV of a 128K request", "metric": "kv_gib_per_request",
+               "settings": {"max_model_len": 131072}, "effect": {"kind": "value", "equals": 0.2384, "tolerance_pct": 25}}
+    seqs = {"what": "KV of 16 x 128K", "source": "planner", "model": str(LLAMA31), "metric": "kv_gib_all_seqs",
+            "settings": {"max_model_len": 131072, "max_num_seqs": 16},
+            "effect": {"kind": "value", "equals": 3.725, "tolerance_pct": 25}}
+    per_token_8b = {**seqs, "what": "8B per token", "metric": "kv_bytes_per_token",
+                    "effect": {"kind": "value", "equals": 131072}}
+    claims = write_claims(tmp_path, [claim("1", per_token, request), claim("4", seqs, per_token_8b)])
+    out = tmp_path / "r.json"
+    res = check(claims, "--json", out)
+    assert res.exit_code == 1, res.output
+    (c1, c4) = json.loads(out.read_text())["claims"]
+    assert c1["verdict"] == c4["verdict"] == "not held"
+    assert c1["checks"][0]["measured"] == 524_288  # 2 x 32 layers x 32 KV heads x 128 x 2 bytes = 512 KiB
+    assert c1["checks"][0]["unit"] == "bytes"
+    assert c1["checks"][1]["measured"] == 64.0  # 512 KiB x 131,072 tokens = 64 GiB, not 256 MB
+    assert c4["checks"][0]["measured"] == 256.0  # 128 KiB x 131,072 x 16 = 256 GiB, not 4 GB
+    assert c4["checks"][1]["verdict"] == "held" and c4["checks"][1]["measured"] == 131_072
+
+
+def test_shipped_claims_file(monkeypatch):
+    """Every claim of the issue is there; without runs the planner still answers 1, 2 and 4."""
+    def no_vllm(check):
+        raise NotMeasurable("vLLM not imported in this test")
+
+    monkeypatch.setattr(ev, "measure_vllm_default", no_vllm)
+    spec = load_claims(SHIPPED)
+    assert [c.id for c in spec.claims] == [str(i) for i in range(1, 12)]
+    results = {r.claim.id: r for r in ev.evaluate(spec, SHIPPED.parent, [])}
+    assert results["1"].verdict == results["2"].verdict == results["4"].verdict == "not held"
+    assert [c.measured for c in results["1"].checks] == [524_288, 64.0]
+    assert results["4"].checks[0].measured == 256.0
+    assert results["2"].checks[1].measured == pytest.approx(1.84, abs=0.01)  # 128K over 4K, not 3.99
+    assert "not a setting vLLM has: kv_cache_dtype" in results["6"].checks[0].detail
+    assert results["10"].verdict == "not measurable" and results["10"].claim.why
+    tp = [c for c in results["11"].checks if "TP=4" in c.what]
+    assert tp and all("h200x4-llama8b-tp" in c.detail for c in tp)
+
+
+def test_not_measurable_reasons(tmp_path, runs):
+    few = {"what": "few items", "metric": "mmlu/acc", "variant": "qwen:bf16", "effect": {"kind": "value", "above": 0.5}}
+    skipped = {"what": "skipped variant", "metric": "engine/required_gib", "variant": "shape:broken",
+               "effect": {"kind": "value", "below": 10}}
+    ambiguous = {"what": "plain fp8", "metric": "mmlu/acc", "variant": "fp8", "effect": {"kind": "value", "above": 0.5}}
+    no_engine = {"what": "no stat", "metric": "engine/num_preemptions", "variant": "shape:block32",
+                 "effect": {"kind": "value", "above": 0}}
+    unmet = {**no_engine, "what": "precondition", "variant": "shape:defaults",
+             "given": [{"what": "over capacity", "metric": "engine/kv_cache_tokens", "variant": "shape:defaults",
+                        "effect": {"kind": "value", "above": 1e7}}]}
+    claims = write_claims(tmp_path, [claim("a", few), claim("b", skipped), claim("c", ambiguous), claim("d", no_engine),
+                                     claim("e", unmet)], min_n=500)
+    out = tmp_path / "r.json"
+    assert check(claims, *runs, "--json", out).exit_code == 0
+    why = [c["checks"][0]["detail"] for c in json.loads(out.read_text())["claims"]]
+    assert "insufficient n: " in why[0] and "n=200 < min_n 500" in why[0]
+    assert "is skipped: no FP8 kernel on this CPU" in why[1]
+    assert "runs of different configs" in why[2] and "run:fp8" in why[2]
+    assert "the engine did not report num_preemptions" in why[3]
+    assert why[4].startswith("precondition not met (over capacity: 914,304 tokens, needs value > 10,000,000)")
+
+
+def test_interval_that_straddles_the_claim_is_insufficient_n(tmp_path, runs):
+    loose = {**MMLU_NOT_HELD, "effect": {"kind": "points", "above": -6}}  # -5 pt, interval reaches below -6
+    claims = write_claims(tmp_path, [claim("5", loose)])
+    out = tmp_path / "r.json"
+    assert check(claims, *runs, "--json", out).exit_code == 0
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert c["verdict"] == "not measurable" and c["detail"].startswith("insufficient n: the 95% interval")
+    est = write_claims(tmp_path, [claim("5", loose)], decide_on="estimate")
+    assert check(est, *runs).exit_code == 0
+    assert "✅ held" in check(est, *runs).output
+
+
+def test_single_accuracy_gets_a_wilson_interval(tmp_path, runs):
+    acc = {"what": "fp8 accuracy", "metric": "mmlu/acc", "variant": "qwen:fp8",
+           "effect": {"kind": "value", "between": [0.9, 1.0]}}
+    out = tmp_path / "r.json"
+    check(write_claims(tmp_path, [claim("x", acc)]), *runs, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    p, n, z = 0.95, 200, 1.959963984540054  # Wilson score interval, by hand
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    assert c["interval"]["low"] == pytest.approx(centre - half) and c["interval"]["high"] == pytest.approx(centre + half)
+    assert c["interval"]["method"].startswith("Wilson") and c["verdict"] == "held"  # 0.910..0.973 within 0.9..1
+
+
+def test_single_length_run_reads_the_pooled_latency_key(tmp_path, runs):
+    pooled = {"what": "TTFT at 4K", "metric": "latency/ttft_ms_p50@4096", "variant": "shape:defaults",
+              "effect": {"kind": "value", "below": 500}}
+    out = tmp_path / "r.json"
+    assert check(write_claims(tmp_path, [claim("x", pooled)]), *runs, "--json", out).exit_code == 0
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert c["verdict"] == "held" and c["measured"] == 300.0 and c["unit"] == "ms"
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda c: c["checks"][0].update(effekt=1), "claims.0.checks.0.effekt: unknown key (allowed:"),
+    (lambda c: c["checks"][0]["effect"].update(kind="ratioo"),
+     "claims.0.checks.0.effect.kind: Input should be 'ratio', 'change_pct', 'difference', 'points' or 'value', got 'ratioo'"),
+    (lambda c: c["checks"][0].update(metric="engine/kv_tokens"), "'kv_tokens' is not an engine stat; allowed: startup_s"),
+    (lambda c: c["checks"][0]["effect"].update(above=1), "give exactly one of equals, between, above, below"),
+    (lambda c: c["checks"][0].update(requires={"kv_dtype": "int2"}), "unknown engine setting kv_dtype; allowed: model"),
+])
+def test_bad_claims_file_is_one_line_exit_2(tmp_path, runs, mutate, expected):
+    c = claim("3", dict(TTFT_HELD, effect=dict(TTFT_HELD["effect"])))
+    mutate(c)
+    res = check(write_claims(tmp_path, [c]), *runs)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.output
+    assert lines[0].startswith(f"evalsuite: error: {tmp_path / 'claims.yaml'}: ") and expected in lines[0]
+
+
+def test_bad_run_folder_and_bad_yaml_exit_2(tmp_path, runs):
+    claims = write_claims(tmp_path, [claim("3", TTFT_HELD)])
+    res = check(claims, tmp_path / "nope")
+    assert res.exit_code == 2 and "not a run folder (no run.json)" in res.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("claims: [\n")
+    res = check(bad)
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "invalid YAML" in res.output
+
+
+def test_latest_finished_run_of_a_config_wins(tmp_path, runs):
+    later = build_run(tmp_path / "runs", "20260103-000000-shape", {
+        "block32": {"metrics": {"latency/ttft_ms_p50/ctx130000": 950.0}}})
+    out = tmp_path / "r.json"
+    check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), *runs, later, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert [s["label"] for s in c["sides"]] == ["20260101-000000-shape:defaults", "20260103-000000-shape:block32"]
+    assert c["measured"] == pytest.approx(-5.0)
+
+
+def test_check_writes_nothing_but_its_reports(tmp_path, runs, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    claims = write_claims(tmp_path, [claim("3", TTFT_HELD), claim("5", MMLU_NOT_HELD)])
+    before = sorted(p for p in tmp_path.rglob("*"))
+    check(claims, *runs)
+    after = sorted(p for p in tmp_path.rglob("*"))
+    assert [p for p in after if p not in before] == []
+    assert open_run(runs[0]).results["fp8"].engine.required_gib == 27.5
+
+
+def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
+    """legal/balanced_acc (mean over tasks of per-label recall) and acc_macro are recomputed from the items;
+    a recorded value the items do not reproduce falls back to the recorded standard errors."""
+    import random
+
+    from evalsuite.check import stats
+    from evalsuite.tasks.legal import mean_over_tasks
+
+    rng = random.Random(1)
+    rows = [("t1" if i % 3 else "t2", "Yes" if i % 4 else "No") for i in range(300)]
+
+    def variant(p):
+        scores = [Score(sample_id=f"s{i}", task="legal", value=float(rng.random() < p), pred="", target=t, group=g)
+                  for i, (g, t) in enumerate(rows)]
+        items = {s.sample_id: {"value": s.value, "group": s.group, "target": s.target, "labels": {s.group}} for s in scores}
+        per_task = [M.balanced_accuracy(g, f"legal/balanced_acc/{t}") for t, g in M.by_group(scores).items()]
+        return items, mean_over_tasks(per_task, "legal/balanced_acc").value, M.macro_accuracy(M.by_group(scores), "x").value
+
+    (b, b_bal, b_mac), (c, c_bal, c_mac) = variant(0.8), variant(0.7)
+    iv = stats.paired_interval(b, c, "legal/balanced_acc", (b_bal, c_bal), 0.95)
+    assert iv is not None and iv.p_value is not None and "paired bootstrap over 300 items" in iv.method
+    assert iv.low < c_bal - b_bal < iv.high
+    assert stats.paired_interval(b, c, "legal/acc_macro", (b_mac, c_mac), 0.95) is not None
+    assert stats.paired_interval(b, c, "legal/balanced_acc", (b_bal + 0.01, c_bal), 0.95) is None
+    one = stats.single_interval(c, "legal/balanced_acc", c_bal, 0.95)
+    assert one is not None and one.method.startswith("bootstrap") and one.low < c_bal < one.high

