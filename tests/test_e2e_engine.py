@@ -63,10 +63,7 @@ def scores(run: Path, variant: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    d = repo_root.parent / "shared" / "data" / "legalbench-cuad"
-    if not d.exists():
-        pytest.skip(f"LegalBench CUAD data not found at {d}")
-    return d
+    return repo_root / "tasks" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")
