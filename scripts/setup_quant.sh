@@ -9,20 +9,20 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${EVALSUITE_QUANT_VENV:-.venv-quant}
 STAMP=$VENV/.evalsuite-setup
-if [ -f "$STAMP" ] && [ "$STAMP" -nt scripts/setup_quant.sh ]; then
+if [ -f "$STAMP" ] && [ "$STAMP" -nt scripts/setup_quant.sh ] && [ "$STAMP" -nt scripts/venv_install.sh ]; then
   exit 0
 fi
 start=$(date +%s)
+source scripts/venv_install.sh
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
 # Same metadata-only torchvision/torchaudio/torchcodec as scripts/setup.sh: the PyPI builds
 # fail to import beside torch 2.13.0+cpu, and transformers then fails to import anything.
 "$VENV/bin/python" scripts/stub_wheels.py build/stubs >/dev/null
-"$VENV/bin/python" -m pip install -q build/stubs/*.whl
+venv_install "$VENV" build/stubs/*.whl
 # torch==2.13.0 resolves to the local +cpu wheel; the pins are the versions measured to work.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
+venv_install "$VENV" "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
 "$VENV/bin/python" -m pip check || true
 touch "$STAMP"
 echo "setup_quant done in $(( $(date +%s) - start )) s: $("$VENV/bin/python" -c \
