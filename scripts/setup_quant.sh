@@ -26,4 +26,4 @@ venv_install "$VENV" "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14
 "$VENV/bin/python" -m pip check || true
 touch "$STAMP"
 echo "setup_quant done in $(( $(date +%s) - start )) s: $("$VENV/bin/python" -c \
-  'import llmcompressor, compressed_tensors, torch, transformers as t; print("llmcompressor", llmcompressor.__version__, "compressed-tensors", compressed_tensors.__version__, "torch", torch.__version__, "transformers", t.__version__)' 2>/dev/null | tail -1)"
+  'from importlib.metadata import version as v; print(*(f"{d} {v(d)}" for d in ("llmcompressor", "compressed-tensors", "torch", "transformers")))')"
