@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.errors import ConfigError
 from evalsuite.tasks import TaskConfig
@@ -58,6 +58,9 @@ class Variant(_Strict):
     dtype: Dtype = "auto"
     quantization: Quantization | None = None
     quantize: Literal["awq", "gptq", "rtn"] | None = None  # build a W4A16 checkpoint first
+    # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
+    # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.simulate)
+    simulate: bool = False
     kv_cache_dtype: KVDtype = "auto"
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
@@ -70,9 +73,19 @@ class Variant(_Strict):
     pipeline_parallel_size: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("simulate")
+    @classmethod
+    def _simulate_needs_rtn(cls, value: bool, info: ValidationInfo) -> bool:
+        quantize, others = info.data.get("quantize"), [k for k in ("quantization", "model") if info.data.get(k)]
+        if value and quantize != "rtn":
+            raise ValueError(f"needs quantize: rtn (the one INT4 recipe without calibration), quantize is {quantize}")
+        if value and others:
+            raise ValueError(f"rounds the config's own model: leave {' and '.join(others)} unset")
+        return value
+
     def vllm_kwargs(self) -> dict[str, Any]:
         """Engine keyword arguments; unset fields are left to vLLM's own defaults."""
-        skip = {"engine_args", "quantize", "model"}
+        skip = {"engine_args", "quantize", "simulate", "model"}
         out = {k: v for k, v in self.model_dump().items() if k not in skip and v is not None}
         if out.get("tensor_parallel_size") == 1:
             out.pop("tensor_parallel_size")
