@@ -17,7 +17,9 @@ fi
 # Metadata-only torchvision/torchaudio/torchcodec so the resolver never picks builds that break torch+cpu.
 .venv/bin/python scripts/stub_wheels.py build/stubs >/dev/null
 venv_install .venv build/stubs/*.whl
-venv_install .venv -e ".[cpu,dev,bench]"
+extra=()
+if index=$(torch_cpu_index .venv); then extra=(--extra-index-url "$index"); fi
+venv_install .venv "${extra[@]}" -e ".[cpu,dev,bench]"
 .venv/bin/python -m pip check || true
 touch "$STAMP"
 echo "setup done in $(( $(date +%s) - start )) s: $(.venv/bin/python -c \

