@@ -149,6 +149,8 @@ class Runner:
     def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
                                started_at=datetime.now(timezone.utc))
+        if variant.simulate:  # the label, whatever becomes of the run
+            result.settings["simulated"] = True
         reason = unsupported_reason(variant)
         if reason:
             result.status, result.reason = "skipped", reason
@@ -160,9 +162,7 @@ class Runner:
             model_dir = self._quantized(name, variant, result)
             if model_dir is None:
                 return result
-        if variant.simulate:
-            result.settings["simulated"] = True
-            # 16-bit kernels run a simulated variant: its latency would be the baseline's, not INT4's
+        if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
