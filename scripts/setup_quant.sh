@@ -9,21 +9,24 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${EVALSUITE_QUANT_VENV:-.venv-quant}
 STAMP=$VENV/.evalsuite-setup
-if [ -f "$STAMP" ] && [ "$STAMP" -nt scripts/setup_quant.sh ]; then
+if [ -f "$STAMP" ] && [ "$STAMP" -nt scripts/setup_quant.sh ] && [ "$STAMP" -nt scripts/venv_install.sh ]; then
   exit 0
 fi
 start=$(date +%s)
+source scripts/venv_install.sh
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
 # Same metadata-only torchvision/torchaudio/torchcodec as scripts/setup.sh: the PyPI builds
 # fail to import beside torch 2.13.0+cpu, and transformers then fails to import anything.
 "$VENV/bin/python" scripts/stub_wheels.py build/stubs >/dev/null
-"$VENV/bin/python" -m pip install -q build/stubs/*.whl
-# torch==2.13.0 resolves to the local +cpu wheel; the pins are the versions measured to work.
-"$VENV/bin/python" -m pip install -q "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
+venv_install "$VENV" build/stubs/*.whl
+# torch==2.13.0 resolves to the +cpu wheel (a local folder or PyTorch's CPU index, which sorts
+# 2.13.0+cpu above PyPI's 2.13.0); the pins are the versions measured to work.
+extra=()
+if index=$(torch_cpu_index "$VENV"); then extra=(--extra-index-url "$index"); fi
+venv_install "$VENV" "${extra[@]}" "torch==2.13.0" "transformers==5.17.0" "llmcompressor==0.14.0.1"
 "$VENV/bin/python" -m pip check || true
 touch "$STAMP"
 echo "setup_quant done in $(( $(date +%s) - start )) s: $("$VENV/bin/python" -c \
-  'import llmcompressor, compressed_tensors, torch, transformers as t; print("llmcompressor", llmcompressor.__version__, "compressed-tensors", compressed_tensors.__version__, "torch", torch.__version__, "transformers", t.__version__)' 2>/dev/null | tail -1)"
+  'from importlib.metadata import version as v; print(*(f"{d} {v(d)}" for d in ("llmcompressor", "compressed-tensors", "torch", "transformers")))')"

@@ -63,10 +63,7 @@ def scores(run: Path, variant: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    d = repo_root.parent / "shared" / "data" / "legalbench-cuad"
-    if not d.exists():
-        pytest.skip(f"LegalBench CUAD data not found at {d}")
-    return d
+    return repo_root / "tasks" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +147,34 @@ def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):
     mc = [k for k in want if "/" in k and not k.startswith("len")]
     agree = sum(got[k]["pred"] == want[k]["pred"] for k in mc) / len(mc)
     assert agree >= 0.9, f"server and offline agree on only {agree:.0%} of choice items"
+
+
+def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model, legal_dir):
+    """The dense W4A16 copy runs on bf16 kernels on any CPU, compiled (its compiled kernels come
+    from the baseline's cache), answers differently from bf16, and its record and row say that its
+    memory is the planner's prediction."""
+    from evalsuite.assets import default_cache_dir
+
+    compiled = {"enforce_eager": False}
+    variants = {"bf16": compiled, "w4a16_sim": {"quantize": "rtn", "simulate": True, **compiled}}
+    res = evalsuite("run", str(make_config(tmp_path, tiny_model, legal_dir, variants, name="sim")), "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "runs")
+    got = {v["variant"]: v for v in json.loads((run / "run.json").read_text())["variants"]}
+    bf16, s = got["bf16"], got["w4a16_sim"]
+    assert bf16["status"] == s["status"] == "ok", s["reason"]
+    assert s["settings"]["simulated"] is True and s["settings"]["quantized"]["simulated"] is True
+    assert Path(s["settings"]["quantized"]["checkpoint"], "evalsuite-quant.json").is_file()
+    for field in ("weights_gib", "kv_cache_tokens", "kv_cache_blocks", "kv_cache_gib"):
+        assert s["engine"]["source"][field] == "predicted" and s["engine"][field] == pytest.approx(
+            s["predicted"]["kv_capacity_tokens" if field == "kv_cache_tokens" else field]), field
+    assert s["settings"]["dense_engine"]["weights_gib"] > 0  # the dense engine's own, kept apart
+    names = {m["name"] for m in s["metrics"]}
+    assert {"mmlu/acc", "legal/balanced_acc", "needle/acc"} <= names and not any(n.startswith("latency") for n in names)
+    assert any(m["name"].startswith("latency/") for m in bf16["metrics"])
+    a, b = scores(run, "bf16"), scores(run, "w4a16_sim")
+    choice = [k for k in b if not k.startswith("len")]
+    assert choice and any(a[k]["extra"].get("logprobs") != b[k]["extra"].get("logprobs") for k in choice)
+    row = next(line for line in res.stdout.splitlines() if "w4a16_sim" in line and "│" in line)
+    assert "(simulated)" in row
+    assert (default_cache_dir() / "vllm" / "torchinductor").is_dir()

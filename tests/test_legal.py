@@ -10,16 +10,13 @@ from evalsuite.tasks.legal import (LegalConfig, build_template, fill_template, i
                                   stratified_subset)
 from evalsuite.types import Completion, Score
 
-# ../shared beside the checkout; read in place, never copied into the repository
-CUAD = Path(__file__).resolve().parents[2] / "shared/data/legalbench-cuad"
-needs_cuad = pytest.mark.skipif(not CUAD.is_dir(), reason=f"LegalBench CUAD data not found at {CUAD}")
+CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
 
 
 def _ctx(tmp_path, **kw):
     return TaskContext(base_dir=tmp_path, cache_dir=tmp_path / "cache", **kw)
 
 
-@needs_cuad
 def test_base_prompt_with_text_substituted(tmp_path):
     task = LegalConfig(data_dir=str(CUAD), tasks=["anti_assignment"]).build(_ctx(tmp_path))
     samples = task.samples()
@@ -32,7 +29,6 @@ def test_base_prompt_with_text_substituted(tmp_path):
     assert s.id == "anti_assignment/test/3" and s.group == "anti_assignment" and s.choices == ["Yes", "No"]
 
 
-@needs_cuad
 def test_base_prompts_are_instruction_plus_all_train_examples():
     """Why building from train.tsv is faithful: it reproduces every base prompt exactly."""
     for folder in sorted(p for p in CUAD.iterdir() if p.is_dir()):
@@ -40,7 +36,6 @@ def test_base_prompts_are_instruction_plus_all_train_examples():
         assert build_template(instruction_of(base, folder.name), read_records(folder / "train.tsv")) == base, folder.name
 
 
-@needs_cuad
 def test_fewer_shots_keep_the_instruction(tmp_path):
     task = LegalConfig(data_dir=str(CUAD), tasks=["governing_law"], num_fewshot=2, limit_per_task=1).build(_ctx(tmp_path))
     prompt = task.samples()[0].request.prompt
@@ -50,7 +45,6 @@ def test_fewer_shots_keep_the_instruction(tmp_path):
     assert zero.samples()[0].request.prompt.count("Clause: ") == 1
 
 
-@needs_cuad
 def test_limit_per_task_is_seeded_and_deterministic(tmp_path):
     def ids(seed, tasks=None):
         cfg = LegalConfig(data_dir=str(CUAD), tasks=tasks, limit_per_task=5)
@@ -62,7 +56,6 @@ def test_limit_per_task_is_seeded_and_deterministic(tmp_path):
     assert ids(0, ["exclusivity"]) == [i for i in first if i.startswith("exclusivity/")]
 
 
-@needs_cuad
 def test_limit_per_task_keeps_both_labels_in_every_cuad_task(tmp_path):
     samples = LegalConfig(data_dir=str(CUAD), limit_per_task=4).build(_ctx(tmp_path)).samples()
     by_task = {}
@@ -125,13 +118,11 @@ def test_bad_label_is_a_config_error(tmp_path):
         LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
 
 
-@needs_cuad
 def test_unknown_task_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"tasks\.legal\.tasks.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
         LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"]).build(_ctx(tmp_path)).samples()
 
 
-@needs_cuad
 def test_legalbench_spelling_names_the_same_task(tmp_path):
     task = LegalConfig(data_dir=str(CUAD), tasks=["cuad_anti-assignment"], limit_per_task=2).build(_ctx(tmp_path))
     assert {s.group for s in task.samples()} == {"anti_assignment"}
@@ -155,8 +146,26 @@ def test_template_placeholder_without_column():
         fill_template("Q: {{missing}}", {"text": "t"})
 
 
-def test_no_data_dir_and_no_hub(tmp_path, monkeypatch):
+def test_bundled_copy_is_the_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(legal_mod, "hub_reachable", lambda: pytest.fail("the hub was asked"))
+    assert legal_mod.bundled_dir() == CUAD
+    task = LegalConfig(tasks=["governing_law"], limit_per_task=2).build(_ctx(tmp_path))
+    samples = task.samples()
+    assert task.source == str(CUAD) and [s.group for s in samples] == ["governing_law"] * 2
+
+
+def test_bundled_copy_is_complete_and_attributed():
+    tasks = sorted(p.name for p in CUAD.iterdir() if (p / "test.tsv").is_file())
+    assert len(tasks) == 30
+    for t in tasks:
+        assert {p.name for p in (CUAD / t).iterdir()} == {"base_prompt.txt", "train.tsv", "test.tsv"}, t
+    assert "Attribution 4.0 International" in (CUAD / "LICENSE").read_text()
+    assert "The Atticus Project" in (CUAD / "ATTRIBUTION").read_text()
+
+
+def test_no_data_dir_no_bundled_copy_and_no_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(legal_mod, "hub_reachable", lambda: False)
+    monkeypatch.setattr(legal_mod, "bundled_dir", lambda: tmp_path / "absent")
     with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir"):
         LegalConfig().build(_ctx(tmp_path)).samples()
 

