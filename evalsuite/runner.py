@@ -6,6 +6,7 @@ resumes where it stopped and final metrics are always recomputed from the record
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,10 @@ from evalsuite.tasks.latency import LatencyTask
 from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 
 
-def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
+def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path,
+                defaults: dict[str, Any] | None = None) -> Engine:
+    """`defaults`: engine arguments the caller adds where the variant leaves them unset."""
+    from evalsuite.engine import tensor_parallel_workaround
     from evalsuite.models import engine_model
 
     kwargs = variant.vllm_kwargs()
@@ -38,6 +42,9 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    for key, value in (defaults or {}).items():
+        kwargs.setdefault(key, value)
+    kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
     if cfg.engine.mode == "server":
         from evalsuite.engine.server import ServerEngine
 
@@ -73,6 +80,7 @@ class Runner:
     def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
         self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
         self.device = envmod.device_name()
+        self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds (see make_engine)
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
@@ -98,6 +106,7 @@ class Runner:
         from evalsuite.memory import complete, predict
 
         stats.device = stats.device or self.device
+        stats.gpu_count = variant.tensor_parallel_size * variant.pipeline_parallel_size  # memory is per GPU
         try:
             result.predicted = predict(model_dir, variant, stats, stats.device)
         except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
@@ -144,7 +153,7 @@ class Runner:
                 return result
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
-        engine = make_engine(self.cfg, variant, model_dir, log_path)
+        engine = make_engine(self.cfg, variant, model_dir, log_path, self.engine_defaults)
         nvml = NvmlPeak().__enter__()
         try:
             with self.progress.status(f"{name}: starting engine"):

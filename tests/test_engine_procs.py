@@ -104,3 +104,15 @@ def test_kill_process_group_escalates_to_sigkill():
     assert stubborn.wait(10) == -signal.SIGKILL
     assert time.monotonic() - t0 < 8
     kill_process_group(stubborn.pid)  # an empty group is not an error
+
+
+def test_tensor_parallel_workaround_only_where_multicast_is_off():
+    from evalsuite.engine import tensor_parallel_workaround as fix
+
+    tp2, off = {"tensor_parallel_size": 2}, {"NCCL_NVLS_ENABLE": "0"}
+    assert fix(tp2, off)["compilation_config"] == {"pass_config": {"fuse_allreduce_rms": False}}
+    assert fix(tp2, {}) == tp2 and fix({}, off) == {}  # multicast on, or one GPU: vLLM's defaults
+    own = {**tp2, "compilation_config": {"mode": 3, "pass_config": {"fuse_allreduce_rms": True}}}
+    assert fix(own, off) == own  # the variant's own choice wins
+    mixed = fix({**tp2, "compilation_config": {"mode": 3}}, off)["compilation_config"]
+    assert mixed == {"mode": 3, "pass_config": {"fuse_allreduce_rms": False}}
