@@ -89,6 +89,9 @@ class QueueProgress:
     def advance(self, task_id: str, n: int) -> None:
         self._send("advance", task_id, n)
 
+    def node(self, where: str) -> None:
+        self._send("node", self.variant, where)
+
     @contextlib.contextmanager
     def status(self, text: str):
         key = self._key()
@@ -102,8 +105,9 @@ class QueueProgress:
 class _Display:
     """The driver's side: replays workers' events on the real Progress."""
 
-    def __init__(self, progress: Progress):
+    def __init__(self, progress: Progress, nodes: dict[str, str] | None = None):
         self.progress, self.bars, self.open = progress, {}, {}
+        self.nodes = {} if nodes is None else nodes  # variant -> where its task runs
 
     def apply(self, kind: str, key: str, *args: Any) -> None:
         if kind == "add":
@@ -115,6 +119,8 @@ class _Display:
             self.open[key].__enter__()
         elif kind == "done" and key in self.open:
             self.open.pop(key).__exit__(None, None, None)
+        elif kind == "node":
+            self.nodes[key] = args[0]
 
     def drain(self, queue) -> None:
         n = queue.size()
@@ -145,20 +151,21 @@ def _check_node(root: Path, digest: str, model_dir: str, model_is_local: bool) -
 
 
 def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: bool, work: tuple, name: str,
-                     queue, digest: str) -> tuple[VariantResult, str]:
+                     queue, digest: str) -> VariantResult:
     """The body of one variant's Ray task: the local path's run_variant, on this node."""
     import ray
 
     from evalsuite.runner import Runner
 
+    progress = QueueProgress(queue, name)
+    progress.node(f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]})")
     _check_node(Path(root), digest, model_dir, model_is_local)
     ctx, tasks, samples = work
-    runner = Runner(cfg, RunDir(Path(root)), model_dir, ctx, QueueProgress(queue, name))
+    runner = Runner(cfg, RunDir(Path(root)), model_dir, ctx, progress)
     variant = cfg.variants[name]
     if gpus(variant) > 1:  # inside a Ray task vLLM would otherwise consider a nested Ray executor
         runner.engine_defaults["distributed_executor_backend"] = "mp"
-    where = f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]})"
-    return runner.run_variant(name, variant, tasks, samples), where
+    return runner.run_variant(name, variant, tasks, samples)
 
 
 def failure(run_dir: RunDir, name: str, variant: Variant, since: datetime, error: BaseException) -> VariantResult:
@@ -183,11 +190,10 @@ class _Fanout:
 
     def __init__(self, ray, cfg: RunConfig, run_dir: RunDir, record: RunRecord, progress: Progress):
         self.ray, self.cfg, self.run_dir, self.record = ray, cfg, run_dir, record
-        self.display = _Display(progress)
         self.pending: dict[Any, tuple[str, datetime]] = {}
         sched = record.env.setdefault("scheduler", {})
         sched.update({"kind": "ray", "address": ray.get_runtime_context().gcs_address})
-        self.nodes: dict[str, str] = sched.setdefault("nodes", {})
+        self.display = _Display(progress, sched.setdefault("nodes", {}))
 
     def submit(self, todo: dict[str, Variant], model_dir: str, ctx: TaskContext, tasks, samples) -> None:
         from ray.util.queue import Queue
@@ -219,7 +225,7 @@ class _Fanout:
             for ref in done:
                 name, since = self.pending.pop(ref)
                 try:
-                    result, self.nodes[name] = ray.get(ref)
+                    result = ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - any death or error of one task is that variant's
                     result = failure(self.run_dir, name, self.cfg.variants[name], since, e)
                 self.display.finish(name)
