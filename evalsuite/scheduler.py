@@ -34,13 +34,29 @@ def _ray():
     return ray
 
 
+def _check_reachable(address: str | None) -> None:
+    """ray.init retries an address where nothing listens for minutes; a HOST:PORT is tried first."""
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, local, unset: Ray's own rules
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise EvalsuiteError(f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
+                             f"`ray start --head --port={port}` or give its address") from None
+
+
 def connect(address: str | None):
     """ray.init with Ray's own address rules; the driver's console stays evalsuite's."""
     ray = _ray()
+    _check_reachable(address)
     try:
         ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, ValueError, RuntimeError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever Ray raises here, the user gets one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if "auth" in f"{e} {e.__cause__}".lower():
+            first += ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and put its token in "
+                      "~/.ray/auth_token (or RAY_AUTH_TOKEN)")
         raise EvalsuiteError(f"--ray {address or '(default)'}: cannot reach a Ray cluster: {first}") from None
     return ray
 

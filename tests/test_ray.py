@@ -288,3 +288,20 @@ def test_local_head_killed_driver_resumes_with_local_scores(tmp_path, tiny_model
     assert v["status"] == "ok" and v["engine"]["gpu_count"] == 1
     got = {r["sample"]["id"]: r["score"] for r in rows(run, "bf16")}
     assert len(got) == N_SAMPLES and got == want  # exactly as the local path scored them
+
+
+def test_an_address_where_nothing_listens_fails_fast():
+    import socket
+
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.scheduler import _check_reachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+        t0 = time.monotonic()
+        with pytest.raises(EvalsuiteError, match=f"--ray 127.0.0.1:{port}: nothing answers there"):
+            _check_reachable(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 5
+    for address in (None, "auto", "local"):
+        _check_reachable(address)  # Ray's own rules
