@@ -167,7 +167,7 @@ def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray",)) -> list[s
     out = []
     for i, arg in enumerate(argv):
         nxt = argv[i + 1] if i + 1 < len(argv) else None
-        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml")) or Path(nxt).is_file()
+        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml"))
         out.append(f"{arg}=" if arg in options and bare else arg)
     return out
 

@@ -25,9 +25,7 @@ from evalsuite.tasks.latency import LatencyTask
 from evalsuite.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 
 
-def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path,
-                defaults: dict[str, Any] | None = None) -> Engine:
-    """`defaults`: engine arguments the caller adds where the variant leaves them unset."""
+def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path) -> Engine:
     from evalsuite.engine import tensor_parallel_workaround
     from evalsuite.models import engine_model
 
@@ -42,8 +40,6 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
-    for key, value in (defaults or {}).items():
-        kwargs.setdefault(key, value)
     kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
     if cfg.engine.mode == "server":
         from evalsuite.engine.server import ServerEngine
@@ -80,7 +76,12 @@ class Runner:
     def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
         self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
         self.device = envmod.device_name()
-        self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds (see make_engine)
+        self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds under the variant's own
+
+    def _engine_variant(self, variant: Variant) -> Variant:
+        if not self.engine_defaults:
+            return variant
+        return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
@@ -153,7 +154,7 @@ class Runner:
                 return result
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
-        engine = make_engine(self.cfg, variant, model_dir, log_path, self.engine_defaults)
+        engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path)
         nvml = NvmlPeak().__enter__()
         try:
             with self.progress.status(f"{name}: starting engine"):

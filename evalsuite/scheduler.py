@@ -166,15 +166,19 @@ def _check_node(root: Path, digest: str, model_dir: str, model_is_local: bool) -
                              "($EVALSUITE_CACHE) on a shared file system")
 
 
+def _where() -> str:
+    import ray
+
+    return f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]})"
+
+
 def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: bool, work: tuple, name: str,
                      queue, digest: str) -> VariantResult:
     """The body of one variant's Ray task: the local path's run_variant, on this node."""
-    import ray
-
     from evalsuite.runner import Runner
 
     progress = QueueProgress(queue, name)
-    progress.node(f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]})")
+    progress.node(_where())
     _check_node(Path(root), digest, model_dir, model_is_local)
     ctx, tasks, samples = work
     runner = Runner(cfg, RunDir(Path(root)), model_dir, ctx, progress)
