@@ -209,6 +209,62 @@ def test_failure_keeps_what_the_worker_recorded(tmp_path):
     assert got.reason == "run folder /x is not visible"
 
 
+def test_an_address_where_nothing_listens_fails_fast():
+    import socket
+
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.scheduler import _check_reachable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: refused
+        t0 = time.monotonic()
+        with pytest.raises(EvalsuiteError, match=f"--ray 127.0.0.1:{port}: nothing answers there"):
+            _check_reachable(f"127.0.0.1:{port}")
+        assert time.monotonic() - t0 < 5
+    for address in (None, "auto", "local"):
+        _check_reachable(address)  # Ray's own rules
+
+
+def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypatch):
+    """Inside a Ray task a TP/PP engine must not start a nested Ray executor of its own."""
+    from evalsuite import scheduler
+    from evalsuite.config import RunConfig
+    from evalsuite.runner import Runner
+    from evalsuite.tasks import TaskContext
+
+    seen = {}
+    monkeypatch.setattr(scheduler, "_where", lambda: "here")
+    monkeypatch.setattr(Runner, "run_variant",
+                        lambda self, name, v, tasks, samples: seen.setdefault(name, self._engine_variant(v)))
+    cfg = RunConfig(model={"path": "m"}, variants={"tp2": {"tensor_parallel_size": 2}, "one": {},
+                                                   "own": {"pipeline_parallel_size": 2,
+                                                           "engine_args": {"distributed_executor_backend": "uni"}}})
+    run_dir = RunDir(tmp_path)
+    run_dir.write_config({})
+    work = (TaskContext(base_dir=tmp_path, cache_dir=tmp_path), [], {})
+    for name in cfg.variants:
+        scheduler.run_variant_task(cfg, str(tmp_path), "m", False, work, name, _ListQueue(),
+                                   scheduler.config_digest(run_dir))
+    assert seen["tp2"].vllm_kwargs()["distributed_executor_backend"] == "mp"
+    assert "distributed_executor_backend" not in seen["one"].vllm_kwargs()
+    assert seen["own"].vllm_kwargs()["distributed_executor_backend"] == "uni"  # the variant's own wins
+
+
+def test_a_worker_that_cannot_see_the_run_folder_says_so(tmp_path):
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.scheduler import _check_node, config_digest
+
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.write_config({"a": 1})
+    digest = config_digest(run_dir)
+    _check_node(run_dir.root, digest, str(tmp_path), True)
+    with pytest.raises(EvalsuiteError, match="not visible on node"):
+        _check_node(tmp_path / "elsewhere", digest, str(tmp_path), True)
+    with pytest.raises(EvalsuiteError, match="model folder .* is not on node"):
+        _check_node(run_dir.root, digest, str(tmp_path / "no-model"), True)
+
+
 # -- a real Ray cluster ------------------------------------------------------------------------
 
 
@@ -289,58 +345,3 @@ def test_local_head_killed_driver_resumes_with_local_scores(tmp_path, tiny_model
     got = {r["sample"]["id"]: r["score"] for r in rows(run, "bf16")}
     assert len(got) == N_SAMPLES and got == want  # exactly as the local path scored them
 
-
-def test_an_address_where_nothing_listens_fails_fast():
-    import socket
-
-    from evalsuite.errors import EvalsuiteError
-    from evalsuite.scheduler import _check_reachable
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # bound, never listening: refused
-        t0 = time.monotonic()
-        with pytest.raises(EvalsuiteError, match=f"--ray 127.0.0.1:{port}: nothing answers there"):
-            _check_reachable(f"127.0.0.1:{port}")
-        assert time.monotonic() - t0 < 5
-    for address in (None, "auto", "local"):
-        _check_reachable(address)  # Ray's own rules
-
-
-def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypatch):
-    """Inside a Ray task a TP/PP engine must not start a nested Ray executor of its own."""
-    from evalsuite import scheduler
-    from evalsuite.config import RunConfig
-    from evalsuite.runner import Runner
-    from evalsuite.tasks import TaskContext
-
-    seen = {}
-    monkeypatch.setattr(scheduler, "_where", lambda: "here")
-    monkeypatch.setattr(Runner, "run_variant",
-                        lambda self, name, v, tasks, samples: seen.setdefault(name, self._engine_variant(v)))
-    cfg = RunConfig(model={"path": "m"}, variants={"tp2": {"tensor_parallel_size": 2}, "one": {},
-                                                   "own": {"pipeline_parallel_size": 2,
-                                                           "engine_args": {"distributed_executor_backend": "uni"}}})
-    run_dir = RunDir(tmp_path)
-    run_dir.write_config({})
-    work = (TaskContext(base_dir=tmp_path, cache_dir=tmp_path), [], {})
-    for name in cfg.variants:
-        scheduler.run_variant_task(cfg, str(tmp_path), "m", False, work, name, _ListQueue(),
-                                   scheduler.config_digest(run_dir))
-    assert seen["tp2"].vllm_kwargs()["distributed_executor_backend"] == "mp"
-    assert "distributed_executor_backend" not in seen["one"].vllm_kwargs()
-    assert seen["own"].vllm_kwargs()["distributed_executor_backend"] == "uni"  # the variant's own wins
-
-
-def test_a_worker_that_cannot_see_the_run_folder_says_so(tmp_path):
-    from evalsuite.errors import EvalsuiteError
-    from evalsuite.scheduler import _check_node, config_digest
-
-    run_dir = RunDir(tmp_path / "run")
-    run_dir.write_config({"a": 1})
-    digest = config_digest(run_dir)
-    _check_node(run_dir.root, digest, str(tmp_path), True)
-    with pytest.raises(EvalsuiteError, match="not visible on node"):
-        _check_node(tmp_path / "elsewhere", digest, str(tmp_path), True)
-    with pytest.raises(EvalsuiteError, match="model folder .* is not on node"):
-        _check_node(run_dir.root, digest, str(tmp_path / "no-model"), True)
