@@ -1,3 +1,3 @@
-from evalsuite.cli import app
+from evalsuite.cli import main
 
-app(prog_name="evalsuite")
+main()

@@ -59,12 +59,18 @@ def run(
     resume: bool = typer.Option(False, "--resume", help="Continue the latest run of this config, skipping finished samples."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: on a terminal)."),
     variant: list[str] = typer.Option([], "--variant", "-V", help="Run only these variants (repeatable); the rest can follow with --resume."),
+    ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", show_default=False,
+                                   help="Run each variant as a Ray task, as many at once as the cluster's GPUs allow. "
+                                        "ADDRESS: auto (a running cluster), local (start one here), HOST:PORT or "
+                                        "ray://HOST:PORT; without it: $RAY_ADDRESS, else the cluster last started on "
+                                        "this machine, else a new local one. The run folder must be on a file system "
+                                        "every node shares."),
 ) -> None:
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
     from evalsuite.session import run_config
 
     record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress,
-                        only=variant)
+                        only=variant, ray_address=ray)
     failed = [v for v in record.variants if v.status == "failed"]
     if failed and len(failed) == len(record.variants):
         raise typer.Exit(1)
@@ -173,6 +179,17 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
-def main() -> None:  # pragma: no cover - console entry for `python -m evalsuite`
-    app(prog_name="evalsuite")
+def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray",)) -> list[str]:
+    """`--ray` alone means "no address": typer has no option whose value may be left out, so a bare
+    one (last, or before another option or the config file) becomes `--ray=` before parsing."""
+    out = []
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml"))
+        out.append(f"{arg}=" if arg in options and bare else arg)
+    return out
+
+
+def main() -> None:  # pragma: no cover - console entry for `evalsuite` and `python -m evalsuite`
+    app(args=bare_flags(sys.argv[1:]), prog_name="evalsuite")
     sys.exit(0)

@@ -29,6 +29,12 @@ def _host_memory_gib() -> float:
 def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
     rows = [
         ("device", f"{p.device} ({p.device_memory_gib:.2f} GiB, utilization {p.gpu_memory_utilization})"),
+    ]
+    if p.gpu_count > 1:
+        rows.append(("GPUs", f"{p.gpu_count} (tensor parallel {p.tensor_parallel_size} x pipeline parallel "
+                             f"{p.pipeline_parallel_size}); memory below is per GPU, weights "
+                             f"{p.weights_gib_total:.2f} GiB over all"))
+    rows += [
         ("requested", f"{p.requested_gib:.2f} GiB"),
         ("dtype / kv cache / quant", f"{p.dtype} / {p.kv_cache_dtype} / {p.quantization or 'none'}"),
         ("weights", f"{p.weights_gib:.2f} GiB ({p.params / 1e9:.2f}B params)"),
@@ -46,8 +52,10 @@ def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
                                  f"{p.min_gpu_memory_utilization:.3f})"),
     ]
     if r is not None:
-        rows.append(("TTFT floor", f"{r.ttft_floor_s:.2f} s for a {r.prompt_tokens:,}-token prompt"))
-        rows.append(("ITL floor", f"{r.itl_floor_ms:.2f} ms at {r.context_tokens:,} tokens of context"))
+        tp = p.tensor_parallel_size  # TP splits each step's work; all-reduce time is not counted
+        per = f", 1/{tp} of one GPU's" if tp > 1 else ""
+        rows.append(("TTFT floor", f"{r.ttft_floor_s / tp:.2f} s for a {r.prompt_tokens:,}-token prompt{per}"))
+        rows.append(("ITL floor", f"{r.itl_floor_ms / tp:.2f} ms at {r.context_tokens:,} tokens of context{per}"))
     rows.extend(("note", n) for n in p.notes)
     return rows
 
@@ -72,6 +80,10 @@ def plan_command(
                                                       help="Default: vLLM's for the device."),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Default: vLLM's for the device."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size",
+                                             help="GPUs each layer is split over; memory is shown per GPU."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size",
+                                               help="GPUs the layers are spread over, one run of layers each."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device from its config.json."""
@@ -83,7 +95,8 @@ def plan_command(
         p = plan(config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
                  gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
                  device_memory_gib=device_memory_gib, max_num_batched_tokens=max_num_batched_tokens,
-                 max_num_seqs=max_num_seqs, enforce_eager=enforce_eager)
+                 max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
+                 tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
         r = None if p.device == "CPU" else roofline(
             config, prompt_tokens=p.max_model_len, gpu=gpu, quantization=quantization,
             kv_cache_dtype=kv_cache_dtype, dtype=dtype)

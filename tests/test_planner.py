@@ -236,3 +236,61 @@ def test_cli_errors_name_the_file(tmp_path):
     assert str(tmp_path / "config.json") in str(res.exception) and "allowed" in str(res.exception)
     res = CliRunner().invoke(_app(), ["plan", str(tmp_path / "nope")])
     assert isinstance(res.exception, ConfigError)
+
+
+# Two H200s, tensor parallel 2, vLLM 0.26.0, fuse_allreduce_rms off (2026-11-30): per GPU
+H200_TP2_WEIGHTS_GIB, H200_TP2_KV_TOKENS = 7.54, 1_965_344
+
+
+def test_h200_tensor_parallel_2_within_one_percent():
+    p = plan(LLAMA_8B, **H200, tensor_parallel_size=2)
+    assert abs(p.kv_capacity_tokens - H200_TP2_KV_TOKENS) / H200_TP2_KV_TOKENS < 0.01
+    assert abs(p.weights_gib - H200_TP2_WEIGHTS_GIB) / H200_TP2_WEIGHTS_GIB < 0.01
+    assert p.kv_bytes_per_token == 2 * 32 * 4 * 128 * 2  # each GPU keeps 4 of the 8 KV heads
+    assert (p.gpu_count, p.tensor_parallel_size) == (2, 2)
+    assert p.weights_gib_total == pytest.approx(2 * p.weights_gib, rel=1e-3)
+
+
+def test_parallel_one_is_the_single_gpu_plan():
+    base = plan(LLAMA_8B, **H200).model_dump()
+    same = plan(LLAMA_8B, **H200, tensor_parallel_size=1, pipeline_parallel_size=1).model_dump()
+    assert same == base and base["gpu_count"] == 1 and base["weights_gib_total"] == base["weights_gib"]
+
+
+def test_pipeline_stages_split_layers_like_vllm():
+    from evalsuite.planner import pp_layer_bounds
+
+    assert pp_layer_bounds(32, 2) == [(0, 16), (16, 32)]
+    assert pp_layer_bounds(30, 4) == [(0, 7), (7, 15), (15, 23), (23, 30)]  # remainder to the middle ones
+    p = plan(LLAMA_8B, **H200, pipeline_parallel_size=2)
+    assert p.gpu_count == 2 and p.kv_bytes_per_token == 16 * 2 * 8 * 128 * 2  # half the layers per GPU
+    # the last stage holds the LM head and samples: it limits the KV cache
+    assert p.activation_gib == plan(LLAMA_8B, **H200).activation_gib
+    tp2 = plan(LLAMA_8B, **H200, tensor_parallel_size=2)
+    assert p.weights_gib == pytest.approx(tp2.weights_gib, abs=0.05)
+
+
+def test_kv_heads_replicate_when_fewer_than_gpus():
+    p = plan(QWEN_15B, gpu="H200", max_model_len=32768, tensor_parallel_size=4)  # 2 KV heads, 4 GPUs
+    assert p.kv_bytes_per_token == 2 * 28 * 1 * 128 * 2
+
+
+@pytest.mark.parametrize("kwargs,key", [({"tensor_parallel_size": 3}, "--tensor-parallel-size"),
+                                        ({"pipeline_parallel_size": 33}, "--pipeline-parallel-size")])
+def test_impossible_splits_are_refused(kwargs, key):
+    with pytest.raises(ConfigError, match=key):
+        plan(LLAMA_8B, **H200, **kwargs)
+
+
+def test_cli_tensor_parallel(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    args = ["plan", str(tmp_path), "--max-model-len", "131072", "--gpu-memory-utilization", "0.92"]
+    res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["kv_capacity_tokens"] == plan(LLAMA_8B, **H200, tensor_parallel_size=2).kv_capacity_tokens
+    assert out["gpu_count"] == 2
+    res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "2"])
+    assert res.exit_code == 0 and "per GPU" in res.output
+    res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "3"])
+    assert isinstance(res.exception, ConfigError) and "--tensor-parallel-size: 3" in str(res.exception)

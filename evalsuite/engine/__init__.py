@@ -6,8 +6,8 @@ Two vLLM implementations share it: offline (vllm.LLM in a child process) and ser
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from evalsuite.types import Completion, EngineStats, Request
 
@@ -27,3 +27,19 @@ class Engine(Protocol):
 
 class EngineFailed(RuntimeError):
     """The engine died or refused to start; the message carries the reason for the record."""
+
+
+def tensor_parallel_workaround(kwargs: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """vLLM 0.26's all-reduce + RMSNorm fusion picks FlashInfer's NVLink-multicast all-reduce for
+    TP > 1 and crashes in CUDA-graph capture (illegal memory access) where multicast is off, which
+    hosts mark with NCCL_NVLS_ENABLE=0. There the fusion is switched off, unless the variant says
+    otherwise in its own engine_args.compilation_config."""
+    if int(kwargs.get("tensor_parallel_size", 1)) < 2 or env.get("NCCL_NVLS_ENABLE") != "0":
+        return kwargs
+    compilation = kwargs.get("compilation_config")
+    if compilation is not None and not isinstance(compilation, dict):
+        return kwargs  # a level or a JSON string: the user's own choice
+    compilation = dict(compilation or {})
+    passes = dict(compilation.get("pass_config") or {})
+    passes.setdefault("fuse_allreduce_rms", False)
+    return {**kwargs, "compilation_config": {**compilation, "pass_config": passes}}

@@ -7,7 +7,10 @@ only that variant's process; the parent records the reason and the sweep carries
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,12 +58,79 @@ def fill_from_log(stats: EngineStats, log_path: Path) -> None:
             stats.source[key] = "log"
 
 
+def exit_with_parent(parent_pid: int, interval_s: float = 1.0) -> None:
+    """Kill this process's group once its parent is gone (a killed driver or Ray worker), so an
+    orphaned engine never keeps holding GPU memory. Needs the caller to lead its own group."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval_s)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+class _ParentLink:
+    """The child's end of the pipe. Losing it means the parent died: end the whole group at once,
+    before the child's own exit path (vLLM's worker ends with os._exit) orphans the engine core."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def recv(self):
+        try:
+            return self._conn.recv()
+        except EOFError:
+            os.killpg(0, signal.SIGKILL)
+
+    def send(self, obj) -> None:
+        try:
+            self._conn.send(obj)
+        except OSError:  # BrokenPipeError, ConnectionResetError
+            os.killpg(0, signal.SIGKILL)
+
+
+def _engine_child(parent_pid: int, entry: Callable, conn, *args: Any) -> None:
+    """The engine child leads its own session: vLLM's engine core and its tensor-parallel workers
+    join the group, and close() ends them all with one killpg even after the child itself died."""
+    os.setsid()
+    exit_with_parent(parent_pid)  # a parent killed during a long batch, while nobody reads the pipe
+    entry(_ParentLink(conn), *args)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any member of the group that is not a zombie (zombies hold no memory, only a pid)."""
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return False
+
+
+def kill_process_group(pgid: int, grace_s: float = 15.0) -> None:
+    """SIGTERM the whole group, SIGKILL whatever is left after grace_s."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.1)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 class OfflineEngine:
     def __init__(self, model: str, kwargs: dict[str, Any], log_path: Path, env: dict[str, str] | None = None,
-                 startup_timeout_s: float = 900):
+                 startup_timeout_s: float = 900, entry: Callable | None = None):
         self.model, self.kwargs, self.log_path = model, kwargs, Path(log_path)
         self.env = env or {}
         self.startup_timeout_s = startup_timeout_s
+        self._entry = entry  # the child's main; vllm_offline.worker_main unless a test swaps in its own
         self._proc: mp.Process | None = None
         self._conn = None
         self._stats = EngineStats()
@@ -70,7 +140,8 @@ class OfflineEngine:
 
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=worker_main, args=(child, self.model, self.kwargs, str(self.log_path), self.env))
+        args = (child, self.model, self.kwargs, str(self.log_path), self.env)
+        self._proc = ctx.Process(target=_engine_child, args=(os.getpid(), self._entry or worker_main, *args))
         self._proc.start()
         child.close()
         self._conn = parent
@@ -131,7 +202,8 @@ class OfflineEngine:
         except (OSError, EOFError, BrokenPipeError):
             pass
         self._proc.join(20)
-        _terminate(tree)
+        kill_process_group(self._proc.pid)  # also the engine's orphans, whose parent died first
+        _terminate(tree)  # descendants that left the group (started their own session)
         self._proc = None
 
 

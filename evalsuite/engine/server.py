@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 import requests
 
 from evalsuite.engine import EngineFailed
-from evalsuite.engine.offline import failure_reason, fill_from_log
+from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
 from evalsuite.types import Completion, EngineStats, Request
 
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
@@ -112,7 +111,7 @@ class ServerEngine:
         self.base_url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", self.model, "--host", "127.0.0.1",
                "--port", str(port), *cli_args(self.kwargs)]
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, "EVALSUITE_PARENT_PID": str(os.getpid())}
         log = self.log_path.open("ab")
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
@@ -208,14 +207,10 @@ class ServerEngine:
         self._http.close()
         if self._proc is None:
             return
-        try:
-            os.killpg(self._proc.pid, signal.SIGTERM)
-            self._proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # The server leads its own session; its API server, engine core and tensor-parallel workers
+        # share the group and are ended together, also when the server itself already died.
+        kill_process_group(self._proc.pid, grace_s=30)
+        self._proc.wait()
         self._proc = None
 
 

@@ -23,6 +23,12 @@ def _vllm_version(name: str) -> str:
 
 
 if __name__ == "__main__":
+    import os
+
+    if os.environ.get("EVALSUITE_PARENT_PID") and os.getpgid(0) == os.getpid():
+        from evalsuite.engine.offline import exit_with_parent
+
+        exit_with_parent(int(os.environ.pop("EVALSUITE_PARENT_PID")))  # a killed evalsuite ends its server
     metadata.version = _vllm_version
     from vllm.entrypoints.cli.main import main
 
