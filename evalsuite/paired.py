@@ -27,7 +27,7 @@ def default_strata(metric: str) -> list[str]:
     return [s for s in strata if s != "group"] if len(parts) > 2 else strata  # one group: its targets only
 
 
-def _labels(sample: dict, score: dict) -> set[str]:
+def item_labels(sample: dict, score: dict) -> set[str]:
     """Every name a `task/metric/<group>` metric may use for this item's cell.
 
     Tasks name groups differently: the score's group (a subject, `len1024_depth50`), a prefix
@@ -54,7 +54,7 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
         sid = sample.get("id") or score.get("sample_id")
         if sid is not None and isinstance(score.get("value"), (int, float)):
             out.append((sid, float(score["value"]), score.get("group"), score.get("target"),
-                        frozenset(_labels(sample, score))))
+                        frozenset(item_labels(sample, score))))
     return tuple(out)
 
 

@@ -20,6 +20,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from evalsuite.paired import item_labels
 from evalsuite.types import Metric
 
 RESAMPLES = 2000
@@ -50,21 +51,8 @@ def read_items(run_root: Path, variant: str, task: str) -> dict[str, dict]:
         if sid is None or sid in out or not isinstance(score.get("value"), (int, float)):
             continue
         out[sid] = {"value": float(score["value"]), "group": str(score.get("group")),
-                    "target": str(score.get("target")), "labels": _labels(sample, score)}
+                    "target": str(score.get("target")), "labels": item_labels(sample, score)}
     return out
-
-
-def _labels(sample: dict, score: dict) -> set[str]:
-    """Names a `task/metric/<group>` key may use for this item: the group, its `_` prefixes
-    (`len4096` of `len4096_depth50`), string fields of meta/extra, len<N> of a length field."""
-    group = str(score.get("group"))
-    parts = group.split("_")
-    labels = {group, *("_".join(parts[:i]) for i in range(1, len(parts)))}
-    for d in (sample.get("meta") or {}, score.get("extra") or {}):
-        labels |= {str(v) for v in d.values() if isinstance(v, str)}
-        if isinstance(d.get("length"), int):
-            labels |= {f"len{d['length']}", f"ctx{d['length']}"}
-    return labels
 
 
 def strata_for(metric: str) -> tuple[str, ...] | None:
