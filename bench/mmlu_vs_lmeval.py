@@ -161,6 +161,10 @@ def lmeval_worker(spec_path: str) -> None:
     out = {task: [{"doc_id": r["doc_id"], "prompt": r["arguments"][0][0], "lls": [x[0] for x in r["filtered_resps"]],
                    "acc": r["acc"]} for r in rows] for task, rows in res["samples"].items()}
     Path(spec["out"]).write_text(json.dumps({"startup_s": startup, "eval_s": total, "scoring_s": spent[0], "samples": out}))
+    # vLLM 0.26 on CUDA can leave the interpreter waiting on its engine-core child at exit (seen on the
+    # H200: lm-eval's results written, the worker never returned); the parent kills the group anyway.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def run_lmeval(model_dir: str, order: dict[str, list[str]], args, work: Path) -> dict:
