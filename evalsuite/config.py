@@ -111,6 +111,9 @@ class EngineConfig(_Strict):
     mode: Literal["offline", "server"] = "offline"
     base_url: str | None = None  # attach to a running server instead of starting one
     batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
+    # Prompt tokens per engine call: 150 needle cells at 128K are one call of minutes under batch_size
+    # alone, and a run stopped then keeps none of them; capped, long inputs are recorded in pieces.
+    batch_tokens: int = Field(default=1_048_576, gt=0)
     startup_timeout_s: float = Field(default=900, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
 
