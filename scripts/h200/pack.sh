@@ -20,6 +20,8 @@ $py -m pip download -q $plat -d .gpu/carry/wheels datasets==5.2.0 multiprocess==
   dill==0.4.1 fsspec==2026.9.0 gguf==0.19.0 typer==0.29.2 shellingham==1.5.4 rich==15.0.0 \
   markdown-it-py==4.3.0 mdurl==0.1.2 pygments==2.21.0 annotated-doc==0.0.7 accelerate==1.15.0 \
   psutil==7.2.2 py-cpuinfo==9.0.0
+# vLLM 0.26 has no GGUF loader in-tree: the GGUF variant needs the out-of-tree plugin (CUDA kernels).
+$py -m pip download -q $plat -d .gpu/carry/wheels vllm-gguf-plugin==0.0.5
 $py -m pip download -q $plat -d .gpu/carry/quant llmcompressor==0.14.0.1 compressed-tensors==0.19.0 \
   auto-round==0.15.1 loguru==0.7.3 nvidia-ml-py==13.615.71
 # lm-eval 0.4.13 for bench/mmlu_vs_lmeval.py; the image has sacrebleu, scikit-learn, peft, absl.
