@@ -281,9 +281,11 @@ def _normalize_quant(name: str | None) -> str | None:
     return _QUANT_FAMILY.get(q, q)
 
 
-def _compressed_tensors_scheme(qc: dict, machete: bool, fp8_cores: bool) -> QuantScheme:
+def _compressed_tensors_scheme(qc: dict, machete: bool, fp8_cores: bool, dtype_bytes: int) -> QuantScheme:
     groups = qc.get("config_groups") or {}
     weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
+    if not weights and qc.get("kv_cache_scheme"):  # KV-cache scales only: the weights stay in the model dtype
+        return QuantScheme(weight_bits=8.0 * dtype_bytes)
     if not weights:
         raise ConfigError("config.json: quantization_config.config_groups.*.weights missing (compressed-tensors)")
     bits = int(weights.get("num_bits", 8))
@@ -320,7 +322,7 @@ def quant_scheme(config: dict, quantization: str | None, device: Device, dtype_b
         return QuantScheme(method=method, weight_bits=bits, group_size=group if group > 0 else None,
                            group_bytes=2.0 + zero_bytes)
     if method == "compressed-tensors":
-        return _compressed_tensors_scheme(qc, machete, device.fp8_tflops is not None)
+        return _compressed_tensors_scheme(qc, machete, device.fp8_tflops is not None, dtype_bytes)
     raise ConfigError(f"config.json: quantization_config.quant_method {qc.get('quant_method')!r} not modelled; "
                       f"allowed: {', '.join(QUANTIZATIONS)}")
 

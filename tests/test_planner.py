@@ -294,3 +294,12 @@ def test_cli_tensor_parallel(tmp_path):
     assert res.exit_code == 0 and "per GPU" in res.output
     res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "3"])
     assert isinstance(res.exception, ConfigError) and "--tensor-parallel-size: 3" in str(res.exception)
+
+
+def test_kv_scales_only_checkpoint_keeps_model_dtype_weights():
+    """llmcompressor's KV-cache scheme writes a compressed-tensors config with no weight groups."""
+    kv_only = {**LLAMA_8B, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {},
+                                                   "kv_cache_scheme": {"num_bits": 8, "type": "float",
+                                                                       "strategy": "tensor"}}}
+    base = plan(LLAMA_8B, max_model_len=8192, kv_cache_dtype="fp8")
+    assert plan(kv_only, max_model_len=8192, kv_cache_dtype="fp8").weights_gib == pytest.approx(base.weights_gib)
