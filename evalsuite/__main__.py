@@ -1,3 +1,3 @@
-from evalsuite.cli import main
+from evalsuite.cli.main import main
 
 main()

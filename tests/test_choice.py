@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from evalsuite.errors import ConfigError
+from evalsuite.core.errors import ConfigError
 from evalsuite.tasks.choice import (
     LETTERS,
     argmax_first,
@@ -15,7 +15,7 @@ from evalsuite.tasks.choice import (
     score_choice,
     target_delimiter,
 )
-from evalsuite.types import Completion, Sample, Score
+from evalsuite.core.types import Completion, Sample, Score
 
 
 def _sample(target="B", choices=None):

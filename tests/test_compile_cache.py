@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.compile_cache import engine_env
+from evalsuite.models.compile_cache import engine_env
 
 
 def test_cpu_engines_share_one_inductor_cache_without_aot(monkeypatch, tmp_path):

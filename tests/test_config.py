@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evalsuite.cli import app
-from evalsuite.config import load_config
-from evalsuite.errors import ConfigError
+from evalsuite.cli.main import app
+from evalsuite.run.config import load_config
+from evalsuite.core.errors import ConfigError
 
 GOOD = """
 model: {path: /models/x}

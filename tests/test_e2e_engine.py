@@ -153,7 +153,7 @@ def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model
     """The dense W4A16 copy runs on bf16 kernels on any CPU, compiled (its compiled kernels come
     from the baseline's cache), answers differently from bf16, and its record and row say that its
     memory is the planner's prediction."""
-    from evalsuite.assets import default_cache_dir
+    from evalsuite.data.assets import default_cache_dir
 
     compiled = {"enforce_eager": False}
     variants = {"bf16": compiled, "w4a16_sim": {"quantize": "rtn", "simulate": True, **compiled}}

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 
 from evalsuite.engine.offline import OfflineEngine, kill_process_group
-from evalsuite.types import EngineStats
+from evalsuite.core.types import EngineStats
 
 
 def grandchild_engine(conn, model, kwargs, log_path, env) -> None:

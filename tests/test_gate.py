@@ -10,9 +10,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evalsuite.cli import app
-from evalsuite.errors import ConfigError
-from evalsuite.gate import Rules, load_rules
+from evalsuite.cli.main import app
+from evalsuite.core.errors import ConfigError
+from evalsuite.report.gate import Rules, load_rules
 from tests.mlflow_server import build_run
 
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "configs" / "gates" / "default.yaml"
@@ -289,7 +289,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     assert res.exit_code == 1
     assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
     assert "latency/ttft_ms_p50 (pooled over prompt lengths; judged per length)" in res.output
-    from evalsuite.gate import relative_check
+    from evalsuite.report.gate import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
     check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20)

@@ -2,13 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.data import read_records
-from evalsuite.errors import ConfigError
+from evalsuite.data.tables import read_records
+from evalsuite.core.errors import ConfigError
 from evalsuite.tasks import legal as legal_mod
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.legal import (LegalConfig, build_template, fill_template, instruction_of, label_quotas,
                                   stratified_subset)
-from evalsuite.types import Completion, Score
+from evalsuite.core.types import Completion, Score
 
 CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
 
@@ -178,7 +178,7 @@ def test_chat_needs_a_template(tmp_path):
 def test_scoring_reads_yes_no_in_any_case(tmp_path):
     task = LegalConfig(data_dir="x").build(_ctx(tmp_path))
     from evalsuite.tasks.choice import choice_request
-    from evalsuite.types import Sample
+    from evalsuite.core.types import Sample
 
     s = Sample(id="t/test/0", task="legal", request=choice_request(prompt="p"), target="No", choices=["Yes", "No"], group="t")
     sc = task.score(s, Completion(text=" no", top_logprobs=[{" no": -0.4, " Yes": -1.1, "No": -2.0}]))

@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from evalsuite.config import TrackingConfig
-from evalsuite.records import RunDir
-from evalsuite.tracking import log_run
+from evalsuite.report.settings import TrackingConfig
+from evalsuite.core.records import RunDir
+from evalsuite.report.tracking import log_run
 from tests.browser import Browser, dump_dom, find_chromium, page_text
 from tests.mlflow_server import build_run
 

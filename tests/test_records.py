@@ -1,4 +1,4 @@
-from evalsuite.records import RunDir
+from evalsuite.core.records import RunDir
 
 
 def test_partial_line_is_dropped_and_not_counted_twice(tmp_path):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.shapes import LLAMA_8B
-from evalsuite.devices import DEVICES
-from evalsuite.planner import model_shape, param_counts
-from evalsuite.roofline import (
+from evalsuite.memory.devices import DEVICES
+from evalsuite.memory.planner import model_shape, param_counts
+from evalsuite.memory.roofline import (
     active_linear_params,
     causal_pairs,
     pct_of_floor,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.config import load_config, load_raw
+from evalsuite.core.configfile import load_raw
+from evalsuite.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "gates" not in p.parts)

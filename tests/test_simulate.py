@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from evalsuite import quantize as q
-from evalsuite import simulate as sim
-from evalsuite.config import Variant
-from evalsuite.errors import ConfigError
-from evalsuite.quantize import QuantizeFailed, QuantParams
+from evalsuite.models import quantize as q
+from evalsuite.models import simulate as sim
+from evalsuite.run.config import Variant
+from evalsuite.core.errors import ConfigError
+from evalsuite.models.quantize import QuantizeFailed, QuantParams
 
 
 def _dequantize_quantize(w: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,7 @@ def test_a_shape_the_recipe_refuses_fails_the_build(tmp_path):
 def test_config_refuses_what_cannot_be_simulated(tmp_path, fields, message):
     from typer.testing import CliRunner
 
-    from evalsuite.cli import app
+    from evalsuite.cli.main import app
 
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"model": {"path": "/m"}, "variants": {"v": fields}}))
@@ -109,7 +109,7 @@ def test_config_refuses_what_cannot_be_simulated(tmp_path, fields, message):
 
 
 def test_simulated_variant_runs_where_int4_kernels_do_not(monkeypatch):
-    from evalsuite import support
+    from evalsuite.run import support
 
     monkeypatch.setattr(support, "cpu_flags", lambda: {"avx2", "fma"})
     assert "cpu_gemm_wna16" in support.unsupported_reason(Variant(quantize="rtn"), platform="cpu")
@@ -126,8 +126,8 @@ GEMMA3_270M = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_tex
 
 
 def test_simulated_memory_is_the_planners_prediction(tmp_path):
-    from evalsuite.memory import predict, simulated_stats
-    from evalsuite.types import EngineStats
+    from evalsuite.run.footprint import predict, simulated_stats
+    from evalsuite.core.types import EngineStats
 
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
     variant = Variant(quantize="rtn", simulate=True, dtype="bfloat16", max_model_len=4096, max_num_batched_tokens=512,
@@ -152,8 +152,8 @@ def test_simulated_memory_is_the_planners_prediction(tmp_path):
 def test_summary_marks_the_simulated_row():
     from rich.console import Console
 
-    from evalsuite.summary import print_summary
-    from evalsuite.types import EngineStats, Metric, RunRecord, VariantResult
+    from evalsuite.report.summary import print_summary
+    from evalsuite.core.types import EngineStats, Metric, RunRecord, VariantResult
 
     rec = RunRecord(run_id="r", model="m", variants=[
         VariantResult(variant="bf16", status="ok", metrics=[Metric(name="mmlu/acc", value=0.5)],

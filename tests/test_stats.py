@@ -10,8 +10,8 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 
-from evalsuite.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
-from evalsuite.stats import (
+from evalsuite.stats.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
+from evalsuite.stats.significance import (
     best_case_bound,
     holm,
     items_needed,
@@ -24,7 +24,7 @@ from evalsuite.stats import (
     tango_statistic,
     wilson,
 )
-from evalsuite.types import Metric, Score
+from evalsuite.core.types import Metric, Score
 
 Z95 = norm.ppf(0.95)
 

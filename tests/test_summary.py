@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from evalsuite.records import RunDir
-from evalsuite.summary import print_summary
+from evalsuite.core.records import RunDir
+from evalsuite.report.summary import print_summary
 from tests.mlflow_server import build_run
 
 

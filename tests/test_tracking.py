@@ -13,11 +13,11 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import _validate_metric_name
 from typer.testing import CliRunner
 
-from evalsuite.cli import app
-from evalsuite.config import TrackingConfig
-from evalsuite.records import RunDir
-from evalsuite.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
-from evalsuite.types import Metric
+from evalsuite.cli.main import app
+from evalsuite.report.settings import TrackingConfig
+from evalsuite.core.records import RunDir
+from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
+from evalsuite.core.types import Metric
 from tests.mlflow_server import build_run, free_port
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""`evalsuite check CLAIMS RUN...`: mounted by evalsuite.cli; exit 0 / 1 / 2 like `gate`."""
+"""`evalsuite check CLAIMS RUN...`: mounted by evalsuite.cli.main; exit 0 / 1 / 2 like `gate`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from evalsuite.errors import ConfigError
+from evalsuite.core.errors import ConfigError
 
 FORMATS = ("markdown", "json")
 

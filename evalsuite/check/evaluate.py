@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from evalsuite.check import stats
 from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
-from evalsuite.config import format_validation_error
-from evalsuite.devices import GIB
-from evalsuite.errors import ConfigError
+from evalsuite.core.configfile import format_validation_error
+from evalsuite.memory.devices import GIB
+from evalsuite.core.errors import ConfigError
 
 Verdict = Literal["held", "not held", "not measurable"]
 _UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"), ("_tokens", "tokens"), ("_blocks", "blocks"))
@@ -101,7 +101,7 @@ def measure_run(ctx: Context, check: Check, side: Side) -> Measured:
 
 
 def measure_planner(ctx: Context, check: Check, side: Side) -> Measured:
-    from evalsuite.planner import plan, read_config
+    from evalsuite.memory.planner import plan, read_config
 
     metric = side.metric or check.metric
     settings = check.settings.model_dump(exclude_none=True)
@@ -202,7 +202,7 @@ def decide(ctx: Context, check: Check, q: float, iv: stats.Interval | None) -> t
 
 def _unsupported(requires: dict) -> str | None:
     """Why the engine cannot be set as the claim needs, from the values evalsuite's Variant (vLLM's) accepts."""
-    from evalsuite.config import Variant
+    from evalsuite.run.config import Variant
 
     for key, value in requires.items():
         try:

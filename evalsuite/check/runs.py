@@ -21,9 +21,9 @@ import yaml
 from pydantic import ValidationError
 
 from evalsuite.check.schema import engine_field, split_at
-from evalsuite.errors import ConfigError, EvalsuiteError
-from evalsuite.records import RunDir
-from evalsuite.types import Metric, RunRecord, VariantResult
+from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import Metric, RunRecord, VariantResult
 
 
 _STAMP = re.compile(r"^\d{8}-\d{6}-")  # records.new_run_id's prefix

@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalsuite.config import format_validation_error, load_raw
-from evalsuite.errors import ConfigError
-from evalsuite.planner import Plan
-from evalsuite.types import EngineStats
+from evalsuite.core.configfile import format_validation_error, load_raw
+from evalsuite.core.errors import ConfigError
+from evalsuite.memory.planner import Plan
+from evalsuite.core.types import EngineStats
 
 Kind = Literal["ratio", "change_pct", "difference", "points", "value"]
 ENGINE_FIELDS = tuple(k for k, f in EngineStats.model_fields.items() if f.annotation in (int | None, float | None))
@@ -119,7 +119,7 @@ def _g(x: float) -> str:
 
 
 class PlannerSettings(_Strict):
-    """Keyword arguments of evalsuite.planner.plan (the same as `evalsuite plan`'s options)."""
+    """Keyword arguments of evalsuite.memory.planner.plan (the same as `evalsuite plan`'s options)."""
 
     max_model_len: int | None = Field(default=None, gt=0)
     kv_cache_dtype: str | None = None
@@ -168,7 +168,7 @@ class Check(_Strict):
     @field_validator("requires")
     @classmethod
     def _known_settings(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from evalsuite.config import Variant
+        from evalsuite.run.config import Variant
 
         unknown = sorted(set(v) - set(Variant.model_fields))
         if unknown:

@@ -20,8 +20,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from evalsuite.paired import item_labels
-from evalsuite.types import Metric
+from evalsuite.stats.paired import item_labels
+from evalsuite.core.types import Metric
 
 RESAMPLES = 2000
 

@@ -2,6 +2,8 @@
 
 Two vLLM implementations share it: offline (vllm.LLM in a child process) and server
 (`vllm serve` on loopback, or an already running server). Tasks never know which.
+
+May import: core, memory.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from evalsuite.types import Completion, EngineStats, Request
+from evalsuite.core.types import Completion, EngineStats, Request
 
 
 class Engine(Protocol):

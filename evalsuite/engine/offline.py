@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from evalsuite.engine import EngineFailed
-from evalsuite.types import Completion, EngineStats, Request
+from evalsuite.core.types import Completion, EngineStats, Request
 
 
 def log_tail(path: Path, lines: int = 400) -> str:
@@ -50,7 +50,7 @@ def failure_reason(log_path: Path, fallback: str) -> str:
 
 def fill_from_log(stats: EngineStats, log_path: Path) -> None:
     """Fields the API does not expose on this platform, from vLLM's own log lines (marked "log")."""
-    from evalsuite.logparse import parse_engine_log
+    from evalsuite.memory.logparse import parse_engine_log
 
     for key, value in parse_engine_log(log_tail(log_path, 5000)).items():
         if key in EngineStats.model_fields and getattr(stats, key) is None:

@@ -22,7 +22,7 @@ import requests
 
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
-from evalsuite.types import Completion, EngineStats, Request
+from evalsuite.core.types import Completion, EngineStats, Request
 
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
 

@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Any
 
-from evalsuite.types import Completion, EngineStats, Request
+from evalsuite.core.types import Completion, EngineStats, Request
 
 GIB = 1024**3
 

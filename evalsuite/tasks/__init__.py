@@ -1,4 +1,4 @@
-"""Tasks: each module holds a config model (`type` discriminates) whose build() makes a Task."""
+"""Tasks: each module holds a config model (`type` discriminates) whose build() makes a Task. May import: core, stats, data."""
 
 from typing import Annotated, Union
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from evalsuite.types import Completion, Metric, Sample, Score
+from evalsuite.core.types import Completion, Metric, Sample, Score
 
 
 @dataclass

@@ -32,9 +32,9 @@ import math
 from collections.abc import Sequence
 from typing import Literal
 
-from evalsuite.errors import ConfigError
-from evalsuite.metrics import mean_stderr
-from evalsuite.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.errors import ConfigError
+from evalsuite.stats.metrics import mean_stderr
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 TOP_K = 20
 LETTERS = ("A", "B", "C", "D")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 
-from evalsuite.metrics import latency_summary
-from evalsuite.types import Completion, Metric, Request, Sample, Score
+from evalsuite.stats.metrics import latency_summary
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
 class LatencyTask:

@@ -29,13 +29,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir
-from evalsuite.errors import ConfigError
-from evalsuite.metrics import accuracy, balanced_accuracy, by_group
+from evalsuite.data.tables import check_names, hub_reachable, read_records, resolve_dir
+from evalsuite.core.errors import ConfigError
+from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice, target_delimiter)
-from evalsuite.types import Completion, Metric, Sample, Score
+from evalsuite.core.types import Completion, Metric, Sample, Score
 
 HUB_ID = "nguha/legalbench"
 LABELS = ["Yes", "No"]

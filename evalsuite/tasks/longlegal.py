@@ -26,13 +26,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from evalsuite.errors import ConfigError
-from evalsuite.haystack import Document, encode, english_prose, load_documents, prompt_frame, splice
-from evalsuite.metrics import accuracy
+from evalsuite.core.errors import ConfigError
+from evalsuite.data.haystack import Document, encode, english_prose, load_documents, prompt_frame, splice
+from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.needle import (GridConfig, GridTask, cell_extra, cell_group, depth_pct, grid_metrics,
                                     haystack_budget, schedule_cells)
-from evalsuite.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 ClauseKind = Literal["governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms"]
 CLAUSE_KINDS: tuple[str, ...] = ("governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms")

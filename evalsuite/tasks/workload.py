@@ -23,9 +23,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evalsuite.metrics import latency_summary
+from evalsuite.stats.metrics import latency_summary
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
 class WorkloadConfig(BaseModel):

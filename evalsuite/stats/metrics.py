@@ -1,0 +1,137 @@
+"""Pure metric functions over scores and latencies. No I/O, no engine."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from statistics import NormalDist
+
+from evalsuite.core.types import Metric, Score
+
+
+def mean_stderr(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and its standard error (sample std / sqrt(n)), as lm-eval reports it."""
+    n = len(values)
+    if n == 0:
+        return float("nan"), None
+    mean = sum(values) / n
+    if n < 2:
+        return mean, None
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def accuracy(scores: Sequence[Score], name: str) -> Metric:
+    mean, se = mean_stderr([s.value for s in scores])
+    return Metric(name=name, value=mean, stderr=se, n=len(scores))
+
+
+def by_group(scores: Iterable[Score], key=lambda s: s.group) -> dict[str, list[Score]]:
+    groups: dict[str, list[Score]] = defaultdict(list)
+    for s in scores:
+        groups[str(key(s))].append(s)
+    return dict(sorted(groups.items()))
+
+
+def macro_accuracy(groups: dict[str, list[Score]], name: str) -> Metric:
+    """Unweighted mean of per-group accuracies; stderr from the group accuracies' spread."""
+    per_group = [sum(s.value for s in g) / len(g) for g in groups.values() if g]
+    mean, se = mean_stderr(per_group)
+    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in groups.values()))
+
+
+def balanced_accuracy(scores: Sequence[Score], name: str) -> Metric:
+    """Mean recall over the target classes (LegalBench's metric for Yes/No tasks)."""
+    by_target = by_group(scores, key=lambda s: s.target)
+    recalls = [sum(s.value for s in g) / len(g) for g in by_target.values() if g]
+    value = sum(recalls) / len(recalls) if recalls else float("nan")
+    se = _balanced_stderr(by_target)
+    return Metric(name=name, value=value, stderr=se, n=len(scores))
+
+
+def _balanced_stderr(by_target: dict[str, list[Score]]) -> float | None:
+    k = len(by_target)
+    if k == 0 or any(len(g) < 2 for g in by_target.values()):
+        return None
+    var = 0.0
+    for g in by_target.values():
+        p = sum(s.value for s in g) / len(g)
+        var += p * (1 - p) / len(g)
+    return math.sqrt(var) / k
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+PROPORTIONS = ("acc", "exact_match")  # means of per-item scores in [0, 1]: Wilson applies
+
+
+def is_proportion(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) > 1 and parts[1] in PROPORTIONS
+
+
+INTERVAL_SUFFIX = re.compile(r"_ci\d+_(low|high)$")
+
+
+def is_interval_bound(name: str) -> bool:
+    """`mmlu/acc_ci95_low` and the like: bounds of another metric, not scores of their own."""
+    return bool(INTERVAL_SUFFIX.search(name.split("/")[1] if "/" in name else name))
+
+
+def min_samples(q: float) -> int:
+    """Samples a percentile needs to mean something: the median any; a tail percentile q enough
+    that at least one sample is expected beyond it, 1/(1 - q): p90 10, p99 100."""
+    return 1 if q <= 50 else math.ceil(round(1 / (1 - q / 100), 9))
+
+
+def latency_summary(values: Sequence[float | None], prefix: str) -> list[Metric]:
+    """mean/p50/p90/p99 of a latency series, each percentile only with min_samples(q) samples;
+    `prefix` carries the unit, e.g. latency/ttft_ms."""
+    xs = [v for v in values if v is not None and not math.isnan(v)]
+    if not xs:
+        return []
+    mean, se = mean_stderr(xs)
+    out = [Metric(name=f"{prefix}_mean", value=mean, stderr=se, n=len(xs))]
+    for q in (50, 90, 99):
+        if len(xs) >= min_samples(q):
+            out.append(Metric(name=f"{prefix}_p{q}", value=percentile(xs, q), n=len(xs)))
+    return out
+
+
+def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float] | None:
+    """A single accuracy's two-sided interval: Wilson for a mean of per-item scores (acc,
+    exact_match), else the normal interval from its stderr clipped to [0, 1] (macro and
+    balanced means of several proportions, where no single count exists)."""
+    from evalsuite.stats.significance import wilson  # scipy/statsmodels load only when intervals are wanted
+
+    if m.n and is_proportion(m.name) and 0 <= m.value <= 1:
+        return wilson(m.value * m.n, m.n, confidence)
+    if m.stderr is not None and not math.isnan(m.value):
+        z = NormalDist().inv_cdf(0.5 + confidence / 2)
+        return max(0.0, m.value - z * m.stderr), min(1.0, m.value + z * m.stderr)
+    return None
+
+
+def interval_metrics(metrics: Sequence[Metric], confidence: float = 0.95) -> list[Metric]:
+    """`task/acc_ci95_low` and `_high` beside each task-level proportion, for MLflow and readers
+    that have only the metrics; per-group intervals are left to compare, to keep MLflow lean."""
+    tag = f"ci{round(confidence * 100)}"
+    out = []
+    for m in metrics:
+        if m.name.count("/") != 1 or not is_proportion(m.name):
+            continue
+        ci = accuracy_interval(m, confidence)
+        if ci is not None:
+            out += [Metric(name=f"{m.name}_{tag}_low", value=ci[0], n=m.n),
+                    Metric(name=f"{m.name}_{tag}_high", value=ci[1], n=m.n)]
+    return out

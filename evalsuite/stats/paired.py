@@ -1,0 +1,116 @@
+"""Per-item scores of two variants on the items both answered, read from run folders.
+
+A metric `task/metric[/group]` is paired on the task's samples/<task>.jsonl in both runs,
+matched by sample id (only ids present in both count), restricted to the group's items, and
+stratified as the metric weighs items (macro: by group; balanced: by group, then by target).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalsuite.stats.metrics import is_proportion
+from evalsuite.core.records import RunDir
+from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, unpaired_test
+from evalsuite.core.types import Metric
+
+# How a score weighs items, by metric name (the part after the task): the strata of its mean.
+STRATA = {"acc_macro": ["group"], "balanced_acc": ["group", "target"]}
+
+
+def default_strata(metric: str) -> list[str]:
+    parts = metric.split("/")
+    kind = parts[1] if len(parts) > 1 else ""
+    strata = STRATA.get(kind, [])
+    return [s for s in strata if s != "group"] if len(parts) > 2 else strata  # one group: its targets only
+
+
+def item_labels(sample: dict, score: dict) -> set[str]:
+    """Every name a `task/metric/<group>` metric may use for this item's cell.
+
+    Tasks name groups differently: the score's group (a subject, `len1024_depth50`), a prefix
+    of it (`len1024`), or a field of the sample's meta / the score's extra (a category, a clause).
+    """
+    group = str(score.get("group"))
+    parts = group.split("_")
+    labels = {group, *("_".join(parts[:i]) for i in range(1, len(parts)))}
+    for d in (sample.get("meta") or {}, score.get("extra") or {}):
+        labels |= {str(v) for v in d.values() if isinstance(v, str)}
+        if isinstance(d.get("length"), int):
+            labels |= {f"len{d['length']}", f"ctx{d['length']}"}
+    return labels
+
+
+@functools.lru_cache(maxsize=16)
+def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, object, object, frozenset], ...]:
+    """(id, value, group, target, labels) per scored line; cached per file version, because one
+    task's file serves many metrics (per length, per group) and many candidates."""
+    variant_dir, task = Path(path).parent.parent, Path(path).stem
+    out = []
+    for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task):
+        sample, score = row.get("sample") or {}, row.get("score") or {}
+        sid = sample.get("id") or score.get("sample_id")
+        if sid is not None and isinstance(score.get("value"), (int, float)):
+            out.append((sid, float(score["value"]), score.get("group"), score.get("target"),
+                        frozenset(item_labels(sample, score))))
+    return tuple(out)
+
+
+def read_scores(rd: RunDir, variant: str, metric: str) -> dict[str, dict]:
+    """sample id -> {value, group, target} for the items behind `metric`."""
+    parts = metric.split("/")
+    group = parts[2] if len(parts) > 2 else None
+    path = rd.root / variant / "samples" / f"{parts[0]}.jsonl"
+    if not path.exists():
+        return {}
+    st = path.stat()
+    return {sid: {"value": v, "group": g, "target": t} for sid, v, g, t, labels in _items(str(path), st.st_mtime_ns,
+                                                                                           st.st_size)
+            if group is None or group in labels}
+
+
+@dataclass
+class Pairing:
+    """What two variants share for one metric, before any test."""
+
+    base: list[float]
+    cand: list[float]
+    keys: list[tuple]
+    n_base: int
+    n_cand: int
+
+    @property
+    def n(self) -> int:
+        return len(self.base)
+
+    @property
+    def smallest_cell(self) -> int:
+        return smallest_cell(self.keys)
+
+
+def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pairing:
+    shared = [sid for sid in base if sid in cand]
+    return Pairing([base[s]["value"] for s in shared], [cand[s]["value"] for s in shared],
+                   [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand))
+
+
+def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: str,
+            strata: list[str] | None = None) -> Pairing:
+    strata = default_strata(metric) if strata is None else strata
+    return pair(read_scores(base_rd, base_variant, metric), read_scores(cand_rd, cand_variant, metric), strata)
+
+
+def unpaired(b: Metric | None, c: Metric | None, confidence: float) -> PairedTest | None:
+    """Two proportions from their metrics alone, when they count whole items (0/1 scores)."""
+    if b is None or c is None or not b.n or not c.n or not is_proportion(b.name):
+        return None
+    counts = [m.value * m.n for m in (b, c)]
+    if any(abs(x - round(x)) > 1e-6 for x in counts):
+        return None  # fractional scores: not a count of successes
+    return unpaired_test((round(counts[0]), b.n), (round(counts[1]), c.n), confidence)
+
+
+def paired_result(p: Pairing, confidence: float) -> PairedTest:
+    return paired_test(p.base, p.cand, p.keys, confidence)

@@ -1,0 +1,289 @@
+"""Tests and intervals for comparing two variants on the same items, and for single accuracies.
+
+Everything here is pure (arrays in, numbers out); evalsuite.stats.paired reads the items from run
+folders. Drops are baseline - candidate in score units (0.02 = 2 points), positive = worse.
+
+Methods, and why these:
+  single accuracy      Wilson score interval (statsmodels): stays in [0, 1] and keeps its
+                       coverage at small n and near 0 or 1, where the normal interval fails.
+  binary, unweighted   exact McNemar test for "the candidate is worse" (one-sided binomial test
+                       on the discordant pairs; also against a limit of 0), and Tango's score
+                       bounds for the drop, which give the p-values against a non-zero limit
+                       (Tango 1998; recommended for paired proportions by Fagerland, Lydersen &
+                       Laake 2014). Bounds stay in [-1, 1].
+  anything else        paired bootstrap of items (scipy.stats.bootstrap, percentile), resampled
+                       within strata when the metric weighs strata (macro, balanced accuracy),
+                       for non-binary scores such as needle `fraction` scoring.
+  many checks          Holm's step-down adjustment (statsmodels multipletests).
+  unpaired fallback    score test and interval for two independent proportions (statsmodels).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize
+from scipy.stats import binomtest, norm
+
+BOOTSTRAP_SEED = 0  # fixed, so a report is reproducible from its run folders
+BOOTSTRAP_RESAMPLES = 9999  # p-values resolve to 1e-4, below Holm's threshold for 100+ checks
+_EDGE = 1e-12
+
+
+def wilson(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Wilson score interval for a proportion; (nan, nan) without items."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if not n:
+        return math.nan, math.nan
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    return float(low), float(high)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (family-wise error), in the input's order; nan stays nan."""
+    from statsmodels.stats.multitest import multipletests
+
+    idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
+    out = [math.nan] * len(pvalues)
+    if idx:
+        adjusted = multipletests([pvalues[i] for i in idx], method="holm")[1]
+        for i, p in zip(idx, adjusted, strict=True):
+            out[i] = float(p)
+    return out
+
+
+# ---------------------------------------------------------------- binary pairs: McNemar + Tango
+
+
+def mcnemar_worse_p(b: int, c: int) -> float:
+    """Exact McNemar, one-sided: P(at least b of the b+c discordant items favour the baseline).
+
+    b = items the baseline got right and the candidate wrong, c = the reverse. Under no change
+    each discordant item is a fair coin (the conditional binomial test McNemar's exact test is).
+    """
+    if b + c == 0:
+        return 1.0
+    return float(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
+
+
+def tango_statistic(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic for H0: drop = delta, with the drop's variance at delta's constrained MLE.
+
+    Not in statsmodels 0.15 (its paired-difference interval is still unreleased), so written out:
+    q is the MLE of P(baseline wrong, candidate right) given P(right, wrong) = q + delta.
+    """
+    delta = min(max(delta, -1 + _EDGE), 1 - _EDGE)
+    a_, b_ = 2 * n, -(b + c) + (2 * n - b + c) * delta
+    c_ = -c * delta * (1 - delta)
+    q = (-b_ + math.sqrt(max(b_ * b_ - 4 * a_ * c_, 0.0))) / (2 * a_)
+    var = n * (2 * q + delta * (1 - delta))
+    num = b - c - n * delta
+    if var <= 0:
+        return 0.0 if num == 0 else math.copysign(math.inf, num)
+    return num / math.sqrt(var)
+
+
+def tango_bounds(b: int, c: int, n: int, confidence: float) -> tuple[float, float]:
+    """One-sided lower and upper score bounds for the drop, each at `confidence`."""
+    z = float(norm.ppf(confidence))
+    est = (b - c) / n
+
+    def root(target: float, lo: float, hi: float, edge: float) -> float:
+        f = lambda d: tango_statistic(b, c, n, d) - target  # noqa: E731
+        if f(edge) * f(est) > 0:  # the bound sits at the edge of [-1, 1]
+            return 1.0 if edge > 0 else -1.0
+        return float(optimize.brentq(f, lo, hi, xtol=1e-10))
+
+    return root(z, -1 + _EDGE, est, -1 + _EDGE), root(-z, est, 1 - _EDGE, 1 - _EDGE)
+
+
+# ---------------------------------------------------------------- the common result
+
+
+@dataclass
+class PairedTest:
+    """A drop between paired items, with one-sided bounds at `confidence` and p-values."""
+
+    n: int  # paired items
+    n_eff: float  # 1 / sum(w_i^2): items a plain mean would need for the same precision
+    max_weight: float  # the most any one item moves the score (1/n unweighted)
+    drop: float
+    low: float
+    high: float
+    se: float  # standard error of the drop at the observed drop
+    se0: float  # ... had nothing dropped at the observed churn: what resolution statements use
+    p_worse: float  # H0: no drop (one-sided)
+    method: str
+    counts: tuple[int, int] | None = None  # (b, c) for binary pairs
+    _p_limit: Callable[[float, bool], float] = field(default=lambda limit, within: math.nan, repr=False)
+
+    def p_within(self, limit: float) -> float:
+        """p for H0: drop >= limit; small means the data show the drop is below the limit."""
+        return self._p_limit(limit, True)
+
+    def p_exceeds(self, limit: float) -> float:
+        """p for H0: drop <= limit; small means the data show the drop is above the limit."""
+        return self._p_limit(limit, False)
+
+
+def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> PairedTest:
+    n = len(base)
+    b = int(np.sum((base == 1) & (cand == 0)))
+    c = int(np.sum((base == 0) & (cand == 1)))
+    drop = (b - c) / n
+    low, high = tango_bounds(b, c, n, confidence)
+
+    def p_limit(limit: float, within: bool) -> float:
+        if limit == 0:  # no margin: the exact conditional test applies (McNemar, either direction)
+            return mcnemar_worse_p(c, b) if within else mcnemar_worse_p(b, c)
+        t = tango_statistic(b, c, n, limit)
+        return float(norm.cdf(t) if within else norm.sf(t))
+
+    se = math.sqrt(max((b + c) / n - drop * drop, 0.0) / n)
+    return PairedTest(n, float(n), 1 / n, drop, low, high, se, math.sqrt((b + c) / n / n), mcnemar_worse_p(b, c),
+                      "exact McNemar; Tango score bounds", (b, c), p_limit)
+
+
+def stratum_weights(keys: Sequence[tuple]) -> np.ndarray:
+    """Each item's weight in a nested mean: mean over the first key of mean over the next ... of items.
+
+    That is how macro accuracy (mean over subjects) and balanced accuracy (mean over tasks of
+    mean recall per label) weigh items; with empty keys every item weighs 1/n.
+    """
+    if not keys:
+        return np.zeros(0)
+    depth = len(keys[0])
+    size = Counter(keys)
+    children: dict[tuple, set] = defaultdict(set)
+    for k in keys:
+        for level in range(depth):
+            children[k[:level]].add(k[level])
+    w = [1 / size[k] / math.prod(len(children[k[:level]]) for level in range(depth)) for k in keys]
+    return np.array(w)
+
+
+def smallest_cell(keys: Sequence[tuple]) -> int:
+    """Items in the smallest stratum (all items when unstratified)."""
+    return min(Counter(keys).values()) if keys else 0
+
+
+def _resample_means(diffs: np.ndarray, cells: list[np.ndarray], cell_w: np.ndarray, resamples: int) -> np.ndarray:
+    """Bootstrap replicates of sum_s w_s * mean(resample of cell s), cells resampled independently.
+
+    Drawn as multinomial counts over each cell's distinct values: the same distribution as
+    resampling items (scipy.stats.bootstrap does that, at O(resamples x n) cost: 6 s for
+    MMLU's 14,042 items), at O(resamples x distinct values), since paired differences of
+    scores take few values. tests/test_stats.py checks the two agree. Swapping baseline and
+    candidate negates every replicate exactly.
+    """
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    dist = np.zeros(resamples)
+    for idx, cw in zip(cells, cell_w, strict=True):
+        values, first, counts = np.unique(diffs[idx], return_index=True, return_counts=True)
+        order = np.argsort(first)  # categories in item order, so negated scores draw the same counts
+        values, counts = values[order], counts[order]
+        rows = max(1, int(4e6 // len(values)))  # bounds memory at ~32 MB per chunk
+        for start in range(0, resamples, rows):
+            stop = min(start + rows, resamples)
+            draws = rng.multinomial(len(idx), counts / len(idx), size=stop - start)
+            dist[start:stop] += cw * (draws @ values) / len(idx)
+    return dist
+
+
+def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
+                   resamples: int = BOOTSTRAP_RESAMPLES) -> PairedTest:
+    """Paired bootstrap of the weighted mean difference, items resampled within their stratum."""
+    w = stratum_weights(keys)
+    by_cell: dict[tuple, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        by_cell[k].append(i)
+    cells = [np.array(idx) for idx in by_cell.values()]
+    dist = _resample_means(diffs, cells, np.array([w[idx].sum() for idx in cells]), resamples)
+    alpha = 1 - confidence
+    low, high = float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))
+    tol = 1e-12  # replicates are sums of floats: one equal to the limit must count as equal
+
+    def p_limit(limit: float, within: bool) -> float:
+        beyond = np.sum(dist >= limit - tol) if within else np.sum(dist <= limit + tol)
+        return float((beyond + 1) / (len(dist) + 1))
+
+    how = "paired bootstrap" + (f" within {len(cells)} strata" if len(cells) > 1 else "")
+    se = float(np.std(dist))
+    return PairedTest(len(diffs), float(1 / np.sum(w * w)), float(w.max()), float(np.dot(w, diffs)), low, high,
+                      se, se, p_limit(0.0, False), f"{how} (percentile, {resamples} resamples)",
+                      None, p_limit)
+
+
+def paired_test(base: Sequence[float], cand: Sequence[float], keys: Sequence[tuple] | None,
+                confidence: float, resamples: int = BOOTSTRAP_RESAMPLES) -> PairedTest:
+    """McNemar/Tango for 0/1 scores that weigh alike, the bootstrap for everything else."""
+    base_a, cand_a = np.asarray(base, float), np.asarray(cand, float)
+    keys = list(keys) if keys else [()] * len(base_a)
+    w = stratum_weights(keys)
+    binary = bool(np.all(np.isin(base_a, (0.0, 1.0))) and np.all(np.isin(cand_a, (0.0, 1.0))))
+    if binary and np.allclose(w, w[0]):
+        return binary_test(base_a, cand_a, confidence)
+    return bootstrap_test(base_a - cand_a, keys, confidence, resamples)
+
+
+def unpaired_test(base: tuple[int, int], cand: tuple[int, int], confidence: float) -> PairedTest:
+    """Two independent proportions (successes, n): when the runs share no sample ids."""
+    from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
+
+    (x1, n1), (x2, n2) = base, cand
+    alpha = 2 * (1 - confidence)  # a two-sided interval at 1 - alpha has one-sided bounds at `confidence`
+    low, high = confint_proportions_2indep(x1, n1, x2, n2, method="score", compare="diff", alpha=alpha)
+
+    def p_limit(limit: float, within: bool) -> float:
+        limit = min(max(limit, -1 + 1e-9), 1 - 1e-9)
+        res = test_proportions_2indep(x1, n1, x2, n2, value=limit, method="score", compare="diff",
+                                      alternative="smaller" if within else "larger")
+        return float(res.pvalue)
+
+    drop = x1 / n1 - x2 / n2
+    se = math.sqrt(x1 / n1 * (1 - x1 / n1) / n1 + x2 / n2 * (1 - x2 / n2) / n2)
+    n_eff = 1 / (1 / n1 + 1 / n2) / 2  # the paired n with the same variance at no correlation
+    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, float(low), float(high), se, se,
+                      p_limit(0.0, False), "unpaired: score test for two proportions (no shared sample ids)",
+                      None, p_limit)
+
+
+# ---------------------------------------------------------------- resolution (power)
+
+
+def best_case_bound(n_eff: float, confidence: float) -> float:
+    """The upper bound on the drop when no item changed: Tango's bound at b = c = 0 is z^2/(n+z^2).
+
+    A limit below it can never be certified at this n, whatever the candidate does.
+    """
+    z = float(norm.ppf(confidence))
+    return z * z / (n_eff + z * z)
+
+
+def resolvable_drop(n_eff: float, se: float, confidence: float, power: float) -> float:
+    """Smallest limit that a candidate with no true drop passes with probability `power`.
+
+    Normal approximation of the paired test (Connor 1987): (z_conf + z_power) * se, floored by
+    the best case, where se is the drop's standard error when nothing drops.
+    """
+    z = float(norm.ppf(confidence)) + float(norm.ppf(power))
+    return max(best_case_bound(n_eff, confidence), z * se)
+
+
+def planned_se(n: float, discordance: float) -> float:
+    """se of a paired drop of 0 when a fraction `discordance` of items change answer, half each way."""
+    return math.sqrt(discordance / n)
+
+
+def items_needed(limit: float, discordance: float, confidence: float, power: float) -> int:
+    """Paired items for `limit` to be resolvable at `discordance` (inverse of resolvable_drop)."""
+    z = float(norm.ppf(confidence)) + float(norm.ppf(power))
+    n_se = math.ceil(z * z * discordance / (limit * limit))
+    zc = float(norm.ppf(confidence))
+    n_floor = math.ceil(zc * zc * (1 - limit) / limit)  # best_case_bound(n) <= limit
+    return max(n_se, n_floor)
