@@ -1,7 +1,7 @@
 """Engine calls are cut by request count and by prompt tokens, so long inputs are recorded in pieces."""
 
-from evalsuite.runner import batches
-from evalsuite.types import Request, Sample
+from evalsuite.run.runner import batches
+from evalsuite.core.types import Request, Sample
 
 
 def _s(i: int, tokens: int) -> Sample:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from statsmodels.stats.proportion import proportion_confint
 
-from evalsuite.assets import default_cache_dir
+from evalsuite.data.assets import default_cache_dir
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.mmlu import MMLUConfig, open_source
 
