@@ -351,9 +351,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
             cur = Variant
         else:
             # discriminated task union: loc holds the tag (e.g. 'mmlu')
-            from evalsuite.tasks import LegalConfig, LongLegalConfig, MMLUConfig, NeedleConfig, WorkloadConfig
+            from evalsuite.tasks import LegalConfig, LMEvalConfig, LongLegalConfig, MMLUConfig, NeedleConfig, WorkloadConfig
 
-            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig)
+            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig)
             cur = {c.model_fields["type"].default: c for c in configs}.get(part, cur)
     fields = getattr(cur, "model_fields", None)
     return sorted(fields) if fields else None

@@ -167,6 +167,8 @@ class ServerEngine:
         }
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
+        if req.prompt_logprobs is not None:
+            body["prompt_logprobs"] = req.prompt_logprobs
         if req.stop:
             body["stop"] = req.stop
         if req.seed is not None:
@@ -176,7 +178,7 @@ class ServerEngine:
     def _one(self, req: Request) -> Completion:
         t0 = time.perf_counter()
         stamps: list[float] = []
-        text, top, usage, finish = [], [], {}, None
+        text, top, usage, finish, prompt = [], [], {}, None, None
         with self._http.post(f"{self.base_url}/v1/completions", json=self._body(req), stream=True, timeout=3600) as r:
             if not r.ok:
                 raise EngineFailed(f"server answered {r.status_code}: {r.text[:300]}")
@@ -186,12 +188,19 @@ class ServerEngine:
                 chunk = json.loads(line[6:])
                 usage = chunk.get("usage") or usage
                 for ch in chunk.get("choices", []):
+                    prompt = ch.get("prompt_logprobs") or prompt
                     stamps.append(time.perf_counter())
                     text.append(ch.get("text", ""))
                     lp = ch.get("logprobs") or {}
                     top += [dict(d) for d in (lp.get("top_logprobs") or []) if d is not None]
                     finish = ch.get("finish_reason") or finish
-        return _completion(t0, stamps, "".join(text), top, usage, finish)
+        done = _completion(t0, stamps, "".join(text), top, usage, finish)
+        if prompt and req.prompt_token_ids is not None:
+            steps = [{int(k): v for k, v in step.items()} if step else None for step in prompt]
+            picked = [step.get(tid) if step else None for tid, step in zip(req.prompt_token_ids, steps)]
+            done.prompt_logprobs = [p and p["logprob"] for p in picked]
+            done.prompt_ranks = [p and p.get("rank") for p in picked]
+        return done
 
     def generate(self, requests_: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(requests_)))) as pool:

@@ -6,11 +6,12 @@ from pydantic import Field
 
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.legal import LegalConfig
+from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
 from evalsuite.tasks.workload import WorkloadConfig
 
-TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig], Field(discriminator="type")]
+TaskConfig = Annotated[Union[MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig], Field(discriminator="type")]
 
-__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig", "WorkloadConfig"]
+__all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig", "WorkloadConfig", "LMEvalConfig"]

