@@ -54,14 +54,19 @@ class ScriptedEngine:
 
 
 @pytest.fixture(scope="module")
+def include(tmp_path_factory) -> Path:
+    """One folder for the module: lm-eval indexes its task YAMLs once per include path."""
+    return write_task(tmp_path_factory.mktemp("lm_eval_tasks"))
+
+
+@pytest.fixture(scope="module")
 def tokenizer(tiny_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model)
 
 
-def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer):
-    include = write_task(tmp_path / "tasks")
+def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer, include):
     cfg = LMEvalConfig(tasks=["tiny_qa"], include_path=str(include), batch_size=5)
     task = cfg.build(TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer))
     assert [s.id for s in task.samples()] == ["tiny_qa"]
@@ -102,11 +107,10 @@ def test_long_context_left_truncated_continuation_kept(tokenizer):
     assert lp == pytest.approx(-(1 + 0) / 4 - (1 + 2) / 4)
 
 
-def test_unknown_task_and_missing_include_path_are_config_errors(tmp_path):
+def test_unknown_task_and_missing_include_path_are_config_errors(tmp_path, include):
     ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path)
     with pytest.raises(ConfigError, match="include_path: .* is not a folder"):
         LMEvalConfig(tasks=["tiny_qa"], include_path="nowhere").build(ctx).samples()
-    include = write_task(tmp_path / "tasks")
     with pytest.raises(ConfigError, match="tasks.lm_eval.tasks: no_such_task not among lm-eval's tasks"):
         LMEvalConfig(tasks=["no_such_task"], include_path=str(include)).build(ctx).samples()
 

@@ -17,6 +17,7 @@ partial results); a task already recorded for the variant is not rerun.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -52,9 +53,15 @@ class LMEvalConfig(BaseModel):
         return LMEvalTask(self, ctx)
 
 
-def task_manager(cfg: LMEvalConfig, base_dir: Path):
+@functools.lru_cache(maxsize=8)
+def _indexed(include: str | None):
+    """lm-eval's index of its thousands of task YAMLs takes seconds to build: once per folder."""
     from lm_eval.tasks import TaskManager
 
+    return TaskManager(include_path=include)
+
+
+def task_manager(cfg: LMEvalConfig, base_dir: Path):
     include = None
     if cfg.include_path:
         include = Path(cfg.include_path).expanduser()
@@ -62,7 +69,7 @@ def task_manager(cfg: LMEvalConfig, base_dir: Path):
         if not include.is_dir():
             raise ConfigError(f"tasks.{cfg.name}.include_path: {include} is not a folder")
         include = str(include)
-    return TaskManager(include_path=include)
+    return _indexed(include)
 
 
 def metric_key(prefix: str, task: str, metric: str, filt: str) -> str:
