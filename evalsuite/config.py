@@ -154,6 +154,14 @@ class RunConfig(_Strict):
     output_dir: str = "runs"
     seed: int = 0
 
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _named_tasks(cls, value: Any) -> Any:
+        """`tasks: [mmlu, arc_challenge]`: a bare name is that task with its defaults."""
+        if isinstance(value, list):
+            return [{"type": t} if isinstance(t, str) else t for t in value]
+        return value
+
     @model_validator(mode="after")
     def _check(self):
         if not self.variants:
@@ -351,10 +359,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
             cur = Variant
         else:
             # discriminated task union: loc holds the tag (e.g. 'mmlu')
-            from evalsuite.tasks import LegalConfig, LMEvalConfig, LongLegalConfig, MMLUConfig, NeedleConfig, WorkloadConfig
+            from evalsuite.tasks import PYTHON_TASKS, config_class
 
-            configs = (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig)
-            cur = {c.model_fields["type"].default: c for c in configs}.get(part, cur)
+            cur = config_class(part) if part in PYTHON_TASKS or part == "defined" else cur
     fields = getattr(cur, "model_fields", None)
     return sorted(fields) if fields else None
 
