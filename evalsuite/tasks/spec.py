@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalsuite.data import check_names, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
@@ -53,7 +53,8 @@ class ChoiceTaskDef(_Strict):
     data: DataSource
     split: str
     groups: list[str] | None = None  # one data set per group (`{group}` in data.path); None: one set
-    categories: dict[str, str] = Field(default_factory=dict)  # group -> category, reported as acc/<category>
+    categories: dict[str, str] = Field(default_factory=dict)  # group -> category, reported as acc/<category>; its
+    # keys are the groups when `groups` is not given
     description: str = ""  # template before the shots; sees `group`
     prompt: str  # template over a row
     choices: list[str] | str  # the choices, or an expression over a row giving them
@@ -63,6 +64,12 @@ class ChoiceTaskDef(_Strict):
     fewshot: FewShot = Field(default_factory=FewShot)
     metric: Literal["accuracy", "macro", "balanced"] = "accuracy"
     casefold: bool = False  # " yes" counts for "Yes"
+
+    @model_validator(mode="after")
+    def _groups_from_categories(self):
+        if self.groups is None and self.categories:
+            self.groups = list(self.categories)
+        return self
 
 
 class ChoiceConfig(_Strict):
@@ -83,8 +90,8 @@ class ChoiceConfig(_Strict):
         if not (tasks_dir() / f"{value}.yaml").is_file():
             from evalsuite.tasks import PYTHON_TASKS
 
-            raise ValueError(f"unknown task type; allowed: {', '.join(sorted(PYTHON_TASKS))} (Python) or "
-                             f"{', '.join(defined_tasks())} (defined in {tasks_dir()})")
+            names = sorted(set(PYTHON_TASKS) | set(defined_tasks()))
+            raise ValueError(f"unknown task type; allowed: {', '.join(map(repr, names))} (files in {tasks_dir()})")
         return value
 
     def model_post_init(self, _: Any) -> None:
