@@ -24,8 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalsuite.data import check_names, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
-from evalsuite.metrics import accuracy, balanced_accuracy, by_group, macro_accuracy, mean_stderr
+from evalsuite.metrics import accuracy, balanced_accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
+from evalsuite.tasks.legal import mean_over_tasks  # LegalBench's mean over tasks, one definition
 from evalsuite.tasks.choice import ChoiceTokens, choice_rates, choice_request, fit_request, score_choice
 from evalsuite.types import Completion, Metric, Sample, Score
 
@@ -41,7 +42,7 @@ class DataSource(_Strict):
 
 class FewShot(_Strict):
     split: str | None = None  # None: the evaluated split, without the item itself (lm-eval's rule)
-    num: int = Field(default=0, ge=0)
+    num: int | None = Field(default=0, ge=0)  # None: every row of the few-shot split (LegalBench)
     sampler: Literal["first_n"] = "first_n"
 
 
@@ -53,9 +54,9 @@ class ChoiceTaskDef(_Strict):
     data: DataSource
     split: str
     groups: list[str] | None = None  # one data set per group (`{group}` in data.path); None: one set
-    categories: dict[str, str] = Field(default_factory=dict)  # group -> category, reported as acc/<category>; its
-    # keys are the groups when `groups` is not given
-    description: str = ""  # template before the shots; sees `group`
+    categories: dict[str, str] = Field(default_factory=dict)  # group -> category, reported as acc/<category>
+    instructions: dict[str, str] = Field(default_factory=dict)  # group -> text, `instruction` in the description
+    description: str = ""  # template before the shots; sees `group` and `instruction`
     prompt: str  # template over a row
     choices: list[str] | str  # the choices, or an expression over a row giving them
     target: str  # expression over a row: an index into the choices, or the correct choice itself
@@ -66,9 +67,10 @@ class ChoiceTaskDef(_Strict):
     casefold: bool = False  # " yes" counts for "Yes"
 
     @model_validator(mode="after")
-    def _groups_from_categories(self):
-        if self.groups is None and self.categories:
-            self.groups = list(self.categories)
+    def _groups_from_mappings(self):
+        """Without `groups`, the keys of `categories` or `instructions` are the groups."""
+        if self.groups is None and (self.categories or self.instructions):
+            self.groups = list(self.categories or self.instructions)
         return self
 
 
@@ -178,7 +180,8 @@ class Renderer:
         return self.prompt.render(**row) + s.target_delimiter + self.target_of(row) + s.fewshot_delimiter
 
     def build(self, group: str | None, row: dict[str, Any], shots: list[dict[str, Any]]) -> str:
-        return (self.description.render(group=group or "") + "".join(self.shot(r) for r in shots)
+        instruction = self.spec.instructions.get(group or "", "")
+        return (self.description.render(group=group or "", instruction=instruction) + "".join(self.shot(r) for r in shots)
                 + self.prompt.render(**row))
 
 
@@ -229,11 +232,11 @@ class ChoiceTask(DatasetTask):
         split = cfg.split or spec.split
         k = spec.fewshot.num if cfg.num_fewshot is None else cfg.num_fewshot
         rows = self._rows(root, group, split)
-        pool = self._rows(root, group, spec.fewshot.split) if spec.fewshot.split and k else rows
+        pool = self._rows(root, group, spec.fewshot.split) if spec.fewshot.split and k != 0 else rows
         out = []
         for i in seeded_subset(len(rows), cfg.limit, self.ctx.seed, group or self.name):
             shots = [r for j, r in enumerate(pool) if spec.fewshot.split or j != i][:k]
-            if len(shots) < k:
+            if k is not None and len(shots) < k:
                 raise ConfigError(f"tasks.{self.name}.num_fewshot: {group or self.name} has only {len(shots)} "
                                   f"few-shot examples, asked {k}")
             row = rows[i]
@@ -254,7 +257,7 @@ class ChoiceTask(DatasetTask):
         groups = by_group(scores) if spec.groups else {}
         if spec.metric == "balanced":
             per = [balanced_accuracy(g, f"{p}/balanced_acc/{n}") for n, g in groups.items()] if groups else []
-            head = [_mean(per, f"{p}/balanced_acc") if per else balanced_accuracy(scores, f"{p}/balanced_acc")]
+            head = [mean_over_tasks(per, f"{p}/balanced_acc") if per else balanced_accuracy(scores, f"{p}/balanced_acc")]
             return head + [accuracy(scores, f"{p}/acc"), *per, *choice_rates(scores, p)]
         out = [accuracy(scores, f"{p}/acc")]
         if spec.metric == "macro" and groups:
@@ -265,8 +268,3 @@ class ChoiceTask(DatasetTask):
         out += [accuracy(g, f"{p}/acc/{n}") for n, g in groups.items()]
         return out + choice_rates(scores, p)
 
-
-def _mean(metrics: list[Metric], name: str) -> Metric:
-    """Unweighted mean over groups, stderr from their spread (LegalBench's average over tasks)."""
-    mean, se = mean_stderr([m.value for m in metrics])
-    return Metric(name=name, value=mean, stderr=se, n=sum(m.n or 0 for m in metrics))
