@@ -166,3 +166,42 @@ def test_lm_eval_task_under_two_variants_on_vllm(tmp_path, tiny_model):
         assert "lm_eval/wall_s" in metrics and v["engine"]["kv_cache_tokens"]
         rows = (run / v["variant"] / "samples" / "lm_eval.jsonl").read_text().splitlines()
         assert len(rows) == 6
+
+
+def test_server_engine_reads_prompt_logprobs_from_a_plain_response(tmp_path):
+    """vLLM refuses prompt_logprobs on a stream: such requests go as one plain response."""
+    from evalsuite.engine.server import ServerEngine
+
+    answer = {"choices": [{"text": "x", "finish_reason": "length", "prompt_logprobs": [
+        None, {"7": {"logprob": -0.5, "rank": 1, "decoded_token": "a"}},
+        {"9": {"logprob": -2.0, "rank": 3, "decoded_token": "b"}, "4": {"logprob": -0.1, "rank": 1, "decoded_token": "c"}}]}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    sent = []
+
+    class Reply:
+        ok, status_code, text = True, 200, ""
+
+        def json(self):
+            return answer
+
+    class Http:
+        def post(self, url, json, timeout):
+            sent.append(json)
+            return Reply()
+
+    engine = ServerEngine("m", {}, tmp_path / "log", base_url="http://x")
+    engine._http, engine._served = Http(), "m"
+    (done,) = engine.generate([Request(prompt_token_ids=[1, 7, 9], max_tokens=1, prompt_logprobs=1)])
+    assert sent[0]["stream"] is False and sent[0]["prompt_logprobs"] == 1 and "stream_options" not in sent[0]
+    assert done.prompt_logprobs == [None, -0.5, -2.0] and done.prompt_ranks == [None, 1, 3]
+
+
+def test_offline_picks_each_prompt_tokens_own_logprob():
+    from types import SimpleNamespace
+
+    from evalsuite.engine.vllm_offline import prompt_token_logprobs
+
+    lp = lambda v, r: SimpleNamespace(logprob=v, rank=r)  # noqa: E731 - vLLM's Logprob has these two fields
+    steps = [None, {7: lp(-0.5, 1)}, {9: lp(-2.0, 3), 4: lp(-0.1, 1)}]
+    assert prompt_token_logprobs([1, 7, 9], steps) == ([None, -0.5, -2.0], [None, 1, 3])
+    assert prompt_token_logprobs([1, 2], None) == ([], [])

@@ -178,7 +178,7 @@ class ServerEngine:
     def _one(self, req: Request) -> Completion:
         t0 = time.perf_counter()
         stamps: list[float] = []
-        text, top, usage, finish, prompt = [], [], {}, None, None
+        text, top, usage, finish = [], [], {}, None
         with self._http.post(f"{self.base_url}/v1/completions", json=self._body(req), stream=True, timeout=3600) as r:
             if not r.ok:
                 raise EngineFailed(f"server answered {r.status_code}: {r.text[:300]}")
@@ -188,23 +188,35 @@ class ServerEngine:
                 chunk = json.loads(line[6:])
                 usage = chunk.get("usage") or usage
                 for ch in chunk.get("choices", []):
-                    prompt = ch.get("prompt_logprobs") or prompt
                     stamps.append(time.perf_counter())
                     text.append(ch.get("text", ""))
                     lp = ch.get("logprobs") or {}
                     top += [dict(d) for d in (lp.get("top_logprobs") or []) if d is not None]
                     finish = ch.get("finish_reason") or finish
-        done = _completion(t0, stamps, "".join(text), top, usage, finish)
-        if prompt and req.prompt_token_ids is not None:
-            steps = [{int(k): v for k, v in step.items()} if step else None for step in prompt]
-            picked = [step.get(tid) if step else None for tid, step in zip(req.prompt_token_ids, steps)]
-            done.prompt_logprobs = [p and p["logprob"] for p in picked]
-            done.prompt_ranks = [p and p.get("rank") for p in picked]
+        return _completion(t0, stamps, "".join(text), top, usage, finish)
+
+    def _scored(self, req: Request) -> Completion:
+        """A prompt-logprob request: vLLM refuses those when streaming, so one plain response
+        (no per-token timing; log-likelihood requests measure accuracy, not latency)."""
+        body = {**self._body(req), "stream": False}
+        body.pop("stream_options")
+        r = self._http.post(f"{self.base_url}/v1/completions", json=body, timeout=3600)
+        if not r.ok:
+            raise EngineFailed(f"server answered {r.status_code}: {r.text[:300]}")
+        data = r.json()
+        choice = data["choices"][0]
+        done = _completion(time.perf_counter(), [], choice.get("text", ""), [], data.get("usage") or {},
+                           choice.get("finish_reason"))
+        ids = req.prompt_token_ids or []
+        steps = [{int(k): v for k, v in step.items()} if step else {} for step in choice.get("prompt_logprobs") or []]
+        picked = [step.get(tid) for tid, step in zip(ids, steps)]
+        done.prompt_logprobs = [p["logprob"] if p else None for p in picked]
+        done.prompt_ranks = [p.get("rank") if p else None for p in picked]
         return done
 
     def generate(self, requests_: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(requests_)))) as pool:
-            out = list(pool.map(self._one, requests_))
+            out = list(pool.map(lambda r: self._scored(r) if r.prompt_logprobs is not None else self._one(r), requests_))
         if on_done:
             on_done(len(requests_))
         return out
