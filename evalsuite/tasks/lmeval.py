@@ -217,6 +217,9 @@ class LMEvalTask:
         self._manager = None
         self._last: list[Metric] | None = None  # lm-eval's aggregates of the latest evaluate()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_manager": None}  # Ray ships tasks; the index is rebuilt where it runs
+
     def samples(self) -> list[Sample]:
         """One placeholder per lm-eval task, checked against lm-eval's index before any engine starts."""
         try:

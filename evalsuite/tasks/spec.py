@@ -199,9 +199,18 @@ class ChoiceTask(DatasetTask):
     def __init__(self, cfg: ChoiceConfig, ctx: TaskContext):
         super().__init__(cfg, ctx)
         self.spec = cfg.definition()
-        self.render = Renderer(self.spec)
+        self._render: Renderer | None = None
         if self.spec.metric == "balanced":
             self.primary_metric = f"{self.name}/balanced_acc"
+
+    @property
+    def render(self) -> Renderer:
+        if self._render is None:
+            self._render = Renderer(self.spec)
+        return self._render
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_render": None}  # compiled templates do not pickle (Ray ships tasks)
 
     def _root(self) -> Path:
         if self.cfg.data_dir:
