@@ -149,6 +149,9 @@ def engine_lm(engine, tokenizer, max_length: int, batch_size: int):
         def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
             if not string:
                 return []
+            bos = self.tokenizer.bos_token
+            if add_special_tokens is None and bos and string.startswith(bos):
+                add_special_tokens = False  # a chat template wrote its BOS as text: no second one
             special = {} if add_special_tokens is None else {"add_special_tokens": add_special_tokens}
             return list(self.tokenizer(string, **special)["input_ids"])
 
