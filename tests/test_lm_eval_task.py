@@ -75,6 +75,7 @@ def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer, include):
     # 6 questions x 4 choices, one prompt-logprob request each, sent in batches of 5
     assert len(engine.requests) == 24 and all(r.prompt_logprobs and r.max_tokens == 1 for r in engine.requests)
     assert len(rows) == len(scores) == 6
+    assert rows[0]["sample"]["request"]["prompt"].startswith("Question: ")  # lm-eval's own prompt, recorded
     metrics = {m.name: m for m in task.metrics(scores)}
     acc = metrics["lm_eval/tiny_qa/acc"]
     assert acc.n == 6 and acc.stderr is not None and 0 <= acc.value <= 1

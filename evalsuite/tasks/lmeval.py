@@ -109,13 +109,25 @@ def sample_rows(name: str, task: str, docs: list[dict[str, Any]]) -> list[dict[s
         values = {m: v for m in d.get("metrics", []) if (v := _number(d.get(m))) is not None}
         first = next(iter(values.values()), math.nan)
         group = task if d.get("filter", "none") == "none" else f"{task}/{d['filter']}"
-        sample = Sample(id=f"{group}/{d['doc_id']}", task=name, request=Request(), target=str(d.get("target", "")),
+        sample = Sample(id=f"{group}/{d['doc_id']}", task=name, request=Request(prompt=_context(d)),
+                        target=str(d.get("target", "")),
                         group=group, meta={"lm_eval_task": task, "filter": d.get("filter", "none")})
         completion = Completion(text=str(d.get("filtered_resps", ""))[:500])
         score = Score(sample_id=sample.id, task=name, value=first, pred=completion.text[:200], target=sample.target,
                       group=group, extra={"lm_eval": values})
         rows.append({"sample": sample.model_dump(), "completion": completion.model_dump(), "score": score.model_dump()})
     return rows
+
+
+def _context(doc: dict[str, Any]) -> str | None:
+    """The document's first request context (the prompt lm-eval built), for reading records."""
+    args = doc.get("arguments")
+    first = next(iter(args.values()), None) if isinstance(args, dict) else (args[0] if args else None)
+    if isinstance(first, dict):
+        first = first.get("arg_0")
+    elif isinstance(first, (list, tuple)):
+        first = first[0] if first else None
+    return first if isinstance(first, str) else None
 
 
 def engine_lm(engine, tokenizer, max_length: int, batch_size: int):
