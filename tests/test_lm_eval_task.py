@@ -206,3 +206,27 @@ def test_offline_picks_each_prompt_tokens_own_logprob():
     steps = [None, {7: lp(-0.5, 1)}, {9: lp(-2.0, 3), 4: lp(-0.1, 1)}]
     assert prompt_token_logprobs([1, 7, 9], steps) == ([None, -0.5, -2.0], [None, 1, 3])
     assert prompt_token_logprobs([1, 2], None) == ([], [])
+
+
+def test_runner_records_rows_and_does_not_rerun_a_recorded_task(tmp_path, tokenizer, include):
+    from evalsuite.progress import Progress
+    from evalsuite.records import RunDir
+    from evalsuite.runner import Runner
+
+    cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
+                                    "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include)}]})
+    ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer)
+    run_dir = RunDir(tmp_path / "run")
+    runner = Runner(cfg, run_dir, "m", ctx, Progress(False))
+    task = cfg.tasks[0].build(ctx)
+    first = runner.run_task(ScriptedEngine(), "bf16", task, task.samples())
+    reported = {m.name: m.value for m in task.metrics(first)}
+    assert len(run_dir.load_samples("bf16", "lm_eval")) == 6
+
+    class Unused:
+        def generate(self, requests, on_done=None):
+            raise AssertionError("a recorded lm_eval task must not run again")
+
+    again = runner.run_task(Unused(), "bf16", task, task.samples())
+    assert [s.sample_id for s in again] == [s.sample_id for s in first]
+    assert {m.name: m.value for m in task.metrics(again)} == pytest.approx(reported)
