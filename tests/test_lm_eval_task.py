@@ -88,9 +88,9 @@ def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer, include):
 
 
 def test_loglikelihood_sums_continuation_and_reads_greedy(tokenizer):
-    from evalsuite.tasks.lmeval import engine_lm
+    from evalsuite.tasks.lmeval_model import EngineLM
 
-    lm = engine_lm(ScriptedEngine(), tokenizer, max_length=2048, batch_size=8)
+    lm = EngineLM(ScriptedEngine(), tokenizer, max_length=2048, batch_size=8)
     ctx, cont = [5, 6, 7], [8, 9]  # 8 ranks first, 9 does not
     ((lp, greedy),) = lm._loglikelihood_tokens([(None, ctx, cont)])
     assert lp == pytest.approx(-(1 + 8 % 5) / 4 - (1 + 9 % 5) / 4) and greedy is False
@@ -99,10 +99,10 @@ def test_loglikelihood_sums_continuation_and_reads_greedy(tokenizer):
 
 
 def test_long_context_left_truncated_continuation_kept(tokenizer):
-    from evalsuite.tasks.lmeval import engine_lm
+    from evalsuite.tasks.lmeval_model import EngineLM
 
     engine = ScriptedEngine()
-    lm = engine_lm(engine, tokenizer, max_length=8, batch_size=8)
+    lm = EngineLM(engine, tokenizer, max_length=8, batch_size=8)
     ((lp, _),) = lm._loglikelihood_tokens([(None, list(range(10, 30)), [40, 42])])
     assert engine.requests[0].prompt_token_ids == [25, 26, 27, 28, 29, 40, 42]
     assert lp == pytest.approx(-(1 + 0) / 4 - (1 + 2) / 4)

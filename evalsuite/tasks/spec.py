@@ -16,6 +16,7 @@ after the target delimiter, so cloze-style tasks are written as lettered multipl
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,8 +27,8 @@ from evalsuite.data import check_names, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
 from evalsuite.metrics import accuracy, balanced_accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
-from evalsuite.tasks.legal import mean_over_tasks  # LegalBench's mean over tasks, one definition
 from evalsuite.tasks.choice import ChoiceTokens, choice_rates, choice_request, fit_request, score_choice
+from evalsuite.tasks.legal import mean_over_tasks  # LegalBench's mean over tasks, one definition
 from evalsuite.types import Completion, Metric, Sample, Score
 
 
@@ -112,8 +113,6 @@ class ChoiceConfig(_Strict):
 
 def tasks_dir() -> Path:
     """The top-level `tasks/` folder beside the package ($EVALSUITE_TASKS for another one)."""
-    import os
-
     import evalsuite
 
     env = os.environ.get("EVALSUITE_TASKS")
