@@ -111,6 +111,7 @@ def test_run_config_names_tasks_and_overrides_fields():
 @pytest.mark.parametrize("tasks,fragments", [
     (["arc_chalenge"], ["tasks.0", "arc_chalenge", "'arc_challenge'", "'mmlu'"]),
     ([{"type": "arc_easy", "limt": 5}], ["tasks.0", "limt: unknown key", "limit"]),
+    ([{"type": "legalbench_cuad", "groups": ["governing_lw"]}], ["tasks.0", "groups", "'governing_lw'", "'governing_law'"]),
 ])
 def test_bad_task_references_are_one_line(tasks, fragments):
     from pydantic import ValidationError

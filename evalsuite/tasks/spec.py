@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.data import check_names, read_records, resolve_dir, seeded_subset
 from evalsuite.errors import ConfigError
@@ -97,6 +97,17 @@ class ChoiceConfig(_Strict):
             raise ValueError(f"unknown task type; allowed: {', '.join(map(repr, names))} (files in {tasks_dir()})")
         return value
 
+    @field_validator("groups")
+    @classmethod
+    def _known_groups(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is None or "type" not in info.data:
+            return value
+        try:
+            check_names(value, load_definition(info.data["type"]).groups or [], "groups", "group")
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix("groups: ")) from None
+        return value
+
     def model_post_init(self, _: Any) -> None:
         if self.name is None:
             self.name = self.type
@@ -105,9 +116,6 @@ class ChoiceConfig(_Strict):
         return load_definition(self.type)
 
     def build(self, ctx: TaskContext) -> Task:
-        spec = self.definition()
-        if self.groups is not None:
-            check_names(self.groups, spec.groups or [], f"tasks.{self.name}.groups", "group")
         return ChoiceTask(self, ctx)
 
 
