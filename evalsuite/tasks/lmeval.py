@@ -32,7 +32,6 @@ from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.types import Completion, Metric, Request, Sample, Score
 
 
-
 class LMEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -179,7 +178,8 @@ class LMEvalTask:
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         """lm-eval's own aggregates when this process ran it; else (finish, resume) each recorded
-        per-item metric's mean with its standard error, which is what lm-eval reports for mean metrics."""
+        per-item metric's mean with its standard error, which is what lm-eval reports for its mean
+        metrics (acc, acc_norm, exact_match); corpus-level ones (perplexity, BLEU) differ there."""
         if self._last is not None:
             out, self._last = self._last, None
             return out
