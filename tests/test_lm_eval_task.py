@@ -167,6 +167,38 @@ def test_lm_eval_task_under_two_variants_on_vllm(tmp_path, tiny_model):
         assert "lm_eval/wall_s" in metrics and v["engine"]["kv_cache_tokens"]
         rows = (run / v["variant"] / "samples" / "lm_eval.jsonl").read_text().splitlines()
         assert len(rows) == 6
+    # the float32 variant's log-likelihoods are lm-eval's own transformers backend's, to float noise
+    reference = hf_logliks(tiny_model, include)
+    assert max_diff(recorded_logliks(run, "fp32"), reference) < 1e-4
+    assert max_diff(recorded_logliks(run, "bf16"), reference) < 0.1
+
+
+def recorded_logliks(run: Path, variant: str) -> dict[int, list[float]]:
+    """Per document the choices' log-likelihoods, from the record's completion text (lm-eval's resps)."""
+    import ast
+
+    out = {}
+    for line in (run / variant / "samples" / "lm_eval.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out[int(row["sample"]["id"].rsplit("/", 1)[1])] = [lp for lp, _ in ast.literal_eval(row["completion"]["text"])]
+    return out
+
+
+def hf_logliks(model: Path, include: Path, **seeds) -> dict[int, list[float]]:
+    """The same task through lm-eval's HFLM in float32 with a BOS, as vLLM's tokenizer call adds one."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    lm = HFLM(pretrained=str(model), dtype="float32", device="cpu", batch_size=8, add_bos_token=True)
+    res = simple_evaluate(model=lm, tasks=["tiny_qa"], num_fewshot=1, task_manager=TaskManager(include_path=str(include)),
+                          log_samples=True, bootstrap_iters=0, **seeds)
+    return {d["doc_id"]: [r[0] for r in d["filtered_resps"]] for d in res["samples"]["tiny_qa"]}
+
+
+def max_diff(a: dict[int, list[float]], b: dict[int, list[float]]) -> float:
+    assert a.keys() == b.keys()
+    return max(abs(x - y) for k in a for x, y in zip(a[k], b[k], strict=True))
 
 
 def test_server_engine_reads_prompt_logprobs_from_a_plain_response(tmp_path):

@@ -166,8 +166,7 @@ class LMEvalTask:
             model=EngineLM(engine, tokenizer, max_length, c.batch_size), tasks=list(c.tasks),
             num_fewshot=c.num_fewshot, limit=c.limit, task_manager=self._manager or task_manager(c, self.ctx.base_dir),
             apply_chat_template=c.apply_chat_template, gen_kwargs=c.gen_kwargs, bootstrap_iters=c.bootstrap_iters,
-            log_samples=True, random_seed=self.ctx.seed, numpy_random_seed=self.ctx.seed,
-            torch_random_seed=self.ctx.seed, fewshot_random_seed=self.ctx.seed)
+            log_samples=True)  # lm-eval's own seeds: the same few-shot picks as an `lm_eval` run
         self._last = results_metrics(self.name, results, list(c.tasks))
         rows = [r for task, docs in results.get("samples", {}).items() for r in sample_rows(self.name, task, docs)]
         record(rows)
