@@ -26,6 +26,7 @@ class Request(_Model):
     prompt_token_ids: list[int] | None = None
     max_tokens: int = 1
     logprobs: int | None = None  # top-k log-probabilities per generated token
+    prompt_logprobs: int | None = None  # ask for each prompt token's log-probability and rank (log-likelihoods)
     stop: list[str] = Field(default_factory=list)
     temperature: float = 0.0
     ignore_eos: bool = False
@@ -49,6 +50,9 @@ class Completion(_Model):
 
     text: str
     top_logprobs: list[dict[str, float]] = Field(default_factory=list)
+    # per prompt token, when asked: its log-probability and its rank (1: greedy); None for the first token
+    prompt_logprobs: list[float | None] = Field(default_factory=list)
+    prompt_ranks: list[int | None] = Field(default_factory=list)
     prompt_tokens: int = 0
     output_tokens: int = 0
     cached_prompt_tokens: int | None = None

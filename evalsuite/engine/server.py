@@ -167,6 +167,8 @@ class ServerEngine:
         }
         if req.logprobs is not None:
             body["logprobs"] = req.logprobs
+        if req.prompt_logprobs is not None:
+            body["prompt_logprobs"] = req.prompt_logprobs
         if req.stop:
             body["stop"] = req.stop
         if req.seed is not None:
@@ -193,9 +195,28 @@ class ServerEngine:
                     finish = ch.get("finish_reason") or finish
         return _completion(t0, stamps, "".join(text), top, usage, finish)
 
+    def _scored(self, req: Request) -> Completion:
+        """A prompt-logprob request: vLLM refuses those when streaming, so one plain response
+        (no per-token timing; log-likelihood requests measure accuracy, not latency)."""
+        body = {**self._body(req), "stream": False}
+        body.pop("stream_options")
+        r = self._http.post(f"{self.base_url}/v1/completions", json=body, timeout=3600)
+        if not r.ok:
+            raise EngineFailed(f"server answered {r.status_code}: {r.text[:300]}")
+        data = r.json()
+        choice = data["choices"][0]
+        done = _completion(time.perf_counter(), [], choice.get("text", ""), [], data.get("usage") or {},
+                           choice.get("finish_reason"))
+        ids = req.prompt_token_ids or []
+        steps = [{int(k): v for k, v in step.items()} if step else {} for step in choice.get("prompt_logprobs") or []]
+        picked = [step.get(tid) for tid, step in zip(ids, steps)]
+        done.prompt_logprobs = [p["logprob"] if p else None for p in picked]
+        done.prompt_ranks = [p.get("rank") if p else None for p in picked]
+        return done
+
     def generate(self, requests_: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(requests_)))) as pool:
-            out = list(pool.map(self._one, requests_))
+            out = list(pool.map(lambda r: self._scored(r) if r.prompt_logprobs is not None else self._one(r), requests_))
         if on_done:
             on_done(len(requests_))
         return out

@@ -21,6 +21,7 @@ def _sampling(req: Request):
         max_tokens=req.max_tokens,
         temperature=req.temperature,
         logprobs=req.logprobs,
+        prompt_logprobs=req.prompt_logprobs,
         stop=req.stop or None,
         ignore_eos=req.ignore_eos,
         seed=req.seed,
@@ -56,6 +57,19 @@ def _first_token_s(m) -> float | None:
     return first - queued if first and queued else None
 
 
+def prompt_token_logprobs(ids: list[int], steps: list | None) -> tuple[list[float | None], list[int | None]]:
+    """Each prompt token's own log-probability and rank, picked out of vLLM's per-position dicts."""
+    if not steps:
+        return [], []
+    lps: list[float | None] = []
+    ranks: list[int | None] = []
+    for tid, step in zip(ids, steps):
+        lp = step.get(tid) if step else None
+        lps.append(None if lp is None else float(lp.logprob))
+        ranks.append(None if lp is None else lp.rank)
+    return lps, ranks
+
+
 def to_completion(res) -> Completion:
     out = res.outputs[0]
     m = res.metrics
@@ -67,8 +81,11 @@ def to_completion(res) -> Completion:
         decode_s = max(m.last_token_ts - m.first_token_ts, 0.0)
         itl = decode_s * 1000 / (n_gen - 1) if n_gen > 1 else None
         e2e = ttft + decode_s * 1000
+    prompt_lps, prompt_ranks = prompt_token_logprobs(list(res.prompt_token_ids or []), res.prompt_logprobs)
     return Completion(
         text=out.text,
+        prompt_logprobs=prompt_lps,
+        prompt_ranks=prompt_ranks,
         top_logprobs=[_top_logprobs(s) for s in (out.logprobs or [])],
         prompt_tokens=len(res.prompt_token_ids or []),
         output_tokens=n_gen,

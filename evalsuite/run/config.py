@@ -149,6 +149,14 @@ class RunConfig(Strict):
     output_dir: str = "runs"
     seed: int = 0
 
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _named_tasks(cls, value: Any) -> Any:
+        """`tasks: [mmlu, arc_challenge]`: a bare name is that task with its defaults."""
+        if isinstance(value, list):
+            return [{"type": t} if isinstance(t, str) else t for t in value]
+        return value
+
     @model_validator(mode="after")
     def _check(self):
         if not self.variants:

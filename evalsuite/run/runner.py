@@ -112,6 +112,8 @@ class Runner:
         return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
+        if hasattr(task, "evaluate"):  # a harness that sends its own requests (lm-eval)
+            return self._evaluate(engine, variant, task)
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
         todo = [s for s in samples if s.id not in done]
         bar = self.progress.add(f"{variant} · {task.name}", total=len(samples), completed=len(samples) - len(todo))
@@ -129,6 +131,14 @@ class Runner:
             done.update({sc.sample_id: sc for sc in scores})
             self.progress.advance(bar, len(batch))
         return [done[s.id] for s in samples]
+
+    def _evaluate(self, engine: Engine, variant: str, task: Any) -> list[Score]:
+        recorded = self.run_dir.load_samples(variant, task.name)
+        if recorded:  # finished before an interruption: its rows hold every item
+            return [Score.model_validate(r["score"]) for r in recorded]
+        with self.progress.status(f"{variant}: {task.name}"):
+            return task.evaluate(engine, self.ctx.tokenizer,
+                                 lambda rows: self.run_dir.append_samples(variant, task.name, rows))
 
     def _measured(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
         from evalsuite.run.footprint import complete, predict

@@ -15,6 +15,7 @@ ties go to the first letter (`mmlu/tie_rate`).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,32 +28,14 @@ from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import (LETTERS, ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice, target_delimiter)
 from evalsuite.core.types import Completion, Metric, Sample, Score
+from evalsuite.tasks.spec import Renderer, load_definition
 
-# lm-eval's tasks/mmlu/_generate_configs.py SUBJECTS: subject -> category
-SUBJECTS: dict[str, str] = {
-    "abstract_algebra": "stem", "anatomy": "stem", "astronomy": "stem", "business_ethics": "other",
-    "clinical_knowledge": "other", "college_biology": "stem", "college_chemistry": "stem",
-    "college_computer_science": "stem", "college_mathematics": "stem", "college_medicine": "other",
-    "college_physics": "stem", "computer_security": "stem", "conceptual_physics": "stem",
-    "econometrics": "social_sciences", "electrical_engineering": "stem", "elementary_mathematics": "stem",
-    "formal_logic": "humanities", "global_facts": "other", "high_school_biology": "stem",
-    "high_school_chemistry": "stem", "high_school_computer_science": "stem",
-    "high_school_european_history": "humanities", "high_school_geography": "social_sciences",
-    "high_school_government_and_politics": "social_sciences", "high_school_macroeconomics": "social_sciences",
-    "high_school_mathematics": "stem", "high_school_microeconomics": "social_sciences",
-    "high_school_physics": "stem", "high_school_psychology": "social_sciences", "high_school_statistics": "stem",
-    "high_school_us_history": "humanities", "high_school_world_history": "humanities", "human_aging": "other",
-    "human_sexuality": "social_sciences", "international_law": "humanities", "jurisprudence": "humanities",
-    "logical_fallacies": "humanities", "machine_learning": "stem", "management": "other", "marketing": "other",
-    "medical_genetics": "other", "miscellaneous": "other", "moral_disputes": "humanities",
-    "moral_scenarios": "humanities", "nutrition": "other", "philosophy": "humanities", "prehistory": "humanities",
-    "professional_accounting": "other", "professional_law": "humanities", "professional_medicine": "other",
-    "professional_psychology": "social_sciences", "public_relations": "social_sciences",
-    "security_studies": "social_sciences", "sociology": "social_sciences", "us_foreign_policy": "social_sciences",
-    "virology": "other", "world_religions": "humanities",
-}
+# The definition (prompt template, choices, few-shot source, subject -> category) is tasks/mmlu.yaml;
+# this module adds the sources and chat mode a definition file does not describe.
+DEFINITION = load_definition("mmlu")
+SUBJECTS: dict[str, str] = DEFINITION.categories
 CATEGORIES = ("stem", "humanities", "social_sciences", "other")
-FEWSHOT_SPLIT = "dev"
+FEWSHOT_SPLIT = DEFINITION.fewshot.split or "dev"
 
 
 class MMLUConfig(BaseModel):
@@ -82,18 +65,22 @@ class MMLUConfig(BaseModel):
         return MMLUTask(self, ctx)
 
 
+@functools.lru_cache(maxsize=1)
+def _render() -> Renderer:
+    return Renderer(DEFINITION)
+
+
 def description(subject: str) -> str:
-    return f"The following are multiple choice questions (with answers) about {' '.join(subject.split('_'))}.\n\n"
+    return _render().description.render(group=subject)
 
 
 def format_question(doc: dict[str, Any]) -> str:
     """lm-eval's doc_to_text: `{{question.strip()}}\\nA. {{choices[0]}}...\\nAnswer:`."""
-    options = "".join(f"\n{letter}. {choice}" for letter, choice in zip(LETTERS, doc["choices"]))
-    return f"{doc['question'].strip()}{options}\nAnswer:"
+    return _render().prompt.render(**doc)
 
 
 def format_shots(shots: list[dict[str, Any]]) -> str:
-    return "".join(f"{format_question(d)} {LETTERS[d['answer']]}\n\n" for d in shots)
+    return "".join(_render().shot(d) for d in shots)
 
 
 def build_prompt(subject: str, doc: dict[str, Any], shots: list[dict[str, Any]]) -> str:
