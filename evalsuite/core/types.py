@@ -132,7 +132,7 @@ class RunRecord(_Model):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     config_path: str | None = None
     model: str
-    mode: Literal["offline", "server"] = "offline"
+    mode: Literal["offline", "server", "fake"] = "offline"
     env: dict[str, Any] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     mlflow_run_id: str | None = None

@@ -106,7 +106,7 @@ class Variant(Strict):
 
 
 class EngineConfig(Strict):
-    mode: Literal["offline", "server"] = "offline"
+    mode: Literal["offline", "server", "fake"] = "offline"  # fake: evalsuite.engine.fake, for tests
     base_url: str | None = None  # attach to a running server instead of starting one
     batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
     startup_timeout_s: float = Field(default=900, gt=0)

@@ -44,6 +44,10 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    if cfg.engine.mode == "fake":
+        from evalsuite.engine.fake import FakeEngine
+
+        return FakeEngine(model_dir, kwargs, log_path)
     kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
     env = engine_env(kwargs, cfg.engine.env, cache_dir or default_cache_dir(), platform_name())
     if cfg.engine.mode == "server":
@@ -167,7 +171,7 @@ class Runner:
                                started_at=datetime.now(timezone.utc))
         if variant.simulate:  # the label, whatever becomes of the run
             result.settings["simulated"] = True
-        reason = unsupported_reason(variant)
+        reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
         if reason:
             result.status, result.reason = "skipped", reason
             self.run_dir.write_result(result)
