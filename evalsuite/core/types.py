@@ -117,6 +117,8 @@ class VariantResult(_Model):
     reason: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     metrics: list[Metric] = Field(default_factory=list)
+    # per task, the metric that answers "how did it do", as the task defines it; reports read it here
+    primary_metrics: list[str] = Field(default_factory=list)
     engine: EngineStats = Field(default_factory=EngineStats)
     predicted: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.core.types import Completion, EngineStats, Request
+from evalsuite.core.units import GIB
 
-GIB = 1024**3
 _WORDS = ("Yes", "No", "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "yes", "no")
 CANDIDATES = tuple(w for word in _WORDS for w in (" " + word, word))  # the tokens choice tasks look for
 # Share of items a variant answers differently from the 16-bit baseline, by what it changes.

@@ -23,6 +23,7 @@ import requests
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
 from evalsuite.core.types import Completion, EngineStats, Request
+from evalsuite.core.units import GIB
 
 _LABELS = re.compile(r'(\w+)="([^"]*)"')
 
@@ -229,7 +230,7 @@ def checkpoint_gib(model_dir: str) -> float | None:
             n = int.from_bytes(fh.read(8), "little")
             header = json.loads(fh.read(n))
         total += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
-    return total / 1024**3
+    return total / GIB
 
 
 def _completion(t0: float, stamps: list[float], text: str, top: list, usage: dict, finish) -> Completion:

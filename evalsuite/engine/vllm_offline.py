@@ -10,8 +10,8 @@ import traceback
 from typing import Any
 
 from evalsuite.core.types import Completion, EngineStats, Request
+from evalsuite.core.units import GIB
 
-GIB = 1024**3
 
 
 def _sampling(req: Request):

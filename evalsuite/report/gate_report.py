@@ -6,7 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.report.compare import fmt_value
+from evalsuite.report.names import fmt_value
 from evalsuite.report.gate import Check, GateReport, Rules
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from evalsuite.data.tables import check_names
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import Quantization
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.tasks import TaskConfig
 
@@ -50,7 +51,6 @@ class ModelConfig(Strict):
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
 KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
-Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "bitsandbytes"]
 
 
 class Variant(Strict):

@@ -11,8 +11,8 @@ import psutil
 from evalsuite.run.config import Variant
 from evalsuite.memory.logparse import with_derived
 from evalsuite.core.types import EngineStats
+from evalsuite.core.units import GIB
 
-GIB = 1024**3
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
                   "block_size", "max_model_len", "device", "gpu_count")

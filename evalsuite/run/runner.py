@@ -184,6 +184,7 @@ class Runner:
                 return result
         if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
+        result.primary_metrics = [t.primary_metric for t in tasks]
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)

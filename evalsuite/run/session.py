@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.configfile import load_raw
 from evalsuite.run.config import load_config
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.run.progress import Progress, console
