@@ -294,3 +294,27 @@ def test_cli_tensor_parallel(tmp_path):
     assert res.exit_code == 0 and "per GPU" in res.output
     res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "3"])
     assert isinstance(res.exception, ConfigError) and "--tensor-parallel-size: 3" in str(res.exception)
+
+
+GEMMA3_270M = {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+               "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+               "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+               "tie_word_embeddings": True}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize("config", [LLAMA_8B, QWEN_15B, GEMMA3_270M, MIXTRAL], ids=["llama", "qwen2", "gemma3", "mixtral"])
+def test_closed_form_counts_equal_the_built_model(config):
+    """The planner's formula against the model transformers builds on the meta device (accelerate)."""
+    from evalsuite.memory.params import exact_param_counts
+
+    c = param_counts(model_shape(config))
+    assert exact_param_counts(config) == (c.embed, c.lm_head, c.linear, c.other)
+
+
+def test_exact_counts_of_an_unknown_architecture_are_none():
+    from evalsuite.memory.params import exact_param_counts
+
+    assert exact_param_counts({"model_type": "no-such-model", "hidden_size": 8}) is None

@@ -6,7 +6,7 @@ every item except a fixed share: `disagree`, by default larger for weight quanti
 KV-cache dtype, or set per variant with `engine_args: {fake_disagree: 0.4}`. Multiple-choice
 requests get log-probabilities for the usual answer tokens (letters, Yes/No, with and without the
 leading space), so the choice tasks score them like a real model's. Memory numbers are fake but
-self-consistent (weights from the checkpoint's file sizes, a fixed KV cache).
+self-consistent (weights from the checkpoint's tensors, a fixed KV cache).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
+from evalsuite.engine.server import checkpoint_gib
 
 _WORDS = ("Yes", "No", "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "yes", "no")
 CANDIDATES = tuple(w for word in _WORDS for w in (" " + word, word))  # the tokens choice tasks look for
@@ -47,13 +48,6 @@ def disagreement(kwargs: dict[str, Any]) -> float:
     return share
 
 
-def checkpoint_gib(model_dir: str | Path) -> float | None:
-    folder = Path(model_dir)
-    if not folder.is_dir():
-        return None
-    return sum(p.stat().st_size for p in folder.glob("*.safetensors")) / GIB
-
-
 class FakeEngine:
     """Implements the Engine protocol; `kwargs` are the variant's engine arguments."""
 
@@ -70,10 +64,12 @@ class FakeEngine:
     def start(self) -> EngineStats:
         max_len = int(self.kwargs.get("max_model_len") or 4096)
         # an 8-bit KV cache holds twice the tokens in the same bytes, as vLLM's does
-        per_token = KV_BYTES_PER_TOKEN // 2 if self.kwargs.get("kv_cache_dtype", "auto") != "auto" else KV_BYTES_PER_TOKEN
+        eight_bit = self.kwargs.get("kv_cache_dtype", "auto") != "auto"
+        per_token = KV_BYTES_PER_TOKEN // 2 if eight_bit else KV_BYTES_PER_TOKEN
         tokens = int(KV_CACHE_GIB * GIB // per_token)
         self._started = EngineStats(
-            vllm_version="fake", device="fake", startup_s=0.0, weights_gib=checkpoint_gib(self.model_dir),
+            vllm_version="fake", device="fake", startup_s=0.0,
+            weights_gib=checkpoint_gib(self.model_dir) if Path(self.model_dir).is_dir() else None,
             kv_cache_gib=KV_CACHE_GIB, kv_cache_blocks=tokens // BLOCK_SIZE, kv_cache_tokens=tokens,
             block_size=BLOCK_SIZE, kv_bytes_per_token=per_token, max_model_len=max_len,
             max_concurrency=tokens / max_len, source={"weights_gib": "fake", "kv_cache_gib": "fake"})
@@ -97,14 +93,16 @@ class FakeEngine:
         prompt = request.prompt_token_ids if request.prompt_token_ids is not None else request.prompt
         own = _unit("flip", prompt, self.seed) < self.disagree
         key = (prompt, self.seed, self.identity) if own else (prompt, self.seed)
-        n_prompt = len(request.prompt_token_ids) if request.prompt_token_ids is not None else len((request.prompt or "").split())
+        ids = request.prompt_token_ids
+        n_prompt = len(ids) if ids is not None else len((request.prompt or "").split())
         top: list[dict[str, float]] = []
         if request.logprobs:
             top = [self._logprobs(key, request.logprobs)]
             text = max(top[0], key=top[0].__getitem__)
             n_out = 1
         else:
-            n_out = request.max_tokens if request.ignore_eos else max(1, min(request.max_tokens, 1 + int(8 * _unit("len", key))))
+            natural = 1 + int(8 * _unit("len", key))  # where an answer would stop on its own
+            n_out = request.max_tokens if request.ignore_eos else max(1, min(request.max_tokens, natural))
             text = " ".join(f"w{int(1000 * _unit('word', key, i))}" for i in range(n_out))
         ttft = 5.0 + 0.01 * n_prompt
         itl = 2.0

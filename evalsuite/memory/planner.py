@@ -54,6 +54,9 @@ _QUANT_FAMILY = {"awq_marlin": "awq", "gptq_marlin": "gptq", "compressed_tensors
 # transformers' own defaults when config.json leaves tie_word_embeddings out
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon"}
 VOCAB_PADDING = 64  # vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of this
+# blocks that normalise before and after attention and MLP; attention that normalises q and k per head
+_SANDWICH_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+_QK_NORM = {"gemma3", "gemma3_text", "qwen3", "qwen3_moe"}
 _UNGATED_MLP = {"gpt2", "gpt_neox", "opt", "falcon", "phi", "starcoder2", "gpt_bigcode", "bloom", "mpt", "gptj"}
 
 
@@ -268,7 +271,10 @@ def param_counts(s: ModelShape) -> ParamCounts:
     dense_layers = s.num_layers - moe_layers
     linear = s.num_layers * _attention_params(s) + dense_layers * mats * s.hidden * s.intermediate
     linear += moe_layers * 3 * s.hidden * (s.num_experts * s.moe_intermediate + s.shared_intermediate)
-    other = s.num_layers * 2 * s.hidden + s.hidden  # two norms per block + final norm
+    norms = 4 if s.model_type in _SANDWICH_NORMS else 2  # per block, + the final norm
+    other = s.num_layers * norms * s.hidden + s.hidden
+    if s.model_type in _QK_NORM:
+        other += s.num_layers * 2 * s.head_dim
     other += moe_layers * s.hidden * s.num_experts  # routers, never quantized
     if s.attention_bias:
         other += s.num_layers * (s.heads + 2 * s.kv_heads) * s.head_dim
