@@ -11,10 +11,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
+from evalsuite.core.records import RunDir
 from evalsuite.report.compare import compare
 from evalsuite.report.names import is_unitless
 from evalsuite.report.plots import context_series, pareto_front
-from evalsuite.core.records import RunDir
 from tests.mlflow_server import build_run
 
 runner = CliRunner()

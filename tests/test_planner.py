@@ -9,9 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from evalsuite.cli.plan import plan_command
-from tests.shapes import LLAMA_8B
-from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.core.errors import ConfigError
+from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.memory.planner import (
     _kv_groups,
     kv_layout,
@@ -20,6 +19,7 @@ from evalsuite.memory.planner import (
     plan,
     read_config,
 )
+from tests.shapes import LLAMA_8B
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 QWEN_15B = {

@@ -20,8 +20,8 @@ from statistics import NormalDist
 import numpy as np
 
 from evalsuite.core.records import RunDir
-from evalsuite.stats.paired import item_labels
 from evalsuite.core.types import Metric
+from evalsuite.stats.paired import item_labels
 
 RESAMPLES = 2000
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import typer
 
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
-from evalsuite.core.errors import ConfigError
 from evalsuite.memory.planner import Plan, plan, read_config
 from evalsuite.memory.roofline import Roofline, roofline
 

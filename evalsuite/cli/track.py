@@ -24,9 +24,8 @@ def compare_command(
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
     from evalsuite.report.compare import compare
-    from evalsuite.report.compare_view import to_csv, to_markdown, write_report
+    from evalsuite.report.compare_view import rich_tables, to_csv, to_markdown, write_report
     from evalsuite.report.sources import open_sources
-    from evalsuite.report.compare_view import rich_tables
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -89,8 +88,8 @@ def gate_command(
 
 def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
               variant_candidate: str | None, uri: str | None, scratch: Path):
-    from evalsuite.report.sources import open_sources
     from evalsuite.report.gate import run_gate
+    from evalsuite.report.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)

@@ -20,10 +20,10 @@ from typing import Any
 
 import requests
 
-from evalsuite.engine import EngineFailed
-from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
+from evalsuite.engine import EngineFailed
+from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
 
 
 def free_port() -> int:

@@ -13,7 +13,6 @@ from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
 
 
-
 def _sampling(req: Request):
     from vllm import SamplingParams
 

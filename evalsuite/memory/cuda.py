@@ -13,7 +13,6 @@ import psutil
 from evalsuite.core.units import GIB
 
 
-
 def _nvml():
     try:
         import pynvml

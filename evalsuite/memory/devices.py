@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict
 from evalsuite.core.errors import ConfigError
 
 
-
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -19,8 +19,16 @@ import pandas as pd
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import VariantResult
-from evalsuite.report.names import (ENGINE_HEADLINE, LATENCY_HEADLINE, flat_metrics, fmt_delta, fmt_value, is_unitless,
-                                    primary_metrics, prop)
+from evalsuite.report.names import (
+    ENGINE_HEADLINE,
+    LATENCY_HEADLINE,
+    flat_metrics,
+    fmt_delta,
+    fmt_value,
+    is_unitless,
+    primary_metrics,
+    prop,
+)
 from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
 from evalsuite.stats.paired import paired_result, pairing, unpaired
 

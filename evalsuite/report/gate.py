@@ -31,15 +31,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalsuite.report.compare import label_entries
-from evalsuite.report.names import flat_metrics
 from evalsuite.core.configfile import format_validation_error, load_raw
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import min_samples
-from evalsuite.stats.paired import pairing, paired_result, unpaired
 from evalsuite.core.records import RunDir
-from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
 from evalsuite.core.types import VariantResult
+from evalsuite.report.compare import label_entries
+from evalsuite.report.names import flat_metrics
+from evalsuite.stats.metrics import min_samples
+from evalsuite.stats.paired import paired_result, pairing, unpaired
+from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only

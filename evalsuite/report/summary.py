@@ -8,9 +8,9 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from evalsuite.stats.metrics import accuracy_interval
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import primary_metrics
+from evalsuite.stats.metrics import accuracy_interval
 
 # what the resolution note assumes: the gate's defaults (configs/gates/default.yaml)
 PLAN_CONFIDENCE, PLAN_POWER, PLAN_DISCORDANCE = 0.95, 0.8, 0.05

@@ -33,8 +33,9 @@ from urllib.request import url2pathname
 import pandas as pd
 import requests
 from mlflow.entities import Dataset as MlDataset
-from mlflow.entities import DatasetInput, InputTag, Param, RunTag
+from mlflow.entities import DatasetInput, InputTag
 from mlflow.entities import Metric as MlMetric
+from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT

@@ -11,14 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.data.tables import check_names
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import Quantization
+from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.tasks import TaskConfig
-
-
 
 
 class ModelConfig(Strict):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.run.config import RunConfig
 from evalsuite.core.errors import EvalsuiteError
-from evalsuite.stats.metrics import interval_metrics
 from evalsuite.core.records import RunDir
-from evalsuite.tasks import TaskContext
 from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+from evalsuite.run.config import RunConfig
+from evalsuite.stats.metrics import interval_metrics
+from evalsuite.tasks import TaskContext
 
 INTERRUPTED = ("running", "pending")
 

