@@ -8,7 +8,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.types import Completion, Metric, Score, VariantResult
+from evalsuite.core.types import Completion, Score
 from evalsuite.data.haystack import TokenHaystack, load_documents, resolve_source, splice, split_front_matter
 from evalsuite.models.tiny import train_tokenizer
 from evalsuite.tasks import TaskConfig
