@@ -87,9 +87,8 @@ def build_items(args, model_dir: str):
 
 def write_lmeval_tasks(items, load, shots: int, work: Path) -> dict[str, list[str]]:
     """One lm-eval task per subject over exactly our items; returns task -> our ids in doc order."""
-    import yaml
-
     import lm_eval
+    import yaml
 
     mmlu_yaml = Path(lm_eval.__file__).parent / "tasks/mmlu/default"
     base = yaml.safe_load((mmlu_yaml / "_default_template_yaml").read_text())

@@ -45,11 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalsuite.core.types import Completion, Request, Sample
 from evalsuite.data.assets import default_cache_dir
 from evalsuite.engine.offline import OfflineEngine
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.needle import NeedleConfig
-from evalsuite.core.types import Completion, Request, Sample
 
 BLOCK = 128  # vLLM's KV block size on CPU
 

@@ -89,9 +89,9 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
               tracking: dict | None = None) -> Path:
     """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, weights_gib,
     kv_cache_tokens, required_gib, ttft (ctx -> ms), itl (ctx -> ms), needle (length -> accuracy)."""
-    from evalsuite.stats import metrics as M
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
+    from evalsuite.stats import metrics as M
 
     rd = RunDir(out / run_id)
     config = {"model": {"hub": "org/tiny", "name": "tiny"}, "variants": {v: {} for v in variants},

@@ -99,3 +99,29 @@ def test_the_checker_sees_lazy_imports(tmp_path):
     assert imported_packages(mod, {"report", "run", "stats"}) == {"report", "run", "stats"}
     assert find_cycle({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b": []}, "b": {}}) is None
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """module -> evalsuite modules it imports (a package's __init__ stands for the package)."""
+    files = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in ROOT.rglob("*.py")}
+    graph: dict[str, dict[str, list[str]]] = {m: {} for m in files}
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != mod and name.startswith("evalsuite."):
+                    graph[mod].setdefault(name, []).append(mod)
+    return graph
+
+
+def test_no_cycle_between_modules():
+    cycle = find_cycle(module_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.data import assets
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.data import assets
 
 FAKE_SPEC = "Fake_Pkg==1.0"
 needs_download = pytest.mark.skipif(

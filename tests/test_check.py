@@ -10,13 +10,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evalsuite.stats import metrics as M
 from evalsuite.check import evaluate as ev
 from evalsuite.check.runs import NotMeasurable, open_run
 from evalsuite.check.schema import load_claims
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
+from evalsuite.stats import metrics as M
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "configs" / "claims" / "long-context-128k.yaml"

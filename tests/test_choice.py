@@ -3,6 +3,7 @@ import math
 import pytest
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion, Sample, Score
 from evalsuite.tasks.choice import (
     LETTERS,
     argmax_first,
@@ -15,7 +16,6 @@ from evalsuite.tasks.choice import (
     score_choice,
     target_delimiter,
 )
-from evalsuite.core.types import Completion, Sample, Score
 
 
 def _sample(target="B", choices=None):

@@ -11,9 +11,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.report.compare import compare, is_unitless
-from evalsuite.report.plots import context_series, pareto_front
 from evalsuite.core.records import RunDir
+from evalsuite.report.compare import compare
+from evalsuite.report.names import is_unitless
+from evalsuite.report.plots import context_series, pareto_front
 from tests.mlflow_server import build_run
 
 runner = CliRunner()
@@ -112,7 +113,7 @@ def test_out_writes_report_and_plots(run, tmp_path):
 def test_plots_skip_missing_data(tmp_path):
     run = build_run(tmp_path, "20250101-000000-x", {"a": {}, "b": {"weights_gib": 0.5}})
     out = tmp_path / "report"
-    from evalsuite.report.compare import write_report
+    from evalsuite.report.compare_view import write_report
 
     names = sorted(p.name for p in write_report(compare([(RunDir(run), None)]), out))
     assert names == ["accuracy_vs_kv_tokens.png", "accuracy_vs_weights_gib.png", "compare.csv", "compare.md"]
@@ -157,7 +158,7 @@ def test_several_run_folders_side_by_side(tmp_path):
 
 def test_roofline_percentages_read_as_percent():
     assert not is_unitless("roofline/ttft_pct_of_floor/ctx1024")
-    from evalsuite.report.compare import fmt_value
+    from evalsuite.report.names import fmt_value
 
     assert fmt_value("roofline/ttft_pct_of_floor/ctx1024", 131.4) == "131%"
     assert fmt_value("mmlu/acc", 0.5) == "0.500"

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.run.config import load_config
 from evalsuite.core.errors import ConfigError
+from evalsuite.run.config import load_config
 
 GOOD = """
 model: {path: /models/x}

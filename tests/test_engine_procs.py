@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from evalsuite.engine.offline import OfflineEngine, kill_process_group
 from evalsuite.core.types import EngineStats
+from evalsuite.engine.offline import OfflineEngine, kill_process_group
 
 
 def grandchild_engine(conn, model, kwargs, log_path, env) -> None:

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from evalsuite.run.finish import finish_run
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Score, VariantResult
+from evalsuite.run.finish import finish_run
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,13 +2,19 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.data.tables import read_records
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion, Score
+from evalsuite.data.tables import read_records
 from evalsuite.tasks import legal as legal_mod
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.legal import (LegalConfig, build_template, fill_template, instruction_of, label_quotas,
-                                  stratified_subset)
-from evalsuite.core.types import Completion, Score
+from evalsuite.tasks.legal import (
+    LegalConfig,
+    build_template,
+    fill_template,
+    instruction_of,
+    label_quotas,
+    stratified_subset,
+)
 
 CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
 
@@ -177,8 +183,8 @@ def test_chat_needs_a_template(tmp_path):
 
 def test_scoring_reads_yes_no_in_any_case(tmp_path):
     task = LegalConfig(data_dir="x").build(_ctx(tmp_path))
-    from evalsuite.tasks.choice import choice_request
     from evalsuite.core.types import Sample
+    from evalsuite.tasks.choice import choice_request
 
     s = Sample(id="t/test/0", task="legal", request=choice_request(prompt="p"), target="No", choices=["Yes", "No"], group="t")
     sc = task.score(s, Completion(text=" no", top_logprobs=[{" no": -0.4, " Yes": -1.1, "No": -2.0}]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.memory.logparse import engine_stats_from_log, parse_engine_log, required_gib, with_derived
 from evalsuite.core.types import EngineStats
+from evalsuite.memory.logparse import engine_stats_from_log, parse_engine_log, required_gib, with_derived
 
 V026_GPU = """\
 INFO 11-29 10:01:02 [__init__.py:239] Automatically detected platform cuda.

@@ -8,12 +8,19 @@ import pytest
 from pydantic import TypeAdapter
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion
+from evalsuite.models.tiny import train_tokenizer
 from evalsuite.tasks import TaskConfig
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.longlegal import (CLAUSE_KINDS, CLAUSES, LongLegalConfig, conflicts, contract_documents,
-                                       normalize_answer, plant_values)
-from evalsuite.models.tiny import train_tokenizer
-from evalsuite.core.types import Completion
+from evalsuite.tasks.longlegal import (
+    CLAUSE_KINDS,
+    CLAUSES,
+    LongLegalConfig,
+    conflicts,
+    contract_documents,
+    normalize_answer,
+    plant_values,
+)
 
 PHRASES = ["Permission is hereby granted, free of charge, to any person obtaining a copy of this software",
            "the above copyright notice and this permission notice shall be included in all copies",

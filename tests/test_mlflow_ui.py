@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from evalsuite.report.settings import TrackingConfig
 from evalsuite.core.records import RunDir
+from evalsuite.report.settings import TrackingConfig
 from evalsuite.report.tracking import log_run
 from tests.browser import Browser, dump_dom, find_chromium, page_text
 from tests.mlflow_server import build_run

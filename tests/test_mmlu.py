@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion, Score
 from evalsuite.tasks import mmlu as mmlu_mod
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.mmlu import CATEGORIES, SUBJECTS, MMLUConfig, build_prompt, chat_messages
 from evalsuite.tasks.choice import LETTERS, target_delimiter
-from evalsuite.core.types import Completion, Score
+from evalsuite.tasks.mmlu import CATEGORIES, SUBJECTS, MMLUConfig, build_prompt, chat_messages
 
 LMEVAL_MMLU = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks/mmlu" if importlib.util.find_spec("lm_eval") else None
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.data import assets
 from evalsuite.models import checkpoint as models
-from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.models.tiny import ANSWER_STRINGS, build_tiny_llama
 
 needs_download = pytest.mark.skipif(

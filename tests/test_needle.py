@@ -8,12 +8,12 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.data.haystack import TokenHaystack, load_documents, resolve_source, split_front_matter, splice
+from evalsuite.core.types import Completion, Score
+from evalsuite.data.haystack import TokenHaystack, load_documents, resolve_source, splice, split_front_matter
+from evalsuite.models.tiny import train_tokenizer
 from evalsuite.tasks import TaskConfig
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.needle import NeedleConfig, named_values, needle_value, schedule_cells, value_in
-from evalsuite.models.tiny import train_tokenizer
-from evalsuite.core.types import Completion, Metric, Score, VariantResult
 
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at which but "
          "have an they you were her she there all one their we can has more when will would who so no time "

@@ -9,9 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from evalsuite.cli.plan import plan_command
-from tests.shapes import LLAMA_8B
-from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.core.errors import ConfigError
+from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.memory.planner import (
     _kv_groups,
     kv_layout,
@@ -20,6 +19,7 @@ from evalsuite.memory.planner import (
     plan,
     read_config,
 )
+from tests.shapes import LLAMA_8B
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 QWEN_15B = {
@@ -303,3 +303,27 @@ def test_kv_scales_only_checkpoint_keeps_model_dtype_weights():
                                                                        "strategy": "tensor"}}}
     base = plan(LLAMA_8B, max_model_len=8192, kv_cache_dtype="fp8")
     assert plan(kv_only, max_model_len=8192, kv_cache_dtype="fp8").weights_gib == pytest.approx(base.weights_gib)
+
+
+GEMMA3_270M = {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+               "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+               "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+               "tie_word_embeddings": True}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+           "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize("config", [LLAMA_8B, QWEN_15B, GEMMA3_270M, MIXTRAL], ids=["llama", "qwen2", "gemma3", "mixtral"])
+def test_closed_form_counts_equal_the_built_model(config):
+    """The planner's formula against the model transformers builds on the meta device (accelerate)."""
+    from evalsuite.memory.params import exact_param_counts
+
+    c = param_counts(model_shape(config))
+    assert exact_param_counts(config) == (c.embed, c.lm_head, c.linear, c.other)
+
+
+def test_exact_counts_of_an_unknown_architecture_are_none():
+    from evalsuite.memory.params import exact_param_counts
+
+    assert exact_param_counts({"model_type": "no-such-model", "hidden_size": 8}) is None

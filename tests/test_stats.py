@@ -10,6 +10,7 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 
+from evalsuite.core.types import Metric, Score
 from evalsuite.stats.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
 from evalsuite.stats.significance import (
     best_case_bound,
@@ -24,7 +25,6 @@ from evalsuite.stats.significance import (
     tango_statistic,
     wilson,
 )
-from evalsuite.core.types import Metric, Score
 
 Z95 = norm.ppf(0.95)
 

@@ -14,10 +14,10 @@ from mlflow.utils.validation import _validate_metric_name
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.report.settings import TrackingConfig
 from evalsuite.core.records import RunDir
-from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
 from evalsuite.core.types import Metric
+from evalsuite.report.settings import TrackingConfig
+from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
 from tests.mlflow_server import build_run, free_port
 
 runner = CliRunner()

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalsuite.run.config import load_config
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion
+from evalsuite.run.config import load_config
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.workload import WorkloadConfig
-from evalsuite.core.types import Completion
 
 
 def task(**kw):

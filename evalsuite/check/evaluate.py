@@ -21,8 +21,8 @@ from evalsuite.check import stats
 from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
 from evalsuite.core.configfile import format_validation_error
-from evalsuite.memory.devices import GIB
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import GIB
 
 Verdict = Literal["held", "not held", "not measurable"]
 _UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"), ("_tokens", "tokens"), ("_blocks", "blocks"))

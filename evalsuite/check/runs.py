@@ -25,7 +25,6 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, RunRecord, VariantResult
 
-
 _STAMP = re.compile(r"^\d{8}-\d{6}-")  # records.new_run_id's prefix
 
 
@@ -78,12 +77,11 @@ def open_run(path: Path) -> Run:
             results[v.variant] = rd.load_result(v.variant) or v
         except (ValidationError, ValueError) as e:
             raise ConfigError(f"{path / v.variant / 'result.json'}: not a variant result ({str(e).splitlines()[0]})") from None
-    cfg_path = path / "config.yaml"
     try:
-        config = yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else {}
+        config = rd.read_config()
     except yaml.YAMLError:
         config = {}
-    return Run(rd, record, config if isinstance(config, dict) else {}, results)
+    return Run(rd, record, config, results)
 
 
 def find_variant(runs: list[Run], ref: str) -> list[Found]:

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalsuite.core.configfile import format_validation_error, load_raw
 from evalsuite.core.errors import ConfigError
-from evalsuite.memory.planner import Plan
 from evalsuite.core.types import EngineStats
+from evalsuite.memory.planner import Plan
 
 Kind = Literal["ratio", "change_pct", "difference", "points", "value"]
 ENGINE_FIELDS = tuple(k for k, f in EngineStats.model_fields.items() if f.annotation in (int | None, float | None))

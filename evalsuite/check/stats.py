@@ -11,7 +11,6 @@ interval falls back to the recorded standard errors (normal approximation) and s
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from evalsuite.stats.paired import item_labels
+from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
+from evalsuite.stats.paired import item_labels
 
 RESAMPLES = 2000
 
@@ -37,15 +37,8 @@ class Interval:
 
 def read_items(run_root: Path, variant: str, task: str) -> dict[str, dict]:
     """sample id -> {value, group, target, labels}; read without creating anything."""
-    path = run_root / variant / "samples" / f"{task}.jsonl"
     out: dict[str, dict] = {}
-    if not path.is_file():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
+    for row in RunDir(run_root).load_samples(variant, task):
         sample, score = row.get("sample") or {}, row.get("score") or {}
         sid = sample.get("id") or score.get("sample_id")
         if sid is None or sid in out or not isinstance(score.get("value"), (int, float)):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from evalsuite.memory.devices import GIB, get_device
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import GIB
+from evalsuite.memory.devices import get_device
 from evalsuite.memory.planner import Plan, plan, read_config
 from evalsuite.memory.roofline import Roofline, roofline
 

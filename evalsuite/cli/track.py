@@ -23,8 +23,9 @@ def compare_command(
     uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
-    from evalsuite.report.compare import compare, open_sources, write_report
-    from evalsuite.report.compare_view import rich_tables
+    from evalsuite.report.compare import compare
+    from evalsuite.report.compare_view import rich_tables, to_csv, to_markdown, write_report
+    from evalsuite.report.sources import open_sources
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
@@ -32,9 +33,9 @@ def compare_command(
         result = compare(open_sources(runs, uri, Path(scratch)), baseline, metric or None)
         files = write_report(result, out) if out else []
     if fmt == "markdown":
-        typer.echo(result.markdown(), nl=False)
+        typer.echo(to_markdown(result), nl=False)
     elif fmt == "csv":
-        typer.echo(result.csv(), nl=False)
+        typer.echo(to_csv(result), nl=False)
     else:
         console = Console()
         for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
@@ -87,8 +88,8 @@ def gate_command(
 
 def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
               variant_candidate: str | None, uri: str | None, scratch: Path):
-    from evalsuite.report.compare import open_sources
     from evalsuite.report.gate import run_gate
+    from evalsuite.report.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)

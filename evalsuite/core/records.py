@@ -65,6 +65,14 @@ class RunDir:
         self.root.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
+    def read_config(self) -> dict[str, Any]:
+        """The resolved config the run was made with; {} for a run folder without one."""
+        path = self.root / "config.yaml"
+        if not path.exists():
+            return {}
+        data = yaml.safe_load(path.read_text())
+        return data if isinstance(data, dict) else {}
+
     def write_env(self, env: dict[str, Any]) -> None:
         _atomic_write(self.root / "env.json", json.dumps(env, indent=2, default=str))
 

@@ -121,6 +121,8 @@ class VariantResult(_Model):
     reason: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     metrics: list[Metric] = Field(default_factory=list)
+    # per task, the metric that answers "how did it do", as the task defines it; reports read it here
+    primary_metrics: list[str] = Field(default_factory=list)
     engine: EngineStats = Field(default_factory=EngineStats)
     predicted: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None
@@ -136,7 +138,7 @@ class RunRecord(_Model):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     config_path: str | None = None
     model: str
-    mode: Literal["offline", "server"] = "offline"
+    mode: Literal["offline", "server", "fake"] = "offline"
     env: dict[str, Any] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     mlflow_run_id: str | None = None

@@ -1,7 +1,8 @@
 """The Engine protocol and the factory that picks an implementation for a run.
 
 Two vLLM implementations share it: offline (vllm.LLM in a child process) and server
-(`vllm serve` on loopback, or an already running server). Tasks never know which.
+(`vllm serve` on loopback, or an already running server); a third, fake, answers from a seeded
+hash for fast end-to-end tests. Tasks never know which.
 
 May import: core, memory.
 """

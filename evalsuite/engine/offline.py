@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 
-from evalsuite.engine import EngineFailed
 from evalsuite.core.types import Completion, EngineStats, Request
+from evalsuite.engine import EngineFailed
 
 
 def log_tail(path: Path, lines: int = 400) -> str:

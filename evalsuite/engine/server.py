@@ -7,8 +7,8 @@ OpenAI-compatible API sees them, which offline mode cannot show.
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -20,11 +20,10 @@ from typing import Any
 
 import requests
 
+from evalsuite.core.types import Completion, EngineStats, Request
+from evalsuite.core.units import GIB
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
-from evalsuite.core.types import Completion, EngineStats, Request
-
-_LABELS = re.compile(r'(\w+)="([^"]*)"')
 
 
 def free_port() -> int:
@@ -50,21 +49,21 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
 
 
 def parse_prometheus(text: str) -> dict[str, Any]:
-    """Sum of each series over its labels, plus the labels of cache_config_info."""
+    """Sum of each series over its labels, plus the labels of cache_config_info.
+
+    prometheus_client's parser reads the exposition format (escapes, timestamps, histograms);
+    a malformed line ends the parse and keeps what came before it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     vals: dict[str, Any] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^([a-zA-Z_:][\w:]*)(\{.*\})?\s+(\S+)", line)
-        if not m:
-            continue
-        name, labels, value = m.groups()
-        if name == "vllm:cache_config_info" and labels:
-            vals["cache_config_info"] = dict(_LABELS.findall(labels))
-        try:
-            vals[name] = vals.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "vllm:cache_config_info" and sample.labels:
+                    vals["cache_config_info"] = dict(sample.labels)
+                vals[sample.name] = vals.get(sample.name, 0.0) + float(sample.value)
+    except ValueError:
+        pass
     return vals
 
 
@@ -235,22 +234,29 @@ class ServerEngine:
         self._proc = None
 
 
+# Bytes per element of each safetensors dtype name (safetensors reports names, not sizes).
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+
+
 def checkpoint_gib(model_dir: str) -> float | None:
-    """Tensor bytes from the safetensors headers: what an unquantized load holds in memory.
+    """Tensor bytes of the checkpoint, from safetensors' headers: what an unquantized load holds.
 
     The CPU server logs no weight size and offers no apply_model, so for unquantized
     variants the checkpoint is the exact answer; quantized-on-load variants get none.
     """
+    from safetensors import safe_open
+
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         return None
     total = 0
     for f in files:
-        with f.open("rb") as fh:
-            n = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(n))
-        total += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
-    return total / 1024**3
+        with safe_open(f, framework="numpy") as fh:
+            for name in fh.keys():
+                tensor = fh.get_slice(name)
+                total += math.prod(tensor.get_shape()) * _DTYPE_BYTES[tensor.get_dtype()]
+    return total / GIB
 
 
 def _completion(t0: float, stamps: list[float], text: str, top: list, usage: dict, finish) -> Completion:

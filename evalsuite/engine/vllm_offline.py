@@ -10,8 +10,7 @@ import traceback
 from typing import Any
 
 from evalsuite.core.types import Completion, EngineStats, Request
-
-GIB = 1024**3
+from evalsuite.core.units import GIB
 
 
 def _sampling(req: Request):

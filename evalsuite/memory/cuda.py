@@ -10,7 +10,7 @@ import threading
 
 import psutil
 
-GIB = 1024**3
+from evalsuite.core.units import GIB
 
 
 def _nvml():

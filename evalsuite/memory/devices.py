@@ -12,8 +12,6 @@ from pydantic import BaseModel, ConfigDict
 
 from evalsuite.core.errors import ConfigError
 
-GIB = 1 << 30
-
 
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

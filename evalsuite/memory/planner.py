@@ -25,8 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalsuite.memory.devices import GIB, Device, get_device, vllm_batch_defaults
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import GIB
+from evalsuite.core.units import QUANTIZATIONS as VARIANT_QUANTIZATIONS
+from evalsuite.memory.devices import Device, get_device, vllm_batch_defaults
 
 # Fitted on the H200 rows: 1.78 GiB peak activation for Llama-3.1-8B at vLLM's H200 offline
 # defaults (max_num_batched_tokens 16384, max_num_seqs 1024) minus the forward-pass term below.
@@ -47,11 +49,14 @@ CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32"}
 KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
-QUANTIZATIONS = ("none", "fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors")
+QUANTIZATIONS = ("none", *VARIANT_QUANTIZATIONS)
 _QUANT_FAMILY = {"awq_marlin": "awq", "gptq_marlin": "gptq", "compressed_tensors": "compressed-tensors"}
 # transformers' own defaults when config.json leaves tie_word_embeddings out
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon"}
 VOCAB_PADDING = 64  # vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of this
+# blocks that normalise before and after attention and MLP; attention that normalises q and k per head
+_SANDWICH_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+_QK_NORM = {"gemma3", "gemma3_text", "qwen3", "qwen3_moe"}
 _UNGATED_MLP = {"gpt2", "gpt_neox", "opt", "falcon", "phi", "starcoder2", "gpt_bigcode", "bloom", "mpt", "gptj"}
 
 
@@ -266,7 +271,10 @@ def param_counts(s: ModelShape) -> ParamCounts:
     dense_layers = s.num_layers - moe_layers
     linear = s.num_layers * _attention_params(s) + dense_layers * mats * s.hidden * s.intermediate
     linear += moe_layers * 3 * s.hidden * (s.num_experts * s.moe_intermediate + s.shared_intermediate)
-    other = s.num_layers * 2 * s.hidden + s.hidden  # two norms per block + final norm
+    norms = 4 if s.model_type in _SANDWICH_NORMS else 2  # per block, + the final norm
+    other = s.num_layers * norms * s.hidden + s.hidden
+    if s.model_type in _QK_NORM:
+        other += s.num_layers * 2 * s.head_dim
     other += moe_layers * s.hidden * s.num_experts  # routers, never quantized
     if s.attention_bias:
         other += s.num_layers * (s.heads + 2 * s.kv_heads) * s.head_dim

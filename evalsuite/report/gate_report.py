@@ -6,8 +6,8 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.report.compare import fmt_value
 from evalsuite.report.gate import Check, GateReport, Rules
+from evalsuite.report.names import fmt_value
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️"}

@@ -15,8 +15,7 @@ import pandas as pd
 # Figure objects, not pyplot: rendered by Agg straight to PNG, no display, no global backend state.
 from matplotlib.figure import Figure
 
-from evalsuite.report.compare import CONTEXT_GROUP, is_unitless
-from evalsuite.stats.metrics import is_interval_bound
+from evalsuite.report.names import CONTEXT_GROUP, is_unitless
 
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
 
@@ -33,16 +32,6 @@ def pareto_front(points: list[tuple[float, float]], x_lower_is_better: bool) -> 
         if not dominated:
             front.append(i)
     return sorted(front, key=lambda i: points[i][0])
-
-
-def accuracy_columns(frame: pd.DataFrame) -> list[str]:
-    """Task-level scores (task/metric), one per task: the first the task logged."""
-    seen, out = set(), []
-    for col in frame.columns:
-        if col.count("/") == 1 and is_unitless(col) and not is_interval_bound(col) and col.split("/")[0] not in seen:
-            seen.add(col.split("/")[0])
-            out.append(col)
-    return out
 
 
 def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -76,10 +65,11 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plot_tradeoff(frame: pd.DataFrame, x_col: str, x_label: str, x_lower_is_better: bool, path: Path,
-                  intervals: Intervals | None = None) -> Path | None:
-    """Accuracy (with 95% error bars) vs a resource, one panel per task score, the Pareto front drawn and ringed."""
-    acc = accuracy_columns(frame)
+def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label: str, x_lower_is_better: bool,
+                  path: Path, intervals: Intervals | None = None) -> Path | None:
+    """Accuracy (with 95% error bars) vs a resource, one panel per task's primary metric, the Pareto
+    front drawn and ringed."""
+    acc = [c for c in accuracy if c in frame.columns]
     data = _numeric(frame, [x_col, *acc])
     panels = [c for c in acc if data[[x_col, c]].dropna().shape[0] > 0]
     if not panels:
@@ -139,14 +129,15 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
     return _save(fig, path)
 
 
-def write_plots(frame: pd.DataFrame, out_dir: Path, intervals: Intervals | None = None) -> list[Path]:
+def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, intervals: Intervals | None = None) -> list[Path]:
+    """`accuracy`: the tasks' primary metrics (evalsuite.report.names.primary_metrics)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     series = context_series(frame)
     acc_bases = [b for b in series if is_unitless(b)]
     made = [
-        plot_tradeoff(frame, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
+        plot_tradeoff(frame, accuracy, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
                       intervals),
-        plot_tradeoff(frame, "engine/kv_cache_tokens", "KV cache capacity (tokens)", False,
+        plot_tradeoff(frame, accuracy, "engine/kv_cache_tokens", "KV cache capacity (tokens)", False,
                       out_dir / "accuracy_vs_kv_tokens.png", intervals),
         plot_vs_context(frame, acc_bases, "accuracy vs context length (95% CI)", out_dir / "accuracy_vs_context.png",
                         intervals),

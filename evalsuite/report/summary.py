@@ -8,8 +8,9 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
 from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.report.names import primary_metrics
+from evalsuite.stats.metrics import accuracy_interval
 
 # what the resolution note assumes: the gate's defaults (configs/gates/default.yaml)
 PLAN_CONFIDENCE, PLAN_POWER, PLAN_DISCORDANCE = 0.95, 0.8, 0.05
@@ -26,19 +27,6 @@ def latency_columns(record: RunRecord) -> list[tuple[str, str, str]]:
         return LATENCY_COLUMNS
     n = max(lengths)
     return [(f"{key}/ctx{n}", f"{label} @{n:,}", fmt) for key, label, fmt in LATENCY_COLUMNS]
-
-
-def primary_metrics(record: RunRecord) -> list[str]:
-    """Per task, the metric that answers 'how accurate': the first non-timing metric it logged."""
-    names: list[str] = []
-    for v in record.variants:
-        for m in v.metrics:
-            task = m.name.split("/")[0]
-            if (task in ("latency", "roofline", "engine") or m.name.endswith("_s") or is_interval_bound(m.name)
-                    or any(n.split("/")[0] == task for n in names)):
-                continue
-            names.append(m.name)
-    return names
 
 
 def _fmt(value, fmt: str) -> str:
@@ -63,7 +51,7 @@ def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, st
 
 
 def table(record: RunRecord) -> Table:
-    acc = primary_metrics(record)
+    acc = primary_metrics(record.variants)
     latency = latency_columns(record)
     t = Table(title=f"run {record.run_id} · {record.model}", caption="accuracy: value (95% interval; Wilson for a "
               "proportion)", caption_justify="left")
@@ -79,7 +67,7 @@ def resolution_note(record: RunRecord) -> str | None:
     from evalsuite.stats.significance import planned_se, resolvable_drop
 
     parts = []
-    for name in primary_metrics(record):
+    for name in primary_metrics(record.variants):
         n = max((m.n or 0 for v in record.variants if (m := v.metric(name))), default=0)
         if n:
             drop = resolvable_drop(n, planned_se(n, PLAN_DISCORDANCE), PLAN_CONFIDENCE, PLAN_POWER) * 100

@@ -33,8 +33,9 @@ from urllib.request import url2pathname
 import pandas as pd
 import requests
 from mlflow.entities import Dataset as MlDataset
-from mlflow.entities import DatasetInput, InputTag, Param, RunTag
+from mlflow.entities import DatasetInput, InputTag
 from mlflow.entities import Metric as MlMetric
+from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
@@ -42,6 +43,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.report.names import flat_metrics
 from evalsuite.report.settings import TrackingConfig
 
 STATE_FILE = "tracking.json"
@@ -122,9 +124,7 @@ def read_uri(uri: str | None, output_dir: Path = Path("runs")) -> str:
 
 
 def run_tracking_config(run_dir: RunDir) -> TrackingConfig:
-    from evalsuite.report.compare import read_config
-
-    section = read_config(run_dir).get("tracking") or {}
+    section = run_dir.read_config().get("tracking") or {}
     return TrackingConfig.model_validate(section)
 
 
@@ -232,8 +232,6 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
 
 
 def variant_metrics(result: VariantResult) -> dict[str, float]:
-    from evalsuite.report.compare import flat_metrics
-
     out = {sanitize(k): v for k, v in flat_metrics(result).items() if v is not None}
     if result.duration_s is not None:
         out["variant/duration_s"] = result.duration_s
@@ -320,10 +318,8 @@ class _Logger:
     """One upload of one run directory to one experiment."""
 
     def __init__(self, client: MlflowClient, exp_id: str, rd: RunDir, record: RunRecord):
-        from evalsuite.report.compare import read_config
-
         self.client, self.exp_id, self.rd, self.record = client, exp_id, rd, record
-        self.config = read_config(rd)
+        self.config = rd.read_config()
         env_path = rd.root / "env.json"
         self.env = json.loads(env_path.read_text()) if env_path.exists() else dict(record.env)
         self.existing = self.client.search_runs([exp_id], f"tags.`{T_RUN}` = {_quote(record.run_id)}",
@@ -407,7 +403,8 @@ class _Logger:
 
 
 def _report(rd: RunDir, out: Path) -> list[Path]:
-    from evalsuite.report.compare import compare, write_report
+    from evalsuite.report.compare import compare
+    from evalsuite.report.compare_view import write_report
 
     try:
         return write_report(compare([(rd, None)]), out)

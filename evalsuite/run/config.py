@@ -11,13 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.data.tables import check_names
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import Quantization
+from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.tasks import TaskConfig
-
-
 
 
 class ModelConfig(Strict):
@@ -50,7 +49,6 @@ class ModelConfig(Strict):
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
 KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
-Quantization = Literal["fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "compressed-tensors", "bitsandbytes"]
 
 
 class Variant(Strict):
@@ -106,7 +104,7 @@ class Variant(Strict):
 
 
 class EngineConfig(Strict):
-    mode: Literal["offline", "server"] = "offline"
+    mode: Literal["offline", "server", "fake"] = "offline"  # fake: evalsuite.engine.fake, for tests
     base_url: str | None = None  # attach to a running server instead of starting one
     batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
     # Prompt tokens per engine call: 150 needle cells at 128K are one call of minutes under batch_size

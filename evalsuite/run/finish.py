@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.run.config import RunConfig
 from evalsuite.core.errors import EvalsuiteError
-from evalsuite.stats.metrics import interval_metrics
 from evalsuite.core.records import RunDir
-from evalsuite.tasks import TaskContext
 from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+from evalsuite.run.config import RunConfig
+from evalsuite.stats.metrics import interval_metrics
+from evalsuite.tasks import TaskContext
 
 INTERRUPTED = ("running", "pending")
 
@@ -47,7 +47,10 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
         if not rows:
             continue
         scores = [Score.model_validate(r["score"]) for r in rows]
-        metrics += task_cfg.build(ctx).metrics(scores)
+        task = task_cfg.build(ctx)
+        metrics += task.metrics(scores)
+        if task.primary_metric not in result.primary_metrics:
+            result.primary_metrics.append(task.primary_metric)
         counts.append(f"{task_cfg.name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
     result.status = "partial"

@@ -8,11 +8,11 @@ from typing import Any
 
 import psutil
 
-from evalsuite.run.config import Variant
-from evalsuite.memory.logparse import with_derived
 from evalsuite.core.types import EngineStats
+from evalsuite.core.units import GIB
+from evalsuite.memory.logparse import with_derived
+from evalsuite.run.config import Variant
 
-GIB = 1024**3
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
                   "block_size", "max_model_len", "device", "gpu_count")
@@ -94,9 +94,9 @@ def simulated_stats(measured: EngineStats, predicted: dict[str, Any]) -> EngineS
 
 def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:
     """Measured TTFT/ITL per context length as % of the device's floor (GPU runs only)."""
+    from evalsuite.core.types import Metric
     from evalsuite.memory.devices import from_nvml_name
     from evalsuite.memory.roofline import roofline
-    from evalsuite.core.types import Metric
 
     gpu = from_nvml_name(device or "")
     path = Path(model_dir) / "config.json"

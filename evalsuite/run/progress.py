@@ -6,8 +6,9 @@ import contextlib
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn
 from rich.progress import Progress as RichProgress
+from rich.progress import TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 console = Console(stderr=True)
 

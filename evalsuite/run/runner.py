@@ -13,25 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from evalsuite.core import env as envmod
-from evalsuite.run.config import RunConfig, Variant
-from evalsuite.memory.cuda import NvmlPeak, device_total_gib
-from evalsuite.engine import Engine, EngineFailed
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
-from evalsuite.stats.metrics import interval_metrics
-from evalsuite.run.progress import Progress
 from evalsuite.core.records import RunDir
+from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
+from evalsuite.engine import Engine, EngineFailed
+from evalsuite.memory.cuda import NvmlPeak, device_total_gib
+from evalsuite.run.config import RunConfig, Variant
+from evalsuite.run.progress import Progress
 from evalsuite.run.support import unsupported_reason
+from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
-from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 
 
 def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path, cache_dir: Path | None = None) -> Engine:
     from evalsuite.data.assets import default_cache_dir
-    from evalsuite.models.compile_cache import engine_env
-    from evalsuite.run.support import platform_name
     from evalsuite.engine import tensor_parallel_workaround
     from evalsuite.models.checkpoint import engine_model
+    from evalsuite.models.compile_cache import engine_env
+    from evalsuite.run.support import platform_name
 
     kwargs = variant.vllm_kwargs()
     model_dir, loading = engine_model(variant.model, model_dir)
@@ -44,6 +44,10 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    if cfg.engine.mode == "fake":
+        from evalsuite.engine.fake import FakeEngine
+
+        return FakeEngine(model_dir, kwargs, log_path)
     kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
     env = engine_env(kwargs, cfg.engine.env, cache_dir or default_cache_dir(), platform_name())
     if cfg.engine.mode == "server":
@@ -199,7 +203,7 @@ class Runner:
                                started_at=datetime.now(timezone.utc))
         if variant.simulate:  # the label, whatever becomes of the run
             result.settings["simulated"] = True
-        reason = unsupported_reason(variant)
+        reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
         if reason:
             result.status, result.reason = "skipped", reason
             self.run_dir.write_result(result)
@@ -212,6 +216,7 @@ class Runner:
                 return result
         if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
+        result.primary_metrics = [t.primary_metric for t in tasks]
         t0 = time.perf_counter()
         log_path = self.run_dir.variant_dir(name) / "engine.log"
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)

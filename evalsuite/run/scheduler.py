@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from evalsuite.run.config import RunConfig, SchedulerConfig, Variant
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.run.progress import Progress
 from evalsuite.core.records import RunDir
-from evalsuite.tasks import TaskContext
 from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.run.config import RunConfig, SchedulerConfig, Variant
+from evalsuite.run.progress import Progress
+from evalsuite.tasks import TaskContext
 
 
 def _ray():

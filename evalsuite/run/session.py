@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.configfile import load_raw
-from evalsuite.run.config import load_config
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.run.progress import Progress, console
 from evalsuite.core.records import RunDir, new_run_id
-from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
-from evalsuite.report.summary import print_summary
-from evalsuite.tasks import TaskContext
 from evalsuite.core.types import RunRecord
+from evalsuite.report.summary import print_summary
+from evalsuite.run.config import load_config
+from evalsuite.run.progress import Progress, console
+from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
+from evalsuite.tasks import TaskContext
 
 
 def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:

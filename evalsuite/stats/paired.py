@@ -11,10 +11,10 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalsuite.stats.metrics import is_proportion
 from evalsuite.core.records import RunDir
-from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, unpaired_test
 from evalsuite.core.types import Metric
+from evalsuite.stats.metrics import is_proportion
+from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, unpaired_test
 
 # How a score weighs items, by metric name (the part after the task): the strata of its mean.
 STRATA = {"acc_macro": ["group"], "balanced_acc": ["group", "target"]}

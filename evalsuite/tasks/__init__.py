@@ -15,12 +15,14 @@ from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
+from evalsuite.tasks import spec
 from evalsuite.tasks.spec import ChoiceConfig
 from evalsuite.tasks.workload import WorkloadConfig
 
 PYTHON_TASKS = {c.model_fields["type"].default: c
                 for c in (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig)}
 DEFINED = "defined"  # the tag of tasks defined in tasks/*.yaml
+spec.PYTHON_TYPES.update(PYTHON_TASKS)
 
 
 def task_kind(value: Any) -> str:

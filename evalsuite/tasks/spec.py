@@ -32,6 +32,9 @@ from evalsuite.tasks.legal import mean_over_tasks  # LegalBench's mean over task
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
 
+# The Python task types, filled in by the registry (evalsuite.tasks), which imports this module.
+PYTHON_TYPES: set[str] = set()
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,9 +94,7 @@ class ChoiceConfig(_Strict):
     @classmethod
     def _defined(cls, value: str) -> str:
         if not (tasks_dir() / f"{value}.yaml").is_file():
-            from evalsuite.tasks import PYTHON_TASKS
-
-            names = sorted(set(PYTHON_TASKS) | set(defined_tasks()))
+            names = sorted(PYTHON_TYPES | set(defined_tasks()))
             raise ValueError(f"unknown task type; allowed: {', '.join(map(repr, names))} (files in {tasks_dir()})")
         return value
 

@@ -1,0 +1,170 @@
+"""End to end in seconds on the fake engine (evalsuite.engine.fake): run, resume, MLflow, compare, gate.
+
+The same paths on the real vLLM engine are covered by test_e2e_engine.py and test_check_e2e.py;
+here the engine is the only stand-in, and the records, the MLflow store (SQLite) and the CLI are real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from evalsuite.cli.main import app
+from evalsuite.core.types import Completion, Request
+from evalsuite.engine.fake import FakeEngine
+
+cli = CliRunner()
+VARIANTS = {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "worse": {"engine_args": {"fake_disagree": 0.5}}}
+
+
+def make_config(tmp: Path, model: Path, legal_dir: Path, name: str = "fake", tracking: bool = True) -> Path:
+    cfg = {
+        "model": {"path": str(model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048},
+        "engine": {"mode": "fake", "batch_size": 4},
+        "variants": VARIANTS,
+        "baseline": "bf16",
+        "tasks": [
+            {"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 10, "num_fewshot": 1},
+            {"type": "legal", "data_dir": str(legal_dir), "tasks": ["governing_law"], "limit_per_task": 10},
+        ],
+        "latency": {"prompt_tokens": [32], "output_tokens": 4, "repeats": 2},
+        "tracking": {"enabled": tracking, "uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": "fake"},
+        "output_dir": str(tmp / "runs"),
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run(*args: str) -> tuple[int, str]:
+    res = cli.invoke(app, list(args))
+    return res.exit_code, res.output
+
+
+def only_run(out: Path) -> Path:
+    (found,) = sorted(p for p in out.iterdir() if (p / "run.json").exists())
+    return found
+
+
+def scores(run_dir: Path, variant: str) -> dict[str, float]:
+    out = {}
+    for f in sorted((run_dir / variant / "samples").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            if not row["sample"]["id"].startswith("len"):  # latency rows carry no verdict
+                out[row["sample"]["id"]] = row["score"]["value"]
+    return out
+
+
+def metrics(run_dir: Path, variant: str) -> dict[str, float]:
+    record = json.loads((run_dir / "run.json").read_text())
+    (v,) = [v for v in record["variants"] if v["variant"] == variant]
+    return {m["name"]: m["value"] for m in v["metrics"]}
+
+
+@pytest.fixture(scope="module")
+def legal_dir(repo_root) -> Path:
+    return repo_root / "tasks" / "data" / "legalbench-cuad"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, tiny_model, legal_dir) -> Path:
+    tmp = tmp_path_factory.mktemp("fake")
+    code, out = run("run", str(make_config(tmp, tiny_model, legal_dir)), "--no-progress")
+    assert code == 0, out
+    return only_run(tmp / "runs")
+
+
+def test_engine_is_deterministic_and_answers_choice_tokens():
+    a, b = FakeEngine("m", {"seed": 0}), FakeEngine("m", {"seed": 0, "kv_cache_dtype": "fp8"})
+    assert a.start().kv_cache_tokens * 2 == b.start().kv_cache_tokens
+    reqs = [Request(prompt=f"question {i}\nAnswer:", max_tokens=1, logprobs=20) for i in range(200)]
+    first, again, other = a.generate(reqs), a.generate(reqs), b.generate(reqs)
+    assert [c.model_dump() for c in first] == [c.model_dump() for c in again]
+    assert all(isinstance(c, Completion) and len(c.top_logprobs[0]) == 20 for c in first)
+    assert any(" A" in c.top_logprobs[0] for c in first)
+    changed = sum(x.text != y.text for x, y in zip(first, other))
+    assert 0 < changed < 30  # about 3% of answers move under an FP8 KV cache, by default
+    text = a.generate([Request(prompt="tell", max_tokens=5, ignore_eos=True)])[0]
+    assert text.output_tokens == 5 and text.ttft_ms > 0 and a.stats().num_preemptions == 0
+
+
+def test_sweep_records_every_variant(swept):
+    record = json.loads((swept / "run.json").read_text())
+    assert record["mode"] == "fake"
+    assert {v["variant"]: v["status"] for v in record["variants"]} == {"bf16": "ok", "kv_fp8": "ok", "worse": "ok"}
+    m = metrics(swept, "bf16")
+    assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "latency/ttft_ms_p50"} <= set(m)
+    base, kv, worse = (scores(swept, v) for v in VARIANTS)
+    assert len(base) == 20 + 10
+    assert sum(base[k] != kv[k] for k in base) < sum(base[k] != worse[k] for k in base)
+
+
+def test_same_config_same_answers(tmp_path, tiny_model, legal_dir, swept):
+    code, out = run("run", str(make_config(tmp_path, tiny_model, legal_dir, tracking=False)), "--no-progress",
+                    "--variant", "bf16")
+    assert code == 0, out
+    assert scores(only_run(tmp_path / "runs"), "bf16") == scores(swept, "bf16")
+
+
+def test_resume_recomputes_only_what_is_missing(tmp_path, tiny_model, legal_dir, swept, monkeypatch):
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    assert run("run", str(cfg), "--no-progress", "--variant", "bf16")[0] == 0
+    run_dir = only_run(tmp_path / "runs")
+    samples = run_dir / "bf16" / "samples" / "mmlu.jsonl"
+    rows = samples.read_text().splitlines()
+    samples.write_text("\n".join(rows[:7]) + "\n" + rows[7][:20])  # killed mid-write
+    result = json.loads((run_dir / "bf16" / "result.json").read_text())
+    (run_dir / "bf16" / "result.json").write_text(json.dumps({**result, "status": "running", "metrics": []}))
+    asked: list[int] = []
+    real = FakeEngine.generate
+
+    def counted(self, reqs, on_done=None):
+        asked.append(len(reqs))
+        return real(self, reqs, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", counted)
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
+    assert code == 0, out
+    assert only_run(tmp_path / "runs") == run_dir
+    ids = [json.loads(x)["sample"]["id"] for x in samples.read_text().splitlines() if x.strip().endswith("}")]
+    assert len(ids) == len(set(ids)) == 20
+    assert sum(asked) == 20 - 7  # the torn line is asked again; legal and latency were complete
+    assert scores(run_dir, "bf16") == scores(swept, "bf16")
+    keep = lambda m: {k: v for k, v in m.items() if not k.startswith("latency") and not k.endswith("_s")}
+    assert keep(metrics(run_dir, "bf16")) == keep(metrics(swept, "bf16"))
+
+
+def test_mlflow_holds_the_sweep(swept):
+    uri = f"sqlite:///{swept.parent.parent / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("fake")
+    runs = client.search_runs([exp.experiment_id])
+    variants = {r.data.tags.get("evalsuite.variant"): r for r in runs if r.data.tags.get("evalsuite.variant")}
+    assert set(variants) == set(VARIANTS)
+    assert variants["bf16"].data.metrics["mmlu/acc"] == pytest.approx(metrics(swept, "bf16")["mmlu/acc"])
+
+
+def test_compare_reads_the_sweep(swept, tmp_path):
+    code, out = run("compare", str(swept), "--format", "csv", "--out", str(tmp_path / "report"))
+    assert code == 0, out
+    assert "kv_fp8" in out and "worse" in out and "mmlu/acc" in out
+    assert (tmp_path / "report" / "compare.md").exists() and list((tmp_path / "report").glob("*.png"))
+
+
+def test_gate_agrees_with_the_records(swept, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"decision": "point", "insufficient_n": "pass",
+                                     "rules": [{"metrics": ["mmlu/acc"], "max_drop_points": 0.0}]}))
+    for candidate in ("worse", "kv_fp8"):
+        drop = metrics(swept, "bf16")["mmlu/acc"] - metrics(swept, candidate)["mmlu/acc"]
+        code, out = run("gate", "--baseline", f"{swept}:bf16", "--candidate", f"{swept}:{candidate}",
+                        "--rules", str(rules), "--markdown", str(tmp_path / "gate.md"))
+        assert code == (1 if drop > 1e-9 else 0), out
+        assert candidate in (tmp_path / "gate.md").read_text()
