@@ -4,8 +4,8 @@ All three starts go through evalsuite's own `make_engine` (so the cache placemen
 evalsuite/compile_cache.py applies) with a fresh, empty evalsuite cache folder made for this run:
 - first: the variant on an empty cache (vLLM and inductor compile everything);
 - repeat: the same variant again, a new engine process on the now filled cache;
-- second_variant: the same model at another path with another seed, as a simulated INT4 copy or
-  any variant of the same shape is, on the same cache.
+- second_variant: a variant whose `model:` is the same checkpoint at another path (hard links),
+  as a simulated INT4 copy or any other variant of the same shape is, on the same cache.
 Each figure is the wall time of `engine.start()` (spawn, imports, weights, compile, KV
 profiling), what a run waits for; vLLM's own init time (`startup_s`) is printed too. One engine
 at a time, each closed before the next. ratio = repeat_s / first_s; the target is <= 0.5.
@@ -47,14 +47,14 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def load_cfg(args, work: Path):
+def load_cfg(args, work: Path, other: Path):
     from evalsuite.config import load_config
 
     defaults = {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True, "max_num_batched_tokens": 512,
                 "enforce_eager": args.eager, "engine_args": {"kv_cache_memory_bytes": 1 << 30, **dict(args.engine_arg)}}
     raw = {"model": {"path": args.model}, "defaults": defaults,
            "engine": {"env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
-           "variants": {"first": {"seed": 0}, "second": {"seed": 1}}, "baseline": "first",
+           "variants": {"first": {}, "second": {"model": str(other)}}, "baseline": "first",
            "tasks": [{"type": "needle", "lengths": [512], "depths": [0.0]}], "tracking": {"enabled": False}}
     path = work / "engine_start.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -89,12 +89,14 @@ def main(argv=None) -> int:
         cache = work / "cache"
         if cache.exists():
             shutil.rmtree(cache)  # "first" means an empty cache, also in a kept --work-dir
-        cfg = load_cfg(args, work)
-        other = linked_copy(Path(args.model), work / "second-variant-model")
-        starts = [("first", "first", args.model), ("repeat", "first", args.model), ("second_variant", "second", str(other))]
+        other = work / "second-variant-model"
+        if other.exists():
+            shutil.rmtree(other)
+        linked_copy(Path(args.model), other)
+        cfg = load_cfg(args, work, other)
         walls = {}
-        for name, variant, model_dir in starts:
-            walls[name], init = timed_start(cfg, variant, model_dir, cache, work / f"{name}.log")
+        for name, variant in (("first", "first"), ("repeat", "first"), ("second_variant", "second")):
+            walls[name], init = timed_start(cfg, variant, args.model, cache, work / f"{name}.log")
             print(f"# {name}: engine.start() {walls[name]:.1f} s (vLLM init {init:.1f} s)", flush=True)
         shutil.rmtree(other)
     print(f"RESULT bench=engine_start first_s={walls['first']:.1f} repeat_s={walls['repeat']:.1f} "
