@@ -4,6 +4,7 @@
 #   device.sh setup          install the vLLM kit, the missing wheels and llmcompressor; import the model
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
 #   device.sh bench ARGS...  bench/mmlu_vs_lmeval.py ARGS... with the same environment
+#   device.sh py SCRIPT ARGS...  any other bench/ script (overhead, engine_start, niah_schedule), same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
 #   device.sh pack NAME DIR  tar.gz a run folder into $OUT (split into 15 MiB pieces)
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
@@ -68,13 +69,14 @@ pack() {
   tar -czf - -C "$(dirname "$dir")" "$(basename "$dir")" | split -b 15M -d -a 1 - "$OUT/$name.tgz."
 }
 
-cmd=${1:?usage: device.sh stash|setup|copy|run|bench|pack}
+cmd=${1:?usage: device.sh stash|setup|copy|run|bench|py|pack}
 shift
 case $cmd in
   stash) stash ;;
   setup) setup ;;
   run) env_h200; exec python3 -m evalsuite "$@" ;;
   bench) env_h200; exec python3 bench/mmlu_vs_lmeval.py "$@" ;;
+  py) env_h200; exec python3 "$@" ;;
   copy) copy ;;
   pack) pack "$@" ;;
   *) echo "unknown step $cmd" >&2; exit 2 ;;
