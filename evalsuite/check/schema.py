@@ -26,9 +26,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evalsuite.core.configfile import format_validation_error, load_raw
+from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.planner import Plan
@@ -273,9 +273,4 @@ class ClaimsFile(_Strict):
 
 
 def load_claims(path: str | Path) -> ClaimsFile:
-    path = Path(path)
-    raw = load_raw(path)
-    try:
-        return ClaimsFile.model_validate(raw)
-    except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, ClaimsFile)}") from None
+    return load_model(path, ClaimsFile)

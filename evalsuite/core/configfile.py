@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evalsuite.core.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Strict(BaseModel):
@@ -95,6 +97,16 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
     for inc in includes:
         merged = deep_merge(merged, load_raw(path.parent / os.path.expandvars(inc), _seen + (path,)))
     return deep_merge(merged, data)
+
+
+def load_model(path: str | Path, model: type[M]) -> M:
+    """A YAML file (with its includes) validated as `model`; a bad file is one ConfigError line."""
+    path = Path(path)
+    raw = load_raw(path)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, model)}") from None
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:

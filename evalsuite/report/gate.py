@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evalsuite.core.configfile import format_validation_error, load_raw
+from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import VariantResult
@@ -114,12 +114,7 @@ class Rules(BaseModel):
 
 
 def load_rules(path: str | Path) -> Rules:
-    path = Path(path)
-    raw = load_raw(path)
-    try:
-        return Rules.model_validate(raw)
-    except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, Rules)}") from None
+    return load_model(path, Rules)
 
 
 Status = Literal["pass", "fail", "warn", "skip", "pending"]
