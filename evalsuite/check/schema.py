@@ -29,7 +29,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import load_model
-from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.planner import Plan
 
