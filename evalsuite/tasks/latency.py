@@ -13,6 +13,14 @@ from evalsuite.stats.metrics import latency_summary
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
+
+def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
+    """A timed request's record: nothing to get right, its timings and token counts kept."""
+    extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
+             "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
+             "cached_prompt_tokens": completion.cached_prompt_tokens}
+    return Score(sample_id=sample.id, task=task, value=1.0, pred="", target="", group=sample.group, extra=extra)
+
 class LatencyTask:
     name = "latency"
     primary_metric = "latency/ttft_ms_p50"
@@ -42,10 +50,7 @@ class LatencyTask:
         return Request(prompt_token_ids=self._token_pool()[:16], max_tokens=4, ignore_eos=True)
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
-                 "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
-                 "cached_prompt_tokens": completion.cached_prompt_tokens}
-        return Score(sample_id=sample.id, task=self.name, value=1.0, pred="", target="", group=sample.group, extra=extra)
+        return timing_score(self.name, sample, completion)
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         """Per metric the pooled summary, and with several prompt lengths one per length

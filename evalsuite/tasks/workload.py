@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsuite.stats.metrics import latency_summary
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.latency import timing_score
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
@@ -82,10 +83,7 @@ class WorkloadTask:
         return Request(prompt_token_ids=self._pool()[-16:], max_tokens=4, ignore_eos=True)
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
-                 "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
-                 "cached_prompt_tokens": completion.cached_prompt_tokens}
-        return Score(sample_id=sample.id, task=self.name, value=1.0, pred="", target="", group=sample.group, extra=extra)
+        return timing_score(self.name, sample, completion)
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         c, name, n = self.cfg, self.name, len(scores)
