@@ -12,7 +12,9 @@ from evalsuite.cli.plan import plan_command
 from evalsuite.core.errors import ConfigError
 from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.memory.planner import (
+    KVFormat,
     _kv_groups,
+    kv_dtype_bytes,
     kv_layout,
     model_shape,
     param_counts,
@@ -56,6 +58,16 @@ def test_llama_8b_counts_and_kv_bytes():
     assert param_counts(s).total == 8_030_261_248  # Llama-3.1-8B's published parameter count
     assert plan(LLAMA_8B, **H200).kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # 128 KiB
     assert plan(LLAMA_8B, **H200, kv_cache_dtype="fp8_e5m2").kv_bytes_per_token == 64 * 1024
+
+
+@pytest.mark.parametrize(("dtype", "per_head"), [("fp8_per_token_head", 128 + 4), ("int8_per_token_head", 128 + 4),
+                                                 ("int4_per_token_head", 64 + 4)])
+def test_per_token_head_kv_adds_a_float32_scale_per_token_and_head(dtype, per_head):
+    """vLLM 0.26's AttentionSpec page: 2 x block x kv_heads x head_dim x elem, plus, for the
+    per-token-head modes, 2 x block x kv_heads x 4 bytes of scales; int4 packs two values a byte."""
+    assert plan(LLAMA_8B, **H200, kv_cache_dtype=dtype).kv_bytes_per_token == 32 * 2 * 8 * per_head
+    assert not kv_dtype_bytes(dtype, "bfloat16").fp8_attention  # the query stays 16-bit
+    assert kv_dtype_bytes("fp8", "bfloat16").fp8_attention and not kv_dtype_bytes("fp8_e5m2", "bfloat16").fp8_attention
 
 
 def test_capacity_is_whole_blocks_and_concurrency_matches():
@@ -126,7 +138,7 @@ def test_hybrid_sliding_window_groups():
               "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6}
     s = model_shape(gemma3)
     assert s.layer_kinds.count("full") == 4 and s.tie_embeddings
-    layout = kv_layout(s, 2, 16, 32768, 2 * 8192)
+    layout = kv_layout(s, KVFormat(2), 16, 32768, 2 * 8192)
     # one full group needs 2048 blocks; six sliding groups need only window + in-flight tokens each
     assert layout.blocks_per_request == 2048 + 6 * ((512 - 1 + 16384 + 15) // 16 + 1)
     full = plan({**gemma3, "sliding_window": None}, gpu="L4", max_model_len=32768)

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import GIB
+from evalsuite.core.units import GIB, KV_CACHE_DTYPES
 from evalsuite.memory.devices import get_device
 from evalsuite.memory.planner import Plan, plan, read_config
 from evalsuite.memory.roofline import Roofline, roofline
@@ -65,7 +65,7 @@ def plan_command(
     source: Path = typer.Argument(..., help="Model folder holding config.json, or the config.json itself."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context length (default: the model's)."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
-                                       help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2."),
+                                       help=", ".join(KV_CACHE_DTYPES) + "."),
     quantization: str | None = typer.Option(None, "--quantization",
                                             help="fp8, awq, gptq (default: from config.json)."),
     gpu: str = typer.Option("H200", "--gpu",

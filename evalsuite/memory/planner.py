@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import GIB
+from evalsuite.core.units import GIB, KV_CACHE_DTYPES, PER_TENSOR_FP8_KV
 from evalsuite.core.units import QUANTIZATIONS as VARIANT_QUANTIZATIONS
 from evalsuite.memory.devices import Device, get_device, vllm_batch_defaults
 
@@ -48,7 +48,6 @@ CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32"}
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 QUANTIZATIONS = ("none", *VARIANT_QUANTIZATIONS)
 _QUANT_FAMILY = {"awq_marlin": "awq", "gptq_marlin": "gptq", "compressed_tensors": "compressed-tensors"}
 # transformers' own defaults when config.json leaves tie_word_embeddings out
@@ -404,12 +403,25 @@ def dtype_bytes(model_dtype: str) -> int:
     return _DTYPE_BYTES[model_dtype]
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+class KVFormat(NamedTuple):
+    """What one token's K and V cost per KV head, as vLLM 0.26 lays out the cache."""
+
+    elem_bytes: float         # one element of K or V (0.5: two int4 values per byte)
+    scale_bytes: int = 0      # float32 scale stored per token and KV head, for K and for V
+    fp8_attention: bool = False  # vLLM quantizes the query too and attention runs in FP8
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> KVFormat:
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}")
     if kv_cache_dtype == "auto":
-        return _DTYPE_BYTES[model_dtype]
-    return 1 if kv_cache_dtype.startswith("fp8") else 2
+        return KVFormat(_DTYPE_BYTES[model_dtype])
+    if kv_cache_dtype in PER_TENSOR_FP8_KV:
+        # e5m2 fails vLLM's query-quantization assert, so only e4m3 attends in FP8
+        return KVFormat(1, fp8_attention=kv_cache_dtype != "fp8_e5m2")
+    if kv_cache_dtype.endswith("_per_token_head"):
+        return KVFormat(0.5 if kv_cache_dtype.startswith("int4") else 1, scale_bytes=4)
+    return KVFormat(_DTYPE_BYTES[kv_cache_dtype])
 
 
 def _kv_groups(kinds: list[str]) -> tuple[int, dict[str, int]]:
@@ -422,14 +434,14 @@ def _kv_groups(kinds: list[str]) -> tuple[int, dict[str, int]]:
     return size, {k: math.ceil(c / size) for k, c in counts.items()}
 
 
-def kv_bytes_per_layer_token(s: ModelShape, kv_bytes: int) -> int:
+def kv_bytes_per_layer_token(s: ModelShape, kv: KVFormat) -> int:
     """K and V of one token in one layer; MLA stores one latent (+ rope part) instead."""
     if s.kv_lora_rank:
-        return (s.kv_lora_rank + s.qk_rope_head_dim) * kv_bytes
-    return 2 * s.kv_heads * s.head_dim * kv_bytes
+        return math.ceil((s.kv_lora_rank + s.qk_rope_head_dim) * kv.elem_bytes)
+    return 2 * s.kv_heads * (math.ceil(s.head_dim * kv.elem_bytes) + kv.scale_bytes)
 
 
-def kv_layout(s: ModelShape, kv_bytes: int, block_size: int, max_model_len: int, max_in_flight: int) -> KVLayout:
+def kv_layout(s: ModelShape, kv_bytes: KVFormat, block_size: int, max_model_len: int, max_in_flight: int) -> KVLayout:
     """Page sizes and per-request block needs; sliding layers keep only window + in-flight tokens."""
     per_layer_token = kv_bytes_per_layer_token(s, kv_bytes)
     page = per_layer_token * block_size
@@ -465,7 +477,7 @@ def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: i
     return int(max(mlp, attn, logits) + ACTIVATION_BASE_GIB * GIB)
 
 
-def _max_len_fit(s: ModelShape, kv_bytes: int, block_size: int, num_blocks: int, in_flight: int) -> int:
+def _max_len_fit(s: ModelShape, kv_bytes: KVFormat, block_size: int, num_blocks: int, in_flight: int) -> int:
     """Longest max_model_len whose single request fits in num_blocks (binary search, as vLLM does)."""
     lo, hi = 0, max(num_blocks * block_size, s.max_position or 0) + 1
     while hi - lo > 1:
@@ -484,7 +496,7 @@ class _Settings(_Model):
     memory_gib: float
     dtype: str
     kv_cache_dtype: str
-    kv_bytes: int
+    kv_bytes: KVFormat
     scheme: QuantScheme
     block_size: int
     max_model_len: int

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evalsuite.memory.devices import get_device
 from evalsuite.memory.planner import (
+    KVFormat,
     ModelShape,
     dtype_bytes,
     kv_bytes_per_layer_token,
@@ -79,7 +80,7 @@ def prefill_flops(s: ModelShape, tokens: int) -> tuple[float, float]:
     return linear, attention
 
 
-def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int, kv_bytes: int,
+def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int, kv_bytes: KVFormat,
                            context: int) -> float:
     """Bytes one decode step reads at batch 1: the weights it uses (an untied input embedding is a
     gather of one row, not a read of the table) and the KV cache of `context` tokens."""
@@ -114,7 +115,7 @@ def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = N
     scheme = quant_scheme(config, quantization, device, act)
     fp8 = device.fp8_tflops or device.bf16_tflops
     lin_peak = (fp8 if scheme.fp8_compute else device.bf16_tflops) * compute_efficiency
-    att_peak = (fp8 if kv == 1 else device.bf16_tflops) * compute_efficiency  # FA3 runs FP8 attention on FP8 KV
+    att_peak = (fp8 if kv.fp8_attention else device.bf16_tflops) * compute_efficiency
     linear, attention = prefill_flops(s, prompt_tokens)
     compute_s = linear / (lin_peak * 1e12) + attention / (att_peak * 1e12)
     bw = device.hbm_tbps * 1e12 * bandwidth_efficiency

@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import Quantization
+from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.tasks import TaskConfig
@@ -48,7 +48,6 @@ class ModelConfig(Strict):
 
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
-KVDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
 
 
 class Variant(Strict):
@@ -62,7 +61,7 @@ class Variant(Strict):
     # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
     # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.models.simulate)
     simulate: bool = False
-    kv_cache_dtype: KVDtype = "auto"
+    kv_cache_dtype: KVCacheDtype = "auto"
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
@@ -77,8 +76,9 @@ class Variant(Strict):
     @model_validator(mode="after")
     def _kv_scales_need_fp8_cache(self):
         # Without an FP8 KV cache vLLM ignores the calibrated scales and the variant is plain bf16.
-        if self.quantize == "kv_fp8" and not self.kv_cache_dtype.startswith("fp8"):
-            raise ValueError("quantize: kv_fp8 needs kv_cache_dtype fp8, fp8_e4m3 or fp8_e5m2")
+        if self.quantize == "kv_fp8" and self.kv_cache_dtype not in PER_TENSOR_FP8_KV:
+            raise ValueError(f"quantize: kv_fp8 stores per-tensor k/v scales: needs kv_cache_dtype "
+                             f"{', '.join(PER_TENSOR_FP8_KV)}, not {self.kv_cache_dtype}")
         return self
 
     @field_validator("simulate")

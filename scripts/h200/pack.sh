@@ -50,6 +50,7 @@ print(out)
 PY
 )
 rm -f .m/q??
-split -b 56M -d -a 2 "$gguf" .m/q
+# 44 MiB pieces: a device call carries 64 MiB in all, and the repository itself (~15 MB) travels too.
+split -b 44M -d -a 2 "$gguf" .m/q
 echo "$(basename "$gguf")" > .m/name
 ls -la .kit .gpu/carry .m | head -60
