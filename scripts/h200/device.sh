@@ -6,6 +6,8 @@
 #   device.sh bench ARGS...  bench/mmlu_vs_lmeval.py ARGS... with the same environment
 #   device.sh py SCRIPT ARGS...  any other bench/ script (overhead, engine_start, niah_schedule), same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
+#   device.sh restore        unpack run folders an earlier session's poll.sh brought back (carried as
+#                            .gpu/runs/NAME.tar.zst.*) into /root/repo/runs/h200, where lanes.sh resumes them
 #   device.sh pack NAME DIR  tar.gz a run folder into $OUT (split into 15 MiB pieces)
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
 set -euo pipefail
@@ -64,12 +66,22 @@ copy() {  # the repo `device run` sends is refreshed by every call; detached run
   echo "copied to /root/repo"
 }
 
+restore() {
+  mkdir -p /root/repo/runs/h200
+  for first in .gpu/runs/*.tar.zst.0; do
+    [ -e "$first" ] || continue
+    name=$(basename "$first" .tar.zst.0)
+    PYTHONPATH=/root/zst python3 scripts/h200/pack.py --unpack .gpu/runs/"$name".tar.zst.* /root/repo/runs/h200
+    echo "restored runs/h200/$name"
+  done
+}
+
 pack() {
   local name=$1 dir=$2
   tar -czf - -C "$(dirname "$dir")" "$(basename "$dir")" | split -b 15M -d -a 1 - "$OUT/$name.tgz."
 }
 
-cmd=${1:?usage: device.sh stash|setup|copy|run|bench|py|pack}
+cmd=${1:?usage: device.sh stash|setup|copy|restore|run|bench|py|pack}
 shift
 case $cmd in
   stash) stash ;;
@@ -78,6 +90,7 @@ case $cmd in
   bench) env_h200; exec python3 bench/mmlu_vs_lmeval.py "$@" ;;
   py) env_h200; exec python3 "$@" ;;
   copy) copy ;;
+  restore) restore ;;
   pack) pack "$@" ;;
   *) echo "unknown step $cmd" >&2; exit 2 ;;
 esac
