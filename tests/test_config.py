@@ -80,6 +80,19 @@ def test_include_and_defaults(tmp_path):
     assert cfg.variants["b"].max_model_len == 1024
 
 
+def test_relative_paths_in_an_included_file_are_beside_that_file(tmp_path):
+    """A shared base config in another folder names its data and model folders relative to itself."""
+    common = tmp_path / "common"
+    (common / "cuad").mkdir(parents=True)
+    (common / "tok").mkdir()
+    write(common, "model: {path: /m, tokenizer: tok}\ntasks:\n  - {type: legal, data_dir: cuad}\n"
+                  "variants:\n  a: {}\n", "base.yaml")
+    (tmp_path / "mine").mkdir()
+    cfg = load_config(write(tmp_path / "mine", "include: ../common/base.yaml\n"))
+    assert cfg.tasks[0].data_dir == str(common / "cuad")
+    assert cfg.model.tokenizer == str(common / "tok")
+
+
 def test_include_cycle(tmp_path):
     write(tmp_path, "include: b.yaml\n", "a.yaml")
     write(tmp_path, "include: a.yaml\n", "b.yaml")

@@ -6,6 +6,7 @@ Shared by every file evalsuite reads (run configs, gate rules, claims), so each 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -82,8 +83,12 @@ def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) ->
     return deepest if seen < max_nodes else limit
 
 
-def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
-    """Read a YAML file and the files it includes; later files override earlier ones."""
+def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
+             _seen: tuple[Path, ...] = ()) -> dict:
+    """Read a YAML file and the files it includes; later files override earlier ones.
+
+    `rebase(data, folder)` is called on each included file's data, so that the relative paths it
+    holds can be made absolute against its own folder rather than the including file's."""
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: include: cycle through {' -> '.join(p.name for p in _seen + (path,))}")
@@ -95,7 +100,11 @@ def load_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
         raise ConfigError(f"{path}: include: must be a file path or a list of paths, got {includes!r}")
     merged: dict = {}
     for inc in includes:
-        merged = deep_merge(merged, load_raw(path.parent / os.path.expandvars(inc), _seen + (path,)))
+        inc_path = (path.parent / os.path.expandvars(inc)).resolve()
+        inc_data = load_raw(inc_path, rebase, _seen + (path,))
+        if rebase is not None:
+            rebase(inc_data, inc_path.parent)
+        merged = deep_merge(merged, inc_data)
     return deep_merge(merged, data)
 
 

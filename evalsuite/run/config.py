@@ -183,7 +183,7 @@ def _apply_defaults(raw: dict) -> dict:
 
 def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
-    raw = _apply_defaults(load_raw(path))
+    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths))
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
@@ -253,6 +253,27 @@ def _too_long(key: str, lengths: list[int], extra: int, limits: dict[str, int]) 
             return [f"{key}: {over}{plus} exceed{'s' if len(over) == 1 else ''} variants.{name}.max_model_len "
                     f"{limit}; drop {'it' if len(over) == 1 else 'them'} or raise max_model_len"]
     return []
+
+
+# The config keys that name files or folders; a relative one in an included file means "beside that file".
+_MODEL_PATH_KEYS = ("path", "gguf", "tokenizer")
+_TASK_PATH_KEYS = ("data_dir", "include_path", "haystack")
+
+
+def _rebase_paths(data: dict, folder: Path) -> None:
+    def fix(node: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            for key in keys:
+                if isinstance(node.get(key), str):
+                    node[key] = _local_path(folder, node[key])
+    fix(data.get("model"), _MODEL_PATH_KEYS)
+    fix(data.get("defaults"), ("model",))
+    variants = data.get("variants")
+    for v in variants.values() if isinstance(variants, dict) else []:
+        fix(v, ("model",))
+    tasks = data.get("tasks")
+    for task in tasks if isinstance(tasks, list) else []:
+        fix(task, _TASK_PATH_KEYS)
 
 
 def _local_path(base: Path, value: str | None) -> str | None:
