@@ -13,6 +13,9 @@ of every layer of a Hugging Face checkpoint, and what each FP8 scheme does to at
                     the llmcompressor-calibrated checkpoint
     kv_scale1       k, v in FP8 with scale 1.0, q exact: FP8 storage without FP8 queries
     kv_per_token_head  k, v with a scale per token and head, q exact: `fp8_per_token_head`
+    qkv_scale1_skip01  as qkv_scale1, but layers 0 and 1 left in 16 bits: vLLM's
+                    `kv_cache_dtype_skip_layers: ["0", "1"]`
+    kv_int8_per_token_head  k, v in int8 with a symmetric scale per token and head, q exact
     qkv_scale1_p8   as qkv_scale1, and the softmax probabilities rounded to e4m3 before they weight
                     V, as FlashAttention 3's FP8 kernel does (values below 2^-9 of the row maximum
                     become subnormal or zero)
@@ -39,7 +42,9 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 
 E4M3_MAX = 448.0
-SCHEMES = ("none", "qkv_scale1", "qkv_scale1_p8", "qkv_kvcal", "kv_scale1", "kv_per_token_head")
+SCHEMES = ("none", "qkv_scale1", "qkv_scale1_p8", "qkv_kvcal", "kv_scale1", "kv_per_token_head",
+           "qkv_scale1_skip01", "kv_int8_per_token_head")
+SKIPPED_LAYERS = (0, 1)
 
 
 def fp8(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
@@ -55,7 +60,16 @@ def per_token_head(x: torch.Tensor) -> torch.Tensor:  # x: (batch, heads, tokens
     return x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / E4M3_MAX
 
 
-def apply(scheme: str, q, k, v):
+def int8(x: torch.Tensor) -> torch.Tensor:
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / 127
+    return (x / scale).round().clamp(-127, 127) * scale
+
+
+def apply(scheme: str, q, k, v, layer: int = -1):
+    if scheme == "qkv_scale1_skip01":
+        return (q, k, v) if layer in SKIPPED_LAYERS else apply("qkv_scale1", q, k, v)
+    if scheme == "kv_int8_per_token_head":
+        return q, int8(k), int8(v)
     if scheme in ("qkv_scale1", "qkv_scale1_p8"):
         return fp8(q, 1.0), fp8(k, 1.0), fp8(v, 1.0)
     if scheme == "qkv_kvcal":
@@ -96,7 +110,7 @@ class Probe:
     def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
         if self.measure:
             self._record(module.layer_idx, query, key, value, scaling)
-        q, k, v = apply(self.scheme, query, key, value)
+        q, k, v = apply(self.scheme, query, key, value, module.layer_idx)
         return attend(module, q, k, v, scaling, self.scheme.endswith("_p8")), None
 
     def _record(self, layer, q, k, v, scaling):
@@ -108,7 +122,7 @@ class Probe:
         s["k_clip_pct"] = 100 * (k.abs() > E4M3_MAX).float().mean().item()
         exact = attend(None, q, k, v, scaling)
         for scheme in SCHEMES[1:]:
-            got = attend(None, *apply(scheme, q, k, v), scaling, scheme.endswith("_p8"))
+            got = attend(None, *apply(scheme, q, k, v, layer), scaling, scheme.endswith("_p8"))
             s[f"err_{scheme}"] = ((got - exact).norm() / exact.norm()).item()
 
 
@@ -141,8 +155,8 @@ def report(probe: Probe) -> None:
         print(f"mean {c}: {sum(vals) / len(vals):.4g}   max: {max(vals):.4g}")
 
 
-def generate(model, tok, probe: Probe, ids: list[int], n: int) -> None:
-    for scheme in SCHEMES:
+def generate(model, tok, probe: Probe, ids: list[int], n: int, schemes) -> None:
+    for scheme in schemes:
         probe.scheme = scheme
         with torch.no_grad():
             out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False)
@@ -155,6 +169,8 @@ def main() -> None:
     ap.add_argument("samples", type=Path, help="a run folder's samples/TASK.jsonl (prompt token ids)")
     ap.add_argument("--ids", nargs="*", help="sample ids (default: the first)")
     ap.add_argument("--generate", type=int, default=0, help="new tokens per scheme on the first prompt")
+    ap.add_argument("--schemes", nargs="*", choices=SCHEMES, help="schemes to generate with (default: all)")
+    ap.add_argument("--no-measure", action="store_true", help="skip the per-layer statistics")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     probe = Probe()
@@ -166,10 +182,12 @@ def main() -> None:
     for r in rows:
         ids = prompt_ids(tok, r)
         print(f"# {r['sample']['id']}: {len(ids)} tokens, target {r['sample']['target']!r}", flush=True)
-        measure(model, probe, ids)
-    report(probe)
+        if not args.no_measure:
+            measure(model, probe, ids)
+    if not args.no_measure:
+        report(probe)
     if args.generate:
-        generate(model, tok, probe, prompt_ids(tok, rows[0]), args.generate)
+        generate(model, tok, probe, prompt_ids(tok, rows[0]), args.generate, args.schemes or SCHEMES)
 
 
 if __name__ == "__main__":
