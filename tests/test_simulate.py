@@ -207,3 +207,17 @@ def test_bit_for_bit_what_the_real_rtn_checkpoint_holds(tmp_path, tiny_model):
     for name, t in decompressed.items():
         assert t.dtype == simulated[name].dtype == torch.bfloat16
         assert torch.equal(t, simulated[name]), name
+
+
+def test_no_kv_prediction_when_some_layers_keep_a_16_bit_cache(tmp_path):
+    from evalsuite.core.types import EngineStats
+    from evalsuite.run.footprint import KV_LAYOUT_KEYS, predict
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
+    measured = EngineStats(block_size=16, max_model_len=4096, device="NVIDIA H200")
+    plain = Variant(kv_cache_dtype="fp8", max_model_len=4096)
+    skip = Variant(kv_cache_dtype="fp8", max_model_len=4096, engine_args={"kv_cache_dtype_skip_layers": ["0", "1"]})
+    assert plain.vllm_kwargs()["kv_cache_dtype"] == "fp8"
+    assert all(k in predict(str(tmp_path), plain, measured, "NVIDIA H200") for k in KV_LAYOUT_KEYS)
+    got = predict(str(tmp_path), skip, measured, "NVIDIA H200")
+    assert not any(k in got for k in KV_LAYOUT_KEYS) and got["weights_gib"] > 0
