@@ -7,7 +7,8 @@ calibrated. With scale 1.0 every element beyond FP8 e4m3's largest value (448) i
 script measures, on recorded prompts of a run folder (their token ids), the real post-RoPE q, k, v
 of every layer of a Hugging Face checkpoint, and what each FP8 scheme does to attention:
 
-    none            exact (bf16/fp32) attention
+    none            exact (fp32) attention
+    bf16            q, k, v rounded to bf16: the baseline's own error, for scale
     qkv_scale1      q, k, v in FP8 with scale 1.0: vLLM's FP8 KV cache, uncalibrated
     qkv_kvcal       k, v with calibrated per-tensor scales (amax / 448), q still at 1.0:
                     the llmcompressor-calibrated checkpoint
@@ -42,7 +43,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
 
 E4M3_MAX = 448.0
-SCHEMES = ("none", "qkv_scale1", "qkv_scale1_p8", "qkv_kvcal", "kv_scale1", "kv_per_token_head",
+SCHEMES = ("none", "bf16", "qkv_scale1", "qkv_scale1_p8", "qkv_kvcal", "kv_scale1", "kv_per_token_head",
            "qkv_scale1_skip01", "kv_int8_per_token_head")
 SKIPPED_LAYERS = (0, 1)
 
@@ -68,6 +69,8 @@ def int8(x: torch.Tensor) -> torch.Tensor:
 def apply(scheme: str, q, k, v, layer: int = -1):
     if scheme == "qkv_scale1_skip01":
         return (q, k, v) if layer in SKIPPED_LAYERS else apply("qkv_scale1", q, k, v)
+    if scheme == "bf16":
+        return tuple(x.to(torch.bfloat16).to(x.dtype) for x in (q, k, v))
     if scheme == "kv_int8_per_token_head":
         return q, int8(k), int8(v)
     if scheme in ("qkv_scale1", "qkv_scale1_p8"):
