@@ -166,6 +166,20 @@ def generate(model, tok, probe: Probe, ids: list[int], n: int, schemes) -> None:
         print(f"{scheme:>18}: {tok.decode(out[0, len(ids):])!r}", flush=True)
 
 
+def choose(model, tok, probe: Probe, rows: list[dict], schemes) -> None:
+    """Multiple-choice items (MMLU samples): the letter each scheme picks from the next-token logits."""
+    for r in rows:
+        ids = prompt_ids(tok, r)
+        letters = [tok.encode(" " + c)[0] for c in r["sample"]["choices"]]
+        picks = []
+        for scheme in schemes:
+            probe.scheme = scheme
+            with torch.no_grad():
+                lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, -1].float(), dim=-1)[letters]
+            picks.append(f"{scheme}={r['sample']['choices'][int(lp.argmax())]}({lp.max().item():.2f})")
+        print(f"{r['sample']['id']} target={r['sample']['target']} " + " ".join(picks), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir", type=Path)
@@ -174,6 +188,7 @@ def main() -> None:
     ap.add_argument("--generate", type=int, default=0, help="new tokens per scheme on the first prompt")
     ap.add_argument("--schemes", nargs="*", choices=SCHEMES, help="schemes to generate with (default: all)")
     ap.add_argument("--no-measure", action="store_true", help="skip the per-layer statistics")
+    ap.add_argument("--choices", action="store_true", help="multiple-choice samples: each scheme's pick")
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     probe = Probe()
@@ -189,6 +204,8 @@ def main() -> None:
             measure(model, probe, ids)
     if not args.no_measure:
         report(probe)
+    if args.choices:
+        choose(model, tok, probe, rows, args.schemes or SCHEMES)
     if args.generate:
         generate(model, tok, probe, prompt_ids(tok, rows[0]), args.generate, args.schemes or SCHEMES)
 
