@@ -271,8 +271,10 @@ def test_kv_fp8_method_has_its_own_scheme_and_needs_an_fp8_cache():
     assert q.QuantParams(method="kv_fp8").scheme == "FP8_KV"
     assert q.QuantParams(method="awq").scheme == "W4A16"
     assert "-kv_fp8-fp8_kv-" in q.cache_key("f" * 64, q.QuantParams(method="kv_fp8"), "m")
-    with pytest.raises(ValueError, match="kv_fp8 needs kv_cache_dtype"):
+    with pytest.raises(ValueError, match="kv_fp8 stores per-tensor k/v scales: needs kv_cache_dtype"):
         Variant(quantize="kv_fp8")
+    with pytest.raises(ValueError, match="not fp8_per_token_head"):  # computes its own scales
+        Variant(quantize="kv_fp8", kv_cache_dtype="fp8_per_token_head")
     assert Variant(quantize="kv_fp8", kv_cache_dtype="fp8").vllm_kwargs() == {"dtype": "auto", "kv_cache_dtype": "fp8"}
 
 
