@@ -40,10 +40,10 @@ def real_rtn_build(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Real-engine tests first (longest first): under pytest-xdist each worker then starts on a
-    long one while the short ones fill the gaps, instead of one worker ending alone on minutes
-    of engine work. Stable, so every worker collects the same order and a module keeps its tests
-    together (module-scoped fixtures are set up once)."""
+    """Real-engine tests first, the longest modules first: under pytest-xdist each worker then
+    starts on a long one while the short ones fill the gaps, instead of one worker ending alone on
+    minutes of engine work. Stable, so every worker collects the same order and a module keeps
+    its tests together (module-scoped fixtures are set up once)."""
     items.sort(key=lambda item: -_ENGINE_WEIGHT.get(item.module.__name__.rsplit(".", 1)[-1], 0)
                if item.get_closest_marker("engine") else 0)
 

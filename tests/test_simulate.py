@@ -192,7 +192,6 @@ save_file(out, sys.argv[2])
 
 
 @pytest.mark.skipif(not q.quant_python().is_file(), reason=".venv-quant missing (scripts/setup_quant.sh)")
-@pytest.mark.xdist_group("real_rtn_build")  # with the other test of that checkpoint: one build
 def test_bit_for_bit_what_the_real_rtn_checkpoint_holds(tmp_path, tiny_model, real_rtn_build):
     """The real build (llmcompressor in .venv-quant) packs int4 values and scales; decompressed
     by compressed-tensors there, they are the very tensors the simulated copy stores."""
