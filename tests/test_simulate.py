@@ -192,10 +192,10 @@ save_file(out, sys.argv[2])
 
 
 @pytest.mark.skipif(not q.quant_python().is_file(), reason=".venv-quant missing (scripts/setup_quant.sh)")
-def test_bit_for_bit_what_the_real_rtn_checkpoint_holds(tmp_path, tiny_model):
+def test_bit_for_bit_what_the_real_rtn_checkpoint_holds(tmp_path, tiny_model, real_rtn_build):
     """The real build (llmcompressor in .venv-quant) packs int4 values and scales; decompressed
     by compressed-tensors there, they are the very tensors the simulated copy stores."""
-    real = q.quantize_model(tiny_model, QuantParams(method="rtn"), tmp_path / "cache", timeout_s=600)
+    real = real_rtn_build
     script = tmp_path / "decompress.py"
     script.write_text(DECOMPRESS)
     subprocess.run([str(q.quant_python()), str(script), str(real.path), str(tmp_path / "real.safetensors")],
