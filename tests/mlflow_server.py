@@ -88,7 +88,8 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
 def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200, baseline: str | None = None,
               tracking: dict | None = None) -> Path:
     """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, weights_gib,
-    kv_cache_tokens, required_gib, ttft (ctx -> ms), itl (ctx -> ms), needle (length -> accuracy)."""
+    kv_cache_tokens, required_gib, source (engine field -> how measured), ttft (ctx -> ms), itl (ctx -> ms),
+    needle (length -> accuracy)."""
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
@@ -129,7 +130,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
             result.engine = EngineStats(vllm_version="0.0.test", device="CPU: test",
                                         weights_gib=spec.get("weights_gib", 1.0),
                                         kv_cache_tokens=spec.get("kv_cache_tokens", 10000),
-                                        required_gib=spec.get("required_gib", 2.0))
+                                        required_gib=spec.get("required_gib", 2.0), source=spec.get("source", {}))
         rd.write_result(result)
         record.variants.append(result)
     rd.write_run(record)

@@ -60,3 +60,16 @@ def test_gate_pairs_partial_variants_by_id(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     report = (tmp_path / "gate.md").read_text()
     assert "n=100" in report and "40 lost/0 gained" in report and "exact McNemar" in report
+
+
+def test_finish_takes_memory_from_the_engine_log(tmp_path):
+    """vLLM 0.26 logs weights and KV capacity at start; an interrupted variant keeps those."""
+    root = interrupted_run(tmp_path / "r", wrong=set())
+    (RunDir(root).variant_dir("bf16") / "engine.log").write_text(
+        "(EngineCore pid=5461) INFO 12-01 07:14:24 [model_runner.py:305] Model loading took 1.51 GiB and 58.1 seconds\n"
+        "(EngineCore pid=5461) INFO 12-01 07:15:10 [kv_cache_utils.py:2177] GPU KV cache size: 599,184 tokens\n")
+    record = finish_run(root, tmp_path / "cache")
+    engine = record.variant("bf16").engine
+    assert (engine.weights_gib, engine.kv_cache_tokens) == (1.51, 599_184)
+    assert engine.source["weights_gib"] == engine.source["kv_cache_tokens"] == "log"
+    assert record.variant("fp8").engine.weights_gib is None  # no log, nothing invented

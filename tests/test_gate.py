@@ -283,6 +283,21 @@ def test_baseline_and_candidates_from_different_run_folders(tmp_path):
     assert gate("--baseline", f"{a}:nope", "--candidate", str(b), "--rules", str(DEFAULT_RULES)).exit_code == 2
 
 
+def test_an_engine_figure_measured_two_ways_is_not_judged(tmp_path):
+    """Weights from vLLM's API (parameter bytes) and from its log line (allocator growth) differ by a
+    few percent on one model: a "growth" between them is the method, not the variant."""
+    run = build_run(tmp_path / "runs", "20250101-000000-A",
+                    {"bf16": {"weights_gib": 3.318, "source": {"weights_gib": "api"}},
+                     "part": {"weights_gib": 3.41, "source": {"weights_gib": "log"}},
+                     "same": {"weights_gib": 3.41, "source": {"weights_gib": "api"}}})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:part", "--candidate", f"{run}:same",
+               "--rules", str(DEFAULT_RULES))
+    part = next(line for line in res.output.splitlines() if "`part`" in line and "weights_gib" in line)
+    same = next(line for line in res.output.splitlines() if "`same`" in line and "weights_gib" in line)
+    assert "measured two ways (baseline: api, candidate: log): not compared" in part
+    assert "growth +2.8%" in same
+
+
 def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     base, cand = two_runs(tmp_path, {"ttft": {512: 10.0, 4096: 100.0}}, {"ttft": {512: 20.0, 4096: 100.0}})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))

@@ -278,6 +278,18 @@ def relative_check(rules: Rules, rule: Rule, metric: str, b: float, c: float | N
     return Check(label, rule.label, metric, "fail" if failed else "pass", detail, b, c, change, limit, "%")
 
 
+def _measured_differently(metric: str, pair: Pair) -> str | None:
+    """An engine figure read two ways (e.g. weights from vLLM's API, parameter bytes, against its log
+    line, the allocator's growth: ~3% apart on the same model) is not a change to judge."""
+    if not metric.startswith("engine/"):
+        return None
+    field = metric.removeprefix("engine/")
+    b, c = pair.base.engine.source.get(field), pair.cand.engine.source.get(field)
+    if b and c and b != c:
+        return f"measured two ways (baseline: {b}, candidate: {c}): not compared"
+    return None
+
+
 def _pooled_latency(metric: str, names: set[str]) -> bool:
     """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a median over mixed lengths."""
     return metric.startswith("latency/") and metric.count("/") == 1 and any(
@@ -298,6 +310,8 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             continue
         if _pooled_latency(metric, set(bm)):
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
+        elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
+            checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
         elif rule.kind != "max_drop_points":
             m = cand.metric(metric) or pair.base.metric(metric)
             checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None))

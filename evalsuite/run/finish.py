@@ -13,7 +13,8 @@ from pathlib import Path
 
 from evalsuite.core.errors import EvalsuiteError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
+from evalsuite.memory.logparse import engine_stats_from_log
 from evalsuite.run.config import RunConfig
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import TaskContext
@@ -53,9 +54,18 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
             result.primary_metrics.append(task.primary_metric)
         counts.append(f"{task_cfg.name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
+    if result.engine == EngineStats():
+        result.engine = _engine_from_log(run_dir, result.variant)
     result.status = "partial"
     result.reason = "interrupted; scored from the samples it recorded: " + (", ".join(counts) or "none")
     return result
+
+
+def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
+    """An interrupted variant never asked the engine for its memory figures, but vLLM wrote them to
+    its log at start (weights, KV capacity, graphs): take those, each marked "log"."""
+    log = run_dir.variant_dir(variant) / "engine.log"
+    return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 
 def finish_run(root: Path, cache_dir: Path) -> RunRecord:
