@@ -14,7 +14,7 @@ from evalsuite.memory.devices import DEVICES, get_device, vllm_batch_defaults
 from evalsuite.memory.planner import (
     KVFormat,
     _kv_groups,
-    kv_dtype_bytes,
+    kv_format,
     kv_layout,
     model_shape,
     param_counts,
@@ -66,8 +66,8 @@ def test_per_token_head_kv_adds_a_float32_scale_per_token_and_head(dtype, per_he
     """vLLM 0.26's AttentionSpec page: 2 x block x kv_heads x head_dim x elem, plus, for the
     per-token-head modes, 2 x block x kv_heads x 4 bytes of scales; int4 packs two values a byte."""
     assert plan(LLAMA_8B, **H200, kv_cache_dtype=dtype).kv_bytes_per_token == 32 * 2 * 8 * per_head
-    assert not kv_dtype_bytes(dtype, "bfloat16").fp8_attention  # the query stays 16-bit
-    assert kv_dtype_bytes("fp8", "bfloat16").fp8_attention and not kv_dtype_bytes("fp8_e5m2", "bfloat16").fp8_attention
+    assert not kv_format(dtype, "bfloat16").fp8_attention  # the query stays 16-bit
+    assert kv_format("fp8", "bfloat16").fp8_attention and not kv_format("fp8_e5m2", "bfloat16").fp8_attention
 
 
 def test_capacity_is_whole_blocks_and_concurrency_matches():

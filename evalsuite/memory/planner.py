@@ -411,7 +411,7 @@ class KVFormat(NamedTuple):
     fp8_attention: bool = False  # vLLM quantizes the query too and attention runs in FP8
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> KVFormat:
+def kv_format(kv_cache_dtype: str, model_dtype: str) -> KVFormat:
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}")
     if kv_cache_dtype == "auto":
@@ -441,9 +441,9 @@ def kv_bytes_per_layer_token(s: ModelShape, kv: KVFormat) -> int:
     return 2 * s.kv_heads * (math.ceil(s.head_dim * kv.elem_bytes) + kv.scale_bytes)
 
 
-def kv_layout(s: ModelShape, kv_bytes: KVFormat, block_size: int, max_model_len: int, max_in_flight: int) -> KVLayout:
+def kv_layout(s: ModelShape, kv: KVFormat, block_size: int, max_model_len: int, max_in_flight: int) -> KVLayout:
     """Page sizes and per-request block needs; sliding layers keep only window + in-flight tokens."""
-    per_layer_token = kv_bytes_per_layer_token(s, kv_bytes)
+    per_layer_token = kv_bytes_per_layer_token(s, kv)
     page = per_layer_token * block_size
     size, groups = _kv_groups(s.layer_kinds)
     need = 0
@@ -477,12 +477,12 @@ def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: i
     return int(max(mlp, attn, logits) + ACTIVATION_BASE_GIB * GIB)
 
 
-def _max_len_fit(s: ModelShape, kv_bytes: KVFormat, block_size: int, num_blocks: int, in_flight: int) -> int:
+def _max_len_fit(s: ModelShape, kv: KVFormat, block_size: int, num_blocks: int, in_flight: int) -> int:
     """Longest max_model_len whose single request fits in num_blocks (binary search, as vLLM does)."""
     lo, hi = 0, max(num_blocks * block_size, s.max_position or 0) + 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if kv_layout(s, kv_bytes, block_size, mid, in_flight).blocks_per_request <= num_blocks:
+        if kv_layout(s, kv, block_size, mid, in_flight).blocks_per_request <= num_blocks:
             lo = mid
         else:
             hi = mid
@@ -496,7 +496,7 @@ class _Settings(_Model):
     memory_gib: float
     dtype: str
     kv_cache_dtype: str
-    kv_bytes: KVFormat
+    kv: KVFormat
     scheme: QuantScheme
     block_size: int
     max_model_len: int
@@ -541,7 +541,7 @@ def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cach
     d_tokens, d_seqs = vllm_batch_defaults(device)
     return _Settings(
         device=device, memory_gib=mem, dtype=model_dtype, kv_cache_dtype=kv_cache_dtype,
-        kv_bytes=kv_dtype_bytes(kv_cache_dtype, model_dtype),
+        kv=kv_format(kv_cache_dtype, model_dtype),
         scheme=quant_scheme(config, quantization, device, _DTYPE_BYTES[model_dtype]),
         block_size=block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
         max_num_batched_tokens=max_num_batched_tokens or d_tokens, max_num_seqs=max_num_seqs or d_seqs,
@@ -609,7 +609,7 @@ def _gpu(s: ModelShape, st: _Settings, layers: tuple[int, int], non_torch_gib: f
     mine = s.model_copy(update={"num_layers": layers[1] - layers[0], "layer_kinds": s.layer_kinds[layers[0]:layers[1]]})
     b = _budget(mine, st, w_bytes, non_torch_gib, kv_cache_memory_gib, sampler=last)
     kv_shape = mine.model_copy(update={"kv_heads": kv_heads_per_gpu(s.kv_heads, st.tp)})
-    return kv_shape, b, kv_layout(kv_shape, st.kv_bytes, st.block_size, st.max_model_len, st.in_flight)
+    return kv_shape, b, kv_layout(kv_shape, st.kv, st.block_size, st.max_model_len, st.in_flight)
 
 
 def _notes(s: ModelShape, st: _Settings) -> list[str]:
@@ -644,7 +644,7 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
         # for a hybrid model it exceeds blocks x block size, as sliding layers keep only their window
         kv_capacity_tokens=int(concurrency * st.max_model_len), max_concurrency=round(concurrency, 3),
         fits=0 < blocks and layout.blocks_per_request <= blocks,
-        max_model_len_fit=_max_len_fit(s, st.kv_bytes, st.block_size, blocks, st.in_flight),
+        max_model_len_fit=_max_len_fit(s, st.kv, st.block_size, blocks, st.in_flight),
         max_num_seqs_fit=int(concurrency), required_gib=round(required / GIB, 3),
         min_gpu_memory_utilization=round((required - b.graphs) / (st.memory_gib * GIB), 4),
         notes=_notes(s, st),

@@ -19,7 +19,7 @@ from evalsuite.memory.planner import (
     ModelShape,
     dtype_bytes,
     kv_bytes_per_layer_token,
-    kv_dtype_bytes,
+    kv_format,
     model_shape,
     param_counts,
     quant_scheme,
@@ -80,14 +80,14 @@ def prefill_flops(s: ModelShape, tokens: int) -> tuple[float, float]:
     return linear, attention
 
 
-def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int, kv_bytes: KVFormat,
+def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int, kv: KVFormat,
                            context: int) -> float:
     """Bytes one decode step reads at batch 1: the weights it uses (an untied input embedding is a
     gather of one row, not a read of the table) and the KV cache of `context` tokens."""
     counts = param_counts(s)
     head = (counts.lm_head or counts.embed) * dtype_bytes
     weights = active_linear_params(s) * weight_bytes_per_param + head + counts.other * dtype_bytes
-    per_layer = kv_bytes_per_layer_token(s, kv_bytes)
+    per_layer = kv_bytes_per_layer_token(s, kv)
     kv = 0.0
     for kind in s.layer_kinds:
         if kind != "none":
@@ -111,7 +111,7 @@ def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = N
     device = get_device(gpu)
     model_dtype = resolve_dtype(s, dtype)
     act = dtype_bytes(model_dtype)
-    kv = kv_dtype_bytes(kv_cache_dtype, model_dtype)
+    kv = kv_format(kv_cache_dtype, model_dtype)
     scheme = quant_scheme(config, quantization, device, act)
     fp8 = device.fp8_tflops or device.bf16_tflops
     lin_peak = (fp8 if scheme.fp8_compute else device.bf16_tflops) * compute_efficiency

@@ -13,13 +13,13 @@ from evalsuite.stats.metrics import latency_summary
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
-
 def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
     """A timed request's record: nothing to get right, its timings and token counts kept."""
     extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
              "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
              "cached_prompt_tokens": completion.cached_prompt_tokens}
     return Score(sample_id=sample.id, task=task, value=1.0, pred="", target="", group=sample.group, extra=extra)
+
 
 class LatencyTask:
     name = "latency"
