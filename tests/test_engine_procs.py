@@ -71,6 +71,29 @@ def test_close_kills_the_orphans_of_a_dead_engine(tmp_path):
     assert _gone(worker), "an orphaned engine worker survived close()"
 
 
+def busy_engine(conn, model, kwargs, log_path, env) -> None:
+    """Stand-in for an engine mid-batch: after its first request it never reads the pipe again."""
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    Path(log_path).write_text(f"{worker.pid}\n")
+    conn.send(("ready", EngineStats().model_dump()))
+    conn.recv()
+    time.sleep(600)
+
+
+def test_close_without_wait_ends_a_busy_engine_at_once(tmp_path):
+    """An interrupted run ends its engine mid-batch: a polite close would wait ~65 s for an answer
+    that never comes (long enough for a time limit's SIGKILL to lose the run's last records)."""
+    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=busy_engine, startup_timeout_s=60)
+    engine.start()
+    worker = int((tmp_path / "engine.log").read_text())
+    child = engine._proc.pid
+    engine._conn.send(("generate", []))
+    t0 = time.monotonic()
+    engine.close(wait=False)
+    assert time.monotonic() - t0 < 10
+    assert _gone(child, 5) and _gone(worker, 5)
+
+
 OWNER = """
 import sys, time
 from pathlib import Path

@@ -141,6 +141,35 @@ def test_resume_recomputes_only_what_is_missing(tmp_path, tiny_model, legal_dir,
     assert keep(metrics(run_dir, "bf16")) == keep(metrics(swept, "bf16"))
 
 
+def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swept, monkeypatch):
+    """Ctrl-C (or a time limit's SIGINT) mid-variant: the engine is ended at once, not asked to shut
+    down, and the run folder is left scored as `partial`, as `evalsuite finish` would leave it."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    real, calls, closes = FakeEngine.generate, [], []
+
+    def interrupted(self, reqs, on_done=None):
+        calls.append(len(reqs))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, reqs, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", interrupted)
+    monkeypatch.setattr(FakeEngine, "close", lambda self, wait=True: closes.append(wait))
+    code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
+    assert code == 130 and "interrupted" in out, out
+    assert closes == [False]
+    run_dir = only_run(tmp_path / "runs")
+    record = json.loads((run_dir / "run.json").read_text())
+    (bf16,) = record["variants"]
+    assert bf16["status"] == "partial" and "mmlu 8" in bf16["reason"], bf16["reason"]
+    assert {m["name"]: m["n"] for m in bf16["metrics"]}["mmlu/acc"] == 8
+    assert bf16["engine"]["kv_cache_tokens"] and "kv_cache_tokens" not in bf16["engine"]["source"]  # start()'s
+    monkeypatch.setattr(FakeEngine, "generate", real)
+    assert run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")[0] == 0
+    assert json.loads((run_dir / "run.json").read_text())["variants"][0]["status"] == "ok"
+    assert scores(run_dir, "bf16") == scores(swept, "bf16")
+
+
 def test_mlflow_holds_the_sweep(swept):
     uri = f"sqlite:///{swept.parent.parent / 'mlflow.db'}"
     client = MlflowClient(uri)

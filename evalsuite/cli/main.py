@@ -30,7 +30,7 @@ def friendly(fn):
             err.print(f"evalsuite: error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
-            err.print("evalsuite: interrupted; records so far are kept, rerun with --resume")
+            err.print("evalsuite: interrupted; records so far are kept (a run scores them as `partial`), rerun with --resume")
             raise typer.Exit(130) from None
 
     return wrapper

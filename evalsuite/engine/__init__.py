@@ -25,7 +25,9 @@ class Engine(Protocol):
     def stats(self) -> EngineStats:
         """Engine stats after the workload (peak KV used, preemptions) merged with start()'s."""
 
-    def close(self) -> None: ...
+    def close(self, wait: bool = True) -> None:
+        """End the engine and everything it started. wait=False ends it at once: an interrupted run's
+        engine is mid-batch and would not answer a polite shutdown (which then waits ~a minute)."""
 
 
 class EngineFailed(RuntimeError):

@@ -124,5 +124,5 @@ class FakeEngine:
                                        "kv_used_peak_gib": peak_blocks * BLOCK_SIZE * (base.kv_bytes_per_token or 0) / GIB,
                                        "prefix_cache_hit_rate": 0.0})
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self._started = None

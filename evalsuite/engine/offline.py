@@ -191,19 +191,21 @@ class OfflineEngine:
             s.prefix_cache_hit_rate = hits / queries
         return with_kv_peak(s, vals.get("kv_usage_peak"))
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         if self._proc is None:
             return
         tree = _process_tree(self._proc.pid)  # before the child exits and orphans its children
-        try:
-            if self._proc.is_alive():
-                self._conn.send(("close",))
-                self._conn.poll(30)
-        except (OSError, EOFError, BrokenPipeError):
-            pass
-        self._proc.join(20)
-        kill_process_group(self._proc.pid)  # also the engine's orphans, whose parent died first
-        _terminate(tree)  # descendants that left the group (started their own session)
+        if wait:
+            try:
+                if self._proc.is_alive():
+                    self._conn.send(("close",))
+                    self._conn.poll(30)
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+            self._proc.join(20)
+        kill_process_group(self._proc.pid, grace_s=15 if wait else 0)  # also orphans whose parent died first
+        _terminate(tree, grace_s=15 if wait else 0)  # descendants that left the group (their own session)
+        self._proc.join(5)
         self._proc = None
 
 
@@ -227,14 +229,14 @@ def _process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _terminate(procs: list[psutil.Process]) -> None:
+def _terminate(procs: list[psutil.Process], grace_s: float = 15) -> None:
     """vLLM's engine core is a grandchild: end it with its parent so memory is really freed."""
     for p in procs:
         try:
             p.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=15)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         try:
             p.kill()

@@ -223,13 +223,13 @@ class ServerEngine:
     def stats(self) -> EngineStats:
         return stats_from_metrics(self._metrics(), self._stats)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self._http.close()
         if self._proc is None:
             return
         # The server leads its own session; its API server, engine core and tensor-parallel workers
         # share the group and are ended together, also when the server itself already died.
-        kill_process_group(self._proc.pid, grace_s=30)
+        kill_process_group(self._proc.pid, grace_s=30 if wait else 0)
         self._proc.wait()
         self._proc = None
 

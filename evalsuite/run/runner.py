@@ -221,6 +221,7 @@ class Runner:
         log_path = self.run_dir.variant_dir(name) / "engine.log"
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
+        interrupted = False
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
@@ -233,9 +234,14 @@ class Runner:
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
-            engine.close()
+            engine.close(wait=not interrupted)
             nvml.__exit__(None, None, None)
+            if interrupted:  # keeps what start() reported; the session scores the recorded samples
+                self.run_dir.write_result(result)
         _record_reservation(result, variant, nvml)
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)

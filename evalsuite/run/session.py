@@ -55,16 +55,29 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         record = new_record(cfg, run_dir, config_path, model_dir)
         run_dir.write_run(record)
     console.print(f"run {run_dir.run_id} -> {run_dir.root}")
-    with Progress(show_progress) as progress:
-        if cfg.scheduler.kind == "ray":
-            from evalsuite.run.scheduler import execute_ray
+    try:
+        with Progress(show_progress) as progress:
+            if cfg.scheduler.kind == "ray":
+                from evalsuite.run.scheduler import execute_ray
 
-            record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
-        else:
-            record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+                record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+            else:
+                record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+    except KeyboardInterrupt:
+        _score_interrupted(run_dir, cache_dir)
+        raise
     print_summary(record)
     _track(cfg, run_dir, record)
     return record
+
+
+def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
+    """An interrupt (Ctrl-C, a time limit's SIGINT) leaves the run folder as `evalsuite finish` would:
+    each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
+    from evalsuite.run.finish import finish_run
+
+    if (run_dir.root / "run.json").exists():
+        print_summary(finish_run(run_dir.root, cache_dir))
 
 
 def _min_max_model_len(cfg) -> int | None:
