@@ -70,6 +70,21 @@ def test_per_token_head_kv_adds_a_float32_scale_per_token_and_head(dtype, per_he
     assert kv_format("fp8", "bfloat16").fp8_attention and not kv_format("fp8_e5m2", "bfloat16").fp8_attention
 
 
+QWEN25_15B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+              "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+              "max_position_embeddings": 32768, "tie_word_embeddings": True}
+
+
+@pytest.mark.parametrize(("dtype", "tokens"), [("auto", 599_184), ("fp8", 1_198_368), ("fp8_per_token_head", 1_162_048),
+                                               ("int8_per_token_head", 1_162_048)])
+def test_kv_page_matches_vllm_on_the_h200(dtype, tokens):
+    """GPU KV cache sizes vLLM 0.26.0 logged on the H200 for Qwen2.5-Coder-1.5B with
+    kv_cache_memory_bytes = 16 GiB (docs/results/h200-2026-12-01-qwen2.5-coder-1.5b.md): whole
+    blocks of the page the planner computes, scales included."""
+    layout = kv_layout(model_shape(QWEN25_15B), kv_format(dtype, "bfloat16"), 16, 32768, 1)
+    assert 16 * 2**30 // layout.bytes_per_block * 16 == tokens
+
+
 def test_capacity_is_whole_blocks_and_concurrency_matches():
     p = plan(LLAMA_8B, **H200)
     assert p.kv_capacity_tokens == p.kv_cache_blocks * p.block_size
