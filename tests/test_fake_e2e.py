@@ -6,6 +6,7 @@ here the engine is the only stand-in, and the records, the MLflow store (SQLite)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -168,6 +169,27 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
     assert run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")[0] == 0
     assert json.loads((run_dir / "run.json").read_text())["variants"][0]["status"] == "ok"
     assert scores(run_dir, "bf16") == scores(swept, "bf16")
+
+
+def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
+    """scripts/h200/scores.py keeps per-item scores of GPU runs whose run folders are too large to
+    keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
+    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
+    scores_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scores_py)
+    scores_py.export([swept], tmp_path / "kept")
+    rebuilt = tmp_path / "rebuilt"
+    scores_py.rundir(tmp_path / "kept", swept / "config.yaml", rebuilt, [])
+    for v in VARIANTS:
+        keep = {k: x for k, x in metrics(swept, v).items() if not k.startswith("latency") and not k.endswith("_s")}
+        assert {k: metrics(rebuilt, v)[k] for k in keep} == keep
+        assert json.loads((rebuilt / v / "result.json").read_text())["status"] == "ok"
+    verdicts = []
+    for root in (swept, rebuilt):
+        code, out = run("gate", "--baseline", f"{root}:bf16", "--candidate", f"{root}:worse", "--rules",
+                        str(repo_root / "configs" / "gates" / "default.yaml"), "--markdown", str(tmp_path / "g.md"))
+        verdicts.append((code, [ln for ln in (tmp_path / "g.md").read_text().splitlines() if "mmlu/acc`" in ln]))
+    assert verdicts[0] == verdicts[1] and verdicts[0][1]
 
 
 def test_mlflow_holds_the_sweep(swept):

@@ -7,8 +7,15 @@ one file per variant and task) with each variant's result.json and the engine's 
 `table` prints accuracies with 95% Wilson intervals and paired differences against the baseline
 (exact McNemar p for per-item accuracy, a paired bootstrap interval for every difference).
 
+`rundir` turns kept scores back into a run folder that `evalsuite gate` and `evalsuite compare`
+read, so that variants measured in different sessions (whose run folders are gone) are gated and
+plotted together. Each variant keeps its recorded result (settings, engine figures, status) and
+gets its metrics recomputed from the kept per-item scores, as `evalsuite finish` computes them;
+completions are not kept, so the folder serves comparisons, not a rerun.
+
     python scripts/h200/scores.py export RUN_DIR... DEST
     python scripts/h200/scores.py table DEST [--baseline bf16]
+    python scripts/h200/scores.py rundir DEST CONFIG OUT_RUN_DIR [--variant V ...]
 """
 
 from __future__ import annotations
@@ -108,6 +115,45 @@ def table(dest: Path, baseline: str) -> None:
             print(row(variant, task, rows, base))
 
 
+def _sample_meta(task: str, group: str | None) -> dict:
+    """The sample fields a metric's group may name that a Score does not carry: MMLU's category."""
+    if task != "mmlu" or group is None:
+        return {}
+    from evalsuite.tasks.mmlu import SUBJECTS
+
+    return {"category": SUBJECTS[group]} if group in SUBJECTS else {}
+
+
+def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunRecord, VariantResult
+    from evalsuite.run.config import load_config
+    from evalsuite.run.finish import finish_run
+
+    cfg = load_config(config)
+    names = variants or sorted(p.name for p in dest.iterdir() if (p / "result.json").is_file())
+    rd = RunDir(out)
+    rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler"}))
+    kept = {n: VariantResult.model_validate_json((dest / n / "result.json").read_text()) for n in names}
+    rd.write_run(RunRecord(run_id=out.name, config_path=str(config), model=cfg.model.name or cfg.model.source,
+                           env={"rebuilt_from": str(dest)}))
+    for name, result in kept.items():
+        rows = []
+        for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
+            with gzip.open(f, "rt") as fh:
+                rows = [json.loads(line) for line in fh]
+            rd.append_samples(name, rows[0]["task"], [
+                {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
+                 "score": r} for r in rows])
+        rd.write_result(result.model_copy(update={"status": "running", "metrics": []}))
+    record = finish_run(out, Path.home() / ".cache" / "evalsuite")
+    for v in record.variants:  # metrics from the kept scores; status and reason as recorded
+        v.status, v.reason = kept[v.variant].status, kept[v.variant].reason
+        rd.write_result(v)
+    rd.write_run(record)
+    print(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -116,9 +162,16 @@ def main() -> None:
     t = sub.add_parser("table")
     t.add_argument("dest", type=Path)
     t.add_argument("--baseline", default="bf16")
+    r = sub.add_parser("rundir")
+    r.add_argument("dest", type=Path)
+    r.add_argument("config", type=Path, help="the config whose tasks the scores come from")
+    r.add_argument("out", type=Path)
+    r.add_argument("--variant", action="append", default=[])
     a = ap.parse_args()
     if a.cmd == "export":
         export(a.paths[:-1], a.paths[-1])
+    elif a.cmd == "rundir":
+        rundir(a.dest, a.config, a.out, a.variant)
     else:
         table(a.dest, a.baseline)
 
