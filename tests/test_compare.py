@@ -14,7 +14,7 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.report.compare import compare
 from evalsuite.report.names import is_unitless
-from evalsuite.report.plots import context_series, pareto_front
+from evalsuite.report.plots import context_series, front_labels, pareto_front, write_plots
 from tests.mlflow_server import build_run
 
 runner = CliRunner()
@@ -117,6 +117,16 @@ def test_plots_skip_missing_data(tmp_path):
 
     names = sorted(p.name for p in write_report(compare([(RunDir(run), None)]), out))
     assert names == ["accuracy_vs_kv_tokens.png", "accuracy_vs_weights_gib.png", "compare.csv", "compare.md"]
+
+
+def test_partial_variants_stay_off_the_front(tmp_path):
+    """A variant scored on a subset of items (partial) is drawn apart and never makes the front."""
+    frame = pd.DataFrame({"status": ["ok", "ok", "partial"], "engine/weights_gib": [3.3, 1.5, 1.5],
+                          "mmlu/acc": [0.485, 0.46, 0.498]}, index=["bf16", "awq", "gguf"])
+    assert front_labels(frame, "engine/weights_gib", "mmlu/acc", {"gguf"}, True) == ["awq", "bf16"]
+    assert front_labels(frame, "engine/weights_gib", "mmlu/acc", set(), True) == ["gguf"]
+    made = write_plots(frame, ["mmlu/acc"], tmp_path)
+    assert [p.name for p in made] == ["accuracy_vs_weights_gib.png"]
 
 
 def test_pareto_front():

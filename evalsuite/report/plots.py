@@ -39,6 +39,23 @@ def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return ok.reindex(columns=cols).apply(pd.to_numeric, errors="coerce")
 
 
+def front_labels(sub: pd.DataFrame, x_col: str, col: str, partial: set, x_lower_is_better: bool) -> list:
+    """The variants of `sub` on the Pareto front of (x_col, col), partial variants left out."""
+    whole = sub[[label not in partial for label in sub.index]]
+    pts = list(zip(whole[x_col], whole[col], strict=True))
+    return [whole.index[i] for i in pareto_front(pts, x_lower_is_better)]
+
+
+def _partial(frame: pd.DataFrame) -> set:
+    """Variants scored on part of their items: their points stand apart and never make the front,
+    since an accuracy over a subset is not comparable with one over the whole task."""
+    return set(frame.index[frame["status"] == "partial"]) if "status" in frame else set()
+
+
+def _name(label, partial: set) -> str:
+    return f"{label} (partial)" if label in partial else str(label)
+
+
 def _grid(n: int, title: str):
     cols = min(n, 3)
     rows = math.ceil(n / cols)
@@ -75,18 +92,19 @@ def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label:
     if not panels:
         return None
     fig, axes = _grid(len(panels), f"accuracy vs {x_label}")
+    partial = _partial(frame)
     for ax, col in zip(axes, panels, strict=False):
         sub = data[[x_col, col]].dropna()
-        pts = list(zip(sub[x_col], sub[col], strict=True))
-        yerr = _yerr([(x, col) for x in sub.index], list(sub[col]), intervals or {})
-        ax.errorbar(sub[x_col], sub[col], yerr=yerr, fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3, zorder=2)
-        for label, (x, y) in zip(sub.index, pts, strict=True):
-            ax.annotate(str(label), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        front = pareto_front(pts, x_lower_is_better)
-        ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], color="tab:red", ls="--", zorder=1,
-                label="Pareto front")
-        ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=140, facecolors="none",
-                   edgecolors="tab:red", zorder=3)
+        for part in (False, True):
+            some = sub[[(label in partial) == part for label in sub.index]]
+            yerr = _yerr([(x, col) for x in some.index], list(some[col]), intervals or {})
+            ax.errorbar(some[x_col], some[col], yerr=yerr, fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3,
+                        zorder=2, mfc="none" if part else "tab:blue")
+        for label, x, y in zip(sub.index, sub[x_col], sub[col], strict=True):
+            ax.annotate(_name(label, partial), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        front = sub.loc[front_labels(sub, x_col, col, partial, x_lower_is_better)]
+        ax.plot(front[x_col], front[col], color="tab:red", ls="--", zorder=1, label="Pareto front")
+        ax.scatter(front[x_col], front[col], s=140, facecolors="none", edgecolors="tab:red", zorder=3)
         ax.set_xlabel(x_label)
         ax.set_ylabel(f"{col} (95% CI)" if intervals else col)
         ax.grid(alpha=0.3)
@@ -116,9 +134,11 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
         lengths = sorted(series[base])
         data = _numeric(frame, [series[base][n] for n in lengths])
         cols = [series[base][n] for n in lengths]
+        partial = _partial(frame)
         for label, row in data.iterrows():
             yerr = _yerr([(label, c) for c in cols], list(row), intervals or {})
-            ax.errorbar(lengths, list(row), yerr=yerr, marker="o", capsize=3, label=str(label))
+            ax.errorbar(lengths, list(row), yerr=yerr, marker="o", capsize=3, label=_name(label, partial),
+                        ls="--" if label in partial else "-")
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.minorticks_off()
