@@ -201,7 +201,7 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
         def stats(self):
             return EngineStats()
 
-        def close(self):
+        def close(self, wait=True):
             pass
 
     monkeypatch.setattr("evalsuite.run.runner.unsupported_reason", lambda v: None)
