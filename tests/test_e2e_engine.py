@@ -132,6 +132,33 @@ def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     assert metrics(run) == metrics(reference)
 
 
+def test_sigint_leaves_a_partial_run(tmp_path, tiny_model, legal_dir):
+    """What a time limit does (`timeout --signal=INT`, scripts/h200/lanes.sh) or Ctrl-C: SIGINT to
+    `evalsuite run` alone, mid-variant. The real engine is ended at once, the run exits 130 soon
+    after, and the folder holds the variant `partial`, scored, with the memory figures of its start."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="sigint")
+    proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((tmp_path / "runs").glob("*/bf16/samples/mmlu.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "run ended before it could be interrupted"
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)  # the driver only: the engine leads its own session
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert time.monotonic() - t0 < 30, "the interrupted run waited on its engine"
+    (run,) = run_dirs(tmp_path / "runs")
+    (bf16,) = json.loads((run / "run.json").read_text())["variants"]
+    assert bf16["status"] == "partial" and "mmlu" in bf16["reason"], bf16["reason"]
+    n = {m["name"]: m["n"] for m in bf16["metrics"]}["mmlu/acc"]
+    assert n == len([k for k in scores(run, "bf16") if k.startswith(("abstract_algebra", "anatomy"))]) > 0
+    assert bf16["engine"]["kv_cache_tokens"] > 0 and bf16["engine"]["source"]["kv_cache_tokens"] == "api"
+
+
 def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, mode="server", name="srv")
     res = evalsuite("run", str(cfg), "--no-progress")

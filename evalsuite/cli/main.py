@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 
@@ -37,7 +36,9 @@ def friendly(fn):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("EVALSUITE_CACHE", Path.home() / ".cache" / "evalsuite"))
+    from evalsuite.data.assets import default_cache_dir
+
+    return default_cache_dir()
 
 
 @app.command()

@@ -111,7 +111,7 @@ def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = N
     device = get_device(gpu)
     model_dtype = resolve_dtype(s, dtype)
     act = dtype_bytes(model_dtype)
-    kv = kv_format(kv_cache_dtype, model_dtype)
+    kv = kv_format(kv_cache_dtype, model_dtype, cpu=device.kind == "cpu")
     scheme = quant_scheme(config, quantization, device, act)
     fp8 = device.fp8_tflops or device.bf16_tflops
     lin_peak = (fp8 if scheme.fp8_compute else device.bf16_tflops) * compute_efficiency

@@ -130,11 +130,11 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
     if not bases:
         return None
     fig, axes = _grid(len(bases), title)
+    partial = _partial(frame)
     for ax, base in zip(axes, bases, strict=False):
         lengths = sorted(series[base])
         data = _numeric(frame, [series[base][n] for n in lengths])
         cols = [series[base][n] for n in lengths]
-        partial = _partial(frame)
         for label, row in data.iterrows():
             yerr = _yerr([(label, c) for c in cols], list(row), intervals or {})
             ax.errorbar(lengths, list(row), yerr=yerr, marker="o", capsize=3, label=_name(label, partial),

@@ -71,10 +71,9 @@ def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
     if s.kv_bytes_per_token is None and predicted.get("kv_bytes_per_token"):
         s.kv_bytes_per_token = int(predicted["kv_bytes_per_token"])
         s.source["kv_bytes_per_token"] = "computed"
-    per_block = predicted.get("kv_bytes_per_block") or (s.kv_bytes_per_token or 0) * (s.block_size or 0)
-    if s.kv_cache_blocks and s.source.get("kv_cache_blocks") != "computed" and per_block:
-        blocks = s.kv_cache_blocks
-    else:  # no block count from the engine: whole blocks of the token capacity (a full-attention model)
+    blocks, per_block = s.kv_cache_blocks, predicted.get("kv_bytes_per_block")
+    if not (blocks and per_block) or s.source.get("kv_cache_blocks") == "computed":
+        # no block count from the engine: whole blocks of the token capacity (a full-attention model)
         blocks = s.kv_cache_tokens // s.block_size if s.kv_cache_tokens and s.block_size else None
         per_block = (s.kv_bytes_per_token or 0) * (s.block_size or 0)
     if blocks and per_block and s.source.get("kv_cache_gib") != "api":

@@ -76,8 +76,7 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
     from evalsuite.run.finish import finish_run
 
-    if (run_dir.root / "run.json").exists():
-        print_summary(finish_run(run_dir.root, cache_dir))
+    print_summary(finish_run(run_dir.root, cache_dir))
 
 
 def _min_max_model_len(cfg) -> int | None:

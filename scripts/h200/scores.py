@@ -127,6 +127,7 @@ def _sample_meta(task: str, group: str | None) -> dict:
 def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
+    from evalsuite.data.assets import default_cache_dir
     from evalsuite.run.config import load_config
     from evalsuite.run.finish import finish_run
 
@@ -138,7 +139,6 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
     rd.write_run(RunRecord(run_id=out.name, config_path=str(config), model=cfg.model.name or cfg.model.source,
                            env={"rebuilt_from": str(dest)}))
     for name, result in kept.items():
-        rows = []
         for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
             with gzip.open(f, "rt") as fh:
                 rows = [json.loads(line) for line in fh]
@@ -146,7 +146,7 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
                 {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
                  "score": r} for r in rows])
         rd.write_result(result.model_copy(update={"status": "running", "metrics": []}))
-    record = finish_run(out, Path.home() / ".cache" / "evalsuite")
+    record = finish_run(out, default_cache_dir())
     for v in record.variants:  # metrics from the kept scores; status and reason as recorded
         v.status, v.reason = kept[v.variant].status, kept[v.variant].reason
         rd.write_result(v)
