@@ -132,13 +132,17 @@ def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     assert metrics(run) == metrics(reference)
 
 
-def test_sigint_leaves_a_partial_run(tmp_path, tiny_model, legal_dir):
-    """What a time limit does (`timeout --signal=INT`, scripts/h200/lanes.sh) or Ctrl-C: SIGINT to
-    `evalsuite run` alone, mid-variant. The real engine is ended at once, the run exits 130 soon
-    after, and the folder holds the variant `partial`, scored, with the memory figures of its start."""
-    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="sigint")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
+    """What Ctrl-C or a time limit does (`timeout --signal=INT` in scripts/h200/lanes.sh; SIGTERM from
+    `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
+    ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
+    ended at once, the run exits 130 soon after, and the folder holds the variant `partial`,
+    scored, with the memory figures of its start."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="interrupt")
     proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         found = list((tmp_path / "runs").glob("*/bf16/samples/mmlu.jsonl"))
@@ -147,7 +151,7 @@ def test_sigint_leaves_a_partial_run(tmp_path, tiny_model, legal_dir):
         time.sleep(0.05)
     assert proc.poll() is None, "run ended before it could be interrupted"
     t0 = time.monotonic()
-    os.kill(proc.pid, signal.SIGINT)  # the driver only: the engine leads its own session
+    os.kill(proc.pid, sig)  # the driver only: the engine leads its own session
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert time.monotonic() - t0 < 30, "the interrupted run waited on its engine"

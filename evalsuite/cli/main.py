@@ -35,6 +35,20 @@ def friendly(fn):
     return wrapper
 
 
+def _interrupt_on_signals() -> None:
+    """SIGINT and SIGTERM (what Ctrl-C, `timeout` and CI job limits send) both end a run the same
+    clean way: engine ended, unfinished variants scored `partial`, exit 130. Set explicitly because a
+    job a shell starts in the background inherits SIGINT ignored, and Python's SIGTERM default
+    ends the process with nothing written."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def cache_dir() -> Path:
     from evalsuite.data.assets import default_cache_dir
 
@@ -70,6 +84,7 @@ def run(
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
     from evalsuite.run.session import run_config
 
+    _interrupt_on_signals()
     record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress,
                         only=variant, ray_address=ray)
     failed = [v for v in record.variants if v.status == "failed"]
