@@ -73,3 +73,25 @@ def test_finish_takes_memory_from_the_engine_log(tmp_path):
     assert (engine.weights_gib, engine.kv_cache_tokens) == (1.51, 599_184)
     assert engine.source["weights_gib"] == engine.source["kv_cache_tokens"] == "log"
     assert record.variant("fp8").engine.weights_gib is None  # no log, nothing invented
+
+
+def test_finish_scores_a_cut_latency_pass(tmp_path):
+    """A latency pass stopped at a time limit keeps the lengths it finished, each with its n."""
+    rd = RunDir(tmp_path / "lat")
+    rd.write_config({"model": {"hub": "org/tiny", "name": "tiny"}, "variants": {"bf16": {}}, "tasks": [],
+                     "latency": {"prompt_tokens": [1024, 32000, 130000], "output_tokens": 128, "repeats": 2},
+                     "seed": 0})
+    rd.write_run(RunRecord(run_id="lat", model="tiny"))
+    rd.write_result(VariantResult(variant="bf16", status="running"))
+    rows = [Score(sample_id=f"len{n}-r{r}", task="latency", value=1.0, pred="", target="", group=str(n),
+                  extra={"ttft_ms": ttft, "itl_ms": 2.5, "e2e_ms": ttft + 127 * 2.5, "prompt_tokens": n,
+                         "output_tokens": 128, "cached_prompt_tokens": 0})
+            for n, ttft in ((1024, 30.0), (32000, 3900.0)) for r in range(2)]
+    rd.append_samples("bf16", "latency", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                          for s in rows])
+    bf16 = finish_run(tmp_path / "lat", tmp_path / "cache").variant("bf16")
+    assert bf16.status == "partial" and "latency 4" in bf16.reason
+    metrics = {m.name: m for m in bf16.metrics}
+    assert metrics["latency/ttft_ms_p50/ctx32000"].value == 3900.0 and metrics["latency/ttft_ms_p50/ctx32000"].n == 2
+    assert "latency/ttft_ms_p50/ctx130000" not in metrics
+    assert "latency/ttft_ms_p50" in bf16.primary_metrics

@@ -18,6 +18,7 @@ from evalsuite.memory.logparse import engine_stats_from_log
 from evalsuite.run.config import RunConfig
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import TaskContext
+from evalsuite.tasks.latency import LatencyTask
 
 INTERRUPTED = ("running", "pending")
 
@@ -43,22 +44,32 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
     ctx = TaskContext(base_dir=base, cache_dir=cache_dir, seed=cfg.seed, tokenizer=_ScoringOnly())
     metrics: list[Metric] = []
     counts = []
-    for task_cfg in cfg.tasks:
-        rows = run_dir.load_samples(result.variant, task_cfg.name)
+    for name, build in _scorers(cfg, ctx):
+        rows = run_dir.load_samples(result.variant, name)
         if not rows:
             continue
         scores = [Score.model_validate(r["score"]) for r in rows]
-        task = task_cfg.build(ctx)
+        task = build()
         metrics += task.metrics(scores)
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
-        counts.append(f"{task_cfg.name} {len(scores)}")
+        counts.append(f"{name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
     if result.engine == EngineStats():
         result.engine = _engine_from_log(run_dir, result.variant)
     result.status = "partial"
     result.reason = "interrupted; scored from the samples it recorded: " + (", ".join(counts) or "none")
     return result
+
+
+def _scorers(cfg: RunConfig, ctx: TaskContext):
+    """(task name, builder) for every task the run records samples of, the latency pass included:
+    a pass cut at a time limit still holds the lengths it finished, each with its own n."""
+    for task_cfg in cfg.tasks:
+        yield task_cfg.name, lambda task_cfg=task_cfg: task_cfg.build(ctx)
+    if cfg.latency is not None:
+        lat = cfg.latency
+        yield LatencyTask.name, lambda: LatencyTask(lat.prompt_tokens, lat.output_tokens, lat.repeats, None, seed=cfg.seed)
 
 
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
