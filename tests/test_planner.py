@@ -85,6 +85,21 @@ def test_kv_page_matches_vllm_on_the_h200(dtype, tokens):
     assert 16 * 2**30 // layout.bytes_per_block * 16 == tokens
 
 
+def test_layers_kept_in_16_bits_page_with_the_fp8_ones():
+    """kv_cache_dtype_skip_layers ["0", "1"] with fp8 (vLLM 0.26.0, H200, same model and 16 GiB
+    pool): 2 layers x 1,024 + 26 x 512 bytes a token, paged as one group. vLLM logged 1,118,464
+    tokens (69,904 blocks); whole blocks of that page make 69,905: within one block of 16 tokens."""
+    p = plan(QWEN25_15B, **H200, kv_cache_dtype="fp8", kv_cache_memory_gib=16,
+             kv_cache_dtype_skip_layers=["0", "1"])
+    assert p.kv_bytes_per_token == 2 * 1024 + 26 * 512
+    assert 0 <= p.kv_capacity_tokens - 1_118_464 <= 16
+    # the skip list means nothing without a quantized cache, as in vLLM
+    assert plan(QWEN25_15B, **H200, kv_cache_memory_gib=16, kv_cache_dtype_skip_layers=["0"]).kv_bytes_per_token \
+        == 28 * 1024
+    with pytest.raises(ConfigError, match=r"'28' is not a layer of this model; allowed: 0..27 or sliding_window"):
+        plan(QWEN25_15B, **H200, kv_cache_dtype="fp8", kv_cache_dtype_skip_layers=["28"])
+
+
 def test_capacity_is_whole_blocks_and_concurrency_matches():
     p = plan(LLAMA_8B, **H200)
     assert p.kv_capacity_tokens == p.kv_cache_blocks * p.block_size
@@ -282,6 +297,9 @@ def test_cli_json_and_table(tmp_path):
     assert out["roofline"]["itl_floor_ms"] > 0
     res = runner.invoke(_app(), ["plan", str(tmp_path / "config.json"), "--gpu", "L4", "--max-model-len", "8192"])
     assert res.exit_code == 0 and "KV capacity" in res.output
+    res = runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--kv-cache-dtype-skip-layers", "0",
+                                 "--kv-cache-dtype-skip-layers", "31", "--json"])
+    assert json.loads(res.output)["kv_bytes_per_token"] == 30 * 2 * 8 * 128 + 2 * 2 * 8 * 128 * 2
 
 
 def test_cli_errors_name_the_file(tmp_path):

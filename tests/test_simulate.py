@@ -209,15 +209,14 @@ def test_bit_for_bit_what_the_real_rtn_checkpoint_holds(tmp_path, tiny_model, re
         assert torch.equal(t, simulated[name]), name
 
 
-def test_no_kv_prediction_when_some_layers_keep_a_16_bit_cache(tmp_path):
+def test_kv_prediction_counts_layers_kept_in_16_bits(tmp_path):
     from evalsuite.core.types import EngineStats
-    from evalsuite.run.footprint import KV_LAYOUT_KEYS, predict
+    from evalsuite.run.footprint import predict
 
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
     measured = EngineStats(block_size=16, max_model_len=4096, device="NVIDIA H200")
     plain = Variant(kv_cache_dtype="fp8", max_model_len=4096)
     skip = Variant(kv_cache_dtype="fp8", max_model_len=4096, engine_args={"kv_cache_dtype_skip_layers": ["0", "1"]})
-    assert plain.vllm_kwargs()["kv_cache_dtype"] == "fp8"
-    assert all(k in predict(str(tmp_path), plain, measured, "NVIDIA H200") for k in KV_LAYOUT_KEYS)
-    got = predict(str(tmp_path), skip, measured, "NVIDIA H200")
-    assert not any(k in got for k in KV_LAYOUT_KEYS) and got["weights_gib"] > 0
+    per_layer = 2 * GEMMA3_270M["num_key_value_heads"] * GEMMA3_270M["head_dim"]  # K and V, one byte each
+    got, base = predict(str(tmp_path), skip, measured, "NVIDIA H200"), predict(str(tmp_path), plain, measured, "NVIDIA H200")
+    assert got["kv_bytes_per_token"] == base["kv_bytes_per_token"] + 2 * per_layer  # two layers at two bytes

@@ -85,6 +85,9 @@ def plan_command(
                                              help="GPUs each layer is split over; memory is shown per GPU."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size",
                                                help="GPUs the layers are spread over, one run of layers each."),
+    kv_skip_layers: list[str] = typer.Option([], "--kv-cache-dtype-skip-layers",
+                                             help="Layers whose KV cache keeps the model's dtype (repeatable): "
+                                                  "an index, or sliding_window."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device from its config.json."""
@@ -97,7 +100,8 @@ def plan_command(
                  gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
                  device_memory_gib=device_memory_gib, max_num_batched_tokens=max_num_batched_tokens,
                  max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                 tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+                 tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+                 kv_cache_dtype_skip_layers=kv_skip_layers)
         r = None if p.device == "CPU" else roofline(
             config, prompt_tokens=p.max_model_len, gpu=gpu, quantization=quantization,
             kv_cache_dtype=kv_cache_dtype, dtype=dtype)

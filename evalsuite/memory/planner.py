@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -446,9 +447,13 @@ def kv_bytes_per_layer_token(s: ModelShape, kv: KVFormat) -> int:
     return 2 * s.kv_heads * (math.ceil(s.head_dim * kv.elem_bytes) + kv.scale_bytes)
 
 
-def kv_layout(s: ModelShape, kv: KVFormat, block_size: int, max_model_len: int, max_in_flight: int) -> KVLayout:
-    """Page sizes and per-request block needs; sliding layers keep only window + in-flight tokens."""
-    per_layer_token = kv_bytes_per_layer_token(s, kv)
+def kv_layout(s: ModelShape, kv: KVFormat | tuple[KVFormat, ...], block_size: int, max_model_len: int,
+              max_in_flight: int) -> KVLayout:
+    """Page sizes and per-request block needs; sliding layers keep only window + in-flight tokens.
+    kv is one format for every layer, or one per layer of s (layers kept in 16 bits)."""
+    formats = (kv,) * len(s.layer_kinds) if isinstance(kv, KVFormat) else kv
+    layer_bytes = [kv_bytes_per_layer_token(s, f) for f, k in zip(formats, s.layer_kinds, strict=True) if k != "none"]
+    per_layer_token = max(layer_bytes, default=0)
     page = per_layer_token * block_size
     size, groups = _kv_groups(s.layer_kinds)
     need = 0
@@ -459,9 +464,13 @@ def kv_layout(s: ModelShape, kv: KVFormat, block_size: int, max_model_len: int, 
             window_tokens = min((s.sliding_window or max_model_len) - 1 + max_in_flight, max_model_len)
             per_group = math.ceil(window_tokens / block_size) + 1
         need += n_groups * per_group
-    with_kv = sum(1 for k in s.layer_kinds if k != "none")
-    return KVLayout(page_bytes=page, bytes_per_block=page * size, num_groups=sum(groups.values()),
-                    blocks_per_request=need, kv_bytes_per_token=per_layer_token * with_kv)
+    # One group of layers whose pages differ (some kept in 16 bits): vLLM 0.26 pages them together,
+    # a block holding each layer's own page (Qwen2.5-1.5B, fp8 with layers 0-1 in bf16: 2 x 1,024 +
+    # 26 x 512 bytes a token; vLLM logged 1,118,464 tokens in 16 GiB on the H200, one block under
+    # whole blocks of this page). Several groups are padded to the largest page, as page x size assumes.
+    per_block = sum(layer_bytes) * block_size if len(groups) == 1 else page * size
+    return KVLayout(page_bytes=page, bytes_per_block=per_block, num_groups=sum(groups.values()),
+                    blocks_per_request=need, kv_bytes_per_token=sum(layer_bytes))
 
 
 def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: int, act_bytes: int,
@@ -511,6 +520,7 @@ class _Settings(_Model):
     enforce_eager: bool
     tp: int = 1
     pp: int = 1
+    kv_skip_layers: tuple[str, ...] = ()  # vLLM's kv_cache_dtype_skip_layers: indices or "sliding_window"
 
     @property
     def in_flight(self) -> int:
@@ -585,7 +595,7 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
          max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
          enforce_eager: bool = False, non_torch_gib: float | None = None,
          kv_cache_memory_gib: float | None = None, tensor_parallel_size: int = 1,
-         pipeline_parallel_size: int = 1) -> Plan:
+         pipeline_parallel_size: int = 1, kv_cache_dtype_skip_layers: Sequence[str] = ()) -> Plan:
     """Predict vLLM's memory split and KV capacity for one model on one device (per GPU of
     tensor_parallel_size x pipeline_parallel_size). Pure: no I/O.
 
@@ -597,6 +607,8 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
                    block_size=block_size, dtype=dtype, device_memory_gib=device_memory_gib,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    enforce_eager=enforce_eager, tp=tensor_parallel_size, pp=pipeline_parallel_size)
+    if kv_cache_dtype_skip_layers and st.kv_cache_dtype != "auto":
+        st = st.model_copy(update={"kv_skip_layers": _check_skip_layers(s, kv_cache_dtype_skip_layers)})
     gpus = [_gpu(s, st, layers, non_torch_gib, kv_cache_memory_gib) for layers in pp_layer_bounds(s.num_layers, st.pp)]
     shape, b, layout = min(gpus, key=lambda g: g[1].kv // g[2].bytes_per_block if g[2].bytes_per_block else 0)
     p = _assemble(shape, st, param_counts(s), b, layout)
@@ -614,7 +626,28 @@ def _gpu(s: ModelShape, st: _Settings, layers: tuple[int, int], non_torch_gib: f
     mine = s.model_copy(update={"num_layers": layers[1] - layers[0], "layer_kinds": s.layer_kinds[layers[0]:layers[1]]})
     b = _budget(mine, st, w_bytes, non_torch_gib, kv_cache_memory_gib, sampler=last)
     kv_shape = mine.model_copy(update={"kv_heads": kv_heads_per_gpu(s.kv_heads, st.tp)})
-    return kv_shape, b, kv_layout(kv_shape, st.kv, st.block_size, st.max_model_len, st.in_flight)
+    return kv_shape, b, kv_layout(kv_shape, _layer_formats(s, st, layers), st.block_size, st.max_model_len,
+                                  st.in_flight)
+
+
+def _layer_formats(s: ModelShape, st: _Settings, layers: tuple[int, int]) -> KVFormat | tuple[KVFormat, ...]:
+    """The KV format of each layer of one stage: layers named in kv_cache_dtype_skip_layers (by index,
+    or all sliding-window ones) keep the model's dtype, as vLLM's Attention layer does."""
+    if not st.kv_skip_layers:
+        return st.kv
+    full = KVFormat(_DTYPE_BYTES[st.dtype])
+    skip = set(st.kv_skip_layers)
+    return tuple(full if str(i) in skip or (kind == "sliding" and "sliding_window" in skip) else st.kv
+                 for i, kind in zip(range(*layers), s.layer_kinds[layers[0]:layers[1]], strict=True))
+
+
+def _check_skip_layers(s: ModelShape, skip: Sequence[str]) -> tuple[str, ...]:
+    allowed = {str(i) for i in range(s.num_layers)} | {"sliding_window"}
+    for entry in skip:
+        if str(entry) not in allowed:
+            raise ConfigError(f"--kv-cache-dtype-skip-layers: {entry!r} is not a layer of this model; allowed: "
+                              f"0..{s.num_layers - 1} or sliding_window")
+    return tuple(str(e) for e in skip)
 
 
 def _notes(s: ModelShape, st: _Settings) -> list[str]:

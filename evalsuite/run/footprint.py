@@ -17,8 +17,6 @@ PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_bytes_per_block", "kv
                   "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
                   "block_size", "max_model_len", "device", "gpu_count")
-KV_LAYOUT_KEYS = ("kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib",
-                  "max_concurrency", "required_gib")
 
 
 def _planner_gpu(device: str | None) -> str:
@@ -54,13 +52,9 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
              block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
              max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
              enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None,
-             tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size)
-    keys = PREDICTED_KEYS
-    if kw.get("kv_cache_dtype_skip_layers"):
-        # the planner models one KV dtype for every layer; with some layers left in 16 bits its KV
-        # figures would be wrong, and `complete` would spread them into the measured record
-        keys = tuple(k for k in keys if k not in KV_LAYOUT_KEYS)
-    return {k: getattr(p, k) for k in keys if hasattr(p, k)}
+             tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size,
+             kv_cache_dtype_skip_layers=kw.get("kv_cache_dtype_skip_layers") or ())
+    return {k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}
 
 
 def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
