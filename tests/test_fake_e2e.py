@@ -6,6 +6,7 @@ here the engine is the only stand-in, and the records, the MLflow store (SQLite)
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -190,6 +191,42 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
                         str(repo_root / "configs" / "gates" / "default.yaml"), "--markdown", str(tmp_path / "g.md"))
         verdicts.append((code, [ln for ln in (tmp_path / "g.md").read_text().splitlines() if "mmlu/acc`" in ln]))
     assert verdicts[0] == verdicts[1] and verdicts[0][1]
+
+
+def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, repo_root, monkeypatch):
+    """A variant left partial in one GPU session is completed in the next from its kept scores:
+    `scores.py seed` puts a folder where `evalsuite run --resume` finds it, and only the items
+    without a score (and the latency pass, never seeded) go to the engine."""
+    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
+    scores_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scores_py)
+    kept = tmp_path / "kept"
+    scores_py.export([swept], kept)
+    mmlu = kept / "bf16" / "mmlu.scores.jsonl.gz"
+    with gzip.open(mmlu, "rt") as fh:
+        rows = fh.read().splitlines()
+    with gzip.open(mmlu, "wt") as fh:
+        fh.write("\n".join(rows[:12]) + "\n")  # the session ended after 12 of 20 MMLU items
+    result = json.loads((kept / "bf16" / "result.json").read_text())
+    (kept / "bf16" / "result.json").write_text(json.dumps({**result, "status": "partial"}))
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    seeded = only_run(tmp_path / "runs")
+    assert not (seeded / "bf16" / "samples" / "latency.jsonl").exists()
+    asked: list[int] = []
+    real = FakeEngine.generate
+    monkeypatch.setattr(FakeEngine, "generate", lambda self, reqs, on_done=None: asked.append(len(reqs)) or
+                        real(self, reqs, on_done))
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
+    assert code == 0, out
+    assert only_run(tmp_path / "runs") == seeded
+    assert sum(asked) == (20 - 12) + 1 + 2  # MMLU's missing 8, latency's warm-up and its 2 requests
+    assert scores(seeded, "bf16") == scores(swept, "bf16")
+    keep = lambda m: {k: v for k, v in m.items() if not k.startswith("latency") and not k.endswith("_s")}
+    assert keep(metrics(seeded, "bf16")) == keep(metrics(swept, "bf16"))
+    assert json.loads((seeded / "bf16" / "result.json").read_text())["status"] == "ok"
+    with pytest.raises(SystemExit, match="already holds a run"):
+        scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
 def test_mlflow_holds_the_sweep(swept):

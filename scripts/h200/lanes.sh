@@ -5,6 +5,9 @@
 #   lanes.sh DEADLINE "run CONFIG NAME V1 V2; bench NAME ARGS..." "run CONFIG NAME V3" ...
 # Steps:  run CONFIG NAME VARIANT...   `evalsuite run`, output in runs/h200/NAME (resumed if there)
 #         bench NAME ARGS...           bench/mmlu_vs_lmeval.py ARGS, work folder runs/h200/NAME
+#         seed SCORES CONFIG NAME VARIANT...  a run folder in runs/h200/NAME from the per-item scores kept
+#                                      in SCORES (docs/results/...), so that the next `run` step of NAME
+#                                      resumes those variants instead of measuring their items again
 # scripts/h200/poll.sh waits on the lanes and sends their folders back.
 set -uo pipefail
 export DEADLINE=$1
@@ -35,7 +38,17 @@ bench() {
     --work-dir "$out" > "$out/bench.log" 2>&1
   echo "bench $* rc=$?"
 }
-export -f left run bench
+seed() {
+  local scores=$1 config=$2 out=runs/h200/$3
+  shift 3
+  local args=()
+  for v in "$@"; do args+=(--variant "$v"); done
+  mkdir -p "$out"
+  bash scripts/h200/device.sh py scripts/h200/scores.py seed "$scores" "$config" "$out" "${args[@]}" \
+    > "$out/seed.log" 2>&1
+  echo "seed $config $* rc=$?"
+}
+export -f left run bench seed
 
 mkdir -p runs/h200
 i=0

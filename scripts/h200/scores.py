@@ -11,11 +11,20 @@ one file per variant and task) with each variant's result.json and the engine's 
 read, so that variants measured in different sessions (whose run folders are gone) are gated and
 plotted together. Each variant keeps its recorded result (settings, engine figures, status) and
 gets its metrics recomputed from the kept per-item scores, as `evalsuite finish` computes them;
-completions are not kept, so the folder serves comparisons, not a rerun.
+completions are not kept, so the folder serves comparisons and resumption, not a rerun.
+
+`seed` builds such a folder where `evalsuite run --resume` finds it (OUTPUT_DIR/<id>-<config stem>),
+so that a later session completes a partial variant instead of measuring its recorded items again:
+the runner skips every sample id that has a score. Greedy answers of one model and config repeat
+across sessions (24 of 24 multi-key cells measured twice were identical), so the items are
+exchangeable; the engine figures are the new session's. Latency is never seeded: timings are
+measured within one engine's life. Run it where the run will run (the config's resolved paths, e.g.
+a GGUF variant's, must match).
 
     python scripts/h200/scores.py export RUN_DIR... DEST
     python scripts/h200/scores.py table DEST [--baseline bf16]
     python scripts/h200/scores.py rundir DEST CONFIG OUT_RUN_DIR [--variant V ...]
+    python scripts/h200/scores.py seed DEST CONFIG OUTPUT_DIR [--variant V ...]
 """
 
 from __future__ import annotations
@@ -124,7 +133,7 @@ def _sample_meta(task: str, group: str | None) -> dict:
     return {"category": SUBJECTS[group]} if group in SUBJECTS else {}
 
 
-def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
+def rundir(dest: Path, config: Path, out: Path, variants: list[str], skip_tasks: frozenset[str] = frozenset()) -> None:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
     from evalsuite.data.assets import default_cache_dir
@@ -142,6 +151,8 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
         for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
             with gzip.open(f, "rt") as fh:
                 rows = [json.loads(line) for line in fh]
+            if not rows or rows[0]["task"] in skip_tasks:
+                continue
             rd.append_samples(name, rows[0]["task"], [
                 {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
                  "score": r} for r in rows])
@@ -152,6 +163,20 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str]) -> None:
         rd.write_result(v)
     rd.write_run(record)
     print(out)
+
+
+def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> None:
+    from evalsuite.core.records import new_run_id
+    from evalsuite.run.runner import find_resumable
+
+    found = find_resumable(output_dir, config.stem)
+    if found is not None:
+        raise SystemExit(f"seed: {found.root} already holds a run of {config.name}; `evalsuite run --resume` continues it")
+    names = [v for v in variants if (dest / v / "result.json").is_file()] if variants else []
+    if variants and not names:
+        print(f"seed: no kept scores for {', '.join(variants)} in {dest}; nothing to seed")
+        return
+    rundir(dest, config, output_dir / new_run_id(config.stem), names, skip_tasks=frozenset({"latency"}))
 
 
 def main() -> None:
@@ -167,11 +192,18 @@ def main() -> None:
     r.add_argument("config", type=Path, help="the config whose tasks the scores come from")
     r.add_argument("out", type=Path)
     r.add_argument("--variant", action="append", default=[])
+    sd = sub.add_parser("seed")
+    sd.add_argument("dest", type=Path)
+    sd.add_argument("config", type=Path)
+    sd.add_argument("output_dir", type=Path, help="the folder `evalsuite run --output-dir` will be given")
+    sd.add_argument("--variant", action="append", default=[])
     a = ap.parse_args()
     if a.cmd == "export":
         export(a.paths[:-1], a.paths[-1])
     elif a.cmd == "rundir":
         rundir(a.dest, a.config, a.out, a.variant)
+    elif a.cmd == "seed":
+        seed(a.dest, a.config, a.output_dir, a.variant)
     else:
         table(a.dest, a.baseline)
 
