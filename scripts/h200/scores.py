@@ -25,6 +25,7 @@ a GGUF variant's, must match).
     python scripts/h200/scores.py table DEST [--baseline bf16]
     python scripts/h200/scores.py rundir DEST CONFIG OUT_RUN_DIR [--variant V ...]
     python scripts/h200/scores.py seed DEST CONFIG OUTPUT_DIR [--variant V ...]
+    python scripts/h200/scores.py glance SHORT_DEST LONG_DEST LATENCY_DEST [--baseline bf16]
 """
 
 from __future__ import annotations
@@ -133,6 +134,68 @@ def _sample_meta(task: str, group: str | None) -> dict:
     return {"category": SUBJECTS[group]} if group in SUBJECTS else {}
 
 
+def _diff(data: dict, variant: str, task: str, baseline: str) -> str:
+    """Headline with its n and, off the baseline, the paired difference in points [95% bootstrap]."""
+    rows, base = data[variant].get(task), data[baseline].get(task)
+    if not rows:
+        return "-"
+    head = f"{headline(list(rows.values()), task):.3f}"
+    if variant == baseline or not base:
+        return f"{head} (n={len(rows):,})"
+    ids = [i for i in rows if i in base]
+    b, c = [base[i] for i in ids], [rows[i] for i in ids]
+    lo, hi = paired_boot(b, c, task)
+    d = headline(c, task) - headline(b, task)
+    return f"{head} {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] (n={len(ids):,})"
+
+
+def _found(rows: dict | None, lengths: list[int]) -> str:
+    """Items right / items recorded at each length, joined by ' / '."""
+    if not rows:
+        return "-"
+    cells = []
+    for n in lengths:
+        at = [r["value"] for r in rows.values() if r.get("extra", {}).get("length") == n]
+        cells.append(f"{sum(v >= 1 for v in at)}/{len(at)}" if at else "-")
+    return " / ".join(cells)
+
+
+def _latency(dest: Path, variant: str, key: str) -> str:
+    f = dest / variant / "latency.scores.jsonl.gz"
+    if not f.is_file():
+        return "-"
+    with gzip.open(f, "rt") as fh:
+        rows = [json.loads(line) for line in fh]
+    cells = []
+    for n in ("32000", "130000"):
+        at = [r["extra"][key] for r in rows if r["group"] == n and r["extra"].get(key) is not None]
+        cells.append(f"{np.median(at):,.{0 if key == 'ttft_ms' else 2}f}" if at else "-")
+    return " / ".join(cells)
+
+
+def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
+    """One row per variant: accuracy to 32K with paired differences, the YaRN grid's found/n, the
+    engine's weights and KV tokens (16 GiB pool), and TTFT/ITL medians alone on the card."""
+    s, y = load(short), load(long)
+    print("| variant | MMLU, diff pt [95%] | CUAD bal. acc., diff pt [95%] | needle 4K / 16K / 32K | multi-key 4K / 16K / 32K "
+          "| legal_long 4K / 16K / 32K | YaRN needle 32K / 64K / 128K | YaRN multi-key 32K / 64K / 128K "
+          "| weights GiB | KV tokens in 16 GiB | TTFT ms 32K / 130K | ITL ms 32K / 130K |")
+    print("|" + "---|" * 12)
+    for v in sorted(set(s) | set(y), key=lambda v: (v != baseline, v)):
+        eng = {}
+        for dest in (short, long):
+            if (dest / v / "result.json").is_file():
+                eng = json.loads((dest / v / "result.json").read_text()).get("engine") or {}
+                break
+        cells = [_diff(s, v, "mmlu", baseline) if v in s else "-", _diff(s, v, "legal", baseline) if v in s else "-",
+                 *(_found(s.get(v, {}).get(t), [4096, 16384, 32768]) for t in ("needle", "needle_multikey", "legal_long")),
+                 *(_found(y.get(v, {}).get(t), [32768, 65536, 131072]) for t in ("needle", "needle_multikey")),
+                 f"{eng['weights_gib']:.2f}" if eng.get("weights_gib") else "-",
+                 f"{eng['kv_cache_tokens']:,}" if eng.get("kv_cache_tokens") else "-",
+                 _latency(latency, v, "ttft_ms"), _latency(latency, v, "itl_ms")]
+        print(f"| {v} | " + " | ".join(cells) + " |")
+
+
 def rundir(dest: Path, config: Path, out: Path, variants: list[str], skip_tasks: frozenset[str] = frozenset()) -> None:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
@@ -192,6 +255,11 @@ def main() -> None:
     r.add_argument("config", type=Path, help="the config whose tasks the scores come from")
     r.add_argument("out", type=Path)
     r.add_argument("--variant", action="append", default=[])
+    g = sub.add_parser("glance")
+    g.add_argument("short", type=Path, help="kept scores of the 32K config")
+    g.add_argument("long", type=Path, help="kept scores of the YaRN 128K config")
+    g.add_argument("latency", type=Path, help="kept records of the latency config")
+    g.add_argument("--baseline", default="bf16")
     sd = sub.add_parser("seed")
     sd.add_argument("dest", type=Path)
     sd.add_argument("config", type=Path)
@@ -202,6 +270,8 @@ def main() -> None:
         export(a.paths[:-1], a.paths[-1])
     elif a.cmd == "rundir":
         rundir(a.dest, a.config, a.out, a.variant)
+    elif a.cmd == "glance":
+        glance(a.short, a.long, a.latency, a.baseline)
     elif a.cmd == "seed":
         seed(a.dest, a.config, a.output_dir, a.variant)
     else:
