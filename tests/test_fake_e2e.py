@@ -172,7 +172,7 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
     assert scores(run_dir, "bf16") == scores(swept, "bf16")
 
 
-def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
+def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys):
     """scripts/h200/scores.py keeps per-item scores of GPU runs whose run folders are too large to
     keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
     spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
@@ -191,6 +191,13 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
                         str(repo_root / "configs" / "gates" / "default.yaml"), "--markdown", str(tmp_path / "g.md"))
         verdicts.append((code, [ln for ln in (tmp_path / "g.md").read_text().splitlines() if "mmlu/acc`" in ln]))
     assert verdicts[0] == verdicts[1] and verdicts[0][1]
+    capsys.readouterr()
+    scores_py.glance(tmp_path / "kept", tmp_path / "kept", tmp_path / "kept", "bf16")
+    table = capsys.readouterr().out.splitlines()
+    rows = {ln.split(" | ")[0].strip("| "): ln for ln in table[2:]}
+    assert list(rows) == ["bf16", "kv_fp8", "worse"]  # the baseline first
+    mmlu = metrics(swept, "worse")["mmlu/acc"]
+    assert f"| {mmlu:.3f} " in rows["worse"] and "] (n=20)" in rows["worse"] and "[" not in rows["bf16"].split(" | ")[1]
 
 
 def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, repo_root, monkeypatch):
