@@ -93,6 +93,7 @@ def test_layers_kept_in_16_bits_page_with_the_fp8_ones():
              kv_cache_dtype_skip_layers=["0", "1"])
     assert p.kv_bytes_per_token == 2 * 1024 + 26 * 512
     assert 0 <= p.kv_capacity_tokens - 1_118_464 <= 16
+    assert "KV cache of layers 0, 1 kept in bfloat16, the others in fp8" in p.notes
     # the skip list means nothing without a quantized cache, as in vLLM
     assert plan(QWEN25_15B, **H200, kv_cache_memory_gib=16, kv_cache_dtype_skip_layers=["0"]).kv_bytes_per_token \
         == 28 * 1024
@@ -299,7 +300,11 @@ def test_cli_json_and_table(tmp_path):
     assert res.exit_code == 0 and "KV capacity" in res.output
     res = runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--kv-cache-dtype-skip-layers", "0",
                                  "--kv-cache-dtype-skip-layers", "31", "--json"])
-    assert json.loads(res.output)["kv_bytes_per_token"] == 30 * 2 * 8 * 128 + 2 * 2 * 8 * 128 * 2
+    out = json.loads(res.output)
+    assert out["kv_bytes_per_token"] == 30 * 2 * 8 * 128 + 2 * 2 * 8 * 128 * 2
+    plain = json.loads(runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--json"]).output)
+    kv_read = out["roofline"]["decode_bytes_per_token"] - plain["roofline"]["decode_bytes_per_token"]
+    assert kv_read == 2 * 2 * 8 * 128 * 131072  # two layers read 16-bit K and V: one extra byte an element
 
 
 def test_cli_errors_name_the_file(tmp_path):

@@ -104,7 +104,7 @@ def plan_command(
                  kv_cache_dtype_skip_layers=kv_skip_layers)
         r = None if p.device == "CPU" else roofline(
             config, prompt_tokens=p.max_model_len, gpu=gpu, quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype, dtype=dtype)
+            kv_cache_dtype=kv_cache_dtype, dtype=dtype, kv_cache_dtype_skip_layers=kv_skip_layers)
     except ConfigError as e:
         msg = str(e)
         # The planner sees a dict, not a file: put the file's real path on config errors.

@@ -631,14 +631,20 @@ def _gpu(s: ModelShape, st: _Settings, layers: tuple[int, int], non_torch_gib: f
 
 
 def _layer_formats(s: ModelShape, st: _Settings, layers: tuple[int, int]) -> KVFormat | tuple[KVFormat, ...]:
-    """The KV format of each layer of one stage: layers named in kv_cache_dtype_skip_layers (by index,
-    or all sliding-window ones) keep the model's dtype, as vLLM's Attention layer does."""
-    if not st.kv_skip_layers:
-        return st.kv
-    full = KVFormat(_DTYPE_BYTES[st.dtype])
-    skip = set(st.kv_skip_layers)
-    return tuple(full if str(i) in skip or (kind == "sliding" and "sliding_window" in skip) else st.kv
-                 for i, kind in zip(range(*layers), s.layer_kinds[layers[0]:layers[1]], strict=True))
+    return layer_kv_formats(s, st.kv, st.dtype, st.kv_skip_layers, layers)
+
+
+def layer_kv_formats(s: ModelShape, kv: KVFormat, model_dtype: str, skip_layers: Sequence[str],
+                     layers: tuple[int, int] | None = None) -> KVFormat | tuple[KVFormat, ...]:
+    """The KV format of each layer (of `layers`, default all): layers named in kv_cache_dtype_skip_layers
+    (by index, or all sliding-window ones) keep the model's dtype, as vLLM's Attention layer does."""
+    if not skip_layers:
+        return kv
+    first, last = layers or (0, s.num_layers)
+    full = KVFormat(_DTYPE_BYTES[model_dtype])
+    skip = {str(x) for x in skip_layers}
+    return tuple(full if str(i) in skip or (kind == "sliding" and "sliding_window" in skip) else kv
+                 for i, kind in zip(range(first, last), s.layer_kinds[first:last], strict=True))
 
 
 def _check_skip_layers(s: ModelShape, skip: Sequence[str]) -> tuple[str, ...]:
@@ -658,6 +664,9 @@ def _notes(s: ModelShape, st: _Settings) -> list[str]:
     if s.max_position and st.max_model_len > s.max_position:
         notes.append(f"max_model_len above the model's {s.max_position:,}: vLLM refuses it unless "
                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    if st.kv_skip_layers:
+        notes.append(f"KV cache of layers {', '.join(st.kv_skip_layers)} kept in {st.dtype}, "
+                     f"the others in {st.kv_cache_dtype}")
     if st.device.kind == "cpu":
         notes.append("CPU: KV = util x RAM - worker RSS; the runtime part of RSS is not calibrated")
         if st.scheme.method == "fp8":

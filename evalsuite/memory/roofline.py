@@ -11,6 +11,8 @@ prefill and ~70% of the bandwidth floor in decode on the measured rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict
 
 from evalsuite.memory.devices import get_device
@@ -20,6 +22,7 @@ from evalsuite.memory.planner import (
     dtype_bytes,
     kv_bytes_per_layer_token,
     kv_format,
+    layer_kv_formats,
     model_shape,
     param_counts,
     quant_scheme,
@@ -80,20 +83,21 @@ def prefill_flops(s: ModelShape, tokens: int) -> tuple[float, float]:
     return linear, attention
 
 
-def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int, kv: KVFormat,
-                           context: int) -> float:
+def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_bytes: int,
+                           kv: KVFormat | tuple[KVFormat, ...], context: int) -> float:
     """Bytes one decode step reads at batch 1: the weights it uses (an untied input embedding is a
-    gather of one row, not a read of the table) and the KV cache of `context` tokens."""
+    gather of one row, not a read of the table) and the KV cache of `context` tokens (kv: one format,
+    or one per layer)."""
     counts = param_counts(s)
     head = (counts.lm_head or counts.embed) * dtype_bytes
     weights = active_linear_params(s) * weight_bytes_per_param + head + counts.other * dtype_bytes
-    per_layer = kv_bytes_per_layer_token(s, kv)
-    kv = 0.0
-    for kind in s.layer_kinds:
+    formats = (kv,) * len(s.layer_kinds) if isinstance(kv, KVFormat) else kv
+    total = 0.0
+    for kind, fmt in zip(s.layer_kinds, formats, strict=True):
         if kind != "none":
             seen = min(context, s.sliding_window) if kind == "sliding" and s.sliding_window else context
-            kv += per_layer * seen
-    return weights + kv
+            total += kv_bytes_per_layer_token(s, fmt) * seen
+    return weights + total
 
 
 def pct_of_floor(measured: float | None, floor: float) -> float | None:
@@ -103,7 +107,8 @@ def pct_of_floor(measured: float | None, floor: float) -> float | None:
 def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = None, gpu: str = "H200",
              quantization: str | None = None, kv_cache_dtype: str = "auto", dtype: str | None = None,
              measured_ttft_s: float | None = None, measured_itl_ms: float | None = None,
-             compute_efficiency: float = 1.0, bandwidth_efficiency: float = 1.0) -> Roofline:
+             compute_efficiency: float = 1.0, bandwidth_efficiency: float = 1.0,
+             kv_cache_dtype_skip_layers: Sequence[str] = ()) -> Roofline:
     """Floors for TTFT of a `prompt_tokens` prefill and ITL at `context_tokens` (default: the prompt).
 
     Efficiencies below 1 turn the floor into a "realistic best" (e.g. 0.8 of the dense peak)."""
@@ -119,10 +124,11 @@ def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = N
     linear, attention = prefill_flops(s, prompt_tokens)
     compute_s = linear / (lin_peak * 1e12) + attention / (att_peak * 1e12)
     bw = device.hbm_tbps * 1e12 * bandwidth_efficiency
-    once = decode_bytes_per_token(s, scheme.bytes_per_param(), act, kv, prompt_tokens)  # weights + whole KV once
+    layers_kv = layer_kv_formats(s, kv, model_dtype, kv_cache_dtype_skip_layers if kv_cache_dtype != "auto" else ())
+    once = decode_bytes_per_token(s, scheme.bytes_per_param(), act, layers_kv, prompt_tokens)  # weights + whole KV once
     memory_s = once / bw
     ctx = context_tokens if context_tokens is not None else prompt_tokens
-    step = decode_bytes_per_token(s, scheme.bytes_per_param(), act, kv, ctx)
+    step = decode_bytes_per_token(s, scheme.bytes_per_param(), act, layers_kv, ctx)
     ttft, itl = max(compute_s, memory_s), step / bw * 1e3
     return Roofline(
         device=device.name, prompt_tokens=prompt_tokens, context_tokens=ctx, linear_flops=linear,
