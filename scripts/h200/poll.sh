@@ -12,7 +12,7 @@ while [ $SECONDS -lt $end ] && [ ! -f runs/h200/lanes.done ]; do sleep 5; done
 for log in runs/h200/lane*.log; do echo "== $log: $(tr '\n' ' ' < "$log")"; done
 for d in runs/h200/*/; do
   c=$(ls -t "$d"console-*.log "$d"bench.log 2>/dev/null | head -1)
-  [ -n "$c" ] && echo "-- $d: $(tail -c 400 "$c" | tr '\r' '\n' | grep -v '^\s*$' | tail -2 | tr '\n' ' ')"
+  [ -n "$c" ] && echo "-- $d: $(tail -c 400 "$c" | tr '\r' '\n' | grep -av '^\s*$' | tail -2 | tr '\n' ' ')"
 done
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
 mkdir -p /root/sent /root/packs
