@@ -447,12 +447,17 @@ def kv_bytes_per_layer_token(s: ModelShape, kv: KVFormat) -> int:
     return 2 * s.kv_heads * (math.ceil(s.head_dim * kv.elem_bytes) + kv.scale_bytes)
 
 
+def per_layer(s: ModelShape, kv: KVFormat | tuple[KVFormat, ...]) -> tuple[KVFormat, ...]:
+    """One KV format per layer of s, from one for all or from one per layer."""
+    return (kv,) * len(s.layer_kinds) if isinstance(kv, KVFormat) else kv
+
+
 def kv_layout(s: ModelShape, kv: KVFormat | tuple[KVFormat, ...], block_size: int, max_model_len: int,
               max_in_flight: int) -> KVLayout:
     """Page sizes and per-request block needs; sliding layers keep only window + in-flight tokens.
     kv is one format for every layer, or one per layer of s (layers kept in 16 bits)."""
-    formats = (kv,) * len(s.layer_kinds) if isinstance(kv, KVFormat) else kv
-    layer_bytes = [kv_bytes_per_layer_token(s, f) for f, k in zip(formats, s.layer_kinds, strict=True) if k != "none"]
+    layer_bytes = [kv_bytes_per_layer_token(s, f) for f, k in zip(per_layer(s, kv), s.layer_kinds, strict=True)
+                   if k != "none"]
     per_layer_token = max(layer_bytes, default=0)
     page = per_layer_token * block_size
     size, groups = _kv_groups(s.layer_kinds)
@@ -626,12 +631,8 @@ def _gpu(s: ModelShape, st: _Settings, layers: tuple[int, int], non_torch_gib: f
     mine = s.model_copy(update={"num_layers": layers[1] - layers[0], "layer_kinds": s.layer_kinds[layers[0]:layers[1]]})
     b = _budget(mine, st, w_bytes, non_torch_gib, kv_cache_memory_gib, sampler=last)
     kv_shape = mine.model_copy(update={"kv_heads": kv_heads_per_gpu(s.kv_heads, st.tp)})
-    return kv_shape, b, kv_layout(kv_shape, _layer_formats(s, st, layers), st.block_size, st.max_model_len,
-                                  st.in_flight)
-
-
-def _layer_formats(s: ModelShape, st: _Settings, layers: tuple[int, int]) -> KVFormat | tuple[KVFormat, ...]:
-    return layer_kv_formats(s, st.kv, st.dtype, st.kv_skip_layers, layers)
+    formats = layer_kv_formats(s, st.kv, st.dtype, st.kv_skip_layers, layers)
+    return kv_shape, b, kv_layout(kv_shape, formats, st.block_size, st.max_model_len, st.in_flight)
 
 
 def layer_kv_formats(s: ModelShape, kv: KVFormat, model_dtype: str, skip_layers: Sequence[str],

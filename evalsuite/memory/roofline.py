@@ -25,6 +25,7 @@ from evalsuite.memory.planner import (
     layer_kv_formats,
     model_shape,
     param_counts,
+    per_layer,
     quant_scheme,
     resolve_dtype,
 )
@@ -91,9 +92,8 @@ def decode_bytes_per_token(s: ModelShape, weight_bytes_per_param: float, dtype_b
     counts = param_counts(s)
     head = (counts.lm_head or counts.embed) * dtype_bytes
     weights = active_linear_params(s) * weight_bytes_per_param + head + counts.other * dtype_bytes
-    formats = (kv,) * len(s.layer_kinds) if isinstance(kv, KVFormat) else kv
     total = 0.0
-    for kind, fmt in zip(s.layer_kinds, formats, strict=True):
+    for kind, fmt in zip(s.layer_kinds, per_layer(s, kv), strict=True):
         if kind != "none":
             seen = min(context, s.sliding_window) if kind == "sliding" and s.sliding_window else context
             total += kv_bytes_per_layer_token(s, fmt) * seen
@@ -124,7 +124,7 @@ def roofline(config: dict, *, prompt_tokens: int, context_tokens: int | None = N
     linear, attention = prefill_flops(s, prompt_tokens)
     compute_s = linear / (lin_peak * 1e12) + attention / (att_peak * 1e12)
     bw = device.hbm_tbps * 1e12 * bandwidth_efficiency
-    layers_kv = layer_kv_formats(s, kv, model_dtype, kv_cache_dtype_skip_layers if kv_cache_dtype != "auto" else ())
+    layers_kv = layer_kv_formats(s, kv, model_dtype, kv_cache_dtype_skip_layers)  # with "auto" every layer is 16-bit anyway
     once = decode_bytes_per_token(s, scheme.bytes_per_param(), act, layers_kv, prompt_tokens)  # weights + whole KV once
     memory_s = once / bw
     ctx = context_tokens if context_tokens is not None else prompt_tokens

@@ -16,7 +16,8 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
-from evalsuite.tasks import TaskConfig
+from evalsuite.tasks import TaskConfig, TaskContext
+from evalsuite.tasks.latency import LatencyTask
 
 
 class ModelConfig(Strict):
@@ -120,6 +121,9 @@ class LatencyConfig(Strict):
     prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
     output_tokens: int = Field(default=32, gt=1)
     repeats: int = Field(default=3, gt=0)
+
+    def build(self, ctx: TaskContext) -> LatencyTask:
+        return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
 
 
 class SchedulerConfig(Strict):

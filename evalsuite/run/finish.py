@@ -44,12 +44,12 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
     ctx = TaskContext(base_dir=base, cache_dir=cache_dir, seed=cfg.seed, tokenizer=_ScoringOnly())
     metrics: list[Metric] = []
     counts = []
-    for name, build in _scorers(cfg, ctx):
+    for name, task_cfg in _scorers(cfg):
         rows = run_dir.load_samples(result.variant, name)
         if not rows:
             continue
         scores = [Score.model_validate(r["score"]) for r in rows]
-        task = build()
+        task = task_cfg.build(ctx)
         metrics += task.metrics(scores)
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
@@ -62,14 +62,12 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
     return result
 
 
-def _scorers(cfg: RunConfig, ctx: TaskContext):
-    """(task name, builder) for every task the run records samples of, the latency pass included:
-    a pass cut at a time limit still holds the lengths it finished, each with its own n."""
-    for task_cfg in cfg.tasks:
-        yield task_cfg.name, lambda task_cfg=task_cfg: task_cfg.build(ctx)
-    if cfg.latency is not None:
-        lat = cfg.latency
-        yield LatencyTask.name, lambda: LatencyTask(lat.prompt_tokens, lat.output_tokens, lat.repeats, None, seed=cfg.seed)
+def _scorers(cfg: RunConfig):
+    """(task name, its config) for every task the run records samples of, the latency pass included:
+    a pass cut at a time limit still holds the lengths it finished, each with its own n. Built only
+    where samples exist: building some tasks reads their data."""
+    out = [(t.name, t) for t in cfg.tasks]
+    return out + [(LatencyTask.name, cfg.latency)] if cfg.latency is not None else out
 
 
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:

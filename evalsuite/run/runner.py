@@ -72,8 +72,7 @@ def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak)
 def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
     tasks: list[Task] = [t.build(ctx) for t in cfg.tasks]
     if cfg.latency is not None:
-        lat = cfg.latency
-        tasks.append(LatencyTask(lat.prompt_tokens, lat.output_tokens, lat.repeats, ctx.tokenizer, seed=cfg.seed))
+        tasks.append(cfg.latency.build(ctx))
     return tasks
 
 

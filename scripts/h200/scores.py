@@ -104,13 +104,18 @@ def row(variant: str, task: str, rows: dict, base: dict | None) -> str:
     cell = f"| {variant} | {task} | {n} | {head:.4f} | {k / n:.4f} [{lo:.4f}, {hi:.4f}] |"
     if base is None:
         return cell + " baseline | | |"
-    ids = [i for i in rows if i in base]
-    b, c = [base[i] for i in ids], [rows[i] for i in ids]
+    b, c, d, lo_d, hi_d = paired(rows, base, task)
     bb, cc = np.array([r["value"] >= 1 for r in b]), np.array([r["value"] >= 1 for r in c])
     p = mcnemar([[np.sum(bb & cc), np.sum(bb & ~cc)], [np.sum(~bb & cc), np.sum(~bb & ~cc)]], exact=True).pvalue
-    lo_d, hi_d = paired_boot(b, c, task)
-    d = headline(c, task) - headline(b, task)
-    return cell + f" {100 * d:+.2f} [{100 * lo_d:+.2f}, {100 * hi_d:+.2f}] (n={len(ids)}) | {int(np.sum(bb & ~cc))}/{int(np.sum(~bb & cc))} | {p:.2g} |"
+    return cell + f" {100 * d:+.2f} [{100 * lo_d:+.2f}, {100 * hi_d:+.2f}] (n={len(b)}) | {int(np.sum(bb & ~cc))}/{int(np.sum(~bb & cc))} | {p:.2g} |"
+
+
+def paired(rows: dict, base: dict, task: str) -> tuple[list[dict], list[dict], float, float, float]:
+    """The items both answered (baseline's, candidate's), the headline difference and its 95% interval."""
+    ids = [i for i in rows if i in base]
+    b, c = [base[i] for i in ids], [rows[i] for i in ids]
+    lo, hi = paired_boot(b, c, task)
+    return b, c, headline(c, task) - headline(b, task), lo, hi
 
 
 def table(dest: Path, baseline: str) -> None:
@@ -142,11 +147,8 @@ def _diff(data: dict, variant: str, task: str, baseline: str) -> str:
     head = f"{headline(list(rows.values()), task):.3f}"
     if variant == baseline or not base:
         return f"{head} (n={len(rows):,})"
-    ids = [i for i in rows if i in base]
-    b, c = [base[i] for i in ids], [rows[i] for i in ids]
-    lo, hi = paired_boot(b, c, task)
-    d = headline(c, task) - headline(b, task)
-    return f"{head} {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] (n={len(ids):,})"
+    b, _, d, lo, hi = paired(rows, base, task)
+    return f"{head} {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] (n={len(b):,})"
 
 
 def _found(rows: dict | None, lengths: list[int]) -> str:
@@ -160,17 +162,21 @@ def _found(rows: dict | None, lengths: list[int]) -> str:
     return " / ".join(cells)
 
 
-def _latency(dest: Path, variant: str, key: str) -> str:
+def _latency(dest: Path, variant: str) -> list[str]:
+    """Median TTFT and ITL at 32K / 130K, one cell each."""
     f = dest / variant / "latency.scores.jsonl.gz"
     if not f.is_file():
-        return "-"
+        return ["-", "-"]
     with gzip.open(f, "rt") as fh:
         rows = [json.loads(line) for line in fh]
-    cells = []
-    for n in ("32000", "130000"):
-        at = [r["extra"][key] for r in rows if r["group"] == n and r["extra"].get(key) is not None]
-        cells.append(f"{np.median(at):,.{0 if key == 'ttft_ms' else 2}f}" if at else "-")
-    return " / ".join(cells)
+    out = []
+    for key, digits in (("ttft_ms", 0), ("itl_ms", 2)):
+        cells = []
+        for n in ("32000", "130000"):
+            at = [r["extra"][key] for r in rows if r["group"] == n and r["extra"].get(key) is not None]
+            cells.append(f"{np.median(at):,.{digits}f}" if at else "-")
+        out.append(" / ".join(cells))
+    return out
 
 
 def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
@@ -192,7 +198,7 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
                  *(_found(y.get(v, {}).get(t), [32768, 65536, 131072]) for t in ("needle", "needle_multikey")),
                  f"{eng['weights_gib']:.2f}" if eng.get("weights_gib") else "-",
                  f"{eng['kv_cache_tokens']:,}" if eng.get("kv_cache_tokens") else "-",
-                 _latency(latency, v, "ttft_ms"), _latency(latency, v, "itl_ms")]
+                 *_latency(latency, v)]
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
