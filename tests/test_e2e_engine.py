@@ -8,7 +8,6 @@ planner, and server mode giving the same answers as offline mode.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import signal
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.kept_scores import kept_partial
 
 pytestmark = pytest.mark.engine
 
@@ -236,15 +237,7 @@ def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, refer
     """A variant left partial in one GPU session, completed in the next from the per-item scores kept in
     docs (scripts/h200/scores.py export, then seed): the real engine answers only the items without a
     score, and the metrics are those of the uninterrupted run."""
-    kept = tmp_path / "kept"
-    scores_py.export([reference], kept)
-    mmlu = kept / "bf16" / "mmlu.scores.jsonl.gz"
-    with gzip.open(mmlu, "rt") as fh:
-        rows = fh.read().splitlines()
-    with gzip.open(mmlu, "wt") as fh:
-        fh.write("\n".join(rows[:5]) + "\n")  # the session ended after 5 of 12 MMLU items
-    result = json.loads((kept / "bf16" / "result.json").read_text())
-    (kept / "bf16" / "result.json").write_text(json.dumps({**result, "status": "partial"}))
+    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5)  # the session ended after 5 of 12 MMLU items
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
     scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
     res = evalsuite("run", str(cfg), "--resume", "--no-progress")

@@ -6,7 +6,6 @@ here the engine is the only stand-in, and the records, the MLflow store (SQLite)
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from evalsuite.core.types import Completion, Request
 from evalsuite.engine.fake import FakeEngine
+from tests.kept_scores import kept_partial
 
 cli = CliRunner()
 VARIANTS = {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "worse": {"engine_args": {"fake_disagree": 0.5}}}
@@ -200,15 +200,7 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
     """A variant left partial in one GPU session is completed in the next from its kept scores:
     `scores.py seed` puts a folder where `evalsuite run --resume` finds it, and only the items
     without a score (and the latency pass, never seeded) go to the engine."""
-    kept = tmp_path / "kept"
-    scores_py.export([swept], kept)
-    mmlu = kept / "bf16" / "mmlu.scores.jsonl.gz"
-    with gzip.open(mmlu, "rt") as fh:
-        rows = fh.read().splitlines()
-    with gzip.open(mmlu, "wt") as fh:
-        fh.write("\n".join(rows[:12]) + "\n")  # the session ended after 12 of 20 MMLU items
-    result = json.loads((kept / "bf16" / "result.json").read_text())
-    (kept / "bf16" / "result.json").write_text(json.dumps({**result, "status": "partial"}))
+    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)  # the session ended after 12 of 20 MMLU items
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
     seeded = only_run(tmp_path / "runs")
