@@ -248,3 +248,24 @@ def test_gate_agrees_with_the_records(swept, tmp_path):
                         "--rules", str(rules), "--markdown", str(tmp_path / "gate.md"))
         assert code == (1 if drop > 1e-9 else 0), out
         assert candidate in (tmp_path / "gate.md").read_text()
+
+
+def test_glance_columns_follow_the_kept_lengths(tmp_path, capsys, scores_py):
+    """The long-task columns carry the lengths the records hold, so a grid of other lengths
+    (or a YaRN legal_long column) reads right without editing the script."""
+    import gzip
+
+    for variant, right in (("bf16", 1.0), ("kv_fp8", 0.0)):
+        d = tmp_path / "long" / variant
+        d.mkdir(parents=True)
+        rows = [{"sample_id": f"len{n}-d{i}", "task": "legal_long", "value": right if i else 1.0, "pred": "", "target": "",
+                 "group": str(n), "extra": {"length": n}} for n in (2048, 8192) for i in range(3)]
+        with gzip.open(d / "legal_long.scores.jsonl.gz", "wt") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "short").mkdir()
+    scores_py.glance(tmp_path / "short", tmp_path / "long", tmp_path / "none", "bf16")
+    head, _, bf16, kv = capsys.readouterr().out.splitlines()
+    cols = head.strip("| ").split(" | ")
+    at = cols.index("YaRN legal_long 2K / 8K")
+    assert "needle" in cols and len(bf16.split(" | ")) == len(cols) == len(kv.split(" | "))
+    assert bf16.strip("| ").split(" | ")[at] == "3/3 / 3/3" and kv.strip("| ").split(" | ")[at] == "1/3 / 1/3"

@@ -179,14 +179,32 @@ def _latency(dest: Path, variant: str) -> list[str]:
     return out
 
 
+def _lengths(data: dict, task: str) -> list[int]:
+    """Every context length any variant recorded for a task, ascending."""
+    return sorted({r["extra"]["length"] for tasks in data.values() for r in (tasks.get(task) or {}).values()
+                   if r.get("extra", {}).get("length") is not None})
+
+
+def _header(name: str, lengths: list[int]) -> str:
+    return f"{name} " + " / ".join(f"{n // 1024}K" for n in lengths) if lengths else name
+
+
+_LONG_TASKS = ("needle", "needle_multikey", "legal_long")
+_LONG_NAMES = {"needle": "needle", "needle_multikey": "multi-key", "legal_long": "legal_long"}
+
+
 def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
     """One row per variant: accuracy to 32K with paired differences, the YaRN grid's found/n, the
-    engine's weights and KV tokens (16 GiB pool), and TTFT/ITL medians alone on the card."""
+    engine's weights and KV tokens (16 GiB pool), and TTFT/ITL medians alone on the card. The
+    lengths of each column are the ones the kept records hold."""
     s, y = load(short), load(long)
-    print("| variant | MMLU, diff pt [95%] | CUAD bal. acc., diff pt [95%] | needle 4K / 16K / 32K | multi-key 4K / 16K / 32K "
-          "| legal_long 4K / 16K / 32K | YaRN needle 32K / 64K / 128K | YaRN multi-key 32K / 64K / 128K "
-          "| weights GiB | KV tokens in 16 GiB | TTFT ms 32K / 130K | ITL ms 32K / 130K |")
-    print("|" + "---|" * 12)
+    grids = [(s, t, _lengths(s, t), _LONG_NAMES[t]) for t in _LONG_TASKS]
+    grids += [(y, t, _lengths(y, t), "YaRN " + _LONG_NAMES[t]) for t in _LONG_TASKS]
+    heads = ["variant", "MMLU, diff pt [95%]", "CUAD bal. acc., diff pt [95%]",
+             *(_header(name, lens) for _, _, lens, name in grids),
+             "weights GiB", "KV tokens in 16 GiB", "TTFT ms 32K / 130K", "ITL ms 32K / 130K"]
+    print("| " + " | ".join(heads) + " |")
+    print("|" + "---|" * len(heads))
     for v in sorted(set(s) | set(y), key=lambda v: (v != baseline, v)):
         eng = {}
         for dest in (short, long):
@@ -194,8 +212,7 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
                 eng = json.loads((dest / v / "result.json").read_text()).get("engine") or {}
                 break
         cells = [_diff(s, v, "mmlu", baseline) if v in s else "-", _diff(s, v, "legal", baseline) if v in s else "-",
-                 *(_found(s.get(v, {}).get(t), [4096, 16384, 32768]) for t in ("needle", "needle_multikey", "legal_long")),
-                 *(_found(y.get(v, {}).get(t), [32768, 65536, 131072]) for t in ("needle", "needle_multikey")),
+                 *(_found(data.get(v, {}).get(t), lens) for data, t, lens, _ in grids),
                  f"{eng['weights_gib']:.2f}" if eng.get("weights_gib") else "-",
                  f"{eng['kv_cache_tokens']:,}" if eng.get("kv_cache_tokens") else "-",
                  *_latency(latency, v)]
