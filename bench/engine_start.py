@@ -48,7 +48,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def load_cfg(args, work: Path, other: Path):
-    from evalsuite.config import load_config
+    from evalsuite.run.config import load_config
 
     defaults = {"dtype": "bfloat16", "max_model_len": 2048, "enable_prefix_caching": True, "max_num_batched_tokens": 512,
                 "enforce_eager": args.eager, "engine_args": {"kv_cache_memory_bytes": 1 << 30, **dict(args.engine_arg)}}
@@ -62,7 +62,7 @@ def load_cfg(args, work: Path, other: Path):
 
 
 def timed_start(cfg, variant: str, model_dir: str, cache: Path, log: Path) -> tuple[float, float]:
-    from evalsuite.runner import make_engine
+    from evalsuite.run.runner import make_engine
 
     engine = make_engine(cfg, cfg.variants[variant], model_dir, log, cache)
     try:

@@ -108,10 +108,10 @@ def run_bare(config: Path, work: Path, round_no: int) -> dict:
 
 def bare_worker(config: Path, out: Path) -> None:
     """The bare side. evalsuite code only prepares (requests, engine arguments), untimed."""
-    from evalsuite.assets import default_cache_dir
-    from evalsuite.config import load_config
-    from evalsuite.runner import load_tokenizer, make_engine, preflight, resolve_model
-    from evalsuite.tasks import TaskContext
+    from evalsuite.data.assets import default_cache_dir
+    from evalsuite.run.config import load_config
+    from evalsuite.run.runner import load_tokenizer, make_engine, preflight, resolve_model
+    from evalsuite.tasks.base import TaskContext
 
     cfg = load_config(config)
     cache = default_cache_dir()

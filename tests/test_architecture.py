@@ -125,3 +125,23 @@ def module_graph() -> dict[str, dict[str, list[str]]]:
 def test_no_cycle_between_modules():
     cycle = find_cycle(module_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_benches_and_scripts_import_what_exists():
+    """bench/ and scripts/ import evalsuite lazily, inside the functions a GPU run reaches; a module
+    renamed in the package would otherwise surface only on the device."""
+    import importlib.util
+
+    missing = []
+    for path in sorted([*ROOT.parent.glob("bench/*.py"), *ROOT.parent.glob("scripts/**/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("evalsuite")):
+                continue
+            try:
+                module = importlib.import_module(node.module)
+            except ModuleNotFoundError:
+                missing.append(f"{path.name}:{node.lineno} {node.module}")
+                continue
+            missing += [f"{path.name}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                        if not hasattr(module, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+    assert not missing, missing
