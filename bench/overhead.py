@@ -14,7 +14,10 @@ cache). Each side runs in its own process, one after the other, never both at on
   (timed: the work), reading each output's text and nothing else.
 `--rounds 2` runs evalsuite, bare, bare, evalsuite and sums, so drift in the load of a shared
 machine favours neither side. Greedy decoding, so both sides must give the same text per sample
-(`same_answers`). The target is ratio = evalsuite_s / bare_s <= 1.05.
+(`same_answers`). The target is ratio = evalsuite_s / bare_s <= 1.05. evalsuite's engine runs with
+vLLM's stat logging on (the latency pass's TTFT/ITL and the preemption, prefix-cache and KV-usage
+figures come from it); `--bare-log-stats` turns it on in the bare loop too, which separates what vLLM's
+own bookkeeping costs from what evalsuite's code costs.
 
 The default size, 57 MMLU items 0-shot (one per subject) and 2 needle cells at 1,024 tokens,
 is one engine call per task on each side and minutes of engine work on 2 shared cores, so a
@@ -22,7 +25,7 @@ per-call or per-item cost of evalsuite's (IPC, scoring, records) of even 1% show
 where the same work takes seconds, raise `--mmlu-per-subject` and the needle grid.
 
     .venv/bin/python bench/overhead.py [--model DIR] [--mmlu-per-subject 1] [--needle-lengths 1024]
-        [--needle-depths 0,1] [--needle-seeds 1] [--rounds 1] [--engine-arg KEY=VALUE]
+        [--needle-depths 0,1] [--needle-seeds 1] [--rounds 1] [--bare-log-stats] [--engine-arg KEY=VALUE]
 
 The last line printed is the RESULT line.
 """
@@ -94,11 +97,12 @@ def run_evalsuite(config: Path, work: Path, round_no: int) -> dict:
             "tasks": walls, "answers": answers}
 
 
-def run_bare(config: Path, work: Path, round_no: int) -> dict:
+def run_bare(config: Path, work: Path, round_no: int, log_stats: bool = False) -> dict:
     out = work / f"bare-{round_no}.json"
     log = work / f"bare-{round_no}.log"
     with log.open("w") as fh:
-        proc = subprocess.run([sys.executable, __file__, "--bare-worker", str(config), "--bare-out", str(out)],
+        proc = subprocess.run([sys.executable, __file__, "--bare-worker", str(config), "--bare-out", str(out),
+                               *(["--bare-log-stats"] if log_stats else [])],
                               stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
@@ -106,7 +110,7 @@ def run_bare(config: Path, work: Path, round_no: int) -> dict:
     return json.loads(out.read_text())
 
 
-def bare_worker(config: Path, out: Path) -> None:
+def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
     """The bare side. evalsuite code only prepares (requests, engine arguments), untimed."""
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.run.config import load_config
@@ -125,7 +129,7 @@ def bare_worker(config: Path, out: Path) -> None:
     from vllm.inputs import TokensPrompt
 
     t0 = time.perf_counter()
-    llm = LLM(model=spec.model, **spec.kwargs)
+    llm = LLM(model=spec.model, disable_log_stats=not log_stats, **spec.kwargs)
     start = time.perf_counter() - t0
     size, walls, answers = cfg.engine.batch_size, {}, {}
     for task in tasks:
@@ -160,6 +164,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=1, choices=[1, 2], help="2: evalsuite, bare, bare, evalsuite")
     p.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", type=engine_arg,
                    help="vLLM engine argument for both sides, VALUE as JSON where it parses; repeatable")
+    p.add_argument("--bare-log-stats", action="store_true",
+                   help="the bare loop keeps vLLM's stat logging on, as evalsuite's engine does (its TTFT/ITL, "
+                        "preemption and prefix-cache figures need it): separates that cost from evalsuite's own")
     p.add_argument("--work-dir", type=Path, help="keep config, runs and logs here (default: a temp dir)")
     return p.parse_args(argv)
 
@@ -167,7 +174,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.bare_worker:
-        bare_worker(args.bare_worker, args.bare_out)
+        bare_worker(args.bare_worker, args.bare_out, args.bare_log_stats)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.model = args.model or default_model()
@@ -178,7 +185,7 @@ def main(argv=None) -> int:
         sequence = ["evalsuite", "bare"] + (["bare", "evalsuite"] if args.rounds > 1 else [])
         runs: dict[str, list[dict]] = {"evalsuite": [], "bare": []}
         for i, side in enumerate(sequence):
-            r = (run_evalsuite if side == "evalsuite" else run_bare)(config, work, i)
+            r = run_evalsuite(config, work, i) if side == "evalsuite" else run_bare(config, work, i, args.bare_log_stats)
             tasks = " ".join(f"{k}={v:.2f}" for k, v in r["tasks"].items())
             extra = f" other {r['other_s']:.1f} s" if side == "evalsuite" else f" items {r['items']}"
             print(f"# {side}: start {r['start_s']:.1f} s, work {r['work_s']:.2f} s ({tasks}){extra}", flush=True)
@@ -197,7 +204,8 @@ def report(args, runs: dict[str, list[dict]]) -> int:
     start_es = sum(r["start_s"] for r in runs["evalsuite"]) / len(runs["evalsuite"])
     start_bare = sum(r["start_s"] for r in runs["bare"]) / len(runs["bare"])
     print(f"RESULT bench=overhead items={len(answers[0])} evalsuite_s={es:.2f} bare_s={bare:.2f} ratio={es / bare:.3f} "
-          f"start_evalsuite_s={start_es:.1f} start_bare_s={start_bare:.1f} same_answers={same}")
+          f"start_evalsuite_s={start_es:.1f} start_bare_s={start_bare:.1f} same_answers={same} "
+          f"bare_log_stats={args.bare_log_stats}")
     return 0
 
 
