@@ -130,11 +130,18 @@ def engine_stats(llm, startup_s: float) -> EngineStats:
     return stats
 
 
-class _KVPeak:
-    """Samples the engine's KV-usage gauge while a batch runs; the gauge itself holds only 'now'."""
+class KVPeak:
+    """Samples the engine's KV-usage gauge while a batch runs; the gauge itself holds only 'now'.
 
-    def __init__(self, llm, interval_s: float = 0.02):
-        self.llm, self.interval_s, self.peak = llm, interval_s, 0.0
+    A read walks vLLM's whole Prometheus snapshot while holding the GIL that the engine's own loop
+    needs: read every 20 ms it made a CPU engine's batch 12% slower (measured inside one process,
+    alternating with and without the sampler). So the pause after each read is at least
+    `budget` times that read's duration, which bounds the sampler to ~1/budget of the wall time.
+    """
+
+    def __init__(self, llm, interval_s: float = 0.02, budget: float = 100.0):
+        self.llm, self.interval_s, self.budget, self.peak = llm, interval_s, budget, 0.0
+        self.reads = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -145,11 +152,15 @@ class _KVPeak:
         return 0.0
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        pause = self.interval_s
+        while not self._stop.wait(pause):
+            t0 = time.perf_counter()
             try:
                 self.peak = max(self.peak, self._read())
+                self.reads += 1
             except Exception:  # a registry read racing a write is retried next tick
-                continue
+                pass
+            pause = max(self.interval_s, self.budget * (time.perf_counter() - t0))
 
     def __enter__(self):
         self._thread.start()
@@ -167,7 +178,7 @@ def _serve(conn, llm, startup_s: float) -> None:
         op = msg[0]
         if op == "generate":
             reqs = [Request.model_validate(r) for r in msg[1]]
-            with _KVPeak(llm) as kv:
+            with KVPeak(llm) as kv:
                 results = llm.generate([_prompt(r) for r in reqs], [_sampling(r) for r in reqs], use_tqdm=False)
             peak = max(peak, kv.peak)
             conn.send(("ok", [to_completion(r).model_dump() for r in results]))

@@ -1,0 +1,32 @@
+"""The engine child's KV-usage sampler: a peak, at a bounded cost to the engine it watches."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+
+
+class _Gauge:
+    """A stand-in for vLLM's metric snapshot: a KV-usage gauge whose reads cost `cost_s` each."""
+
+    def __init__(self, cost_s: float):
+        self.cost_s, self.reads = cost_s, 0
+
+    def get_metrics(self):
+        time.sleep(self.cost_s)
+        self.reads += 1
+        return [types.SimpleNamespace(name="vllm:kv_cache_usage_perc", value=0.1 * min(self.reads, 5))]
+
+
+def test_kv_sampler_backs_off_from_an_expensive_read():
+    """The sampler pauses `budget` x each read's cost, so a slow snapshot costs the engine ~1%."""
+    from evalsuite.engine.vllm_offline import KVPeak
+
+    cheap, dear = _Gauge(0.0), _Gauge(0.01)
+    with KVPeak(cheap) as kv_cheap, KVPeak(dear, budget=100) as kv_dear:
+        time.sleep(1.2)
+    assert kv_cheap.reads >= 20  # every 20 ms while reads cost nothing
+    assert 1 <= kv_dear.reads <= 3  # 10 ms reads: a pause of >= 1 s after each
+    assert kv_cheap.peak == pytest.approx(0.5) and kv_dear.peak > 0
