@@ -30,3 +30,23 @@ def test_kv_sampler_backs_off_from_an_expensive_read():
     assert kv_cheap.reads >= 20  # every 20 ms while reads cost nothing
     assert 1 <= kv_dear.reads <= 3  # 10 ms reads: a pause of >= 1 s after each
     assert kv_cheap.peak == pytest.approx(0.5) and kv_dear.peak > 0
+
+
+def test_kv_sampler_reads_only_the_kv_gauge():
+    """The gauge is read from its own collector; the engine's full snapshot is not walked."""
+    from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+    from evalsuite.engine.vllm_offline import KVPeak
+
+    registry = CollectorRegistry()
+    gauge = Gauge("vllm:kv_cache_usage_perc", "KV usage", ["engine"], registry=registry)
+    Histogram("vllm:time_to_first_token_seconds", "TTFT", ["engine"], registry=registry).labels("0").observe(0.1)
+    gauge.labels("0").set(0.25)
+    llm = _Gauge(0.0)
+    with KVPeak(llm, registry=registry) as kv:
+        time.sleep(0.1)
+        gauge.labels("0").set(0.75)
+        time.sleep(0.1)
+        gauge.labels("0").set(0.5)
+        time.sleep(0.1)
+    assert kv.peak == 0.75 and kv.reads >= 5 and llm.reads == 0
