@@ -27,9 +27,9 @@ def test_kv_sampler_backs_off_from_an_expensive_read():
     cheap, dear = _Gauge(0.0), _Gauge(0.01)
     with KVPeak(cheap) as kv_cheap, KVPeak(dear, budget=100) as kv_dear:
         time.sleep(1.2)
-    assert kv_cheap.reads >= 20  # every 20 ms while reads cost nothing
-    assert 1 <= kv_dear.reads <= 3  # 10 ms reads: a pause of >= 1 s after each
-    assert kv_cheap.peak == pytest.approx(0.5) and kv_dear.peak > 0
+    assert 1 <= kv_dear.reads <= 3  # 10 ms reads: a pause of 1 s (the most) after each
+    assert kv_cheap.reads >= 3 * kv_dear.reads  # ~29 when the machine is idle: 20 ms, then a tenth of the time
+    assert kv_cheap.peak == pytest.approx(0.1 * min(kv_cheap.reads, 5)) and kv_dear.peak > 0
 
 
 def test_kv_sampler_reads_only_the_kv_gauge():
@@ -44,9 +44,9 @@ def test_kv_sampler_reads_only_the_kv_gauge():
     gauge.labels("0").set(0.25)
     llm = _Gauge(0.0)
     with KVPeak(llm, registry=registry) as kv:
-        time.sleep(0.1)
+        time.sleep(0.05)
         gauge.labels("0").set(0.75)
-        time.sleep(0.1)
+        time.sleep(0.4)  # read every 20-45 ms meanwhile
         gauge.labels("0").set(0.5)
         time.sleep(0.1)
-    assert kv.peak == 0.75 and kv.reads >= 5 and llm.reads == 0
+    assert kv.peak == 0.75 and kv.reads >= 3 and llm.reads == 0
