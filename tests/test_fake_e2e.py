@@ -221,6 +221,20 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
         scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
+
+def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir, scores_py):
+    """A variant's tasks split over two configs (one lane each) are seeded apart: a run folder of the
+    MMLU-only config gets no CUAD rows, which the other config's run would export over its own."""
+    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    raw = yaml.safe_load(cfg.read_text())
+    raw["tasks"] = [t for t in raw["tasks"] if t["type"] == "mmlu"]
+    cfg.write_text(yaml.safe_dump(raw))
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    samples = only_run(tmp_path / "runs") / "bf16" / "samples"
+    assert sorted(p.name for p in samples.iterdir()) == ["mmlu.jsonl"]
+    assert len((samples / "mmlu.jsonl").read_text().splitlines()) == 12
+
 def test_mlflow_holds_the_sweep(swept):
     uri = f"sqlite:///{swept.parent.parent / 'mlflow.db'}"
     client = MlflowClient(uri)

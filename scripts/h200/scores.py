@@ -219,7 +219,7 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
-def rundir(dest: Path, config: Path, out: Path, variants: list[str], skip_tasks: frozenset[str] = frozenset()) -> None:
+def rundir(dest: Path, config: Path, out: Path, variants: list[str], config_tasks_only: bool = False) -> None:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
     from evalsuite.data.assets import default_cache_dir
@@ -227,6 +227,7 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], skip_tasks:
     from evalsuite.run.finish import finish_run
 
     cfg = load_config(config)
+    wanted = {t.name for t in cfg.tasks} if config_tasks_only else None
     names = variants or sorted(p.name for p in dest.iterdir() if (p / "result.json").is_file())
     rd = RunDir(out)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler"}))
@@ -237,8 +238,8 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], skip_tasks:
         for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
             with gzip.open(f, "rt") as fh:
                 rows = [json.loads(line) for line in fh]
-            if not rows or rows[0]["task"] in skip_tasks:
-                continue
+            if not rows or (wanted is not None and rows[0]["task"] not in wanted):
+                continue  # a seeded run holds only its config's tasks: never latency, nor a task another config runs
             rd.append_samples(name, rows[0]["task"], [
                 {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
                  "score": r} for r in rows])
@@ -262,7 +263,7 @@ def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> Non
     if variants and not names:
         print(f"seed: no kept scores for {', '.join(variants)} in {dest}; nothing to seed")
         return
-    rundir(dest, config, output_dir / new_run_id(config.stem), names, skip_tasks=frozenset({"latency"}))
+    rundir(dest, config, output_dir / new_run_id(config.stem), names, config_tasks_only=True)
 
 
 def main() -> None:
