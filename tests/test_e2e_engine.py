@@ -91,6 +91,8 @@ def test_sweep_records_failure_and_continues(reference):
     assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "needle/acc", "latency/ttft_ms_p50", "latency/itl_ms_p50"} <= names
     eng = bf16["engine"]
     assert eng["weights_gib"] > 0 and eng["kv_cache_tokens"] > 0 and eng["block_size"] > 0
+    # KV in use at the workload's peak, sampled from vLLM's own gauge while each batch ran
+    assert 0 < eng["kv_used_peak_blocks"] <= eng["kv_cache_blocks"]
     assert status["kv_fp8"]["status"] in ("ok", "skipped")
     if status["kv_fp8"]["status"] == "skipped":
         assert "AVX-512" in status["kv_fp8"]["reason"]

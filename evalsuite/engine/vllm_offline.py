@@ -153,7 +153,7 @@ class KVPeak:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _read(self) -> float:
-        gauges = self._registry.restricted_registry(list(_KV_GAUGES)).collect()
+        gauges = self._gauges.collect()
         values = [s.value for m in gauges for s in m.samples if s.name in _KV_GAUGES]
         if values:
             return max(values)
@@ -167,6 +167,7 @@ class KVPeak:
             from prometheus_client import REGISTRY
 
             self._registry = REGISTRY
+        self._gauges = self._registry.restricted_registry(list(_KV_GAUGES))
         start, pause = time.perf_counter(), self.interval_s
         while not self._stop.wait(pause):
             t0 = time.perf_counter()

@@ -162,20 +162,15 @@ def _found(rows: dict | None, lengths: list[int]) -> str:
     return " / ".join(cells)
 
 
-def _latency(dest: Path, variant: str) -> list[str]:
-    """Median TTFT and ITL at 32K / 130K, one cell each."""
-    f = dest / variant / "latency.scores.jsonl.gz"
-    if not f.is_file():
-        return ["-", "-"]
-    with gzip.open(f, "rt") as fh:
-        rows = [json.loads(line) for line in fh]
+def _latency(rows: dict | None, lengths: list[str]) -> list[str]:
+    """Median TTFT and ITL at each of `lengths` (prompt tokens), one cell each."""
     out = []
     for key, digits in (("ttft_ms", 0), ("itl_ms", 2)):
         cells = []
-        for n in ("32000", "130000"):
-            at = [r["extra"][key] for r in rows if r["group"] == n and r["extra"].get(key) is not None]
+        for n in lengths:
+            at = [r["extra"][key] for r in (rows or {}).values() if r["group"] == n and r["extra"].get(key) is not None]
             cells.append(f"{np.median(at):,.{digits}f}" if at else "-")
-        out.append(" / ".join(cells))
+        out.append(" / ".join(cells) if rows else "-")
     return out
 
 
@@ -197,12 +192,15 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
     """One row per variant: accuracy to 32K with paired differences, the YaRN grid's found/n, the
     engine's weights and KV tokens (16 GiB pool), and TTFT/ITL medians alone on the card. The
     lengths of each column are the ones the kept records hold."""
-    s, y = load(short), load(long)
+    s, y, lat = load(short), load(long), load(latency)
+    # the two longest prompts of the latency pass: at 1K every variant is fixed per-step cost
+    lat_lengths = sorted({r["group"] for t in lat.values() for r in t.get("latency", {}).values()}, key=int)[-2:]
     grids = [(s, t, _lengths(s, t), _LONG_NAMES[t]) for t in _LONG_TASKS]
     grids += [(y, t, _lengths(y, t), "YaRN " + _LONG_NAMES[t]) for t in _LONG_TASKS]
     heads = ["variant", "MMLU, diff pt [95%]", "CUAD bal. acc., diff pt [95%]",
              *(_header(name, lens) for _, _, lens, name in grids),
-             "weights GiB", "KV tokens in 16 GiB", "TTFT ms 32K / 130K", "ITL ms 32K / 130K"]
+             "weights GiB", "KV tokens in 16 GiB",
+             *(f"{k} ms " + " / ".join(f"{int(n) // 1000}K" for n in lat_lengths) for k in ("TTFT", "ITL"))]
     print("| " + " | ".join(heads) + " |")
     print("|" + "---|" * len(heads))
     for v in sorted(set(s) | set(y), key=lambda v: (v != baseline, v)):
@@ -215,7 +213,7 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
                  *(_found(data.get(v, {}).get(t), lens) for data, t, lens, _ in grids),
                  f"{eng['weights_gib']:.2f}" if eng.get("weights_gib") else "-",
                  f"{eng['kv_cache_tokens']:,}" if eng.get("kv_cache_tokens") else "-",
-                 *_latency(latency, v)]
+                 *_latency(lat.get(v, {}).get("latency"), lat_lengths)]
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
@@ -236,10 +234,12 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], config_task
                            env={"rebuilt_from": str(dest)}))
     for name, result in kept.items():
         for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
+            if wanted is not None and f.name.split(".")[0] not in wanted:
+                continue  # a seeded run holds only its config's tasks: never latency, nor a task another config runs
             with gzip.open(f, "rt") as fh:
                 rows = [json.loads(line) for line in fh]
-            if not rows or (wanted is not None and rows[0]["task"] not in wanted):
-                continue  # a seeded run holds only its config's tasks: never latency, nor a task another config runs
+            if not rows:
+                continue
             rd.append_samples(name, rows[0]["task"], [
                 {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
                  "score": r} for r in rows])
