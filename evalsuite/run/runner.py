@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -123,17 +124,33 @@ class Runner:
         size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
         if todo and hasattr(task, "warmup_request"):
             engine.generate([task.warmup_request()])  # first-request overheads are not latency
-        for batch in batches(todo, size, self.cfg.engine.batch_tokens):
-            completions = engine.generate([s.request for s in batch])
-            rows, scores = [], []
-            for s, c in zip(batch, completions, strict=True):
-                sc = task.score(s, c)
-                scores.append(sc)
-                rows.append(_row(s, c, sc))
-            self.run_dir.append_samples(variant, task.name, rows)
-            done.update({sc.sample_id: sc for sc in scores})
-            self.progress.advance(bar, len(batch))
+        # A batch is scored and written (fsync included) on a thread while the engine answers the
+        # next one: done in line, that work left the engine idle, a few % of a GPU run of many short
+        # items. One thread keeps the records in order; leaving the pool waits for the batch in hand,
+        # so an interrupted run still writes every answer it received.
+        # Progress stays on this thread: under Ray it is a call to the driver, and that call is how a
+        # worker whose driver died learns it.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-record") as pool:
+            recording = None
+            for batch in batches(todo, size, self.cfg.engine.batch_tokens):
+                completions = engine.generate([s.request for s in batch])
+                if recording is not None:
+                    self.progress.advance(bar, recording.result())  # a scoring error surfaces here
+                recording = pool.submit(self._record, variant, task, batch, completions, done)
+            if recording is not None:
+                self.progress.advance(bar, recording.result())
         return [done[s.id] for s in samples]
+
+    def _record(self, variant: str, task: Task, batch: list[Sample], completions: list[Completion],
+                done: dict[str, Score]) -> int:
+        rows, scores = [], []
+        for s, c in zip(batch, completions, strict=True):
+            sc = task.score(s, c)
+            scores.append(sc)
+            rows.append(_row(s, c, sc))
+        self.run_dir.append_samples(variant, task.name, rows)
+        done.update({sc.sample_id: sc for sc in scores})
+        return len(batch)
 
     def _evaluate(self, engine: Engine, variant: str, task: Any) -> list[Score]:
         recorded = self.run_dir.load_samples(variant, task.name)
