@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs ON the lent H200 machine, from the repository root that `device run` sends.
-#   device.sh stash          move whatever this call carried (.kit parts, .gpu/carry, .m pieces) to /root
+#   device.sh stash          move whatever this call carried (.kit parts, .gpu/carry, .m pieces, the
+#                            weightless model shapes .gpu/llama31-8b*) to /root
 #   device.sh setup          install the vLLM kit, the missing wheels and llmcompressor; import the model
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
 #   device.sh bench ARGS...  bench/mmlu_vs_lmeval.py ARGS... with the same environment
@@ -26,6 +27,7 @@ stash() {
     [ -d .kit/zst ] && cp .kit/zst/*.whl /root/kit/
   fi
   [ -d .gpu/carry ] && cp -r .gpu/carry/. /root/carry/
+  for d in .gpu/llama31-8b*/; do [ -d "$d" ] && mkdir -p /root/shapes && cp -r "$d" /root/shapes/; done
   if [ -d .m ]; then
     for f in .m/q?? .m/name; do [ -e "$f" ] && mv "$f" /root/m/; done
   fi
@@ -53,6 +55,7 @@ setup() {
   env_h200
   python3 -c "import vllm, datasets, gguf, typer; print('vllm', vllm.__version__, 'datasets', datasets.__version__)"
   /root/quantpy -c "import llmcompressor, compressed_tensors as c; print('llmcompressor', llmcompressor.__version__, 'ct', c.__version__)"
+  [ -f /root/m/name ] || { echo "no model carried (dummy-weight shapes only)"; return 0; }
   name=$(cat /root/m/name)
   if [ ! -f "/root/m/$name" ]; then cat /root/m/q?? > "/root/m/$name" && rm -f /root/m/q??; fi
   mkdir -p .gpu && ln -sf "/root/m/$name" ".gpu/$name"
@@ -62,7 +65,10 @@ setup() {
 copy() {  # the repo `device run` sends is refreshed by every call; detached runs need one that is not
   mkdir -p /root/repo
   tar -C "$repo" --exclude=./.kit --exclude=./.m --exclude=./.gpu --exclude=./runs -cf - . | tar -C /root/repo -xf -
-  mkdir -p /root/repo/.gpu && ln -sf "/root/m/$(cat /root/m/name)" "/root/repo/.gpu/$(cat /root/m/name)"
+  mkdir -p /root/repo/.gpu
+  [ -f /root/m/name ] && ln -sf "/root/m/$(cat /root/m/name)" "/root/repo/.gpu/$(cat /root/m/name)"
+  # model shapes without weights (scripts/prepare_h200.sh: config.json and tokenizer), stashed by an earlier call
+  [ -d /root/shapes ] && cp -r /root/shapes/. /root/repo/.gpu/
   echo "copied to /root/repo"
 }
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device session's plan for configs/claims/long-context-128k.yaml, run ON the H200 from /root/repo
+# after `device.sh setup` and `device.sh copy`. No model is carried: the runs use the Llama-3.1-8B
+# shape with dummy weights (.gpu/llama31-8b from scripts/prepare_h200.sh, carried with .gpu/carry).
+# One engine at a time, alone on the card (the latency claims need a quiet card, and most variants
+# reserve 0.92 of it), cheapest claims first:
+#   1. h200-llama8b-overcap.yaml  (claims 4 and 7: 8 x 64K requests against a pool for 4, remedies)
+#   2. h200-llama8b-swa48k.yaml   (claim 11: sliding window 4096 at 48K)
+#   3. h200-llama8b-128k.yaml     (claims 2, 3, 5, 8, 9, and 4's max_num_seqs/prefix caching)
+# A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
+# Usage: setsid nohup bash scripts/h200/plans/claims-128k.sh T0 BUDGET_S > /root/lanes.log 2>&1 &
+# (T0: the epoch second the device call began; BUDGET_S: the budget left before it; the lane ends
+# 200 s before the budget does, so that the last poll can bring the run folders back).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+T0=$1 B=$2
+DL=$((T0 + B - 200))
+C=configs/claims
+bash scripts/h200/lanes.sh $DL "run $C/h200-llama8b-overcap.yaml over; run $C/h200-llama8b-swa48k.yaml swa; \
+run $C/h200-llama8b-128k.yaml c128"
