@@ -1,7 +1,8 @@
 """Runs a config: for each variant, start an engine, run every task, record, close.
 
-Every sample's result is appended to disk as soon as its batch returns, so a killed run
-resumes where it stopped and final metrics are always recomputed from the records.
+Every sample's result is appended to disk as soon as its batch returns (scored and written while
+the engine answers the next batch), so a killed run resumes where it stopped and final metrics are
+always recomputed from the records.
 """
 
 from __future__ import annotations
