@@ -17,8 +17,8 @@ machine favours neither side. Before them, `--warmup 1` (the default) runs evals
 the first engine of a shape on a machine compiles kernels for the shapes it first meets during the
 work, not at start, and the caches it fills on disk serve both sides after it; without the warm-up
 that one-time cost falls on whichever side runs first (a tiny model's 2,850 MMLU items: 75.3 s of
-work in the first evalsuite round, 11.8 s in the last, the bare rounds between them 11.0-11.4 s). Greedy decoding, so both sides must give the same text per sample
-(`same_answers`). The target is ratio = evalsuite_s / bare_s <= 1.05. evalsuite's engine runs with
+work in the first evalsuite round, 11.8 s in the last, the bare rounds between them 11.0-11.4 s).
+Greedy decoding, so both sides must give the same text per sample (`same_answers`). The target is ratio = evalsuite_s / bare_s <= 1.05. evalsuite's engine runs with
 vLLM's stat logging on (the latency pass's TTFT/ITL and the preemption, prefix-cache and KV-usage
 figures come from it); `--bare-log-stats` turns it on in the bare loop too, which separates what vLLM's
 own bookkeeping costs from what evalsuite's code costs.

@@ -221,7 +221,6 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
         scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
-
 def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir, scores_py):
     """A variant's tasks split over two configs (one lane each) are seeded apart: a run folder of the
     MMLU-only config gets no CUAD rows, which the other config's run would export over its own."""
@@ -234,6 +233,7 @@ def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, 
     samples = only_run(tmp_path / "runs") / "bf16" / "samples"
     assert sorted(p.name for p in samples.iterdir()) == ["mmlu.jsonl"]
     assert len((samples / "mmlu.jsonl").read_text().splitlines()) == 12
+
 
 def test_mlflow_holds_the_sweep(swept):
     uri = f"sqlite:///{swept.parent.parent / 'mlflow.db'}"

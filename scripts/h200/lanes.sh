@@ -30,14 +30,10 @@ run() {
   echo "run $config $* rc=$?"
 }
 
-bench() {
-  local out=runs/h200/$1
+bench() {  # bench NAME ARGS: the lm-eval comparison, with its work folder kept in the lane's folder
+  local name=$1
   shift
-  mkdir -p "$out"
-  [ "$(left)" -gt 60 ] || return 0
-  timeout --signal=INT --kill-after=20 "$(left)" bash scripts/h200/device.sh bench "$@" \
-    --work-dir "$out" > "$out/bench.log" 2>&1
-  echo "bench $* rc=$?"
+  py "$name" bench/mmlu_vs_lmeval.py "$@" --work-dir "runs/h200/$name"
 }
 py() {
   local out=runs/h200/$1
