@@ -95,3 +95,23 @@ def test_finish_scores_a_cut_latency_pass(tmp_path):
     assert metrics["latency/ttft_ms_p50/ctx32000"].value == 3900.0 and metrics["latency/ttft_ms_p50/ctx32000"].n == 2
     assert "latency/ttft_ms_p50/ctx130000" not in metrics
     assert "latency/ttft_ms_p50" in bf16.primary_metrics
+
+
+def test_finish_rescores_a_resumed_variant_cut_again(tmp_path):
+    """A resumed partial variant that is interrupted again: run.json still holds its earlier
+    `partial` (scored on 3 needle cells), its result.json says `running`, and its samples hold more.
+    The samples decide, and run.json is brought in line."""
+    root = interrupted_run(tmp_path / "r1", wrong=set(range(30)))
+    first = finish_run(root, tmp_path / "cache")
+    assert "mmlu 150" in first.variant("bf16").reason
+    rd = RunDir(root)
+    rd.write_result(VariantResult(variant="bf16", status="running"))  # --resume started it again
+    more = [Score(sample_id=f"n{i}", task="needle", value=0.0, pred="1", target="7", group="len1024_depth1",
+                  extra={"length": 1024, "depth": 1, "seed": i}) for i in range(3, 5)]
+    rd.append_samples("bf16", "needle", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                         for s in more])
+    again = finish_run(root, tmp_path / "cache")
+    bf16 = again.variant("bf16")
+    assert bf16.status == "partial" and "needle 5" in bf16.reason
+    assert {m.name: m for m in bf16.metrics}["needle/acc"].value == 3 / 5
+    assert rd.load_result("bf16").reason == bf16.reason == rd.load_run().variant("bf16").reason

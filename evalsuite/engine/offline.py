@@ -30,7 +30,8 @@ def log_tail(path: Path, lines: int = 400) -> str:
 
 
 _ERROR_LINE = re.compile(r"\b([A-Za-z]*(?:Error|Exception)): (.+)$")
-_GENERIC = ("See root cause above", "Engine core initialization failed", "please check the stack trace")
+_GENERIC = ("See root cause above", "Engine core initialization failed", "please check the stack trace",
+            "See stack trace (above) for the root cause", "EngineCore encountered a fatal error")
 
 
 def failure_reason(log_path: Path, fallback: str) -> str:
@@ -171,8 +172,8 @@ class OfflineEngine:
             raise EngineFailed("engine not started")
         self._conn.send(msg)
         kind, payload = self._recv(timeout, what)
-        if kind == "error":
-            raise EngineFailed(payload)
+        if kind == "error":  # vLLM's client error only says "see above": the log has the cause
+            raise EngineFailed(failure_reason(self.log_path, payload))
         return payload
 
     def generate(self, requests: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:

@@ -84,7 +84,10 @@ def finish_run(root: Path, cache_dir: Path) -> RunRecord:
     cfg = _config(run_dir)
     done = {v.variant: v for v in record.variants}
     for name in cfg.variants:
-        result = done.get(name) or run_dir.load_result(name)
+        # The variant's own result.json first: the runner rewrites it at every status change, while
+        # run.json learns of a variant only when it ends. A resumed variant cut again therefore reads
+        # `running` there but still shows its earlier `partial` in run.json, scored on fewer samples.
+        result = run_dir.load_result(name) or done.get(name)
         if result is None:
             continue
         if result.status in INTERRUPTED:

@@ -5,7 +5,7 @@
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. Five lanes share the
 # card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
-# one lane also runs kv_fp8_skip_layers_0_1 on the 32K config (MMLU, CUAD, long tasks to 32K);
+# one lane also runs the layer skip on the 32K config (MMLU, CUAD, long tasks to 32K);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S] > /root/lanes.log 2>&1 &
@@ -29,14 +29,15 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
   echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
 # Lanes in order of what the results need most: the runtime variants (bf16's remainder first: it is
-# every other variant's baseline), the recovering kv_fp8_skip_layers_0_1 on the 32K config too (does
-# it also recover MMLU?), then INT4 and the calibrated cache. The card is compute-bound at 64K-128K, so
+# every other variant's baseline), the recovering layer skip on the 32K config too (does it also
+# recover MMLU? on Triton attention, where vLLM 0.26 runs it at MMLU's batch sizes, with plain FP8 KV
+# on Triton as its control), then INT4 and the calibrated cache. The card is compute-bound at 64K-128K, so
 # five lanes share it about evenly; a lane that does not finish leaves per-item scores the next
 # session's seed picks up.
 bash scripts/h200/lanes.sh $DA "$(lane y1 $Y bf16 fp8); $(lane k1 $K fp8)" \
   "$(lane y2 $Y fp8_kv_fp8); $(lane k2 $K fp8_kv_fp8)" \
   "$(lane y3 $Y kv_fp8 kv_fp8_skip_layers_0_1); $(lane k3 $K kv_fp8 kv_fp8_skip_layers_0_1)" \
-  "$(lane s1 $A kv_fp8_skip_layers_0_1 D=$S); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
+  "$(lane s1 $A kv_fp8_skip_layers_0_1_triton_attn kv_fp8_triton_attn D=$S); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
   "$(lane y5 $Y awq gptq kv_fp8_calibrated); $(lane k5 $K awq gptq kv_fp8_calibrated)"
 if [ "$LAT" -gt 0 ]; then
   rm -f runs/h200/lanes.done

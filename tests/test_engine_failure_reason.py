@@ -1,0 +1,50 @@
+"""A variant whose engine dies mid-generation is recorded with the root cause from vLLM's log, not
+with the client's "see the stack trace above" (as vLLM 0.26 reported an FA3 scheduler error on the
+H200)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evalsuite.core.types import EngineStats
+from evalsuite.engine import EngineFailed
+from evalsuite.engine.offline import OfflineEngine, failure_reason
+
+CLIENT = "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."
+CORE_LOG = """\
+(EngineCore pid=2955) INFO 12-01 19:53:40 [core.py:100] init engine (profile, create kv cache) took 32 s
+(EngineCore pid=2955) ERROR 12-01 19:54:07 [dump_input.py:72] Dumping input data for V1 LLM engine (v0.26.0)
+(EngineCore pid=2955) ERROR 12-01 19:54:07 [core.py:1332] EngineCore encountered a fatal error.
+(EngineCore pid=2955) ERROR 12-01 19:54:07 [core.py:1332] Traceback (most recent call last):
+(EngineCore pid=2955) ERROR 12-01 19:54:07 [core.py:1332]     out, softmax_lse, _, _ = torch.ops._vllm_fa3_C.fwd(
+(EngineCore pid=2955) ERROR 12-01 19:54:07 [core.py:1332] RuntimeError: scheduler_metadata must have shape (metadata_size)
+ERROR 12-01 19:54:07 [async_llm.py:700] EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def dying_engine(conn, model, kwargs, log_path, env) -> None:
+    """Stand-in for vllm_offline.worker_main whose engine core dies on the first batch."""
+    conn.send(("ready", EngineStats().model_dump()))
+    conn.recv()
+    Path(log_path).write_text(CORE_LOG)
+    conn.send(("error", CLIENT))
+    conn.recv()
+
+
+def test_failure_reason_skips_the_generic_wrappers(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text(CORE_LOG)
+    assert failure_reason(log, CLIENT) == "RuntimeError: scheduler_metadata must have shape (metadata_size)"
+    assert failure_reason(tmp_path / "missing.log", CLIENT) == CLIENT
+
+
+def test_a_generation_failure_carries_the_root_cause(tmp_path):
+    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=dying_engine, startup_timeout_s=60)
+    engine.start()
+    try:
+        with pytest.raises(EngineFailed, match=r"^RuntimeError: scheduler_metadata must have shape"):
+            engine.generate([])
+    finally:
+        engine.close(wait=False)
