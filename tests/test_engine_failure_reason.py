@@ -33,6 +33,15 @@ def dying_engine(conn, model, kwargs, log_path, env) -> None:
     conn.recv()
 
 
+def refusing_engine(conn, model, kwargs, log_path, env) -> None:
+    """Stand-in whose worker refuses a request with its own, specific message (the log has older errors)."""
+    conn.send(("ready", EngineStats().model_dump()))
+    conn.recv()
+    Path(log_path).write_text(CORE_LOG)
+    conn.send(("error", "ValueError: prompt of 40000 tokens exceeds max_model_len 32768"))
+    conn.recv()
+
+
 def test_failure_reason_skips_the_generic_wrappers(tmp_path):
     log = tmp_path / "engine.log"
     log.write_text(CORE_LOG)
@@ -45,6 +54,16 @@ def test_a_generation_failure_carries_the_root_cause(tmp_path):
     engine.start()
     try:
         with pytest.raises(EngineFailed, match=r"^RuntimeError: scheduler_metadata must have shape"):
+            engine.generate([])
+    finally:
+        engine.close(wait=False)
+
+
+def test_a_specific_error_is_kept_as_it_is(tmp_path):
+    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=refusing_engine, startup_timeout_s=60)
+    engine.start()
+    try:
+        with pytest.raises(EngineFailed, match=r"^ValueError: prompt of 40000 tokens"):
             engine.generate([])
     finally:
         engine.close(wait=False)

@@ -172,8 +172,9 @@ class OfflineEngine:
             raise EngineFailed("engine not started")
         self._conn.send(msg)
         kind, payload = self._recv(timeout, what)
-        if kind == "error":  # vLLM's client error only says "see above": the log has the cause
-            raise EngineFailed(failure_reason(self.log_path, payload))
+        if kind == "error":  # vLLM's client error only says "see above": then the log has the cause
+            generic = any(g in payload for g in _GENERIC)
+            raise EngineFailed(failure_reason(self.log_path, payload) if generic else payload)
         return payload
 
     def generate(self, requests: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
