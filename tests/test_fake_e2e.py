@@ -221,6 +221,17 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
         scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
+def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_model, legal_dir, scores_py):
+    """A lane seeded with several variants and stopped before it reached one: exporting its folder
+    keeps that variant's kept files (its engine log above all) as they were."""
+    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)
+    before = {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()}
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    scores_py.export([only_run(tmp_path / "runs")], kept)
+    assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
+
+
 def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir, scores_py):
     """A variant's tasks split over two configs (one lane each) are seeded apart: a run folder of the
     MMLU-only config gets no CUAD rows, which the other config's run would export over its own."""

@@ -49,7 +49,13 @@ BOOT = 2000
 
 def export(run_dirs: list[Path], dest: Path) -> None:
     for run in run_dirs:
+        seeded = "rebuilt_from" in json.loads((run / "run.json").read_text()).get("env", {})
         for vdir in sorted(p for p in run.iterdir() if (p / "result.json").is_file()):
+            if seeded and not (vdir / "engine.log").exists():
+                # seeded from the kept scores and never started in this run: exporting it would only
+                # replace the kept engine log with an empty one
+                print(f"export: {run.name}/{vdir.name}: seeded, not run here; kept as it is")
+                continue
             out = dest / vdir.name
             out.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(vdir / "result.json", out / "result.json")
