@@ -1,7 +1,8 @@
-"""scripts/h200/device.sh's set-up order on the lent GPU machine: `prepare` installs the environment
-in the background while later calls carry the model, and `setup` waits for it, installs it once,
-and imports the model assembled from its pieces. Only the outside tools are stand-ins (python3,
-the kit's installer): what is under test is the script's own sequencing."""
+"""The scripts that prepare a lent GPU machine. device.sh's set-up order: `prepare` installs the
+environment in the background while later calls carry the model, and `setup` waits for it, installs
+it once, and imports the model assembled from its pieces; only the outside tools are stand-ins
+(python3, the kit's installer), what is under test is the script's own sequencing. slim.sh: what
+travels with every call."""
 
 from __future__ import annotations
 
@@ -80,3 +81,31 @@ def test_setup_redoes_an_install_cut_midway(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert (tmp_path / "calls.log").read_text().splitlines().count("install_kit") == 1
     assert time.monotonic() - t0 < 30
+
+
+def test_slim_sets_results_aside_and_back(tmp_path):
+    """scripts/h200/slim.sh: docs/results leaves the checkout but for what a plan reads, and comes back
+    byte for byte; bad input is one line and exit 2."""
+    co = tmp_path / "co"
+    (co / "scripts" / "h200").mkdir(parents=True)
+    (co / "scripts" / "h200" / "slim.sh").write_text((REPO / "scripts" / "h200" / "slim.sh").read_text())
+    for rel, data in {"docs/results/a/scores-128k/x.gz": b"keep", "docs/results/a/scores/y.gz": b"big" * 1000,
+                      "docs/results/b.md": b"page"}.items():
+        (co / rel).parent.mkdir(parents=True, exist_ok=True)
+        (co / rel).write_bytes(data)
+    subprocess.run(["git", "init", "-q"], cwd=co, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=co, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], cwd=co, check=True)
+    env = {**os.environ, "EVALSUITE_SLIM_DIR": str(tmp_path / "stash")}
+    slim = lambda *a: subprocess.run(["bash", "scripts/h200/slim.sh", *a], cwd=co, env=env, capture_output=True, text=True)
+    res = slim("aside", "docs/results/a/scores-128k")
+    assert res.returncode == 0, res.stderr
+    present = sorted(str(p.relative_to(co)) for p in (co / "docs").rglob("*") if p.is_file())
+    assert present == ["docs/results/a/scores-128k/x.gz"]
+    again = slim("aside")
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
+    assert slim("back").returncode == 0
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=co, capture_output=True, text=True).stdout
+    assert status == "" and (co / "docs/results/a/scores/y.gz").read_bytes() == b"big" * 1000
+    wrong = slim("aside", "README.md")
+    assert wrong.returncode == 2 and "README.md" in wrong.stderr and not (tmp_path / "stash" / "results").exists()
