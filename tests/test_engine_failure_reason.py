@@ -4,6 +4,8 @@ H200)."""
 
 from __future__ import annotations
 
+import re
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,22 +26,30 @@ ERROR 12-01 19:54:07 [async_llm.py:700] EngineDeadError: EngineCore encountered 
 """
 
 
-def dying_engine(conn, model, kwargs, log_path, env) -> None:
-    """Stand-in for vllm_offline.worker_main whose engine core dies on the first batch."""
+def erroring_engine(message, conn, model, kwargs, log_path, env) -> None:
+    """Stand-in for vllm_offline.worker_main that fails its first batch with `message`, its engine log
+    holding the core's traceback (bound with functools.partial: spawn pickles the child's target)."""
     conn.send(("ready", EngineStats().model_dump()))
     conn.recv()
     Path(log_path).write_text(CORE_LOG)
-    conn.send(("error", CLIENT))
+    conn.send(("error", message))
     conn.recv()
 
 
-def refusing_engine(conn, model, kwargs, log_path, env) -> None:
-    """Stand-in whose worker refuses a request with its own, specific message (the log has older errors)."""
-    conn.send(("ready", EngineStats().model_dump()))
-    conn.recv()
-    Path(log_path).write_text(CORE_LOG)
-    conn.send(("error", "ValueError: prompt of 40000 tokens exceeds max_model_len 32768"))
-    conn.recv()
+@pytest.mark.parametrize(("message", "recorded"), [
+    (CLIENT, "RuntimeError: scheduler_metadata must have shape"),  # vLLM's client: "see above"
+    ("ValueError: prompt of 40000 tokens exceeds max_model_len 32768",  # a worker's own, specific
+     "ValueError: prompt of 40000 tokens"),
+])
+def test_a_generation_failure_is_recorded_with_its_cause(tmp_path, message, recorded):
+    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=partial(erroring_engine, message),
+                           startup_timeout_s=60)
+    engine.start()
+    try:
+        with pytest.raises(EngineFailed, match="^" + re.escape(recorded)):
+            engine.generate([])
+    finally:
+        engine.close(wait=False)
 
 
 def test_failure_reason_skips_the_generic_wrappers(tmp_path):
@@ -47,23 +57,3 @@ def test_failure_reason_skips_the_generic_wrappers(tmp_path):
     log.write_text(CORE_LOG)
     assert failure_reason(log, CLIENT) == "RuntimeError: scheduler_metadata must have shape (metadata_size)"
     assert failure_reason(tmp_path / "missing.log", CLIENT) == CLIENT
-
-
-def test_a_generation_failure_carries_the_root_cause(tmp_path):
-    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=dying_engine, startup_timeout_s=60)
-    engine.start()
-    try:
-        with pytest.raises(EngineFailed, match=r"^RuntimeError: scheduler_metadata must have shape"):
-            engine.generate([])
-    finally:
-        engine.close(wait=False)
-
-
-def test_a_specific_error_is_kept_as_it_is(tmp_path):
-    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=refusing_engine, startup_timeout_s=60)
-    engine.start()
-    try:
-        with pytest.raises(EngineFailed, match=r"^ValueError: prompt of 40000 tokens"):
-            engine.generate([])
-    finally:
-        engine.close(wait=False)

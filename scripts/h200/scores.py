@@ -48,8 +48,10 @@ BOOT = 2000
 
 
 def export(run_dirs: list[Path], dest: Path) -> None:
+    from evalsuite.core.records import RunDir
+
     for run in run_dirs:
-        seeded = "rebuilt_from" in json.loads((run / "run.json").read_text()).get("env", {})
+        seeded = "rebuilt_from" in RunDir(run).load_run().env
         for vdir in sorted(p for p in run.iterdir() if (p / "result.json").is_file()):
             if seeded and not (vdir / "engine.log").exists():
                 # seeded from the kept scores and never started in this run: exporting it would only

