@@ -2,7 +2,7 @@
 
 Covers: a sweep where one variant fails and the others finish, resume after a killed run
 (nothing lost, nothing counted twice, same metrics), an interrupted run left `partial`, a run
-resumed from kept per-item scores, KV capacity with some layers kept in 16 bits against the
+resumed from kept per-item scores (and one cut again), KV capacity with some layers kept in 16 bits against the
 planner, and server mode giving the same answers as offline mode.
 """
 
@@ -137,21 +137,17 @@ def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     assert metrics(run) == metrics(reference)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
-    """What Ctrl-C or a time limit does (`timeout --signal=INT` in scripts/h200/lanes.sh; SIGTERM from
-    `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
-    ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
-    ended at once, the run exits 130 soon after, and the folder holds the variant `partial`,
-    scored, with the memory figures of its start."""
-    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="interrupt")
-    proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
+def interrupt_when_recorded(cfg: Path, out: Path, lines: int, sig: int = signal.SIGINT, *args: str) -> None:
+    """`evalsuite run CONFIG ARGS` in a process that ignores SIGINT (as a shell's background jobs and
+    pytest-xdist workers do), sent `sig` once bf16's MMLU records hold `lines` rows; it must exit 130
+    within 30 s, not waiting on its engine."""
+    proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        found = list((tmp_path / "runs").glob("*/bf16/samples/mmlu.jsonl"))
-        if found and found[0].read_text().count("\n") >= 1:
+        found = list(out.glob("*/bf16/samples/mmlu.jsonl"))
+        if found and found[0].read_text().count("\n") >= lines:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "run ended before it could be interrupted"
@@ -160,6 +156,17 @@ def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert time.monotonic() - t0 < 30, "the interrupted run waited on its engine"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
+    """What Ctrl-C or a time limit does (`timeout --signal=INT` in scripts/h200/lanes.sh; SIGTERM from
+    `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
+    ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
+    ended at once, the run exits 130 soon after, and the folder holds the variant `partial`,
+    scored, with the memory figures of its start."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="interrupt")
+    interrupt_when_recorded(cfg, tmp_path / "runs", lines=1, sig=sig)
     (run,) = run_dirs(tmp_path / "runs")
     (bf16,) = json.loads((run / "run.json").read_text())["variants"]
     assert bf16["status"] == "partial" and "mmlu" in bf16["reason"], bf16["reason"]
@@ -256,3 +263,24 @@ def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, refer
                          if v["variant"] == "bf16" for m in v["metrics"] if not m["name"].startswith("latency") and not m["name"].endswith("_s")}
     assert metrics(run) == metrics(reference)
     assert json.loads((run / "bf16" / "result.json").read_text())["status"] == "ok"
+
+
+def test_a_resumed_variant_cut_again_is_scored_on_all_it_recorded(tmp_path, tiny_model, legal_dir, reference,
+                                                                   scores_py):
+    """What a GPU session's deadline did to a variant seeded from kept scores: `run --resume` answers
+    more items, then is interrupted. The variant is `partial` on every sample its folder now holds, in
+    run.json and result.json alike, not on the 5 MMLU items it was seeded with."""
+    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5)
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
+    raw = yaml.safe_load(cfg.read_text())
+    raw["latency"] = {"prompt_tokens": [64], "output_tokens": 64, "repeats": 40}  # still running when cut
+    cfg.write_text(yaml.safe_dump(raw))
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    interrupt_when_recorded(cfg, tmp_path / "runs", 9, signal.SIGINT, "--resume")  # a first new batch of 4
+    (run,) = run_dirs(tmp_path / "runs")
+    recorded = len((run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines())
+    (listed,) = json.loads((run / "run.json").read_text())["variants"]
+    own = json.loads((run / "bf16" / "result.json").read_text())
+    for v in (listed, own):
+        assert v["status"] == "partial" and f"mmlu {recorded}" in v["reason"], v["reason"]
+        assert {m["name"]: m["n"] for m in v["metrics"]}["mmlu/acc"] == recorded > 5
