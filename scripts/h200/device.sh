@@ -72,7 +72,8 @@ prepare() {
   stash
   # A copy runs: the next call refreshes this checkout, and bash reads a script while it runs it.
   cp "$repo/scripts/h200/device.sh" $R/device-env.sh
-  setsid nohup bash $R/device-env.sh setup-env > $R/prepare.log 2>&1 < /dev/null &
+  # From $R: the checkout is rewritten by the calls that follow, and pip needs a working directory.
+  (cd $R && setsid nohup bash $R/device-env.sh setup-env > $R/prepare.log 2>&1 < /dev/null &)
   echo "installing in the background (log: $R/prepare.log)"
 }
 
