@@ -164,7 +164,7 @@ def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
     `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
     ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
     ended at once, the run exits 130 soon after, and the folder holds the variant `partial`,
-    scored, with the memory figures of its start."""
+    scored, with the memory figures of its start and the planner's."""
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="interrupt")
     interrupt_when_recorded(cfg, tmp_path / "runs", lines=1, sig=sig)
     (run,) = run_dirs(tmp_path / "runs")
@@ -173,6 +173,8 @@ def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
     n = {m["name"]: m["n"] for m in bf16["metrics"]}["mmlu/acc"]
     assert n == len([k for k in scores(run, "bf16") if k.startswith(("abstract_algebra", "anatomy"))]) > 0
     assert bf16["engine"]["kv_cache_tokens"] > 0 and bf16["engine"]["source"]["kv_cache_tokens"] == "api"
+    # the planner's figures too, computed at start: the gate's memory checks read them
+    assert bf16["engine"]["kv_bytes_per_token"] == bf16["predicted"]["kv_bytes_per_token"] > 0
 
 
 def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):

@@ -165,6 +165,7 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
     assert bf16["status"] == "partial" and "mmlu 8" in bf16["reason"], bf16["reason"]
     assert {m["name"]: m["n"] for m in bf16["metrics"]}["mmlu/acc"] == 8
     assert bf16["engine"]["kv_cache_tokens"] and "kv_cache_tokens" not in bf16["engine"]["source"]  # start()'s
+    assert bf16["predicted"]  # asked of the planner at start (it knows no 'fake' device: its error is kept)
     monkeypatch.setattr(FakeEngine, "generate", real)
     assert run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")[0] == 0
     assert json.loads((run_dir / "run.json").read_text())["variants"][0]["status"] == "ok"
@@ -196,11 +197,14 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, sc
     assert f"| {mmlu:.3f} " in rows["worse"] and "] (n=20)" in rows["worse"] and "[" not in rows["bf16"].split(" | ")[1]
 
 
-def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, monkeypatch, scores_py):
+@pytest.mark.parametrize("kept_status", ["partial", "ok"])
+def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, monkeypatch, scores_py, kept_status):
     """A variant left partial in one GPU session is completed in the next from its kept scores:
     `scores.py seed` puts a folder where `evalsuite run --resume` finds it, and only the items
-    without a score (and the latency pass, never seeded) go to the engine."""
-    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)  # the session ended after 12 of 20 MMLU items
+    without a score (and the latency pass, never seeded) go to the engine. Also when the kept
+    variant was `ok` on a smaller grid than the config's now (multi-key needle: 4 seeds, then 5)."""
+    # the session ended after 12 of 20 MMLU items
+    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12, status=kept_status)
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
     seeded = only_run(tmp_path / "runs")
@@ -230,6 +234,33 @@ def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_mod
     scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
     scores_py.export([only_run(tmp_path / "runs")], kept)
     assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
+
+
+def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
+    """A lane cut at the deadline records the engine figures of its start only; exported over the kept
+    record of the same settings (the variant's other lane), it keeps the figures that record has,
+    and its own status and metrics."""
+    import shutil
+
+    scores_py.export([swept], tmp_path / "kept")
+    cut = tmp_path / "cut"
+    shutil.copytree(swept, cut)
+    path = cut / "bf16" / "result.json"
+    result = json.loads(path.read_text())
+    kept_engine = json.loads(json.dumps(result["engine"]))
+    assert kept_engine["kv_bytes_per_token"] and kept_engine["kv_cache_gib"]
+    result["engine"].update(kv_bytes_per_token=None, kv_cache_gib=None)
+    result["engine"]["source"].pop("kv_cache_gib", None)
+    path.write_text(json.dumps({**result, "status": "partial", "reason": "interrupted", "predicted": {}}))
+    scores_py.export([cut], tmp_path / "kept")
+    got = json.loads((tmp_path / "kept" / "bf16" / "result.json").read_text())
+    assert (got["status"], got["reason"]) == ("partial", "interrupted")
+    assert got["engine"]["kv_bytes_per_token"] == kept_engine["kv_bytes_per_token"]
+    assert got["engine"]["kv_cache_gib"] == kept_engine["kv_cache_gib"]
+    assert got["engine"]["source"].get("kv_cache_gib") == kept_engine["source"].get("kv_cache_gib")
+    assert got["predicted"] == json.loads((swept / "bf16" / "result.json").read_text())["predicted"]
+    other = json.loads((cut / "worse" / "result.json").read_text())  # other settings: nothing carried over
+    assert json.loads((tmp_path / "kept" / "worse" / "result.json").read_text()) == other
 
 
 def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir, scores_py):

@@ -242,6 +242,11 @@ class Runner:
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
+            if not variant.simulate:
+                # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
+                # per token and prediction, which the gate's memory checks need
+                result.engine = self._measured(result.engine, variant, result, variant.model or model_dir)
+            self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
             metrics = self._run_tasks(engine, name, tasks, samples)
             if variant.simulate:
                 result.engine = self._simulated(engine.stats(), variant, result, model_dir)
@@ -257,7 +262,7 @@ class Runner:
         finally:
             engine.close(wait=not interrupted)
             nvml.__exit__(None, None, None)
-            if interrupted:  # keeps what start() reported; the session scores the recorded samples
+            if interrupted:  # keeps start()'s figures with the planner's; the session scores the recorded samples
                 self.run_dir.write_result(result)
         _record_reservation(result, variant, nvml)
         result.duration_s = time.perf_counter() - t0
@@ -290,13 +295,31 @@ def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, 
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
     for name, variant in cfg.variants.items():
         prev = run_dir.load_result(name) if resume else None
-        if prev is not None and prev.status in ("ok", "skipped"):
+        if finished(prev, run_dir, variant, tasks, samples):
             _put(record, prev)
             continue
         _put(record, runner.run_variant(name, variant, tasks, samples))
         run_dir.write_run(record)
     run_dir.write_run(record)
     return record
+
+
+def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
+             samples: dict[str, list[Sample]]) -> bool:
+    """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
+    of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
+    the session that measured them, whose grid may have been smaller than this config's."""
+    if prev is None or prev.status not in ("ok", "skipped"):
+        return False
+    if prev.status == "skipped":
+        return True
+    for t in tasks:
+        if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):
+            continue  # a harness keeps its own items; a simulated variant never runs latency
+        have = {r["sample"]["id"] for r in run_dir.load_samples(prev.variant, t.name)}
+        if any(s.id not in have for s in samples[t.name]):
+            return False
+    return True
 
 
 def _put(record: RunRecord, result: VariantResult) -> None:

@@ -266,13 +266,13 @@ class _Fanout:
 def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
                 progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with every variant left to do running as a Ray task."""
-    from evalsuite.run.runner import _put, preflight
+    from evalsuite.run.runner import _put, finished, preflight
 
     tasks, samples = preflight(cfg, ctx)  # bad input costs nothing, before any cluster is touched
     todo = {}
     for name, variant in cfg.variants.items():
         prev = run_dir.load_result(name) if resume else None
-        if prev is not None and prev.status in ("ok", "skipped"):
+        if finished(prev, run_dir, variant, tasks, samples):
             _put(record, prev)
         else:
             todo[name] = variant

@@ -60,7 +60,10 @@ def export(run_dirs: list[Path], dest: Path) -> None:
                 continue
             out = dest / vdir.name
             out.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(vdir / "result.json", out / "result.json")
+            result = json.loads((vdir / "result.json").read_text())
+            if (out / "result.json").is_file():
+                result = _with_kept_figures(result, json.loads((out / "result.json").read_text()))
+            (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
             shutil.copyfile(run / "config.yaml", out / "config.yaml")
             log = (vdir / "engine.log").read_text(errors="replace").splitlines() if (vdir / "engine.log").exists() else []
             (out / "engine-memory.log").write_text("\n".join(ln[:400] for ln in log if LOG_KEEP.search(ln)) + "\n")
@@ -69,6 +72,22 @@ def export(run_dirs: list[Path], dest: Path) -> None:
                     for line in src:
                         if line.endswith("\n"):  # a line cut by a kill is not a result
                             dst.write(json.dumps(json.loads(line)["score"]) + "\n")
+
+
+def _with_kept_figures(new: dict, kept: dict) -> dict:
+    """A variant cut mid-run records only the engine figures of its start; where the kept record is
+    of the same settings (another task's lane, same card), the figures it has and the cut run lacks
+    are kept, each still named by its source."""
+    if new.get("settings") != kept.get("settings") or not kept.get("engine"):
+        return new
+    engine = dict(new.get("engine") or {})
+    source, kept_source = dict(engine.get("source") or {}), kept["engine"].get("source") or {}
+    for k, v in kept["engine"].items():
+        if engine.get(k) is None and v is not None:
+            engine[k] = v
+            if k in kept_source:
+                source[k] = kept_source[k]
+    return {**new, "engine": {**engine, "source": source}, "predicted": new.get("predicted") or kept.get("predicted") or {}}
 
 
 def load(dest: Path) -> dict[str, dict[str, dict[str, dict]]]:
