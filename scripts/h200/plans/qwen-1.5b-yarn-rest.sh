@@ -22,12 +22,14 @@
 #   sleep 100; bash scripts/h200/poll.sh 0
 # (B: the budget the previous call reported, less ~5 s), then `cd /root/repo; bash scripts/h200/poll.sh
 # 270` back to back until the lanes are done, and `bash scripts/h200/slim.sh back` here.
-# Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S] > /root/lanes.log 2>&1 &
+# Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S [OVH_S]] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
-# 240 s before the budget does, so that the last polls can bring the run folders back).
+# 240 s before the budget does, so that the last polls can bring the run folders back; OVH_S > 0:
+# first, alone on the card for at most OVH_S seconds, bench/overhead.py on the 1.5B, as
+# docs/benchmarks.md's H200 row runs it; its RESULT line is in runs/h200/ov/bench.log).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-T0=$1 B=$2 LAT=${3:-0}
+T0=$1 B=$2 LAT=${3:-0} OVH=${4:-0}
 DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
 S=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores
@@ -36,6 +38,14 @@ Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
 M=configs/h200/qwen-1.5b-mmlu.yaml
+if [ "$OVH" -gt 0 ]; then
+  # bench/overhead.py needs the card to itself (its two sides' wall times are compared), so first
+  MD=$(ls -d /root/cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m-*/ | head -1)
+  bash scripts/h200/lanes.sh $(( $(date +%s) + OVH )) "py ov bench/overhead.py --model $MD --mmlu-per-subject 50 \
+--mmlu-shots 5 --needle-lengths 4096,16384,28672 --needle-depths 0,0.5,1 --needle-seeds 3 --rounds 2 \
+--engine-arg max_num_batched_tokens=16384"
+  rm -f runs/h200/lanes.done
+fi
 lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, then run what is missing
   local name=$1 config=$2 d=$D
   shift 2
