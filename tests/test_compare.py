@@ -129,6 +129,26 @@ def test_partial_variants_stay_off_the_front(tmp_path):
     assert [p.name for p in made] == ["accuracy_vs_weights_gib.png"]
 
 
+def test_context_plot_has_one_legend_below_its_panels(tmp_path, monkeypatch):
+    """Every panel of the accuracy-vs-context figure has the same variants: one legend for the figure,
+    below the panels, where it covers no points (a legend inside each panel hid them)."""
+    from evalsuite.report import plots
+
+    frame = pd.DataFrame({"status": ["ok"] * 3, "needle/acc/len4096": [1.0, 0.9, 0.2],
+                          "needle/acc/len8192": [1.0, 0.8, 0.1], "legal_long/acc/len4096": [0.9, 0.9, 0.3],
+                          "legal_long/acc/len8192": [0.9, 0.8, 0.2]}, index=["bf16", "fp8", "kv_fp8"])
+    figs = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or real(fig, path))
+    assert plots.plot_vs_context(frame, ["needle/acc", "legal_long/acc"], "t", tmp_path / "c.png") is not None
+    (fig,) = figs
+    assert [ax.get_legend() for ax in fig.axes] == [None, None]
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["bf16", "fp8", "kv_fp8"]
+    legend_top = legend.get_window_extent().y1
+    assert all(legend_top <= ax.get_window_extent().y0 for ax in fig.axes)  # below every panel
+
+
 def test_pareto_front():
     # (weights GiB, accuracy): c is beaten by a (less memory, more accuracy)
     pts = [(0.5, 0.80), (1.0, 0.90), (1.5, 0.70), (0.4, 0.60)]

@@ -78,7 +78,7 @@ def _yerr(keys: list[tuple[str, str]], values: list[float], intervals: Intervals
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # "tight" keeps a legend placed below the panels
     return path
 
 
@@ -145,7 +145,10 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel(base)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    # one legend for all panels, below them: every panel has the same variants, and a legend inside
+    # a panel covers its points once there are more than a few
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 4), fontsize=8)
     return _save(fig, path)
 
 
