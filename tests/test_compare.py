@@ -149,6 +149,25 @@ def test_context_plot_has_one_legend_below_its_panels(tmp_path, monkeypatch):
     assert all(legend_top <= ax.get_window_extent().y0 for ax in fig.axes)  # below every panel
 
 
+def test_context_plot_tells_many_variants_apart(tmp_path, monkeypatch):
+    """A sweep of more variants than matplotlib's ten default colours: no two lines look alike, and a
+    variant keeps its look from panel to panel."""
+    from matplotlib.colors import to_hex
+
+    from evalsuite.report import plots
+
+    names = [f"v{i}" for i in range(14)]
+    frame = pd.DataFrame({"status": ["ok"] * 14, "needle/acc/len4096": [0.5] * 14, "needle/acc/len8192": [0.4] * 14,
+                          "legal_long/acc/len4096": [0.3] * 14, "legal_long/acc/len8192": [0.2] * 14}, index=names)
+    figs = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or real(fig, path))
+    plots.plot_vs_context(frame, ["needle/acc", "legal_long/acc"], "t", tmp_path / "c.png")
+    looks = [[(to_hex(c.lines[0].get_color()), c.lines[0].get_marker()) for c in ax.containers]
+             for ax in figs[0].axes]
+    assert len(set(looks[0])) == 14 and looks[0] == looks[1]
+
+
 def test_pareto_front():
     # (weights GiB, accuracy): c is beaten by a (less memory, more accuracy)
     pts = [(0.5, 0.80), (1.0, 0.90), (1.5, 0.70), (0.4, 0.60)]

@@ -20,6 +20,16 @@ from evalsuite.report.names import CONTEXT_GROUP, is_unitless
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
 
 LATENCY_BASES = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
+# One style per variant across a figure's panels: matplotlib's default cycle has ten colours, and a
+# sweep of more variants drew two of them alike; a marker per variant on top of twenty colours.
+MARKERS = "osD^vP*Xh<>p"
+
+
+def _style(i: int) -> dict:
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"].colors
+    return {"color": colors[(2 * i) % 20 + (i // 10) % 2], "marker": MARKERS[i % len(MARKERS)]}
 
 
 def pareto_front(points: list[tuple[float, float]], x_lower_is_better: bool) -> list[int]:
@@ -135,10 +145,10 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
         lengths = sorted(series[base])
         data = _numeric(frame, [series[base][n] for n in lengths])
         cols = [series[base][n] for n in lengths]
-        for label, row in data.iterrows():
+        for i, (label, row) in enumerate(data.iterrows()):
             yerr = _yerr([(label, c) for c in cols], list(row), intervals or {})
-            ax.errorbar(lengths, list(row), yerr=yerr, marker="o", capsize=3, label=_name(label, partial),
-                        ls="--" if label in partial else "-")
+            ax.errorbar(lengths, list(row), yerr=yerr, capsize=3, label=_name(label, partial),
+                        ls="--" if label in partial else "-", **_style(i))
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.minorticks_off()
