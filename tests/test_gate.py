@@ -147,6 +147,33 @@ def test_every_candidate_variant_is_compared_with_the_config_baseline(tmp_path):
     assert suites["int4"].get("skipped") == "1"  # skipped on purpose is not a failure
 
 
+def test_the_report_sums_each_candidate_by_why_it_failed(tmp_path):
+    """Many candidates, many checks: a row per candidate says how many passed, and whether a failure
+    is a change shown beyond the limit, one the run's n cannot show within it, a metric never
+    measured, or a variant that did not run."""
+    run = build_run(tmp_path / "runs", "20250101-000000-sum",
+                    {"bf16": {"needle": {4096: 1.0}}, "same": {"needle": {4096: 1.0}},
+                     "big": {"weights_gib": 2.0, "needle": {4096: 1.0}}, "noneedle": {},
+                     "broken": {"status": "failed", "reason": "engine died"}}, baseline="bf16")
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["mmlu/acc", "needle/acc/*"], "max_drop_points": 2},
+                                            {"metrics": "engine/weights_gib", "max_growth_pct": 5}]})
+    out = tmp_path / "g.md"
+    res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(rules), "--markdown", str(out))
+    assert res.exit_code == 1, res.output
+    lines = out.read_text().splitlines()
+    top = lines.index(next(ln for ln in lines if ln.startswith("| candidate | verdict |")))
+    table = lines[top + 2:lines.index("", top)]
+    rows = {ln.split(" | ")[0].strip("| `"): [c.strip(" |") for c in ln.split(" | ")[1:]] for ln in table}
+    assert list(rows) == ["same", "big", "noneedle", "broken"]
+    # verdict, passed, beyond the limit, not shown within, not measured, variant not usable, insufficient n.
+    # MMLU's 200 items cannot show a 2-pt limit after Holm over four candidates; the 10 needle cells
+    # cannot judge it at all (warn).
+    assert rows["same"] == ["❌ failed", "1", "0", "1", "0", "0", "1"]
+    assert rows["big"] == ["❌ failed", "0", "1", "1", "0", "0", "1"]       # weights +100%: beyond the limit
+    assert rows["noneedle"] == ["❌ failed", "1", "0", "1", "1", "0", "0"]  # its needle never ran
+    assert rows["broken"] == ["❌ failed", "0", "0", "0", "0", "1", "0"]
+
+
 def test_failed_candidate_fails(tmp_path):
     base, cand = two_runs(tmp_path, {}, {"status": "failed", "reason": "engine died"})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))

@@ -68,11 +68,45 @@ def _resolution(report: GateReport) -> list[str]:
     return lines
 
 
+def failure_kind(c: Check) -> str:
+    """Why a failed check failed: the variant did not run to a usable status; its metric was not
+    measured; the change is shown to exceed the limit (the whole interval beyond it, or a figure
+    without one past it); or the run's n could not show the change to be within the limit."""
+    if c.rule == "status":
+        return "variant not usable"
+    if c.value is None:
+        return "not measured"
+    if c.low is None or (c.limit is not None and c.low > c.limit):
+        return "beyond the limit"
+    return "not shown within"
+
+
+def _summary(report: GateReport) -> list[str]:
+    """One row per candidate, so that a verdict over many checks reads at a glance: a failure because
+    a drop is shown differs from one because a task has not run yet."""
+    kinds = ["beyond the limit", "not shown within", "not measured"]
+    if any(c.rule == "status" and c.status == "fail" for c in report.checks):
+        kinds.append("variant not usable")
+    lines = ["| candidate | verdict | passed | failed: " + " | failed: ".join(kinds) + " | insufficient n (warn) |",
+             "|---|---|---|" + "---|" * len(kinds) + "---|"]
+    by_candidate: dict[str, list[Check]] = defaultdict(list)
+    for c in report.checks:
+        by_candidate[c.candidate].append(c)
+    for cand, checks in by_candidate.items():
+        failed = [failure_kind(c) for c in checks if c.status == "fail"]
+        verdict = f"{ICON['fail']} failed" if failed else f"{ICON['pass']} passed"
+        counts = " | ".join(str(failed.count(k)) for k in kinds)
+        lines.append(f"| `{cand}` | {verdict} | {sum(c.status == 'pass' for c in checks)} | {counts} | "
+                     f"{sum(c.status == 'warn' for c in checks)} |")
+    return lines + [""]
+
+
 def to_markdown(report: GateReport) -> str:
-    """A PR comment: verdict, failures first, then warnings and passes; skipped checks folded into one list."""
+    """A PR comment: verdict, a row per candidate, failures first, then warnings and passes; skipped
+    checks folded into one list."""
     conf = f"{report.rules.confidence:.0%}"
     adj = "p Holm" if report.rules.adjust == "holm" else "p (unadjusted)"
-    lines = _header(report) + [
+    lines = _header(report) + _summary(report) + [
         f"| | candidate | rule | metric | baseline | candidate value | change | {conf} bounds | limit | p | {adj} "
         "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"fail": 0, "warn": 1, "pass": 2}
