@@ -244,11 +244,14 @@ def test_layers_kept_in_16_bits_hold_what_the_planner_predicts(tmp_path, tiny_mo
     assert abs(eng["kv_cache_tokens"] - bf16["engine"]["kv_cache_tokens"] * 512 / 384) <= eng["block_size"]
 
 
-def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, scores_py):
+@pytest.mark.parametrize("kept_status", ["partial", "ok"])
+def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, scores_py, kept_status):
     """A variant left partial in one GPU session, completed in the next from the per-item scores kept in
     docs (scripts/h200/scores.py export, then seed): the real engine answers only the items without a
-    score, and the metrics are those of the uninterrupted run."""
-    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5)  # the session ended after 5 of 12 MMLU items
+    score, and the metrics are those of the uninterrupted run. Also when the kept variant was `ok` on
+    a smaller grid than the config's now."""
+    # the session ended after 5 of 12 MMLU items
+    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5, status=kept_status)
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
     scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
     res = evalsuite("run", str(cfg), "--resume", "--no-progress")

@@ -81,6 +81,13 @@ def failure_kind(c: Check) -> str:
     return "not shown within"
 
 
+def _by_candidate(checks: list[Check]) -> dict[str, list[Check]]:
+    out: dict[str, list[Check]] = defaultdict(list)
+    for c in checks:
+        out[c.candidate].append(c)
+    return out
+
+
 def _summary(report: GateReport) -> list[str]:
     """One row per candidate, so that a verdict over many checks reads at a glance: a failure because
     a drop is shown differs from one because a task has not run yet."""
@@ -89,10 +96,7 @@ def _summary(report: GateReport) -> list[str]:
         kinds.append("variant not usable")
     lines = ["| candidate | verdict | passed | failed: " + " | failed: ".join(kinds) + " | insufficient n (warn) |",
              "|---|---|---|" + "---|" * len(kinds) + "---|"]
-    by_candidate: dict[str, list[Check]] = defaultdict(list)
-    for c in report.checks:
-        by_candidate[c.candidate].append(c)
-    for cand, checks in by_candidate.items():
+    for cand, checks in _by_candidate(report.checks).items():
         failed = [failure_kind(c) for c in checks if c.status == "fail"]
         verdict = f"{ICON['fail']} failed" if failed else f"{ICON['pass']} passed"
         counts = " | ".join(str(failed.count(k)) for k in kinds)
@@ -124,10 +128,7 @@ def to_junit(report: GateReport) -> str:
     (warn) is reported as skipped with its reason, so CI dashboards show it."""
     root = ET.Element("testsuites", name="evalsuite gate", tests=str(len(report.checks)),
                       failures=str(len(report.failures())))
-    by_candidate: dict[str, list[Check]] = defaultdict(list)
-    for c in report.checks:
-        by_candidate[c.candidate].append(c)
-    for cand, checks in by_candidate.items():
+    for cand, checks in _by_candidate(report.checks).items():
         suite = ET.SubElement(root, "testsuite", name=f"{cand} vs {report.baseline}", tests=str(len(checks)),
                               failures=str(sum(c.status == "fail" for c in checks)),
                               skipped=str(sum(c.status in ("skip", "warn") for c in checks)))

@@ -166,10 +166,11 @@ class Runner:
 
         stats.device = stats.device or self.device
         stats.gpu_count = variant.tensor_parallel_size * variant.pipeline_parallel_size  # memory is per GPU
-        try:
-            result.predicted = predict(model_dir, variant, stats, stats.device)
-        except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
-            result.predicted = {"error": f"{type(e).__name__}: {e}"}
+        if not result.predicted:  # once per engine: at its start; the end only completes its figures
+            try:
+                result.predicted = predict(model_dir, variant, stats, stats.device)
+            except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
+                result.predicted = {"error": f"{type(e).__name__}: {e}"}
         return complete(stats, result.predicted)
 
     def _quantized(self, name: str, variant: Variant, result: VariantResult) -> str | None:
@@ -309,10 +310,8 @@ def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, task
     """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
     of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
     the session that measured them, whose grid may have been smaller than this config's."""
-    if prev is None or prev.status not in ("ok", "skipped"):
-        return False
-    if prev.status == "skipped":
-        return True
+    if prev is None or prev.status != "ok":
+        return prev is not None and prev.status == "skipped"
     for t in tasks:
         if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):
             continue  # a harness keeps its own items; a simulated variant never runs latency

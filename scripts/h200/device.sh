@@ -8,12 +8,10 @@
 #   device.sh setup          install the vLLM kit, the missing wheels and llmcompressor (or wait for
 #                            `prepare` to finish doing so); import the model
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
-#   device.sh bench ARGS...  bench/mmlu_vs_lmeval.py ARGS... with the same environment
-#   device.sh py SCRIPT ARGS...  any other bench/ script (overhead, engine_start, niah_schedule), same environment
+#   device.sh py SCRIPT ARGS...  a bench/ or scripts/ Python script with the same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
 #   device.sh restore        unpack run folders an earlier session's poll.sh brought back (carried as
 #                            .gpu/runs/NAME.tar.zst.*) into /root/repo/runs/h200, where lanes.sh resumes them
-#   device.sh pack NAME DIR  tar.gz a run folder into $OUT (split into 15 MiB pieces)
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
 set -euo pipefail
 repo=$(pwd)
@@ -108,12 +106,7 @@ restore() {
   done
 }
 
-pack() {
-  local name=$1 dir=$2
-  tar -czf - -C "$(dirname "$dir")" "$(basename "$dir")" | split -b 15M -d -a 1 - "$OUT/$name.tgz."
-}
-
-cmd=${1:?usage: device.sh stash|prepare|setup|copy|restore|run|bench|py|pack}
+cmd=${1:?usage: device.sh stash|prepare|setup|copy|restore|run|py}
 shift
 case $cmd in
   stash) stash ;;
@@ -121,10 +114,8 @@ case $cmd in
   setup-env) setup_env ;;
   setup) setup ;;
   run) env_h200; exec python3 -m evalsuite "$@" ;;
-  bench) env_h200; exec python3 bench/mmlu_vs_lmeval.py "$@" ;;
   py) env_h200; exec python3 "$@" ;;
   copy) copy ;;
   restore) restore ;;
-  pack) pack "$@" ;;
   *) echo "unknown step $cmd" >&2; exit 2 ;;
 esac
