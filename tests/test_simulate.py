@@ -220,3 +220,26 @@ def test_kv_prediction_counts_layers_kept_in_16_bits(tmp_path):
     per_layer = 2 * GEMMA3_270M["num_key_value_heads"] * GEMMA3_270M["head_dim"]  # K and V, one byte each
     got, base = predict(str(tmp_path), skip, measured, "NVIDIA H200"), predict(str(tmp_path), plain, measured, "NVIDIA H200")
     assert got["kv_bytes_per_token"] == base["kv_bytes_per_token"] + 2 * per_layer  # two layers at two bytes
+
+
+def test_gguf_variant_gets_the_kv_layout_of_its_folder_and_no_weight_figures(tmp_path):
+    """A `.gguf` variant runs with the imported folder's config: the planner predicts its KV bytes
+    per token from that config (the gate's memory check needs them) and, with the pool fixed in
+    bytes, its capacity; never weights, which it would predict for bf16."""
+    from evalsuite.core.types import EngineStats
+    from evalsuite.run.footprint import predict
+    from evalsuite.run.runner import _described_by
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
+    measured = EngineStats(block_size=16, max_model_len=4096, device="NVIDIA H200")
+    pool = {"kv_cache_memory_bytes": 2**30}
+    dense = predict(str(tmp_path), Variant(max_model_len=4096, engine_args=pool), measured, "NVIDIA H200")
+    gguf = Variant(model="/m/q4_k_m.gguf", max_model_len=4096, engine_args=pool)
+    assert _described_by(gguf, str(tmp_path)) == str(tmp_path)
+    assert _described_by(Variant(model="/m/awq"), str(tmp_path)) == "/m/awq"
+    got = predict(_described_by(gguf, str(tmp_path)), gguf, measured, "NVIDIA H200")
+    assert got["kv_bytes_per_token"] == dense["kv_bytes_per_token"] > 0
+    assert got["kv_capacity_tokens"] == dense["kv_capacity_tokens"]
+    assert "weights_gib" not in got and "required_gib" not in got
+    budgeted = predict(str(tmp_path), Variant(model="/m/q4_k_m.gguf", max_model_len=4096), measured, "NVIDIA H200")
+    assert "kv_capacity_tokens" not in budgeted and budgeted["kv_bytes_per_token"] == got["kv_bytes_per_token"]

@@ -11,12 +11,18 @@ import psutil
 from evalsuite.core.types import EngineStats
 from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
+from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import Variant
 
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks",
                   "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
                   "block_size", "max_model_len", "device", "gpu_count")
+
+# A GGUF variant: what depends on the architecture alone (its `hf_config_path` is the imported folder),
+# and, where the KV pool is fixed in bytes, the capacity; the rest would be a bf16 model's figures.
+GGUF_KEYS = ("kv_bytes_per_token", "kv_bytes_per_block", "block_size", "max_model_len", "device", "gpu_count")
+GGUF_POOL_KEYS = ("kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib", "max_concurrency")
 
 
 def _planner_gpu(device: str | None) -> str:
@@ -33,13 +39,15 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
     """The planner's numbers for this variant, with the engine's own KV budget where it was fixed.
 
     `quantization_config` stands in for the checkpoint's own: a simulated variant's dense copy
-    has none, and its memory is predicted for the INT4 checkpoint it stands for."""
+    has none, and its memory is predicted for the INT4 checkpoint it stands for. `model_dir` is the
+    folder whose config.json describes the model: for a `.gguf` variant, the imported folder."""
     from evalsuite.memory.planner import plan
 
     path = Path(model_dir) / "config.json"
     if not path.exists():
         return {}
     config = json.loads(path.read_text())
+    gguf = is_gguf(variant.model)
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
     kw = variant.vllm_kwargs()
@@ -54,7 +62,10 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
              enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None,
              tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size,
              kv_cache_dtype_skip_layers=kw.get("kv_cache_dtype_skip_layers") or ())
-    return {k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}
+    keys = PREDICTED_KEYS
+    if gguf:  # the folder's config gives the KV layout, but the planner has no model of GGUF weights
+        keys = GGUF_KEYS + (GGUF_POOL_KEYS if kv_bytes else ())
+    return {k: getattr(p, k) for k in keys if hasattr(p, k)}
 
 
 def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:

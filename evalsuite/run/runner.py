@@ -28,6 +28,14 @@ from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
 
+def _described_by(variant: Variant, model_dir: str) -> str:
+    """The folder whose config.json describes what the variant loads: a `.gguf` file borrows the
+    imported folder's config (`hf_config_path`), any other model of its own is its own folder."""
+    from evalsuite.models.checkpoint import is_gguf
+
+    return model_dir if is_gguf(variant.model) else variant.model or model_dir
+
+
 def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path, cache_dir: Path | None = None) -> Engine:
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.engine import tensor_parallel_workaround
@@ -246,14 +254,14 @@ class Runner:
             if not variant.simulate:
                 # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
                 # per token and prediction, which the gate's memory checks need
-                result.engine = self._measured(result.engine, variant, result, variant.model or model_dir)
+                result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
             self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
             metrics = self._run_tasks(engine, name, tasks, samples)
             if variant.simulate:
                 result.engine = self._simulated(engine.stats(), variant, result, model_dir)
             else:
-                result.engine = self._measured(engine.stats(), variant, result, variant.model or model_dir)
-                metrics += self._roofline(variant.model or model_dir, variant, metrics)
+                result.engine = self._measured(engine.stats(), variant, result, _described_by(variant, model_dir))
+                metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
             result.metrics, result.status = metrics, "ok"
         except EngineFailed as e:
             result.status, result.reason = "failed", str(e)

