@@ -165,3 +165,19 @@ def test_required_gib_needs_peak_kv():
 def test_with_derived_blocks_from_tokens():
     s = with_derived(EngineStats(kv_cache_tokens=914_304, block_size=16))
     assert s.kv_cache_blocks == 57_144 and s.source["kv_cache_blocks"] == "computed"
+
+
+def test_the_logs_load_figure_is_kept_beside_the_parameter_bytes(tmp_path):
+    """The API's weights (parameter and buffer bytes) stay; vLLM's "Model loading took" goes to
+    weights_loaded_gib, which a GGUF model's dequantized tensors put 0.46 GiB above it (the 1.5B
+    on the H200: 1.05 GiB of parameters, 1.51 GiB loaded)."""
+    from evalsuite.engine.offline import fill_from_log
+
+    log = tmp_path / "engine.log"
+    log.write_text("(EngineCore pid=7120) INFO 12-02 00:00:35 [model_runner.py:305] Model loading took 1.51 GiB "
+                   "and 67.873189 seconds\n")
+    stats = EngineStats(weights_gib=1.0518, source={"weights_gib": "api"})
+    fill_from_log(stats, log)
+    assert (stats.weights_gib, stats.source["weights_gib"]) == (1.0518, "api")
+    assert (stats.weights_loaded_gib, stats.source["weights_loaded_gib"]) == (1.51, "log")
+    assert parse_engine_log(log.read_text())["weights_loaded_gib"] == 1.51

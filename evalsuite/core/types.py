@@ -89,7 +89,10 @@ class EngineStats(_Model):
     vllm_version: str | None = None
     device: str | None = None
     startup_s: float | None = None
-    weights_gib: float | None = None
+    weights_gib: float | None = None  # the loaded parameters and buffers, as stored
+    # vLLM's own "Model loading took" (device memory the load left allocated): above weights_gib
+    # where a loader keeps tensors outside the parameters (a GGUF model: +0.46 GiB on the 1.5B)
+    weights_loaded_gib: float | None = None
     peak_activation_gib: float | None = None
     cuda_graph_gib: float | None = None
     non_torch_gib: float | None = None

@@ -18,6 +18,7 @@ _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 # field name -> pattern; the first group is the value. Later lines win (the last engine started).
 _SIMPLE: dict[str, re.Pattern[str]] = {
     "weights_gib": re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" G(?:i)?B"),
+    "weights_loaded_gib": re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" G(?:i)?B"),
     "kv_cache_gib": re.compile(
         r"(?:Available KV cache memory: |Current kv cache memory in use is |"
         r"(?:Auto|Explicitly) set \()" + _NUM + r"(?: GiB|/)"),
