@@ -129,6 +129,43 @@ def test_partial_variants_stay_off_the_front(tmp_path):
     assert [p.name for p in made] == ["accuracy_vs_weights_gib.png"]
 
 
+def test_a_partial_variants_finished_task_counts_whole(tmp_path, monkeypatch):
+    """A variant cut in one task (status partial) that finished another: on the finished task's
+    panel its point is filled and may make the front; on the cut task's, hollow and off it. Each
+    variant keeps its look across panels, and one legend below the panels names them (labels
+    written beside the points overlapped)."""
+    from matplotlib.colors import to_hex
+
+    from evalsuite.report import plots
+
+    frame = pd.DataFrame({"status": ["ok", "ok", "partial"], "engine/weights_gib": [3.3, 1.5, 1.05],
+                          "mmlu/acc": [0.485, 0.46, 0.486], "needle/acc": [1.0, 1.0, 1.0]},
+                         index=["bf16", "awq", "gguf"])
+    counts = {(v, "mmlu/acc"): 14042 for v in frame.index} | {("bf16", "needle/acc"): 150,
+                                                               ("awq", "needle/acc"): 150, ("gguf", "needle/acc"): 20}
+    assert plots._incomplete(frame, "mmlu/acc", counts) == set()
+    assert plots._incomplete(frame, "needle/acc", counts) == {"gguf"}
+    assert plots._incomplete(frame, "mmlu/acc", None) == {"gguf"}  # counts unknown: the status decides
+    figs = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or real(fig, path))
+    plots.plot_tradeoff(frame, ["mmlu/acc", "needle/acc"], "engine/weights_gib", "weights GiB", True,
+                        tmp_path / "w.png", counts=counts)
+    (fig,) = figs
+    mmlu_ax, needle_ax = fig.axes[:2]
+    fill = {ax: [c.lines[0].get_markerfacecolor() for c in ax.containers] for ax in (mmlu_ax, needle_ax)}
+    assert fill[mmlu_ax][2] != "none" and fill[needle_ax][2] == "none"  # gguf: whole on MMLU, cut on the needle
+    looks = [[(to_hex(c.lines[0].get_color()), c.lines[0].get_marker()) for c in ax.containers]
+             for ax in (mmlu_ax, needle_ax)]
+    assert looks[0] == looks[1] and len(set(looks[0])) == 3
+    front = lambda ax: sorted(round(x, 2) for x in ax.collections[-1].get_offsets()[:, 0])
+    assert front(mmlu_ax) == [1.05] and front(needle_ax) == [1.5]
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["bf16", "awq", "gguf (partial)", "Pareto front"]
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    assert legend.get_window_extent().y1 <= min(ax.get_window_extent().y0 for ax in fig.axes if ax.get_visible())
+
+
 def test_context_plot_has_one_legend_below_its_panels(tmp_path, monkeypatch):
     """Every panel of the accuracy-vs-context figure has the same variants: one legend for the figure,
     below the panels, where it covers no points (a legend inside each panel hid them)."""

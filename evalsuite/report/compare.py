@@ -150,6 +150,10 @@ class Comparison:
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
 
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Items behind each (variant label, metric) that counts them."""
+        return {(e.label, m.name): m.n for e in self.entries for m in e.result.metrics if m.n}
+
     def methods(self) -> list[str]:
         return list(dict.fromkeys(p.method for p in self.paired.values()))
 

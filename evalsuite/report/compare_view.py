@@ -123,4 +123,5 @@ def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
     md, csv = out_dir / "compare.md", out_dir / "compare.csv"
     md.write_text(to_markdown(comparison))
     csv.write_text(to_csv(comparison))
-    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.intervals)]
+    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.intervals,
+                                  comparison.counts())]

@@ -62,6 +62,16 @@ def _partial(frame: pd.DataFrame) -> set:
     return set(frame.index[frame["status"] == "partial"]) if "status" in frame else set()
 
 
+def _incomplete(frame: pd.DataFrame, col: str, counts: dict[tuple[str, str], int] | None) -> set:
+    """The partial variants whose `col` holds fewer items than another variant's: a variant cut in
+    one task may have finished another, and its accuracy there is comparable (counts unknown: all)."""
+    partial = _partial(frame)
+    if not counts:
+        return partial
+    most = max((counts.get((str(label), col), 0) for label in frame.index), default=0)
+    return {label for label in partial if counts.get((str(label), col), 0) < most}
+
+
 def _name(label, partial: set) -> str:
     return f"{label} (partial)" if label in partial else str(label)
 
@@ -93,9 +103,13 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label: str, x_lower_is_better: bool,
-                  path: Path, intervals: Intervals | None = None) -> Path | None:
+                  path: Path, intervals: Intervals | None = None,
+                  counts: dict[tuple[str, str], int] | None = None) -> Path | None:
     """Accuracy (with 95% error bars) vs a resource, one panel per task's primary metric, the Pareto
-    front drawn and ringed."""
+    front drawn and ringed. A variant keeps its colour and marker in every panel (and in the
+    context plots), hollow where its task is incomplete (`counts`: items per (variant, metric));
+    one legend below the panels names them, since labels written beside the points overlap once
+    several variants share a weight size."""
     acc = [c for c in accuracy if c in frame.columns]
     data = _numeric(frame, [x_col, *acc])
     panels = [c for c in acc if data[[x_col, c]].dropna().shape[0] > 0]
@@ -103,22 +117,25 @@ def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label:
         return None
     fig, axes = _grid(len(panels), f"accuracy vs {x_label}")
     partial = _partial(frame)
+    styles = {label: _style(i) for i, label in enumerate(data.index)}
+    handles: dict[str, object] = {}
     for ax, col in zip(axes, panels, strict=False):
-        sub = data[[x_col, col]].dropna()
-        for part in (False, True):
-            some = sub[[(label in partial) == part for label in sub.index]]
-            yerr = _yerr([(x, col) for x in some.index], list(some[col]), intervals or {})
-            ax.errorbar(some[x_col], some[col], yerr=yerr, fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3,
-                        zorder=2, mfc="none" if part else "tab:blue")
+        sub, cut = data[[x_col, col]].dropna(), _incomplete(frame, col, counts)
         for label, x, y in zip(sub.index, sub[x_col], sub[col], strict=True):
-            ax.annotate(_name(label, partial), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        front = sub.loc[front_labels(sub, x_col, col, partial, x_lower_is_better)]
-        ax.plot(front[x_col], front[col], color="tab:red", ls="--", zorder=1, label="Pareto front")
-        ax.scatter(front[x_col], front[col], s=140, facecolors="none", edgecolors="tab:red", zorder=3)
+            st = styles[label]
+            handles.setdefault(_name(label, partial), ax.errorbar(
+                [x], [y], yerr=_yerr([(label, col)], [y], intervals or {}), ls="none", capsize=3, ecolor="tab:gray",
+                zorder=2, marker=st["marker"], color=st["color"], mfc="none" if label in cut else st["color"]))
+        front = sub.loc[front_labels(sub, x_col, col, cut, x_lower_is_better)]
+        (handles["Pareto front"],) = ax.plot(front[x_col], front[col], color="tab:red", ls="--", zorder=1)
+        ax.scatter(front[x_col], front[col], s=160, facecolors="none", edgecolors="tab:red", zorder=3)
         ax.set_xlabel(x_label)
         ax.set_ylabel(f"{col} (95% CI)" if intervals else col)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    handles["Pareto front"] = handles.pop("Pareto front")  # last in the legend
+    fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(handles), 4), fontsize=8,
+               title="hollow: over part of the task's items (never on the front)", title_fontsize=8)
     return _save(fig, path)
 
 
@@ -162,16 +179,18 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
     return _save(fig, path)
 
 
-def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, intervals: Intervals | None = None) -> list[Path]:
-    """`accuracy`: the tasks' primary metrics (evalsuite.report.names.primary_metrics)."""
+def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, intervals: Intervals | None = None,
+                counts: dict[tuple[str, str], int] | None = None) -> list[Path]:
+    """`accuracy`: the tasks' primary metrics (evalsuite.report.names.primary_metrics); `counts`:
+    items per (variant, metric), which tell a partial variant's finished tasks from its cut ones."""
     out_dir.mkdir(parents=True, exist_ok=True)
     series = context_series(frame)
     acc_bases = [b for b in series if is_unitless(b)]
     made = [
         plot_tradeoff(frame, accuracy, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
-                      intervals),
+                      intervals, counts),
         plot_tradeoff(frame, accuracy, "engine/kv_cache_tokens", "KV cache capacity (tokens)", False,
-                      out_dir / "accuracy_vs_kv_tokens.png", intervals),
+                      out_dir / "accuracy_vs_kv_tokens.png", intervals, counts),
         plot_vs_context(frame, acc_bases, "accuracy vs context length (95% CI)", out_dir / "accuracy_vs_context.png",
                         intervals),
         plot_vs_context(frame, LATENCY_BASES, "latency vs context length", out_dir / "latency_vs_context.png"),
