@@ -133,6 +133,12 @@ def engine_stats(llm, startup_s: float) -> EngineStats:
 _KV_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # vLLM >= 0.11, and before
 
 
+def next_pause(elapsed_s: float, read_s: float, interval_s: float, budget: float, max_pause_s: float) -> float:
+    """KVPeak's wait before its next read: `interval_s` at first, then a tenth of the time elapsed,
+    at least `budget` times the last read's duration, never more than `max_pause_s`."""
+    return min(max(interval_s, elapsed_s / 10, budget * read_s), max_pause_s)
+
+
 class KVPeak:
     """Samples the engine's KV-usage gauge while a batch runs; the gauge itself holds only 'now'.
 
@@ -177,7 +183,7 @@ class KVPeak:
             except Exception:  # a registry read racing a write is retried next tick
                 pass
             t1 = time.perf_counter()
-            pause = min(max(self.interval_s, (t1 - start) / 10, self.budget * (t1 - t0)), self.max_pause_s)
+            pause = next_pause(t1 - start, t1 - t0, self.interval_s, self.budget, self.max_pause_s)
 
     def __enter__(self):
         self._thread.start()
