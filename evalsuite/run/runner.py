@@ -20,6 +20,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.memory.cuda import NvmlPeak, device_total_gib
+from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.progress import Progress
 from evalsuite.run.support import unsupported_reason
@@ -31,8 +32,6 @@ from evalsuite.tasks.latency import LatencyTask
 def _described_by(variant: Variant, model_dir: str) -> str:
     """The folder whose config.json describes what the variant loads: a `.gguf` file borrows the
     imported folder's config (`hf_config_path`), any other model of its own is its own folder."""
-    from evalsuite.models.checkpoint import is_gguf
-
     return model_dir if is_gguf(variant.model) else variant.model or model_dir
 
 
