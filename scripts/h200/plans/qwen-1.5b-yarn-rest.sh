@@ -56,11 +56,11 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
 }
 # Five lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about
 # evenly), each with what the results lack most first. A checkpoint built on the card (INT4, the
-# calibrated cache) is built by one lane only: builds of one variant in two lanes at once would race
-# in the shared cache (quantize_model's lock makes the second wait for the first's build, as lane 3
-# may for gptq: its multi-key needle follows the layer skip's, which is the shorter work). Lane 4 works on the 32K config: the GGUF variant's long tasks (its MMLU and
-# CUAD are complete). A lane that does not finish leaves per-item scores the next session's seed
-# picks up; a lane whose variants are complete sends nothing and ends at once.
+# calibrated cache) is built once: quantize_model's lock makes a second lane asking for it wait for
+# the first's build (lane 3 may, for gptq: its multi-key needle follows the layer skip's, the shorter
+# work). Lane 4 works on the 32K config: the GGUF variant's long tasks (its MMLU and CUAD are
+# complete). A lane that does not finish leaves per-item scores the next session's seed picks up; a
+# lane whose variants are complete sends nothing and ends at once.
 bash scripts/h200/lanes.sh $DA "$(lane y4 $Y rtn); $(lane k4 $K rtn)" \
   "$(lane y6 $Y gptq)" \
   "$(lane k3 $K kv_fp8_skip_layers_0_1); $(lane k6 $K gptq)" \
