@@ -352,3 +352,12 @@ def test_a_gguf_variant_is_planned_from_the_imported_folder(tmp_path, tiny_model
     assert not {"weights_gib", "required_gib"} & set(q4["predicted"])
     log = (root / "q4" / "engine.log").read_text()
     assert str(gguf) in log and f'"hf_config_path": "{tiny_model}"' in log
+
+
+def test_variants_named_on_the_command_line_run_in_that_order(tmp_path, tiny_model, legal_dir):
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    code, out = run("run", str(cfg), "--no-progress", "--variant", "worse", "--variant", "bf16",
+                    "--variant", "worse")
+    assert code == 0, out
+    record = json.loads((only_run(tmp_path / "runs") / "run.json").read_text())
+    assert [v["variant"] for v in record["variants"]] == ["worse", "bf16"]
