@@ -361,3 +361,13 @@ def test_variants_named_on_the_command_line_run_in_that_order(tmp_path, tiny_mod
     assert code == 0, out
     record = json.loads((only_run(tmp_path / "runs") / "run.json").read_text())
     assert [v["variant"] for v in record["variants"]] == ["worse", "bf16"]
+
+
+def test_glance_latency_says_n_where_a_cut_variant_has_fewer_requests(scores_py):
+    def rows(n_long: int) -> dict:
+        mk = lambda i, n: {"group": n, "extra": {"ttft_ms": 100.0 + i, "itl_ms": 2.0}}  # noqa: E731
+        return {f"{n}-{i}": mk(i, n) for n, k in (("32000", 5), ("130000", n_long)) for i in range(k)}
+
+    full = {"32000": 5, "130000": 5}
+    assert scores_py._latency(rows(5), ["32000", "130000"], full) == ["102 / 102", "2.00 / 2.00"]
+    assert scores_py._latency(rows(1), ["32000", "130000"], full) == ["102 / 100 (n=1)", "2.00 / 2.00 (n=1)"]

@@ -189,14 +189,16 @@ def _found(rows: dict | None, lengths: list[int]) -> str:
     return " / ".join(cells)
 
 
-def _latency(rows: dict | None, lengths: list[str]) -> list[str]:
-    """Median TTFT and ITL at each of `lengths` (prompt tokens), one cell each."""
+def _latency(rows: dict | None, lengths: list[str], full: dict[str, int]) -> list[str]:
+    """Median TTFT and ITL at each of `lengths` (prompt tokens), one cell each; a median of fewer
+    requests than the fullest variant's at that length (a cut run) says its n."""
     out = []
     for key, digits in (("ttft_ms", 0), ("itl_ms", 2)):
         cells = []
         for n in lengths:
             at = [r["extra"][key] for r in (rows or {}).values() if r["group"] == n and r["extra"].get(key) is not None]
-            cells.append(f"{np.median(at):,.{digits}f}" if at else "-")
+            short = f" (n={len(at)})" if 0 < len(at) < full.get(n, 0) else ""
+            cells.append(f"{np.median(at):,.{digits}f}{short}" if at else "-")
         out.append(" / ".join(cells) if rows else "-")
     return out
 
@@ -222,6 +224,8 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
     s, y, lat = load(short), load(long), load(latency)
     # the two longest prompts of the latency pass: at 1K every variant is fixed per-step cost
     lat_lengths = sorted({r["group"] for t in lat.values() for r in t.get("latency", {}).values()}, key=int)[-2:]
+    full = {n: max(sum(r["group"] == n for r in t.get("latency", {}).values()) for t in lat.values())
+            for n in lat_lengths}
     grids = [(s, t, _lengths(s, t), _LONG_NAMES[t]) for t in _LONG_TASKS]
     grids += [(y, t, _lengths(y, t), "YaRN " + _LONG_NAMES[t]) for t in _LONG_TASKS]
     heads = ["variant", "MMLU, diff pt [95%]", "CUAD bal. acc., diff pt [95%]",
@@ -240,7 +244,7 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
                  *(_found(data.get(v, {}).get(t), lens) for data, t, lens, _ in grids),
                  f"{eng['weights_gib']:.2f}" if eng.get("weights_gib") else "-",
                  f"{eng['kv_cache_tokens']:,}" if eng.get("kv_cache_tokens") else "-",
-                 *_latency(lat.get(v, {}).get("latency"), lat_lengths)]
+                 *_latency(lat.get(v, {}).get("latency"), lat_lengths, full)]
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
