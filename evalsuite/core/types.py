@@ -111,7 +111,10 @@ class EngineStats(_Model):
     nvml_peak_gib: float | None = None
     reserved_gib: float | None = None
     gpu_count: int | None = None  # tensor x pipeline parallel; the memory fields are per GPU
-    source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed"
+    # processes outside this engine seen on its GPU at once (NVML): 0, it had the device to itself;
+    # more, its latency was shared and vLLM's free-memory deltas are withheld (source "withheld")
+    other_processes: int | None = None
+    source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed" | "withheld"
 
 
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`)

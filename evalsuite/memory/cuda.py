@@ -31,13 +31,16 @@ def device_total_gib(index: int = 0) -> float | None:
 
 
 class NvmlPeak:
-    """Samples device memory used and the bytes held by our own process tree, keeping peaks."""
+    """Samples device memory used and the bytes held by our own process tree, keeping peaks, and
+    how many other processes shared a device with our tree."""
 
     def __init__(self, interval_s: float = 0.1):
         self.nv = _nvml()
         self.interval_s = interval_s
         self.device_peak = 0
         self.tree_peak = 0
+        self.others_max = 0
+        self.seen_ours = False  # NVML listed a process of our tree: its PIDs are ours to compare
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -51,8 +54,11 @@ class NvmlPeak:
             h = self.nv.nvmlDeviceGetHandleByIndex(i)
             self.device_peak = max(self.device_peak, self.nv.nvmlDeviceGetMemoryInfo(h).used)
             procs = self.nv.nvmlDeviceGetComputeRunningProcesses(h)
-            used = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
-            self.tree_peak = max(self.tree_peak, used)
+            ours = [p for p in procs if p.pid in pids]
+            self.tree_peak = max(self.tree_peak, sum(p.usedGpuMemory or 0 for p in ours))
+            if ours:  # only the devices our engine uses: other GPUs' tenants share nothing with it
+                self.seen_ours = True
+                self.others_max = max(self.others_max, len(procs) - len(ours))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -70,6 +76,11 @@ class NvmlPeak:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+
+    def other_processes(self) -> int | None:
+        """The most processes outside our tree seen at once on a device our tree used; None where
+        NVML cannot tell (no driver, or a PID namespace in which our own PIDs never appear)."""
+        return self.others_max if self.nv is not None and self.seen_ours else None
 
     def peak_gib(self) -> float | None:
         """The engine tree's peak; the device's when per-process accounting is unavailable (containers)."""

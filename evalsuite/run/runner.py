@@ -69,8 +69,28 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
     return OfflineEngine(model_dir, kwargs, log_path, env=env, startup_timeout_s=cfg.engine.startup_timeout_s)
 
 
-def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak) -> None:
-    """NVML's peak and what vLLM reserved: the same for every variant, kept as a cross-check."""
+# vLLM measures these as drops in the device's free memory while it starts: with another process on
+# the device the drop is partly that process's (17-31 GiB of "CUDA graphs" for a 1.5B model seen
+# beside four other engines, 0.4-0.5 GiB alone), so they are not this variant's figures.
+DEVICE_DELTAS = ("cuda_graph_gib", "non_torch_gib")
+
+
+def without_shared_deltas(stats: EngineStats, others_at_start: int | None) -> EngineStats:
+    """`stats` with vLLM's free-memory deltas withheld when other processes shared the device at start."""
+    if others_at_start:
+        for field in DEVICE_DELTAS:
+            if getattr(stats, field) is not None:
+                setattr(stats, field, None)
+                stats.source[field] = "withheld"
+        stats.required_gib = None if stats.source.get("required_gib") == "computed" else stats.required_gib
+    return stats
+
+
+def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak, others_at_start: int | None) -> None:
+    """NVML's peak and what vLLM reserved (the same for every variant, kept as a cross-check), and
+    whether the engine had its device to itself."""
+    result.engine = without_shared_deltas(result.engine, others_at_start)
+    result.engine.other_processes = nvml.other_processes()
     result.engine.nvml_peak_gib = nvml.peak_gib()
     total = device_total_gib()
     if total and result.engine.reserved_gib is None:
@@ -246,10 +266,12 @@ class Runner:
         log_path = self.run_dir.variant_dir(name) / "engine.log"
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
-        interrupted = False
+        interrupted, others_at_start = False, None
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
+            others_at_start = nvml.other_processes()
+            result.engine = without_shared_deltas(result.engine, others_at_start)
             if not variant.simulate:
                 # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
                 # per token and prediction, which the gate's memory checks need
@@ -272,7 +294,7 @@ class Runner:
             nvml.__exit__(None, None, None)
             if interrupted:  # keeps start()'s figures with the planner's; the session scores the recorded samples
                 self.run_dir.write_result(result)
-        _record_reservation(result, variant, nvml)
+        _record_reservation(result, variant, nvml, others_at_start)
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)
         return result

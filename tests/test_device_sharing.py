@@ -1,0 +1,86 @@
+"""Whether an engine had its GPU to itself: NVML's process list read against our process tree
+(a stand-in NVML module: pure logic), and the free-memory deltas withheld when it did not."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+from evalsuite.core.types import EngineStats
+from evalsuite.memory.cuda import NvmlPeak
+from evalsuite.run.runner import without_shared_deltas
+
+
+class _Nvml:
+    """NVML's calls NvmlPeak makes, over a fixed list of (pid, bytes) per device."""
+
+    def __init__(self, devices: list[list[tuple[int, int | None]]]):
+        self.devices = devices
+
+    def nvmlDeviceGetCount(self):
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=sum(b or 0 for _, b in self.devices[h]))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self.devices[h]]
+
+
+def _sampled(devices) -> NvmlPeak:
+    peak = NvmlPeak()
+    peak.nv = _Nvml(devices)
+    peak._sample()
+    return peak
+
+
+def test_alone_shared_and_unknown():
+    me, other = os.getpid(), 10**7
+    assert _sampled([[(me, 2**30)]]).other_processes() == 0
+    assert _sampled([[(me, 2**30), (other, 2**30), (other + 1, None)]]).other_processes() == 2
+    # another GPU's tenants share nothing with our engine
+    assert _sampled([[(me, 2**30)], [(other, 2**30)]]).other_processes() == 0
+    # a PID namespace that hides our own PIDs: NVML cannot tell, so it says nothing
+    assert _sampled([[(other, 2**30)]]).other_processes() is None
+
+
+def test_shared_device_withholds_the_free_memory_deltas():
+    def stats():
+        return EngineStats(weights_gib=3.3, cuda_graph_gib=31.6, non_torch_gib=0.2, peak_activation_gib=1.0,
+                           kv_used_peak_gib=1.0, required_gib=6.5,
+                           source={"cuda_graph_gib": "log", "required_gib": "computed"})
+
+    alone = without_shared_deltas(stats(), 0)
+    assert (alone.cuda_graph_gib, alone.required_gib) == (31.6, 6.5)
+    shared = without_shared_deltas(stats(), 4)
+    assert shared.cuda_graph_gib is None and shared.non_torch_gib is None and shared.required_gib is None
+    assert shared.source["cuda_graph_gib"] == "withheld" and shared.weights_gib == 3.3
+
+
+def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_path, tiny_model, repo_root, monkeypatch):
+    from tests.test_fake_e2e import make_config, only_run, run
+
+    class _Shared(NvmlPeak):
+        def other_processes(self):
+            return 3
+
+    from evalsuite.engine.fake import FakeEngine
+
+    start = FakeEngine.start
+
+    def start_with_graphs(self):  # as vLLM logs its graphs' free-memory delta
+        self._started = start(self).model_copy(update={"cuda_graph_gib": 20.8, "source": {"cuda_graph_gib": "log"}})
+        return self._started.model_copy()
+
+    monkeypatch.setattr(FakeEngine, "start", start_with_graphs)
+    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _Shared)
+    cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
+    code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
+    assert code == 0, out
+    result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
+    assert result["engine"]["other_processes"] == 3
+    assert result["engine"]["cuda_graph_gib"] is None and result["engine"]["source"]["cuda_graph_gib"] == "withheld"
