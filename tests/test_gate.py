@@ -353,3 +353,14 @@ def test_plan_states_what_n_resolves(tmp_path):
     assert "is **1.11 pt**" in gate("--plan", str(DEFAULT_RULES), "--n", "500", "--discordance", "0.01").output
     assert gate("--plan", str(DEFAULT_RULES)).exit_code == 2
     assert gate("--rules", str(DEFAULT_RULES)).exit_code == 2
+
+
+def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
+    # the baseline's last 50 items are wrong and the candidate never saw them: over its own items the
+    # baseline has 0.750, over the 150 both answered 1.000, and the change (+2 pt) is on those 150
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {"wrong": range(150, 200)}})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {"wrong": range(3)}}, n=150)
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--rules", str(DEFAULT_RULES))
+    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
+    assert "| 1.000 | 0.980 | +2.00 pt |" in row, row
+    assert "paired, n=150 of 200/150; values on the paired items (each side's own: 0.750 / 0.980)" in row

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import load_model
@@ -39,7 +40,8 @@ from evalsuite.report.compare import label_entries
 from evalsuite.report.names import flat_metrics
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
+from evalsuite.stats.significance import (PairedTest, best_case_bound, holm, items_needed, resolvable_drop,
+                                           stratum_weights)
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
@@ -161,20 +163,32 @@ class Pair:
     cand: VariantResult
 
 
-def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[PairedTest | None, str, str | None]:
-    """The test, how items were matched, and why there is none (or too few) to trust."""
+@dataclass
+class _Tested:
+    test: PairedTest | None
+    pairs: str  # how the items were matched
+    why: str | None = None  # why there is no test (or too few items to trust one)
+    on_pairs: tuple[float, float] | None = None  # (baseline, candidate) over the paired items only
+
+
+def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> _Tested:
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, metric, rule.strata or None)
     if p.n == 0:
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)
         if test is None:
-            return None, "no shared sample ids", "no paired items and no counts to compare"
-        return test, f"unpaired, n={test.n}", None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}"
-    how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if p.n < max(p.n_base, p.n_cand) else "")
+            return _Tested(None, "no shared sample ids", "no paired items and no counts to compare")
+        return _Tested(test, f"unpaired, n={test.n}", None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}")
+    partial = p.n < max(p.n_base, p.n_cand)
+    # a partial variant is compared on the items both answered: its table values are those items'
+    # (weighted as the metric weighs them), so that baseline - candidate is the change shown
+    w = stratum_weights(p.keys)
+    on_pairs = (float(w @ np.asarray(p.base, float)), float(w @ np.asarray(p.cand, float))) if partial else None
+    how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if partial else "")
     if p.n < rules.min_n:
-        return None, how, f"n={p.n} paired items < min_n {rules.min_n}"
+        return _Tested(None, how, f"n={p.n} paired items < min_n {rules.min_n}", on_pairs)
     if p.smallest_cell < rules.min_stratum_n:
-        return None, how, f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}"
-    return paired_result(p, rules.confidence), how, None
+        return _Tested(None, how, f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}", on_pairs)
+    return _Tested(paired_result(p, rules.confidence), how, None, on_pairs)
 
 
 def _unresolvable(rules: Rules, test: PairedTest, limit: float) -> str | None:
@@ -193,9 +207,13 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     """Everything but the verdict, which needs every check's p-values (see decide)."""
     b, c = pair.base.metric(metric), pair.cand.metric(metric)
     limit = rule.limit_for(metric)
-    test, how, why = _accuracy_test(rules, rule, metric, pair)
-    check = Check(label, rule.label, metric, "pending", "", b.value, c.value, (b.value - c.value) * 100, limit, "pt",
-                  test=test, pairs=how, insufficient=why)
+    t = _accuracy_test(rules, rule, metric, pair)
+    test, how, why = t.test, t.pairs, t.why
+    base_value, cand_value = t.on_pairs or (b.value, c.value)
+    if t.on_pairs:
+        how += f"; values on the paired items (each side's own: {b.value:.3f} / {c.value:.3f})"
+    check = Check(label, rule.label, metric, "pending", "", base_value, cand_value, (base_value - cand_value) * 100,
+                  limit, "pt", test=test, pairs=how, insufficient=why)
     if test is None:
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
