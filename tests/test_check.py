@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -280,7 +281,12 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
 
     (b, b_bal, b_mac), (c, c_bal, c_mac) = variant(0.8), variant(0.7)
     iv = stats.paired_interval(b, c, "legal/balanced_acc", (b_bal, c_bal), 0.95)
-    assert iv is not None and iv.p_value is not None and "paired bootstrap over 300 items" in iv.method
+    # balanced accuracy weighs items by task and label: an item-count McNemar p would test another metric
+    assert iv is not None and iv.p_value is None and "paired bootstrap over 300 items" in iv.method
+    assert "McNemar" not in iv.method
+    plain = stats.paired_interval(b, c, "legal/acc", (np.mean([v["value"] for v in b.values()]),
+                                                      np.mean([v["value"] for v in c.values()])), 0.95)
+    assert plain is not None and plain.p_value is not None and "exact McNemar" in plain.method
     assert iv.low < c_bal - b_bal < iv.high
     assert stats.paired_interval(b, c, "legal/acc_macro", (b_mac, c_mac), 0.95) is not None
     assert stats.paired_interval(b, c, "legal/balanced_acc", (b_bal + 0.01, c_bal), 0.95) is None

@@ -3,10 +3,11 @@
 A paired difference uses the items both variants answered: a percentile bootstrap over items
 (scipy, resampling the pairs together) of the same aggregate the metric uses (plain mean, mean of
 per-group means, mean over groups of per-label recalls), plus the exact McNemar p-value
-(statsmodels) when every score is 0 or 1. A single accuracy gets a Wilson interval (statsmodels)
-when its items are 0/1 and unstratified, else a one-sample bootstrap. Where the recomputed
-aggregate does not reproduce the recorded metric, the item files do not describe it, so the
-interval falls back to the recorded standard errors (normal approximation) and says so.
+(statsmodels) when every score is 0 or 1 and the metric weighs items alike. A single accuracy
+gets a Wilson interval (statsmodels) when its items are 0/1 and unstratified, else a one-sample
+bootstrap. Where the recomputed aggregate does not reproduce the recorded metric, the item files
+do not describe it, so the interval falls back to the recorded standard errors (normal
+approximation) and says so.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: str, r
     low, high = _bootstrap((b, x, c.codes), diff, confidence)
     how = f"paired bootstrap over {len(shared):,} items (percentile, {RESAMPLES} resamples)"
     p = None
-    if np.isin(b, (0.0, 1.0)).all() and np.isin(x, (0.0, 1.0)).all():
+    # McNemar counts items alike: a test of the metric only where the metric weighs them alike (not
+    # balanced or macro accuracy, whose interval above is the stratified one)
+    if not strata and np.isin(b, (0.0, 1.0)).all() and np.isin(x, (0.0, 1.0)).all():
         from statsmodels.stats.contingency_tables import mcnemar
 
         table = [[int(((b == 1) & (x == 1)).sum()), int(((b == 1) & (x == 0)).sum())],
