@@ -86,7 +86,7 @@ def without_shared_deltas(stats: EngineStats, others_at_start: int | None) -> En
     return stats
 
 
-def _record_reservation(result: VariantResult, variant: Variant, nvml: NvmlPeak, others_at_start: int | None) -> None:
+def _record_device(result: VariantResult, variant: Variant, nvml: NvmlPeak, others_at_start: int | None) -> None:
     """NVML's peak and what vLLM reserved (the same for every variant, kept as a cross-check), and
     whether the engine had its device to itself."""
     result.engine = without_shared_deltas(result.engine, others_at_start)
@@ -294,7 +294,7 @@ class Runner:
             nvml.__exit__(None, None, None)
             if interrupted:  # keeps start()'s figures with the planner's; the session scores the recorded samples
                 self.run_dir.write_result(result)
-        _record_reservation(result, variant, nvml, others_at_start)
+        _record_device(result, variant, nvml, others_at_start)
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)
         return result
