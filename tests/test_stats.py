@@ -201,3 +201,18 @@ def test_swapping_baseline_and_candidate_flips_the_sign(seed):
     assert ba.method == ab.method
     for limit in (0.0, 0.02, 0.05):
         assert ba.p_exceeds(-limit) == pytest.approx(ab.p_within(limit), abs=1e-9)
+
+
+def test_a_pairings_means_are_the_metric_on_the_shared_items_and_differ_by_the_tests_drop():
+    from evalsuite.stats.paired import pair, paired_result
+
+    base = {f"s{i}": {"value": float(i % 3 != 0), "group": "a" if i < 30 else "b", "target": "x"} for i in range(40)}
+    cand = {f"s{i}": {"value": float(i % 4 != 0), "group": "a" if i < 30 else "b", "target": "x"} for i in range(35)}
+    p = pair(base, cand, ["group"])  # macro: mean over groups of the group means
+    assert p.partial and p.n == 35
+    b, c = p.means()
+    shared_a, shared_b = [f"s{i}" for i in range(30)], [f"s{i}" for i in range(30, 35)]
+    macro = lambda d: (sum(d[s]["value"] for s in shared_a) / 30 + sum(d[s]["value"] for s in shared_b) / 5) / 2  # noqa: E731
+    assert (b, c) == pytest.approx((macro(base), macro(cand)))
+    assert b - c == pytest.approx(paired_result(p, 0.95).drop)
+    assert not pair(cand, cand, ["group"]).partial

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import load_model
@@ -40,8 +39,7 @@ from evalsuite.report.compare import label_entries
 from evalsuite.report.names import flat_metrics
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import paired_result, pairing, unpaired
-from evalsuite.stats.significance import (PairedTest, best_case_bound, holm, items_needed, resolvable_drop,
-                                           stratum_weights)
+from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
@@ -178,12 +176,10 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> _Tested
         if test is None:
             return _Tested(None, "no shared sample ids", "no paired items and no counts to compare")
         return _Tested(test, f"unpaired, n={test.n}", None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}")
-    partial = p.n < max(p.n_base, p.n_cand)
-    # a partial variant is compared on the items both answered: its table values are those items'
-    # (weighted as the metric weighs them), so that baseline - candidate is the change shown
-    w = stratum_weights(p.keys)
-    on_pairs = (float(w @ np.asarray(p.base, float)), float(w @ np.asarray(p.cand, float))) if partial else None
-    how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if partial else "")
+    # a partial variant is compared on the items both answered: its table values are those items',
+    # so that baseline - candidate is the change shown
+    on_pairs = p.means() if p.partial else None
+    how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if p.partial else "")
     if p.n < rules.min_n:
         return _Tested(None, how, f"n={p.n} paired items < min_n {rules.min_n}", on_pairs)
     if p.smallest_cell < rules.min_stratum_n:

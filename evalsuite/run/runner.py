@@ -270,6 +270,8 @@ class Runner:
         try:
             with self.progress.status(f"{name}: starting engine"):
                 result.engine = engine.start()
+            # withheld here for the record a killed run keeps, and again in _record_device: the end's
+            # engine.stats() reads vLLM's log anew
             others_at_start = nvml.other_processes()
             result.engine = without_shared_deltas(result.engine, others_at_start)
             if not variant.simulate:

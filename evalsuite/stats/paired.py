@@ -11,10 +11,12 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
 from evalsuite.stats.metrics import is_proportion
-from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, unpaired_test
+from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, stratum_weights, unpaired_test
 
 # How a score weighs items, by metric name (the part after the task): the strata of its mean.
 STRATA = {"acc_macro": ["group"], "balanced_acc": ["group", "target"]}
@@ -88,6 +90,17 @@ class Pairing:
     @property
     def smallest_cell(self) -> int:
         return smallest_cell(self.keys)
+
+    @property
+    def partial(self) -> bool:
+        """Either side holds items the other lacks: the pair is a subset of what each measured."""
+        return self.n < max(self.n_base, self.n_cand)
+
+    def means(self) -> tuple[float, float]:
+        """(baseline, candidate) over the paired items, weighted as the metric weighs them (the
+        paired test's drop is their difference)."""
+        w = stratum_weights(self.keys)
+        return float(w @ np.asarray(self.base, float)), float(w @ np.asarray(self.cand, float))
 
 
 def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pairing:

