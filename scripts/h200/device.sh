@@ -6,7 +6,7 @@
 #                            that the calls carrying the model pieces overlap it: in the call after the
 #                            kit, .kit/zst and .gpu/carry have arrived
 #   device.sh setup          install the vLLM kit, the missing wheels and llmcompressor (or wait for
-#                            `prepare` to finish doing so); import the model
+#                            `prepare` to finish doing so); import the model(s) pack.sh cut in pieces
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
 #   device.sh py SCRIPT ARGS...  a bench/ or scripts/ Python script with the same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
@@ -32,7 +32,7 @@ stash() {
   [ -d .gpu/carry ] && cp -r .gpu/carry/. $R/carry/
   for d in .gpu/llama31-8b*/; do [ -d "$d" ] && mkdir -p $R/shapes && cp -r "$d" $R/shapes/; done
   if [ -d .m ]; then
-    for f in .m/q?? .m/name; do [ -e "$f" ] && mv "$f" $R/m/; done
+    for f in .m/[a-z][0-9][0-9] .m/name .m/name.[a-z]; do [ -e "$f" ] && mv "$f" $R/m/; done
   fi
   ls $R/kit $R/carry $R/m | tr '\n' ' '; echo
 }
@@ -79,18 +79,24 @@ setup() {
   [ -f $R/env.done ] || echo "waiting for the environment ($R/prepare.log: $(tail -1 $R/prepare.log 2>/dev/null))"
   (setup_env)
   env_h200
-  [ -f $R/m/name ] || { echo "no model carried (dummy-weight shapes only)"; return 0; }
-  name=$(cat $R/m/name)
-  if [ ! -f "$R/m/$name" ]; then cat $R/m/q?? > "$R/m/$name" && rm -f $R/m/q??; fi
-  mkdir -p .gpu && ln -sf "$R/m/$name" ".gpu/$name"
-  python3 -m evalsuite models import "$R/m/$name"
+  ls $R/m/name* >/dev/null 2>&1 || { echo "no model carried (dummy-weight shapes only)"; return 0; }
+  mkdir -p .gpu
+  # pack.sh's slots: the pieces q00.. of the model named in `name`, p00.. of the one in `name.p`, ...
+  for nf in $R/m/name*; do
+    slot=q
+    case $nf in *.?) slot=${nf##*.} ;; esac
+    name=$(cat "$nf")
+    if [ ! -f "$R/m/$name" ]; then cat $R/m/${slot}?? > "$R/m/$name" && rm -f $R/m/${slot}??; fi
+    ln -sf "$R/m/$name" ".gpu/$name"
+    python3 -m evalsuite models import "$R/m/$name"
+  done
 }
 
 copy() {  # the repo `device run` sends is refreshed by every call; detached runs need one that is not
   mkdir -p $R/repo
   tar -C "$repo" --exclude=./.kit --exclude=./.m --exclude=./.gpu --exclude=./runs -cf - . | tar -C $R/repo -xf -
   mkdir -p $R/repo/.gpu
-  [ -f $R/m/name ] && ln -sf "$R/m/$(cat $R/m/name)" "$R/repo/.gpu/$(cat $R/m/name)"
+  for nf in $R/m/name*; do [ -f "$nf" ] && ln -sf "$R/m/$(cat "$nf")" "$R/repo/.gpu/$(cat "$nf")"; done
   # model shapes without weights (scripts/prepare_h200.sh: config.json and tokenizer), stashed by an earlier call
   [ -d $R/shapes ] && cp -r $R/shapes/. $R/repo/.gpu/
   echo "copied to $R/repo"

