@@ -59,6 +59,20 @@ def test_shared_device_withholds_the_free_memory_deltas():
     shared = without_shared_deltas(stats(), 4)
     assert shared.cuda_graph_gib is None and shared.non_torch_gib is None and shared.required_gib is None
     assert shared.source["cuda_graph_gib"] == "withheld" and shared.weights_gib == 3.3
+    assert shared.source["required_gib"] == "withheld"
+
+
+def test_export_never_restores_a_figure_the_run_withheld(scores_py):
+    """scripts/h200/scores.py merges a cut run's record with the kept one of the same settings; a
+    free-memory delta the new run withheld (shared device) must not come back from an older record."""
+    settings = {"kv_cache_dtype": "auto"}
+    kept = {"settings": settings, "engine": {"cuda_graph_gib": 20.8, "weights_gib": 3.3, "startup_s": 50.0,
+                                             "source": {"cuda_graph_gib": "log", "weights_gib": "api"}}}
+    new = {"settings": settings, "engine": {"cuda_graph_gib": None, "weights_gib": 3.3, "startup_s": None,
+                                            "source": {"cuda_graph_gib": "withheld", "weights_gib": "api"}}}
+    merged = scores_py._with_kept_figures(new, kept)["engine"]
+    assert merged["cuda_graph_gib"] is None and merged["source"]["cuda_graph_gib"] == "withheld"
+    assert merged["startup_s"] == 50.0  # what the cut run lacks and did not withhold is still kept
 
 
 def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_path, tiny_model, repo_root, monkeypatch):
@@ -83,4 +97,28 @@ def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_
     assert code == 0, out
     result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
     assert result["engine"]["other_processes"] == 3
+    assert result["engine"]["source"].get("required_gib") in (None, "withheld")
     assert result["engine"]["cuda_graph_gib"] is None and result["engine"]["source"]["cuda_graph_gib"] == "withheld"
+
+
+def test_a_run_cut_on_a_shared_device_still_says_it_was_shared(tmp_path, tiny_model, repo_root, monkeypatch):
+    """A lane's run killed at its deadline never reaches the end's record: the record written at the
+    engine's start already counts the device's other processes."""
+    from tests.test_fake_e2e import make_config, only_run, run
+
+    from evalsuite.engine.fake import FakeEngine
+
+    class _Shared(NvmlPeak):
+        def other_processes(self):
+            return 2
+
+    def cut(self, reqs, on_done=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _Shared)
+    monkeypatch.setattr(FakeEngine, "generate", cut)
+    cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
+    code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
+    assert code == 130, out
+    result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
+    assert result["status"] == "partial" and result["engine"]["other_processes"] == 2

@@ -82,7 +82,9 @@ def without_shared_deltas(stats: EngineStats, others_at_start: int | None) -> En
             if getattr(stats, field) is not None:
                 setattr(stats, field, None)
                 stats.source[field] = "withheld"
-        stats.required_gib = None if stats.source.get("required_gib") == "computed" else stats.required_gib
+        if stats.source.get("required_gib") == "computed" and stats.required_gib is not None:
+            stats.required_gib = None  # it adds the graphs' figure
+            stats.source["required_gib"] = "withheld"
     return stats
 
 
@@ -274,6 +276,7 @@ class Runner:
             # engine.stats() reads vLLM's log anew
             others_at_start = nvml.other_processes()
             result.engine = without_shared_deltas(result.engine, others_at_start)
+            result.engine.other_processes = others_at_start  # _record_device's count, for a run cut before it
             if not variant.simulate:
                 # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
                 # per token and prediction, which the gate's memory checks need

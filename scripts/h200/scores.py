@@ -77,13 +77,14 @@ def export(run_dirs: list[Path], dest: Path) -> None:
 def _with_kept_figures(new: dict, kept: dict) -> dict:
     """A variant cut mid-run records only the engine figures of its start; where the kept record is
     of the same settings (another task's lane, same card), the figures it has and the cut run lacks
-    are kept, each still named by its source."""
+    are kept, each still named by its source. A figure the new run withheld (its device was shared,
+    so vLLM's free-memory deltas were not its own) stays withheld: the kept one is no better."""
     if new.get("settings") != kept.get("settings") or not kept.get("engine"):
         return new
     engine = dict(new.get("engine") or {})
     source, kept_source = dict(engine.get("source") or {}), kept["engine"].get("source") or {}
     for k, v in kept["engine"].items():
-        if engine.get(k) is None and v is not None:
+        if engine.get(k) is None and v is not None and source.get(k) != "withheld":
             engine[k] = v
             if k in kept_source:
                 source[k] = kept_source[k]

