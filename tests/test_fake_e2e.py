@@ -236,6 +236,22 @@ def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_mod
     assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
 
 
+def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path, scores_py, capsys):
+    """A latency phase cut while its last engine started leaves a `partial` record with no samples:
+    exporting it would put a variant in the kept latency folder that was never measured."""
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(swept, cut)
+    for f in (cut / "bf16" / "samples").glob("*.jsonl"):
+        f.write_text('{"cut mid-line')  # a line a kill cut is not a result
+    path = cut / "bf16" / "result.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "partial", "reason": "interrupted"}))
+    scores_py.export([cut], tmp_path / "kept")
+    assert not (tmp_path / "kept" / "bf16").exists() and (tmp_path / "kept" / "kv_fp8").is_dir()
+    assert "cut before any item" in capsys.readouterr().out
+
+
 def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
     """A lane cut at the deadline records the engine figures of its start only; exported over the kept
     record of the same settings (the variant's other lane), it keeps the figures that record has,
