@@ -31,6 +31,11 @@ class _Nvml:
         return [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self.devices[h]]
 
 
+def _shared_by(n: int) -> type[NvmlPeak]:
+    """An NvmlPeak that saw `n` other processes on the engine's GPU (the runner's view of a lane)."""
+    return type("SharedNvml", (NvmlPeak,), {"other_processes": lambda self: n})
+
+
 def _sampled(devices) -> NvmlPeak:
     peak = NvmlPeak()
     peak.nv = _Nvml(devices)
@@ -78,10 +83,6 @@ def test_export_never_restores_a_figure_the_run_withheld(scores_py):
 def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_path, tiny_model, repo_root, monkeypatch):
     from tests.test_fake_e2e import make_config, only_run, run
 
-    class _Shared(NvmlPeak):
-        def other_processes(self):
-            return 3
-
     from evalsuite.engine.fake import FakeEngine
 
     start = FakeEngine.start
@@ -91,7 +92,7 @@ def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_
         return self._started.model_copy()
 
     monkeypatch.setattr(FakeEngine, "start", start_with_graphs)
-    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _Shared)
+    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(3))
     cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
     assert code == 0, out
@@ -108,14 +109,10 @@ def test_a_run_cut_on_a_shared_device_still_says_it_was_shared(tmp_path, tiny_mo
 
     from evalsuite.engine.fake import FakeEngine
 
-    class _Shared(NvmlPeak):
-        def other_processes(self):
-            return 2
-
     def cut(self, reqs, on_done=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _Shared)
+    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(2))
     monkeypatch.setattr(FakeEngine, "generate", cut)
     cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")

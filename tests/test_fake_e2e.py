@@ -246,7 +246,9 @@ def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path, scores_py, 
     for f in (cut / "bf16" / "samples").glob("*.jsonl"):
         f.write_text('{"cut mid-line')  # a line a kill cut is not a result
     path = cut / "bf16" / "result.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "partial", "reason": "interrupted"}))
+    # as `evalsuite finish` leaves it: no sample scored, no metric
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "partial", "metrics": [],
+                                "reason": "interrupted; scored from the samples it recorded: none"}))
     scores_py.export([cut], tmp_path / "kept")
     assert not (tmp_path / "kept" / "bf16").exists() and (tmp_path / "kept" / "kv_fp8").is_dir()
     assert "cut before any item" in capsys.readouterr().out

@@ -59,9 +59,10 @@ def export(run_dirs: list[Path], dest: Path) -> None:
                 print(f"export: {run.name}/{vdir.name}: seeded, not run here; kept as it is")
                 continue
             result = json.loads((vdir / "result.json").read_text())
-            if result.get("status") == "partial" and not _recorded(vdir):
-                # cut before its first item (a latency pass at its engine's start): nothing to keep,
-                # and an empty record would read as "measured" beside the variant's kept one
+            if result.get("status") == "partial" and not result.get("metrics"):
+                # cut before its first item (a latency pass at its engine's start): `finish` scored
+                # no sample, so there is nothing to keep, and an empty record would read as
+                # "measured" beside the variant's kept one
                 print(f"export: {run.name}/{vdir.name}: cut before any item; nothing exported")
                 continue
             out = dest / vdir.name
@@ -77,15 +78,6 @@ def export(run_dirs: list[Path], dest: Path) -> None:
                     for line in src:
                         if line.endswith("\n"):  # a line cut by a kill is not a result
                             dst.write(json.dumps(json.loads(line)["score"]) + "\n")
-
-
-def _recorded(vdir: Path) -> bool:
-    """Whether a variant's folder holds at least one whole sample line."""
-    for f in (vdir / "samples").glob("*.jsonl"):
-        with f.open() as fh:
-            if any(line.endswith("\n") for line in fh):
-                return True
-    return False
 
 
 def _with_kept_figures(new: dict, kept: dict) -> dict:
