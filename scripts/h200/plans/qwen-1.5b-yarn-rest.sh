@@ -67,13 +67,14 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
 bash scripts/h200/lanes.sh $DA "$(lane k5 $K awq)" "$(lane k6 $K gptq)" \
   "$(lane g1 $A gguf_q4_k_m D=$S)"
 if [ "$LAT" -gt 0 ]; then
-  # INT4 first (`run -V` keeps the order given): what W4A16 buys in speed is the question the page
-  # cannot answer yet; a checkpoint the lanes did not build is built here. The per-token-head caches
+  # The issue's variants first (`run -V` keeps the order given): INT4, then fp8_kv_fp8 (a minute or
+  # two) before GGUF (its engine alone takes ~2 min to load and compile); a checkpoint the lanes did
+  # not build is built here. The extra variants after them; the per-token-head caches
   # last: on Triton attention their 130K prefill takes close to a minute a request. A variant whose
   # latency is kept `ok` is measured already; a cut (`partial`) one is measured again, whole, since
   # its requests are only comparable within one engine's start.
   todo=()
-  for v in awq gptq rtn gguf_q4_k_m fp8_kv_fp8 bf16_triton_attn kv_int8_per_token_head kv_fp8_per_token_head; do
+  for v in awq gptq rtn fp8_kv_fp8 gguf_q4_k_m bf16_triton_attn kv_int8_per_token_head kv_fp8_per_token_head; do
     grep -q '"status": "ok"' "$LD/$v/result.json" 2>/dev/null || todo+=("$v")
   done
   if [ ${#todo[@]} -gt 0 ]; then  # lanes.done marks the end poll.sh waits for: this phase's, not the lanes'
