@@ -25,13 +25,16 @@
 # 270` back to back until the lanes are done, and `bash scripts/h200/slim.sh back` here.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S [OVH_S]] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
-# 240 s before the budget does, so that the last polls can bring the run folders back; OVH_S > 0:
+# END_MARGIN_S (default 240) before the budget does, so that the last polls can bring the run
+# folders back: a run stops within ~20 s of its deadline and a poll packs its folder in a few
+# seconds, so 120 leaves the last poll time to return, if it starts by then; OVH_S > 0:
 # first, alone on the card for at most OVH_S seconds, bench/overhead.py on the 1.5B, as
 # docs/benchmarks.md's H200 row runs it; its RESULT line is in runs/h200/ov/bench.log).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 T0=$1 B=$2 LAT=${3:-0} OVH=${4:-0}
-DL=$((T0 + B - 240)) DA=$((T0 + B - 240 - LAT))
+M=${END_MARGIN_S:-240}
+DL=$((T0 + B - M)) DA=$((T0 + B - M - LAT))
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/scores-128k
 K=configs/h200/qwen-1.5b-128k-multikey.yaml
 L=configs/h200/qwen-1.5b-latency.yaml
