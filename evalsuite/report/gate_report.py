@@ -37,9 +37,10 @@ def _header(report: GateReport) -> list[str]:
               else "p-values not adjusted for multiple checks")
     return [title, "",
             f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{r.decision}` at "
-            f"{r.confidence:.0%} one-sided confidence · {adjust}; the verdict uses them. Accuracy changes are drops "
-            f"in points (baseline - candidate, positive = worse) on items paired by sample id; each row names its "
-            f"method. Checks with fewer than {r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit "
+            f"{r.confidence:.0%} one-sided confidence · {adjust}; the verdict uses them. Column `worse by`: the "
+            f"change in the direction the rule limits, negative when the candidate is better: for accuracy the "
+            f"drop in points (baseline - candidate) on items paired by sample id, each row naming its method; for "
+            f"memory and latency the growth in %, for KV capacity the drop in %. Checks with fewer than {r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit "
             f"this n cannot resolve, say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
             f"p(drop ≥ limit) for an `upper_bound` check (small: shown within the limit); p(drop ≤ limit) for "
             f"`lower_bound`, `point` and insufficient-n checks (small: shown to exceed the limit).", ""]
@@ -111,7 +112,7 @@ def to_markdown(report: GateReport) -> str:
     conf = f"{report.rules.confidence:.0%}"
     adj = "p Holm" if report.rules.adjust == "holm" else "p (unadjusted)"
     lines = _header(report) + _summary(report) + [
-        f"| | candidate | rule | metric | baseline | candidate value | change | {conf} bounds | limit | p | {adj} "
+        f"| | candidate | rule | metric | baseline | candidate value | worse by | {conf} bounds | limit | p | {adj} "
         "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"fail": 0, "warn": 1, "pass": 2}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
