@@ -102,6 +102,7 @@ def test_sweep_records_failure_and_continues(reference):
         assert (reference / name).exists()
     env = json.loads((reference / "env.json").read_text())
     assert env["vllm_version"] and env["torch_version"]
+    assert isinstance(env["vllm_plugins"], dict) and env["vllm_distribution"] not in env["vllm_plugins"]
     assert len(scores(reference, "bf16")) == 12 + 6 + 4 + 2
 
 

