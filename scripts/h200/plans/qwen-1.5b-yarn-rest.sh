@@ -22,7 +22,8 @@
 #   setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
 #   sleep 100; bash scripts/h200/poll.sh 0
 # (B: the budget the previous call reported, less ~5 s), then `cd /root/repo; bash scripts/h200/poll.sh
-# 270` back to back until the lanes are done, and `bash scripts/h200/slim.sh back` here.
+# 500` back to back until the lanes are done (long polls: the machine is given back in any gap of
+# 30 s between calls, and with it every lane), and `bash scripts/h200/slim.sh back` here.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S [OVH_S]] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
 # END_MARGIN_S (default 240) before the budget does, so that the last polls can bring the run
