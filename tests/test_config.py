@@ -1,5 +1,6 @@
 """Config loading: includes, defaults, and one-line errors with exit code 2."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,17 @@ def test_shipped_configs_validate(repo_root):
         if f.name.startswith("base"):
             continue
         load_config(f)
+
+
+def test_h200_configs_validate_beside_the_packed_gguf(repo_root, tmp_path):
+    """The H200 plans run these configs on a card no session can try beforehand; their one file from
+    outside the repository is the 1.5B's GGUF that scripts/h200/pack.sh assembles into .gpu/, so
+    they are checked here beside a file that starts as a GGUF does."""
+    shutil.copytree(repo_root / "configs", tmp_path / "configs")
+    (tmp_path / ".gpu").mkdir()
+    header = b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
+    (tmp_path / ".gpu" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(header)
+    files = sorted((tmp_path / "configs" / "h200").glob("*.yaml"))
+    assert len(files) >= 10
+    for f in files:
+        assert load_config(f).variants, f.name
