@@ -116,15 +116,35 @@ def test_shipped_configs_validate(repo_root):
         load_config(f)
 
 
-def test_h200_configs_validate_beside_the_packed_gguf(repo_root, tmp_path):
-    """The H200 plans run these configs on a card no session can try beforehand; their one file from
-    outside the repository is the 1.5B's GGUF that scripts/h200/pack.sh assembles into .gpu/, so
-    they are checked here beside a file that starts as a GGUF does."""
+@pytest.fixture
+def h200_configs(repo_root, tmp_path) -> Path:
+    """configs/h200 beside a file that starts as a GGUF does: the one file from outside the repository
+    these configs name is the 1.5B's GGUF that scripts/h200/pack.sh assembles into .gpu/."""
     shutil.copytree(repo_root / "configs", tmp_path / "configs")
     (tmp_path / ".gpu").mkdir()
     header = b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
     (tmp_path / ".gpu" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(header)
-    files = sorted((tmp_path / "configs" / "h200").glob("*.yaml"))
+    return tmp_path / "configs" / "h200"
+
+
+def test_h200_configs_validate_beside_the_packed_gguf(h200_configs):
+    """The H200 plans run these configs on a card no session can try beforehand."""
+    files = sorted(h200_configs.glob("*.yaml"))
     assert len(files) >= 10
     for f in files:
         assert load_config(f).variants, f.name
+
+
+def test_h200_split_configs_hold_their_full_configs_tasks(h200_configs):
+    """A lane runs one part of a 128K config's tasks (one config a part, each restating its grid) and
+    its per-item scores merge with the other parts' by sample id: a part whose grid drifted from the
+    full config's would mix two grids in one variant."""
+    def by_name(cfg):
+        return {t.name or t.type: t.model_dump() for t in cfg.tasks}
+
+    parts = [f for f in sorted(h200_configs.glob("*-128k-*.yaml")) if not f.name.endswith("-accuracy.yaml")]
+    assert len(parts) >= 6
+    for f in parts:
+        full = by_name(load_config(f.with_name(f.name.split("-128k-")[0] + "-128k-accuracy.yaml")))
+        for name, task in by_name(load_config(f)).items():
+            assert task == full[name], (f.name, name)

@@ -7,6 +7,7 @@ here the engine is the only stand-in, and the records, the MLflow store (SQLite)
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -229,8 +230,6 @@ def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_
                                                                      scores_py, capsys):
     """A lane's first session for a variant (the GGUF file on the YaRN grid): `seed` finds nothing kept,
     leaves no folder, so the lane's `run` starts a new run; its export lands beside the kept variants."""
-    import shutil
-
     kept = tmp_path / "kept"
     scores_py.export([swept], kept)
     shutil.rmtree(kept / "kv_fp8")
@@ -261,8 +260,6 @@ def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_mod
 def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path, scores_py, capsys):
     """A latency phase cut while its last engine started leaves a `partial` record with no samples:
     exporting it would put a variant in the kept latency folder that was never measured."""
-    import shutil
-
     cut = tmp_path / "cut"
     shutil.copytree(swept, cut)
     for f in (cut / "bf16" / "samples").glob("*.jsonl"):
@@ -280,8 +277,6 @@ def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
     """A lane cut at the deadline records the engine figures of its start only; exported over the kept
     record of the same settings (the variant's other lane), it keeps the figures that record has,
     and its own status and metrics."""
-    import shutil
-
     scores_py.export([swept], tmp_path / "kept")
     cut = tmp_path / "cut"
     shutil.copytree(swept, cut)

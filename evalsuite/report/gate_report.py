@@ -41,7 +41,8 @@ def _header(report: GateReport) -> list[str]:
             f"change in the direction the rule limits, negative when the candidate is better: for accuracy the "
             f"drop in points (baseline - candidate) on items paired by sample id, each row naming its method; for "
             f"memory and latency the growth in %, for KV capacity the drop in %. Checks with fewer than "
-            f"{r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
+            f"{r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, "
+            f"say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
             f"p(drop ≥ limit) for an `upper_bound` check (small: shown within the limit); p(drop ≤ limit) for "
             f"`lower_bound`, `point` and insufficient-n checks (small: shown to exceed the limit).", ""]
 

@@ -57,8 +57,8 @@ lane() {  # lane NAME CONFIG VARIANT...: seed from the kept YaRN scores, then ru
 # between lanes): the card is compute-bound at 32K-128K and shares itself about evenly, so the two
 # needle lanes finish first and legal_long, the most work, has the card to itself after them. The
 # GGUF file's grid is ~34M prompt tokens, ~20M of them computed (bf16's records count 6.4M / 6.8M /
-# 7.0M uncached for needle / multi-key / legal_long); two GGUF lanes together computed ~10K prompt
-# tokens/s on the H200 (vLLM's log, 2026-12-02). What a lane does not finish stays as per-item
+# 7.0M uncached for needle / multi-key / legal_long); two GGUF lanes together computed ~13.7K prompt
+# tokens/s on the H200 (2026-12-02: vLLM's log and the finished cells' counts agree). What a lane does not finish stays as per-item
 # scores the next session's seed picks up (a variant with none kept yet is not seeded and starts
 # afresh). A lane whose variants are complete ends at once.
 N=configs/h200/qwen-1.5b-128k-needle.yaml LL=configs/h200/qwen-1.5b-128k-legal-long.yaml
