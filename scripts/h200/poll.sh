@@ -7,6 +7,12 @@
 set -uo pipefail
 wait_s=${1:-0}
 cd "$(dirname "$0")/../.."
+if [ ! -d runs/h200 ]; then
+  # a fresh machine (the one with the lanes was given back in a gap between calls): waiting would
+  # only spend the budget left on nothing
+  echo "poll: $(pwd) holds no lanes (runs/h200): this machine is a fresh start, not the one the lanes ran on"
+  exit 3
+fi
 end=$((SECONDS + wait_s))
 while [ $SECONDS -lt $end ] && [ ! -f runs/h200/lanes.done ]; do sleep 5; done
 for log in runs/h200/lane*.log; do echo "== $log: $(tr '\n' ' ' < "$log")"; done

@@ -21,9 +21,11 @@
 #   bash scripts/h200/device.sh copy; cd /root/repo; set +e
 #   setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
 #   sleep 100; bash scripts/h200/poll.sh 0
-# (B: the budget the previous call reported, less ~5 s), then `cd /root/repo; bash scripts/h200/poll.sh
+# (B: the budget the previous call reported, less ~5 s), then `cd /root/repo && bash scripts/h200/poll.sh
 # 500` back to back until the lanes are done (long polls: the machine is given back in any gap of
-# 30 s between calls, and with it every lane), and `bash scripts/h200/slim.sh back` here.
+# 30 s between calls, and with it every lane; decide every poll's length before the start call, so
+# that nothing is left to think about between calls; on a fresh machine the `&&` and poll.sh's own
+# check end the call at once instead of spending the budget), and `bash scripts/h200/slim.sh back` here.
 # Usage: setsid nohup bash scripts/h200/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S [OVH_S]] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
 # END_MARGIN_S (default 240) before the budget does, so that the last polls can bring the run
@@ -60,7 +62,8 @@ lane() {  # lane NAME CONFIG VARIANT...: seed from the kept YaRN scores, then ru
 # 7.0M uncached for needle / multi-key / legal_long); two GGUF lanes together computed ~13.7K prompt
 # tokens/s on the H200 (2026-12-02: vLLM's log and the finished cells' counts agree). What a lane does not finish stays as per-item
 # scores the next session's seed picks up (a variant with none kept yet is not seeded and starts
-# afresh). A lane whose variants are complete ends at once.
+# afresh). A lane whose variants are complete ends at once: a seeded variant with every item of its
+# config scored starts no engine, even when its kept record is `partial` for another lane's task.
 N=configs/h200/qwen-1.5b-128k-needle.yaml LL=configs/h200/qwen-1.5b-128k-legal-long.yaml
 bash scripts/h200/lanes.sh $DA "$(lane y1 $K gguf_q4_k_m)" "$(lane y2 $N gguf_q4_k_m)" "$(lane y3 $LL gguf_q4_k_m)"
 if [ "$LAT" -gt 0 ]; then
