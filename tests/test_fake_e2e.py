@@ -333,6 +333,28 @@ def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, 
     assert len((samples / "mmlu.jsonl").read_text().splitlines()) == 12
 
 
+def test_export_keeps_one_config_naming_every_lane_task(swept, tmp_path, tiny_model, legal_dir, scores_py):
+    """A variant's tasks run in lanes of their own, one config each: its kept config names them all
+    (the last lane's task as that lane ran it), not only the last lane's; a config that differs in
+    more than its tasks replaces the kept one whole."""
+    scores_py.export([swept], tmp_path / "kept")
+    kept = tmp_path / "kept" / "bf16" / "config.yaml"
+    lane = tmp_path / "lane"
+    shutil.copytree(swept, lane)
+    raw = yaml.safe_load((lane / "config.yaml").read_text())
+    mmlu = next(t for t in raw["tasks"] if t["type"] == "mmlu")
+    raw["tasks"] = [{**mmlu, "num_fewshot": 3}]
+    (lane / "config.yaml").write_text(yaml.safe_dump(raw))
+    scores_py.export([lane], tmp_path / "kept")
+    tasks = {t["name"]: t for t in yaml.safe_load(kept.read_text())["tasks"]}
+    assert set(tasks) == {t["name"] for t in yaml.safe_load((swept / "config.yaml").read_text())["tasks"]}
+    assert tasks[mmlu["name"]]["num_fewshot"] == 3
+    raw["seed"] = raw.get("seed", 0) + 1
+    (lane / "config.yaml").write_text(yaml.safe_dump(raw))
+    scores_py.export([lane], tmp_path / "kept")
+    assert yaml.safe_load(kept.read_text()) == raw
+
+
 def test_mlflow_holds_the_sweep(swept):
     uri = f"sqlite:///{swept.parent.parent / 'mlflow.db'}"
     client = MlflowClient(uri)

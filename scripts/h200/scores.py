@@ -70,7 +70,7 @@ def export(run_dirs: list[Path], dest: Path) -> None:
             if (out / "result.json").is_file():
                 result = _with_kept_figures(result, json.loads((out / "result.json").read_text()))
             (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-            shutil.copyfile(run / "config.yaml", out / "config.yaml")
+            _keep_config(run / "config.yaml", out / "config.yaml")
             log = (vdir / "engine.log").read_text(errors="replace").splitlines() if (vdir / "engine.log").exists() else []
             (out / "engine-memory.log").write_text("\n".join(ln[:400] for ln in log if LOG_KEEP.search(ln)) + "\n")
             for f in sorted((vdir / "samples").glob("*.jsonl")):
@@ -78,6 +78,25 @@ def export(run_dirs: list[Path], dest: Path) -> None:
                     for line in src:
                         if line.endswith("\n"):  # a line cut by a kill is not a result
                             dst.write(json.dumps(json.loads(line)["score"]) + "\n")
+
+
+def _keep_config(new: Path, kept: Path) -> None:
+    """A variant's tasks measured by several configs (one lane a task) keep one config naming them
+    all: where the kept config differs from the new run's in its tasks only, the new run's tasks
+    replace those of the same name and the others stay; any other difference (model, defaults,
+    variants) and the new run's config replaces the kept one whole."""
+    import yaml
+
+    if not kept.is_file():
+        shutil.copyfile(new, kept)
+        return
+    a, b = yaml.safe_load(kept.read_text()), yaml.safe_load(new.read_text())
+    if {k: v for k, v in a.items() if k != "tasks"} != {k: v for k, v in b.items() if k != "tasks"}:
+        shutil.copyfile(new, kept)
+        return
+    names = {t["name"] for t in b.get("tasks") or []}
+    b["tasks"] = [t for t in a.get("tasks") or [] if t["name"] not in names] + (b.get("tasks") or [])
+    kept.write_text(yaml.safe_dump(b, sort_keys=False))
 
 
 def _with_kept_figures(new: dict, kept: dict) -> dict:
