@@ -242,7 +242,7 @@ def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_pat
     monkeypatch.setattr(FakeEngine, "start", lambda self: started.append("x") or real(self))
     code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
     assert code == 0, out
-    assert started == []
+    assert started == [] and "every item of this config is scored; left as recorded (partial)" in out
     result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
     assert result["status"] == "partial" and not (only_run(tmp_path / "runs") / "bf16" / "engine.log").exists()
 

@@ -22,7 +22,7 @@ from evalsuite.engine import Engine, EngineFailed
 from evalsuite.memory.cuda import NvmlPeak, device_total_gib
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant
-from evalsuite.run.progress import Progress
+from evalsuite.run.progress import Progress, console
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
@@ -331,6 +331,8 @@ def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, 
     for name, variant in cfg.variants.items():
         prev = run_dir.load_result(name) if resume else None
         if finished(prev, run_dir, variant, tasks, samples):
+            if prev.status != "skipped":
+                console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
             _put(record, prev)
             continue
         _put(record, runner.run_variant(name, variant, tasks, samples))
