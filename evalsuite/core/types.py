@@ -151,3 +151,9 @@ class RunRecord(_Model):
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
+
+    @property
+    def rebuilt_from(self) -> str | None:
+        """The kept per-item scores this folder was rebuilt or seeded from (scripts/h200/scores.py
+        writes it); None for a folder a run wrote."""
+        return self.env.get("rebuilt_from")

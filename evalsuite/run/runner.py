@@ -328,20 +328,37 @@ def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, 
             progress: Progress, resume: bool) -> RunRecord:
     tasks, samples = preflight(cfg, ctx)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
-    for name, variant in cfg.variants.items():
-        prev = run_dir.load_result(name) if resume else None
-        if finished(prev, run_dir, variant, tasks, samples):
-            if prev.status != "skipped":
-                console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
-            _put(record, prev)
-            continue
+    for name, variant in to_run(cfg, run_dir, record, tasks, samples, resume).items():
         _put(record, runner.run_variant(name, variant, tasks, samples))
         run_dir.write_run(record)
+    in_config_order(record, cfg)
     run_dir.write_run(record)
     return record
 
 
-def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
+def to_run(cfg: RunConfig, run_dir: RunDir, record: RunRecord, tasks: list[Task],
+           samples: dict[str, list[Sample]], resume: bool) -> dict[str, Variant]:
+    """The variants left to run, in the config's order; those --resume leaves as recorded go into
+    `record` as they are, each said in one line."""
+    todo = {}
+    for name, variant in cfg.variants.items():
+        prev = run_dir.load_result(name) if resume else None
+        if finished(prev, record, run_dir, variant, tasks, samples):
+            if prev.status != "skipped":
+                console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
+            _put(record, prev)
+        else:
+            todo[name] = variant
+    return todo
+
+
+def in_config_order(record: RunRecord, cfg: RunConfig) -> None:
+    """The record's variants as the config lists them, whatever order they were run or left in."""
+    order = list(cfg.variants)
+    record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
+
+
+def finished(prev: VariantResult | None, record: RunRecord, run_dir: RunDir, variant: Variant, tasks: list[Task],
              samples: dict[str, list[Sample]]) -> bool:
     """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
     of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
@@ -350,8 +367,7 @@ def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, task
     tasks, run by other configs, were cut): an engine started for no item costs minutes of a card."""
     if prev is None or prev.status == "skipped":
         return prev is not None
-    seeded = prev.status == "partial" and "rebuilt_from" in run_dir.load_run().env
-    if prev.status != "ok" and not seeded:
+    if prev.status != "ok" and not (prev.status == "partial" and record.rebuilt_from):
         return False
     for t in tasks:
         if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):

@@ -266,16 +266,10 @@ class _Fanout:
 def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
                 progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with every variant left to do running as a Ray task."""
-    from evalsuite.run.runner import _put, finished, preflight
+    from evalsuite.run.runner import in_config_order, preflight, to_run
 
     tasks, samples = preflight(cfg, ctx)  # bad input costs nothing, before any cluster is touched
-    todo = {}
-    for name, variant in cfg.variants.items():
-        prev = run_dir.load_result(name) if resume else None
-        if finished(prev, run_dir, variant, tasks, samples):
-            _put(record, prev)
-        else:
-            todo[name] = variant
+    todo = to_run(cfg, run_dir, record, tasks, samples, resume)
     ray = connect(cfg.scheduler.address)
     fan = _Fanout(ray, cfg, run_dir, record, progress)
     try:
@@ -285,7 +279,6 @@ def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: s
     finally:
         fan.cancel()
         ray.shutdown()
-    order = list(cfg.variants)  # as the local path lists them, whatever order they finished in
-    record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
+    in_config_order(record, cfg)
     run_dir.write_run(record)
     return record

@@ -39,6 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import yaml
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
@@ -51,7 +52,7 @@ def export(run_dirs: list[Path], dest: Path) -> None:
     from evalsuite.core.records import RunDir
 
     for run in run_dirs:
-        seeded = "rebuilt_from" in RunDir(run).load_run().env
+        seeded = RunDir(run).load_run().rebuilt_from is not None
         for vdir in sorted(p for p in run.iterdir() if (p / "result.json").is_file()):
             if seeded and not (vdir / "engine.log").exists():
                 # seeded from the kept scores and never started in this run: exporting it would only
@@ -85,18 +86,15 @@ def _keep_config(new: Path, kept: Path) -> None:
     all: where the kept config differs from the new run's in its tasks only, the new run's tasks
     replace those of the same name and the others stay; any other difference (model, defaults,
     variants) and the new run's config replaces the kept one whole."""
-    import yaml
-
-    if not kept.is_file():
+    cfg = yaml.safe_load(new.read_text())
+    old = yaml.safe_load(kept.read_text()) if kept.is_file() else {}
+    old_tasks, new_tasks = old.pop("tasks", None) or [], cfg.pop("tasks", None) or []
+    if old != cfg:  # another model, defaults or variants (or nothing kept): the new config as it is
         shutil.copyfile(new, kept)
         return
-    a, b = yaml.safe_load(kept.read_text()), yaml.safe_load(new.read_text())
-    if {k: v for k, v in a.items() if k != "tasks"} != {k: v for k, v in b.items() if k != "tasks"}:
-        shutil.copyfile(new, kept)
-        return
-    names = {t["name"] for t in b.get("tasks") or []}
-    b["tasks"] = [t for t in a.get("tasks") or [] if t["name"] not in names] + (b.get("tasks") or [])
-    kept.write_text(yaml.safe_dump(b, sort_keys=False))
+    names = {t["name"] for t in new_tasks}
+    cfg["tasks"] = [t for t in old_tasks if t["name"] not in names] + new_tasks
+    kept.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
 def _with_kept_figures(new: dict, kept: dict) -> dict:
