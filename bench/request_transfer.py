@@ -1,13 +1,14 @@
-"""What one batch costs to cross between evalsuite and its engine child, with the engine idle meanwhile.
+"""What evalsuite's offline engine adds around each `llm.generate` call, with the engine idle meanwhile.
 
-The offline engine (evalsuite/engine/offline.py and vllm_offline.py) sends a batch's requests to its
-child as `Request.model_dump()` dicts through a `multiprocessing` Pipe of the spawn context; the child
-validates them back into `Request`s before `llm.generate`, and returns `Completion.model_dump()` dicts
-that the parent validates. The engine generates nothing while that happens, and a bare
-`vllm.LLM.generate` loop (bench/overhead.py's other side) pays none of it. This times exactly those
-steps, the same types and the same context, for a batch shaped like MMLU 5-shot (token-id prompts,
-one answer token with 20 top log-probabilities), without vLLM: the figure bench/overhead.py's MMLU gap
-on a GPU is read against (docs/benchmarks.md).
+The parent sends a batch's requests through a Pipe to the engine child (evalsuite/engine/offline.py),
+the child turns them into vLLM prompts and sampling parameters, runs `llm.generate`, converts each
+output into a `Completion` and sends them back (`_serve` in evalsuite/engine/vllm_offline.py). This
+runs that real code (`OfflineEngine` with its `entry` hook, the real `_serve` and `to_completion`)
+around a stand-in `llm` that answers at once with outputs built beforehand, shaped like MMLU 5-shot
+(token-id prompts, one answer token with 20 top log-probabilities). A bare `vllm.LLM.generate` loop
+(bench/overhead.py's other side) pays only for building the prompts and sampling parameters
+(`bare_s`, timed apart here); the rest (`overhead_s`) is what bench/overhead.py's MMLU gap on a GPU
+is read against (docs/benchmarks.md). Needs vLLM importable (SamplingParams), no model and no GPU.
 
     .venv/bin/python bench/request_transfer.py [--batch 1024] [--prompt-tokens 750] [--logprobs 20] [--rounds 5]
 
@@ -17,79 +18,96 @@ The last line printed is the RESULT line: medians over the rounds, seconds per b
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import random
 import statistics
+import tempfile
 import time
-
-from evalsuite.core.types import Completion, Request
-
-
-def _child(conn) -> None:
-    """The engine child's side: validate the requests; on "go", dump its completions and send them."""
-    while True:
-        msg = conn.recv()
-        if msg[0] == "stop":
-            return
-        reqs = [Request.model_validate(r) for r in msg[1]]
-        conn.send(("ok", None))  # the requests have arrived: vLLM would start here
-        done = _completions(len(reqs), msg[2])  # vLLM's answers, built untimed
-        conn.send(("ready", None))
-        conn.recv()
-        conn.send(("ok", [c.model_dump() for c in done]))
+from pathlib import Path
+from types import SimpleNamespace
 
 
-def _completions(n: int, logprobs: int) -> list[Completion]:
-    tokens = [f" tok{i}" for i in range(logprobs)]
-    return [Completion(text=" A", top_logprobs=[{t: -random.random() * 5 for t in tokens}], prompt_tokens=750,
-                       output_tokens=1, cached_prompt_tokens=600, finish_reason="length", ttft_ms=12.0,
-                       e2e_ms=12.0) for _ in range(n)]
+class StandInLLM:
+    """Answers every batch at once with the same prebuilt outputs; has no metrics of its own."""
+
+    def __init__(self, batch: int, prompt_tokens: int, logprobs: int):
+        ids = list(range(prompt_tokens))
+        step = {i: SimpleNamespace(decoded_token=f" tok{i}", logprob=-random.random() * 5, rank=i + 1)
+                for i in range(logprobs)}
+        self.outputs = [SimpleNamespace(
+            outputs=[SimpleNamespace(text=" A", token_ids=[0], logprobs=[step] if logprobs else None,
+                                     finish_reason="length")],
+            metrics=None, prompt_token_ids=ids, prompt_logprobs=None, num_cached_tokens=prompt_tokens - 150)
+            for _ in range(batch)]
+
+    def generate(self, prompts, params, use_tqdm=False):
+        return self.outputs[:len(prompts)]
+
+    def get_metrics(self):
+        return []
 
 
-def _requests(args) -> list[Request]:
+def stand_in_worker(conn, model: str, kwargs: dict, log_path: str, env: dict) -> None:
+    """OfflineEngine's child entry with the stand-in in vLLM's place; the loop is the real `_serve`."""
+    from evalsuite.core.types import EngineStats
+    from evalsuite.engine.vllm_offline import _serve
+
+    conn.send(("ready", EngineStats().model_dump()))
+    _serve(conn, StandInLLM(**kwargs), 0.0)
+
+
+def requests(args) -> list:
+    from evalsuite.core.types import Request
+
     return [Request(prompt="x" * (4 * args.prompt_tokens),
                     prompt_token_ids=[random.randrange(150_000) for _ in range(args.prompt_tokens)],
-                    max_tokens=1, logprobs=args.logprobs) for _ in range(args.batch)]
+                    max_tokens=1, logprobs=args.logprobs or None) for _ in range(args.batch)]
 
 
-def one_round(conn, reqs: list[Request], logprobs: int) -> tuple[float, float]:
-    """Seconds from the parent's dump to the child's validated requests, and from the child's dump of
-    its completions to the parent's validated ones."""
-    t0 = time.perf_counter()
-    conn.send(("generate", [r.model_dump() for r in reqs], logprobs))
-    conn.recv()
-    t1 = time.perf_counter()
-    conn.recv()  # the child has built its completions
-    t2 = time.perf_counter()
-    conn.send(("go",))
-    _, payload = conn.recv()
-    [Completion.model_validate(c) for c in payload]
-    return t1 - t0, time.perf_counter() - t2
+def bare_build_s(reqs) -> float:
+    """What the bare loop does per batch besides generating: vLLM's prompts and sampling parameters."""
+    from evalsuite.engine.vllm_offline import _prompt, _sampling
+
+    t = time.perf_counter()
+    [_prompt(r) for r in reqs], [_sampling(r) for r in reqs]
+    return time.perf_counter() - t
+
+
+def measure(args) -> list[tuple[float, float]]:
+    from evalsuite.engine.offline import OfflineEngine
+
+    reqs = requests(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        kwargs = {"batch": args.batch, "prompt_tokens": args.prompt_tokens, "logprobs": args.logprobs}
+        engine = OfflineEngine("stand-in", kwargs, Path(tmp) / "engine.log", entry=stand_in_worker)
+        engine.start()
+        try:
+            engine.generate(reqs)  # the child's first imports (vLLM's SamplingParams), not counted
+            bare_build_s(reqs)  # and this process's
+            times = []
+            for _ in range(args.rounds):
+                t = time.perf_counter()
+                engine.generate(reqs)
+                times.append((time.perf_counter() - t, bare_build_s(reqs)))
+        finally:
+            engine.close()
+    return times
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1024, help="requests a batch (evalsuite's engine.batch_size default)")
     p.add_argument("--prompt-tokens", type=int, default=750, help="token ids a prompt (MMLU 5-shot: ~750)")
-    p.add_argument("--logprobs", type=int, default=20, help="top log-probabilities an answer token")
+    p.add_argument("--logprobs", type=int, default=20, help="top log-probabilities an answer token (0: none)")
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
     random.seed(0)
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_child, args=(child,), daemon=True)
-    proc.start()
-    reqs = _requests(args)
-    one_round(parent, reqs, args.logprobs)  # the child's first imports and allocations, not counted
-    times = [one_round(parent, reqs, args.logprobs) for _ in range(args.rounds)]
-    parent.send(("stop",))
-    proc.join()
-    req_s = statistics.median(t[0] for t in times)
-    comp_s = statistics.median(t[1] for t in times)
-    print(f"# rounds (requests s, completions s): {[(round(a, 4), round(b, 4)) for a, b in times]}")
+    times = measure(args)
+    call_s = statistics.median(t[0] for t in times)
+    bare_s = statistics.median(t[1] for t in times)
+    print(f"# rounds (engine call s, bare build s): {[(round(a, 4), round(b, 4)) for a, b in times]}")
     print(f"RESULT bench=request_transfer batch={args.batch} prompt_tokens={args.prompt_tokens} "
-          f"logprobs={args.logprobs} requests_s={req_s:.4f} completions_s={comp_s:.4f} "
-          f"per_item_ms={(req_s + comp_s) * 1000 / args.batch:.4f}")
+          f"logprobs={args.logprobs} call_s={call_s:.4f} bare_s={bare_s:.4f} overhead_s={call_s - bare_s:.4f} "
+          f"per_item_ms={(call_s - bare_s) * 1000 / args.batch:.4f}")
 
 
 if __name__ == "__main__":

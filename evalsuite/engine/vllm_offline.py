@@ -200,11 +200,11 @@ def _serve(conn, llm, startup_s: float) -> None:
         msg = conn.recv()
         op = msg[0]
         if op == "generate":
-            reqs = [Request.model_validate(r) for r in msg[1]]
+            reqs: list[Request] = msg[1]
             with KVPeak(llm) as kv:
                 results = llm.generate([_prompt(r) for r in reqs], [_sampling(r) for r in reqs], use_tqdm=False)
             peak = max(peak, kv.peak)
-            conn.send(("ok", [to_completion(r).model_dump() for r in results]))
+            conn.send(("ok", [to_completion(r) for r in results]))
         elif op == "metrics":
             conn.send(("ok", {**_metric_values(llm), "kv_usage_peak": peak}))
         elif op == "close":
