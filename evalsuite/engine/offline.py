@@ -179,7 +179,7 @@ class OfflineEngine:
 
     def generate(self, requests: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
         # The models themselves cross the pipe: the child runs this same evalsuite, and a dump on one
-        # side with a validation on the other cost 40% more, with the engine idle
+        # side with a validation on the other took 1.6 times as long, with the engine idle
         # (bench/request_transfer.py).
         completions = self._call(("generate", list(requests)), "generation")
         if on_done:
