@@ -129,8 +129,11 @@ def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
     tasks, samples = preflight(cfg, ctx)
     spec = make_engine(cfg, cfg.variants["bf16"], model_dir, out.with_suffix(".unused"), cache)
     os.environ.update(spec.env)
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+    from vllm import LLM
+
+    # evalsuite's own request-to-vLLM conversion, so that both sides send vLLM the same prompts and
+    # parameters by construction
+    from evalsuite.engine.vllm_offline import _prompt, _sampling
 
     t0 = time.perf_counter()
     llm = LLM(model=spec.model, disable_log_stats=not log_stats, **spec.kwargs)
@@ -142,10 +145,7 @@ def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
         texts = []
         for i in range(0, len(reqs), size):
             batch = reqs[i:i + size]
-            prompts = [TokensPrompt(prompt_token_ids=r.prompt_token_ids) if r.prompt_token_ids is not None else r.prompt
-                       for r in batch]
-            params = [SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, logprobs=r.logprobs,
-                                     stop=r.stop or None, ignore_eos=r.ignore_eos, seed=r.seed) for r in batch]
+            prompts, params = [_prompt(r) for r in batch], [_sampling(r) for r in batch]
             texts += [o.outputs[0].text for o in llm.generate(prompts, params, use_tqdm=False)]
         walls[task.name] = time.perf_counter() - t1
         answers.update({s.id: t for s, t in zip(samples[task.name], texts, strict=True)})

@@ -8,6 +8,11 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "request_transfer.py"
+sys.path.insert(0, str(BENCH.parent))
+
+import request_transfer  # noqa: E402
+
+from evalsuite.engine.vllm_offline import to_completion  # noqa: E402
 
 
 def test_request_transfer_prints_one_result_line():
@@ -22,11 +27,6 @@ def test_request_transfer_prints_one_result_line():
 
 
 def test_the_stand_in_answers_through_the_real_completion_conversion():
-    sys.path.insert(0, str(BENCH.parent))
-    import request_transfer
-
-    from evalsuite.engine.vllm_offline import to_completion
-
     llm = request_transfer.StandInLLM(batch=3, prompt_tokens=10, logprobs=4)
     outs = llm.generate(["a", "b"], [None, None])
     assert len(outs) == 2

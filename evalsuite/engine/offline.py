@@ -181,7 +181,7 @@ class OfflineEngine:
         # The models themselves cross the pipe: the child runs this same evalsuite, and a dump on one
         # side with a validation on the other took 1.6 times as long, with the engine idle
         # (bench/request_transfer.py).
-        completions = self._call(("generate", list(requests)), "generation")
+        completions = self._call(("generate", requests), "generation")
         if on_done:
             on_done(len(requests))
         return completions
