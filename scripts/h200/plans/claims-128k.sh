@@ -3,10 +3,14 @@
 # after `device.sh setup` and `device.sh copy`. No model is carried: the runs use the Llama-3.1-8B
 # shape with dummy weights (.gpu/llama31-8b from scripts/prepare_h200.sh, carried with .gpu/carry).
 # One engine at a time, alone on the card (the latency claims need a quiet card, and most variants
-# reserve 0.92 of it), cheapest claims first:
-#   1. h200-llama8b-overcap.yaml  (claims 4 and 7: 8 x 64K requests against a pool for 4, remedies)
-#   2. h200-llama8b-swa48k.yaml   (claim 11: sliding window 4096 at 48K)
-#   3. h200-llama8b-128k.yaml     (claims 2, 3, 5, 8, 9, and 4's max_num_seqs/prefix caching)
+# reserve 0.92 of it; engines starting side by side also skew each other's memory profile, which
+# engine/required_gib is read from). All three configs take ~30 min, more than a session leaves after
+# carrying, so the variants go in the order of what they settle, one variant per claim first:
+#   1. overcap:overcap                  claim 7's preemptions (the issue's over-capacity workload)
+#   2. 128k: defaults block32 eager mnbt2048 fp8 seqs8_prefix   claims 2-5, 7-9
+#   3. swa48k: full sliding4096         claim 11's sliding window
+#   4. overcap: the three remedies      claim 7
+#   5. 128k: mnbt65536 block64 fp8_kv_fp8   claims 8, 3, 5 (second checks)
 # A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
 # Carrying (4 calls, back to back, nothing decided between them), on the CPU machine first:
 #   (a fresh checkout only: bash scripts/setup.sh, and the vLLM kit built into .kit as the 1.5B results
@@ -36,5 +40,9 @@ cd "$(dirname "$0")/../../.."
 T0=$1 B=$2
 DL=$((T0 + B - 200))
 C=configs/claims
-bash scripts/h200/lanes.sh $DL "run $C/h200-llama8b-overcap.yaml over; run $C/h200-llama8b-swa48k.yaml swa; \
-run $C/h200-llama8b-128k.yaml c128"
+O=$C/h200-llama8b-overcap.yaml L=$C/h200-llama8b-128k.yaml
+bash scripts/h200/lanes.sh $DL "run $O over overcap; \
+run $L c128 defaults block32 eager mnbt2048 fp8 seqs8_prefix; \
+run $C/h200-llama8b-swa48k.yaml swa; \
+run $O over overcap_util092 overcap_seqs4 overcap_mnbt2048; \
+run $L c128 mnbt65536 block64 fp8_kv_fp8"
