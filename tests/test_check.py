@@ -41,12 +41,18 @@ def build_run(root: Path, run_id: str, variants: dict[str, dict], n: int = 200) 
             rd.append_samples(name, "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
                                              for s in scores])
             result.metrics = [M.accuracy(scores, "mmlu/acc"),
-                              *(Metric(name=k, value=v, n=3) for k, v in spec.get("metrics", {}).items())]
+                              *(metric(k, v) for k, v in spec.get("metrics", {}).items())]
             result.engine = EngineStats(**spec.get("engine", {}))
         rd.write_result(result)
         record.variants.append(result)
     rd.write_run(record)
     return rd.root
+
+
+def metric(name: str, v) -> Metric:
+    """A recorded metric from a value, or from (value, stderr, n)."""
+    value, stderr, n = v if isinstance(v, tuple) else (v, None, 3)
+    return Metric(name=name, value=value, stderr=stderr, n=n)
 
 
 def write_claims(tmp: Path, claims: list[dict], **top) -> Path:
@@ -241,14 +247,35 @@ def test_bad_run_folder_and_bad_yaml_exit_2(tmp_path, runs):
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and "invalid YAML" in res.output
 
 
-def test_latest_finished_run_of_a_config_wins(tmp_path, runs):
+def test_a_comparison_is_made_within_the_newest_run_holding_both_variants(tmp_path, runs):
+    """A later run of the config that holds only block32 does not pair with the older run's defaults
+    (a timing moves with the machine and the day); once a later run holds both, it is the one read."""
     later = build_run(tmp_path / "runs", "20260103-000000-shape", {
         "block32": {"metrics": {"latency/ttft_ms_p50/ctx130000": 950.0}}})
     out = tmp_path / "r.json"
-    check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), *runs, later, "--json", out)
+    claims = write_claims(tmp_path, [claim("3", TTFT_HELD)])
+    check(claims, *runs, later, "--json", out)
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
-    assert [s["label"] for s in c["sides"]] == ["20260101-000000-shape:defaults", "20260103-000000-shape:block32"]
+    assert [s["label"] for s in c["sides"]] == ["20260101-000000-shape:defaults", "20260101-000000-shape:block32"]
+    assert c["measured"] == pytest.approx(-10.0)
+    both = build_run(tmp_path / "runs", "20260104-000000-shape", {
+        "defaults": {"metrics": {"latency/ttft_ms_p50/ctx130000": 1000.0}},
+        "block32": {"metrics": {"latency/ttft_ms_p50/ctx130000": 950.0}}})
+    check(claims, *runs, later, both, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert [s["label"] for s in c["sides"]] == ["20260104-000000-shape:defaults", "20260104-000000-shape:block32"]
     assert c["measured"] == pytest.approx(-5.0)
+
+
+def test_without_a_run_holding_both_each_side_is_its_latest(tmp_path, runs):
+    only = build_run(tmp_path / "runs", "20260103-000000-shape", {
+        "mnbt65536": {"metrics": {"latency/ttft_ms_p50/ctx130000": 960.0}}})
+    out = tmp_path / "r.json"
+    ttft = dict(TTFT_HELD, candidate="shape:mnbt65536", effect={"kind": "change_pct", "below": -3})
+    check(write_claims(tmp_path, [claim("8", ttft)]), *runs, only, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert [s["label"] for s in c["sides"]] == ["20260101-000000-shape:defaults", "20260103-000000-shape:mnbt65536"]
+    assert c["verdict"] == "held" and c["measured"] == pytest.approx(-4.0)
 
 
 def test_check_writes_nothing_but_its_reports(tmp_path, runs, monkeypatch):
@@ -292,3 +319,40 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
     assert stats.paired_interval(b, c, "legal/balanced_acc", (b_bal + 0.01, c_bal), 0.95) is None
     one = stats.single_interval(c, "legal/balanced_acc", c_bal, 0.95)
     assert one is not None and one.method.startswith("bootstrap") and one.low < c_bal < one.high
+
+
+def test_welch_interval_is_scipys_on_the_raw_repeats():
+    from scipy.stats import ttest_ind
+
+    from evalsuite.check import stats
+    from evalsuite.stats.metrics import mean_stderr
+
+    a, b = [10_280.0, 10_291.0, 10_303.0], [10_270.0, 10_301.0, 10_269.0, 10_288.0]
+    (ma, sa), (mb, sb) = mean_stderr(a), mean_stderr(b)
+    iv = stats.welch_interval("difference", Metric(name="x", value=ma, stderr=sa, n=3),
+                              Metric(name="x", value=mb, stderr=sb, n=4), 0.95)
+    ref = ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert (iv.low, iv.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
+    pct = stats.welch_interval("change_pct", Metric(name="x", value=ma, stderr=sa, n=3),
+                               Metric(name="x", value=mb, stderr=sb, n=4), 0.95)
+    assert pct.low == pytest.approx(ref.low / ma * 100) and pct.high == pytest.approx(ref.high / ma * 100)
+    assert stats.welch_interval("ratio", Metric(name="x", value=ma, stderr=None, n=1),
+                                Metric(name="x", value=mb, stderr=sb, n=4), 0.95) is None
+
+
+@pytest.mark.parametrize("cand_mean, cand_se, verdict", [
+    (900.0, 2.0, "held"),              # -10% +- ~1%: inside -8.3 +- 4
+    (995.0, 2.0, "not held"),          # -0.5% +- ~1%: outside
+    (930.0, 60.0, "not measurable"),   # -7% +- ~20%: straddles
+])
+def test_timing_checks_decide_on_welchs_interval_of_the_means(tmp_path, cand_mean, cand_se, verdict):
+    key = "latency/ttft_ms_{}/ctx130000"
+    base = {key.format("p50"): 1000.0, key.format("mean"): (1000.0, 2.0, 3)}
+    cand = {key.format("p50"): cand_mean, key.format("mean"): (cand_mean, cand_se, 3)}
+    run = build_run(tmp_path / "runs", "20260101-000000-shape", {"defaults": {"metrics": base},
+                                                                  "block32": {"metrics": cand}})
+    out = tmp_path / "r.json"
+    check(write_claims(tmp_path, [claim("3", TTFT_HELD)], decide_on="interval"), run, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert c["verdict"] == verdict, c
+    assert "Welch t on the per-request means (n=3 vs 3" in c["interval"]["method"]

@@ -145,6 +145,32 @@ def measure(ctx: Context, check: Check, side: Side) -> Measured:
     return measure_run(ctx, check, side)
 
 
+def measure_pair(ctx: Context, check: Check, sides: list[Side]) -> list[Measured] | None:
+    """Both sides from the newest run that holds both, so that a comparison of timings (or anything a
+    machine, a day or a vLLM build moves) is made within one run; None when no run holds both."""
+    found = [find_variant(ctx.runs, s.variant) for s in sides]
+    for run in sorted({f.run.run_id: f.run for f in found[0]}.values(),
+                      key=lambda r: (r.record.created_at, r.run_id), reverse=True):
+        pair = [next((f for f in fs if f.run is run), None) for fs in found]
+        if None in pair:
+            continue
+        try:
+            looked = [lookup(f, s.metric or check.metric) for f, s in zip(pair, sides)]
+        except NotMeasurable:
+            continue
+        return [Measured(v, f.label, s.metric or check.metric, rec, f) for (v, rec), f, s in zip(looked, pair, sides)]
+    return None
+
+
+def measure_sides(ctx: Context, check: Check) -> list[Measured]:
+    sides = check.sides()
+    if check.source == "run" and len(sides) == 2 and all(s.variant for s in sides):
+        pair = measure_pair(ctx, check, sides)
+        if pair is not None:
+            return pair
+    return [measure(ctx, check, side) for side in sides]
+
+
 # ---------------------------------------------------------------- judging
 
 
@@ -158,10 +184,38 @@ def quantity(kind: str, sides: list[Measured]) -> float:
             "difference": c - b, "points": (c - b) * 100}[kind]
 
 
+def mean_of(metric: str) -> str | None:
+    """The per-request mean beside a median timing (`latency/ttft_ms_p50@130000` -> `..._mean@130000`),
+    the metric itself when it is a mean; None for other metrics (a p90 has no interval from a mean)."""
+    key, tokens = split_at(metric)
+    if not key.endswith(("_p50", "_mean")) or unit_of("", metric) not in ("ms", "s", "/s"):
+        return None
+    key = key.removesuffix("_p50").removesuffix("_mean") + "_mean"
+    return f"{key}@{tokens}" if tokens is not None else key
+
+
+def timing_interval(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
+    """Two variants' timings: Welch's interval on the per-request means beside the compared metric."""
+    means = [mean_of(s.metric) for s in sides]
+    if len(sides) != 2 or None in means or any(s.found is None for s in sides):
+        return None
+    try:
+        records = [lookup(s.found, m)[1] for s, m in zip(sides, means)]
+    except NotMeasurable:
+        return None
+    if None in records:
+        return None
+    return stats.welch_interval(check.effect.kind, records[0], records[1], confidence)
+
+
 def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Interval | None:
-    """Accuracy intervals, in the kind's unit; None for other metrics and kinds."""
+    """Accuracy intervals and two variants' timing intervals, in the kind's unit; None for the rest."""
     kind, conf = check.effect.kind, ctx.spec.confidence
-    if check.source != "run" or kind not in ("value", "difference", "points") or not all(is_score(s.metric) for s in sides):
+    if check.source != "run":
+        return None
+    if not all(is_score(s.metric) for s in sides):
+        return timing_interval(check, sides, conf) if kind in ("ratio", "change_pct", "difference") else None
+    if kind not in ("value", "difference", "points"):
         return None
     if kind == "value":
         s = sides[0]
@@ -245,7 +299,7 @@ def evaluate_check(ctx: Context, check: Check) -> CheckResult:
         out.detail = why
         return out
     try:
-        out.sides = [measure(ctx, check, side) for side in check.sides()]
+        out.sides = measure_sides(ctx, check)
         out.unit = unit_of(check.effect.kind, out.sides[0].metric)
         out.measured = quantity(check.effect.kind, out.sides)
         few = too_few(ctx, out.sides)

@@ -1,4 +1,4 @@
-"""Intervals for accuracy claims, from the per-item scores a run recorded.
+"""Intervals for claims: accuracy from the per-item scores a run recorded, timings from the recorded means.
 
 A paired difference uses the items both variants answered: a percentile bootstrap over items
 (scipy, resampling the pairs together) of the same aggregate the metric uses (plain mean, mean of
@@ -8,6 +8,10 @@ gets a Wilson interval (statsmodels) when its items are 0/1 and unstratified, el
 bootstrap. Where the recomputed aggregate does not reproduce the recorded metric, the item files
 do not describe it, so the interval falls back to the recorded standard errors (normal
 approximation) and says so.
+
+A timing (TTFT, ITL, e2e, throughput) compared between two variants gets a Welch t interval for
+the change in its per-request means, from each mean's recorded standard error and n: the repeats
+of a latency pass are few (3 by default), where a bootstrap of a median has a handful of values.
 """
 
 from __future__ import annotations
@@ -175,3 +179,29 @@ def normal_interval(value: float, metrics: list[Metric], confidence: float) -> I
     n = min((m.n for m in metrics if m.n is not None), default=None)
     how = "normal from the recorded standard errors" + (" (unpaired)" if len(metrics) > 1 else "")
     return Interval(value - half, value + half, how, n)
+
+
+def welch_interval(kind: str, base: Metric, cand: Metric, confidence: float) -> Interval | None:
+    """Interval of cand's mean against base's, in the kind's unit (a ratio, a % change or a
+    difference), by Welch's t with Satterthwaite's degrees of freedom; the baseline mean is the
+    denominator, taken as known (its own error is in the t interval of the difference). None
+    without a standard error and n >= 2 on both sides."""
+    from scipy.stats import t as student_t
+
+    sides = (base, cand)
+    if any(m.stderr is None or math.isnan(m.stderr) or (m.n or 0) < 2 for m in sides) or base.value == 0:
+        return None
+    var = base.stderr ** 2 + cand.stderr ** 2
+    tails = sum(m.stderr ** 4 / (m.n - 1) for m in sides)
+    df = var * var / tails if tails > 0 else math.inf
+    half = float(student_t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var) if var > 0 else 0.0
+    d = cand.value - base.value
+    low, high = d - half, d + half
+    if kind == "ratio":
+        low, high = 1 + low / base.value, 1 + high / base.value
+    elif kind == "change_pct":
+        low, high = low / abs(base.value) * 100, high / abs(base.value) * 100
+    elif kind != "difference":
+        return None
+    how = f"Welch t on the per-request means (n={base.n} vs {cand.n}, df={df:.3g})"
+    return Interval(low, high, how, min(base.n, cand.n))
