@@ -14,6 +14,7 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.report.compare import compare
 from evalsuite.report.names import is_unitless
+from evalsuite.stats.metrics import is_item_score
 from evalsuite.report.plots import context_series, front_labels, pareto_front, write_plots
 from tests.mlflow_server import build_run
 
@@ -219,6 +220,34 @@ def test_context_series_and_units():
                                      "latency/ttft_ms_p50": {512: "latency/ttft_ms_p50/ctx512"}}
     assert is_unitless("mmlu/acc") and is_unitless("needle/acc/len1024") and is_unitless("mmlu/acc/abstract_algebra")
     assert not any(map(is_unitless, ["engine/weights_gib", "latency/ttft_ms_p50", "mmlu/wall_s"]))
+    # a workload task's timings carry their unit before the statistic
+    assert not any(map(is_unitless, ["mixed/ttft_ms_p50", "mixed/itl_ms_mean", "sysprompt/e2e_ms_p90"]))
+    assert all(map(is_item_score, ["mmlu/acc", "needle/acc/len1024", "legal/balanced_acc", "mmlu/acc_macro"]))
+    assert not any(map(is_item_score, ["sysprompt/prefix_hit_rate", "needle/decoy_rate", "mmlu/acc_ci95_low",
+                                       "mixed/ttft_ms_p50", "engine/required_gib"]))
+
+
+def test_a_workloads_timings_get_no_interval_over_items(tmp_path):
+    """A timed request scores 1.0 (nothing to get right): pairing those would give every timing and
+    hit rate a 0-point delta with a made-up interval; they compare in percent, without one."""
+    from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
+
+    rd = RunDir(tmp_path / "20260101-000000-w")
+    rd.write_config({"model": {"hub": "org/tiny"}, "variants": {"a": {}, "b": {}}})
+    record = RunRecord(run_id=rd.run_id, model="tiny")
+    for name, ttft in (("a", 1000.0), ("b", 900.0)):
+        rd.append_samples(name, "mixed", [{"sample": {"id": f"r{i}"}, "completion": {},
+                                           "score": Score(sample_id=f"r{i}", task="mixed", value=1.0, pred="",
+                                                          target="").model_dump()} for i in range(8)])
+        result = VariantResult(variant=name, status="ok", engine=EngineStats(), metrics=[
+            Metric(name="mixed/ttft_ms_p50", value=ttft, n=8),
+            Metric(name="mixed/prefix_hit_rate", value=0.5, n=8)])
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    c = compare([(rd, None)], patterns=["mixed/*"])
+    assert not c.paired and not c.intervals
+    assert c.cell("b", "mixed/ttft_ms_p50") == ["900", "-10.0%"]
 
 
 def test_not_a_run_dir(tmp_path):

@@ -29,7 +29,7 @@ from evalsuite.report.names import (
     primary_metrics,
     prop,
 )
-from evalsuite.stats.metrics import accuracy_interval, is_interval_bound
+from evalsuite.stats.metrics import accuracy_interval, is_interval_bound, is_item_score
 from evalsuite.stats.paired import paired_result, pairing, unpaired
 
 CONFIDENCE = 0.95  # two-sided, for every interval compare shows
@@ -207,7 +207,7 @@ def add_intervals(c: Comparison) -> None:
     """Intervals for every score of every variant; paired ones for the rows shown."""
     for e in c.entries:
         for m in e.result.metrics:
-            if is_unitless(m.name) and not is_interval_bound(m.name):
+            if is_item_score(m.name):
                 ci = accuracy_interval(m, CONFIDENCE)
                 if ci is not None:
                     c.intervals[(e.label, m.name)] = ci
@@ -216,7 +216,7 @@ def add_intervals(c: Comparison) -> None:
         if e is base or e.result.status not in ("ok", "partial"):
             continue
         for metric in c.columns:
-            if is_unitless(metric) and base.result.metric(metric) and e.result.metric(metric):
+            if is_item_score(metric) and base.result.metric(metric) and e.result.metric(metric):
                 found = _paired_delta(base, e, metric)
                 if found is not None:
                     c.paired[(e.label, metric)] = found

@@ -31,12 +31,16 @@ def flat_metrics(result: VariantResult) -> dict[str, float]:
     return out
 
 
+STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")  # ttft_ms_p50: the unit comes before the statistic
+
+
 def is_unitless(name: str) -> bool:
-    """Scores like mmlu/acc or needle/acc/len1024, as opposed to engine/, latency/, roofline/ or *_s, *_gib, *_pct."""
+    """Scores like mmlu/acc or needle/acc/len1024, as opposed to engine/, latency/, roofline/ or *_s,
+    *_gib, *_pct, *_ms_p50 (a workload task's TTFT)."""
     parts = name.split("/")
     if parts[0] in QUANTITY_PREFIXES:
         return False
-    return not (parts[1] if len(parts) > 1 else parts[0]).endswith(UNIT_SUFFIXES)
+    return not STATISTIC.sub("", parts[1] if len(parts) > 1 else parts[0]).endswith(UNIT_SUFFIXES)
 
 
 def fmt_value(name: str, value) -> str:

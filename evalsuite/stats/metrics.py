@@ -75,6 +75,17 @@ def percentile(values: Sequence[float], q: float) -> float:
 PROPORTIONS = ("acc", "exact_match")  # means of per-item scores in [0, 1]: Wilson applies
 
 
+def is_item_score(name: str) -> bool:
+    """A mean of the per-item scores a task's samples record (`mmlu/acc`, `legal/balanced_acc/x`): what an
+    interval over items can be drawn for. A task's other numbers (timings, prefix-hit or decoy rates)
+    are not means of those scores."""
+    parts = name.split("/")
+    if len(parts) < 2 or is_interval_bound(name):
+        return False
+    kind = parts[1]
+    return kind in PROPORTIONS or kind == "score" or kind.startswith("balanced_acc") or kind.endswith("_macro")
+
+
 def is_proportion(name: str) -> bool:
     parts = name.split("/")
     return len(parts) > 1 and parts[1] in PROPORTIONS

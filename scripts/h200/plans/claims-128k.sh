@@ -4,13 +4,13 @@
 # shape with dummy weights (.gpu/llama31-8b from scripts/prepare_h200.sh, carried with .gpu/carry).
 # One engine at a time, alone on the card (the latency claims need a quiet card, and most variants
 # reserve 0.92 of it; engines starting side by side also skew each other's memory profile, which
-# engine/required_gib is read from). All three configs take ~30 min, more than a session leaves after
-# carrying, so the variants go in the order of what they settle, one variant per claim first:
-#   1. overcap:overcap                  claim 7's preemptions (the issue's over-capacity workload)
-#   2. 128k: defaults block32 eager mnbt2048 fp8 seqs8_prefix   claims 2-5, 7-9
-#   3. swa48k: full sliding4096         claim 11's sliding window
-#   4. overcap: the three remedies      claim 7
-#   5. 128k: mnbt65536 block64 fp8_kv_fp8   claims 8, 3, 5 (second checks)
+# engine/required_gib is read from). The session of 2026-12-02 measured h200-llama8b-overcap,
+# h200-llama8b-swa48k and six variants of h200-llama8b-128k (docs/results/claims-2026-12-02.md); this
+# plan runs what is left, ~20 min:
+#   1. h200-llama8b-preempt.yaml: all four variants       claim 7 (preemptions and the remedies)
+#   2. h200-llama8b-128k.yaml: defaults mnbt65536 block32 block64 fp8_kv_fp8
+#      claims 8 (TTFT), 3 (block 64 memory) and 5 (FP8 KV); `check` compares two variants within the
+#      newest run that holds both, so the baselines run again beside them
 # A run cut by the deadline keeps its finished variants; `run --resume` in a later session goes on.
 # Carrying (4 calls, back to back, nothing decided between them), on the CPU machine first:
 #   (a fresh checkout only: bash scripts/setup.sh, and the vLLM kit built into .kit as the 1.5B results
@@ -29,7 +29,7 @@
 # then `cd /root/repo && bash scripts/h200/poll.sh 540` (timeout 590) back to back until the lanes are
 # done or the budget is; on the CPU machine `bash scripts/h200/slim.sh back`, each lane's newest pack
 # unpacked (`cat NAME.tar.zst.* | zstd -d --long=27 | tar x`), `evalsuite finish` on a cut run folder,
-# and `evalsuite check configs/claims/long-context-128k.yaml over/RUN swa/RUN c128/RUN QWEN15
+# and `evalsuite check configs/claims/long-context-128k.yaml preempt/RUN c128/RUN KEPT... QWEN15
 # --markdown ... --json ...` (QWEN15: the 1.5B's kept scores rebuilt, as in
 # docs/results/claims-2026-12-01-preliminary.md).
 # Usage: setsid nohup bash scripts/h200/plans/claims-128k.sh T0 BUDGET_S > /root/lanes.log 2>&1 &
@@ -40,9 +40,5 @@ cd "$(dirname "$0")/../../.."
 T0=$1 B=$2
 DL=$((T0 + B - 200))
 C=configs/claims
-O=$C/h200-llama8b-overcap.yaml L=$C/h200-llama8b-128k.yaml
-bash scripts/h200/lanes.sh $DL "run $O over overcap; \
-run $L c128 defaults block32 eager mnbt2048 fp8 seqs8_prefix; \
-run $C/h200-llama8b-swa48k.yaml swa; \
-run $O over overcap_util092 overcap_seqs4 overcap_mnbt2048; \
-run $L c128 mnbt65536 block64 fp8_kv_fp8"
+bash scripts/h200/lanes.sh $DL "run $C/h200-llama8b-preempt.yaml preempt; \
+run $C/h200-llama8b-128k.yaml c128 defaults mnbt65536 block32 block64 fp8_kv_fp8"
