@@ -18,6 +18,7 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.stats import metrics as M
+from evalsuite.stats.metrics import mean_stderr
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "configs" / "claims" / "long-context-128k.yaml"
@@ -356,3 +357,55 @@ def test_timing_checks_decide_on_welchs_interval_of_the_means(tmp_path, cand_mea
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
     assert c["verdict"] == verdict, c
     assert "Welch t on the per-request means (n=3 vs 3" in c["interval"]["method"]
+
+
+def _timed_run(root: Path, ttfts: dict[str, list[float]], ids: dict[str, list[str]] | None = None) -> Path:
+    """A run whose variants timed 130,000-token requests (latency samples) with the given TTFTs."""
+    rd = RunDir(root / "20260101-000000-shape")
+    rd.write_config({"model": {"hub": "org/tiny"}, "variants": {v: {} for v in ttfts},
+                     "latency": {"prompt_tokens": [4096, 130000], "output_tokens": 8, "repeats": 3}})
+    record = RunRecord(run_id=rd.run_id, model="tiny", config_path="configs/shape.yaml")
+    for name, values in ttfts.items():
+        keys = (ids or {}).get(name) or [f"len130000-r{i}" for i in range(len(values))]
+        rows = [{"sample": {"id": k}, "completion": {},
+                 "score": Score(sample_id=k, task="latency", value=1.0, pred="", target="", group="130000",
+                                extra={"ttft_ms": v}).model_dump()} for k, v in zip(keys, values)]
+        rows.append({"sample": {"id": "len4096-r0"}, "completion": {}, "score": Score(
+            sample_id="len4096-r0", task="latency", value=1.0, pred="", target="", group="4096",
+            extra={"ttft_ms": 5.0}).model_dump()})
+        rd.append_samples(name, "latency", rows)
+        mean, se = mean_stderr(values)
+        result = VariantResult(variant=name, status="ok", engine=EngineStats(), metrics=[
+            Metric(name="latency/ttft_ms_p50/ctx130000", value=float(np.median(values)), n=len(values)),
+            Metric(name="latency/ttft_ms_mean/ctx130000", value=mean, stderr=se, n=len(values))])
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
+
+
+def test_timings_of_the_same_requests_are_paired_by_id(tmp_path):
+    """Request i of both variants sits at the same place in the batch: the paired interval is scipy's
+    ttest_rel on the differences, much narrower than Welch's over requests that differ among themselves."""
+    from scipy.stats import ttest_rel
+
+    base, cand = [1000.0, 2000.0, 3000.0, 4000.0], [800.0, 1790.0, 2780.0, 3770.0]
+    run = _timed_run(tmp_path, {"defaults": base, "block32": cand})
+    out = tmp_path / "r.json"
+    check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), run, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    ref = ttest_rel(cand, base).confidence_interval(0.95)
+    assert c["interval"]["method"] == "paired t on the per-request means, 4 requests matched by id"
+    assert c["interval"]["low"] == pytest.approx(ref.low / 2500 * 100)
+    assert c["interval"]["high"] == pytest.approx(ref.high / 2500 * 100)
+    assert c["verdict"] == "held"  # -8.6% [-9.4, -7.8] (the 4096-token request is not counted)
+
+
+def test_timings_of_different_requests_fall_back_to_welch(tmp_path):
+    run = _timed_run(tmp_path, {"defaults": [1000.0, 2000.0, 3000.0], "block32": [900.0, 1800.0, 2700.0]},
+                     ids={"block32": ["len130000-r0", "len130000-r1", "len130000-r9"]})
+    out = tmp_path / "r.json"
+    check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), run, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    assert c["interval"]["method"].startswith("Welch t on the per-request means (n=3 vs 3")
+    assert c["verdict"] == "not measurable" and "straddles" in c["detail"]

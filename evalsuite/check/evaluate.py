@@ -194,11 +194,29 @@ def mean_of(metric: str) -> str | None:
     return f"{key}@{tokens}" if tokens is not None else key
 
 
+TIMED = ("ttft_ms", "itl_ms", "e2e_ms")  # the per-request timings a timed task's samples keep
+
+
+def paired_timings(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
+    """Two variants' timing over the same requests: the paired interval from their samples."""
+    key, tokens = split_at(sides[0].metric)
+    task, _, name = key.partition("/")
+    timed = name.removesuffix("_p50").removesuffix("_mean")
+    if timed not in TIMED or any(split_at(s.metric)[0] != key for s in sides):
+        return None
+    group = str(tokens) if tokens is not None else None
+    per = [stats.request_timings(s.found.run.rd.root, s.found.result.variant, task, timed, group) for s in sides]
+    return stats.paired_timing_interval(check.effect.kind, per[0], per[1], confidence)
+
+
 def timing_interval(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
-    """Two variants' timings: Welch's interval on the per-request means beside the compared metric."""
+    """Two variants' timings: paired over their requests, else Welch's interval on the recorded means."""
     means = [mean_of(s.metric) for s in sides]
     if len(sides) != 2 or None in means or any(s.found is None for s in sides):
         return None
+    paired = paired_timings(check, sides, confidence)
+    if paired is not None:
+        return paired
     try:
         records = [lookup(s.found, m)[1] for s, m in zip(sides, means)]
     except NotMeasurable:

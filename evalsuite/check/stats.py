@@ -9,9 +9,11 @@ bootstrap. Where the recomputed aggregate does not reproduce the recorded metric
 do not describe it, so the interval falls back to the recorded standard errors (normal
 approximation) and says so.
 
-A timing (TTFT, ITL, e2e, throughput) compared between two variants gets a Welch t interval for
-the change in its per-request means, from each mean's recorded standard error and n: the repeats
-of a latency pass are few (3 by default), where a bootstrap of a median has a handful of values.
+A timing (TTFT, ITL, e2e) compared between two variants gets a t interval for the change in its
+per-request means: paired by request id where both variants recorded the same requests (a workload's
+requests differ by their place in the batch far more than between settings), else Welch's from each
+mean's recorded standard error and n. The repeats of a latency pass are few (3 by default), where a
+bootstrap of a median has a handful of values.
 """
 
 from __future__ import annotations
@@ -196,12 +198,55 @@ def welch_interval(kind: str, base: Metric, cand: Metric, confidence: float) -> 
     df = var * var / tails if tails > 0 else math.inf
     half = float(student_t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var) if var > 0 else 0.0
     d = cand.value - base.value
-    low, high = d - half, d + half
-    if kind == "ratio":
-        low, high = 1 + low / base.value, 1 + high / base.value
-    elif kind == "change_pct":
-        low, high = low / abs(base.value) * 100, high / abs(base.value) * 100
-    elif kind != "difference":
+    bounds = _in_kind(kind, d - half, d + half, base.value)
+    if bounds is None:
         return None
+    low, high = bounds
     how = f"Welch t on the per-request means (n={base.n} vs {cand.n}, df={df:.3g})"
     return Interval(low, high, how, min(base.n, cand.n))
+
+
+def _in_kind(kind: str, low: float, high: float, base_mean: float) -> tuple[float, float] | None:
+    """A difference's bounds as the kind states the effect, the baseline mean as the denominator."""
+    if kind == "difference":
+        return low, high
+    if kind == "ratio":
+        return 1 + low / base_mean, 1 + high / base_mean
+    if kind == "change_pct":
+        return low / abs(base_mean) * 100, high / abs(base_mean) * 100
+    return None
+
+
+def request_timings(run_root: Path, variant: str, task: str, field: str, group: str | None) -> dict[str, float]:
+    """request id -> one timing (`ttft_ms`, `itl_ms`, `e2e_ms`) of a timed task's samples, one prompt length's if given."""
+    out = {}
+    for row in RunDir(run_root).load_samples(variant, task):
+        score = row.get("score") or {}
+        value = (score.get("extra") or {}).get(field)
+        if isinstance(value, (int, float)) and (group is None or str(score.get("group")) == group):
+            out[str(score.get("sample_id") or (row.get("sample") or {}).get("id"))] = float(value)
+    return out
+
+
+def paired_timing_interval(kind: str, base: dict[str, float], cand: dict[str, float],
+                           confidence: float) -> Interval | None:
+    """Paired t interval of the change in mean timing over the requests both variants timed (the same
+    ids, all of them); None when the request sets differ or fewer than 2 are shared."""
+    from scipy.stats import ttest_rel
+
+    if set(base) != set(cand) or len(base) < 2:
+        return None
+    ids = sorted(base)
+    b, c = np.array([base[i] for i in ids]), np.array([cand[i] for i in ids])
+    if b.mean() == 0:
+        return None
+    d = c - b
+    if np.allclose(d, d[0]):
+        low = high = float(d[0])  # no spread: t is undefined, the difference is exact
+    else:
+        ci = ttest_rel(c, b).confidence_interval(confidence)
+        low, high = float(ci.low), float(ci.high)
+    bounds = _in_kind(kind, low, high, float(b.mean()))
+    if bounds is None:
+        return None
+    return Interval(*bounds, f"paired t on the per-request means, {len(ids)} requests matched by id", len(ids))
