@@ -356,7 +356,7 @@ def test_timing_checks_decide_on_welchs_interval_of_the_means(tmp_path, cand_mea
     check(write_claims(tmp_path, [claim("3", TTFT_HELD)], decide_on="interval"), run, "--json", out)
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
     assert c["verdict"] == verdict, c
-    assert "Welch t on the per-request means (n=3 vs 3" in c["interval"]["method"]
+    assert "Welch t on the per-request means (" in c["interval"]["method"] and "; n=3 vs 3, df=" in c["interval"]["method"]
 
 
 def _timed_run(root: Path, ttfts: dict[str, list[float]], ids: dict[str, list[str]] | None = None) -> Path:
@@ -395,7 +395,7 @@ def test_timings_of_the_same_requests_are_paired_by_id(tmp_path):
     check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), run, "--json", out)
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
     ref = ttest_rel(cand, base).confidence_interval(0.95)
-    assert c["interval"]["method"] == "paired t on the per-request means, 4 requests matched by id"
+    assert c["interval"]["method"] == "paired t on the per-request means (-8.60%), 4 requests matched by id"
     assert c["interval"]["low"] == pytest.approx(ref.low / 2500 * 100)
     assert c["interval"]["high"] == pytest.approx(ref.high / 2500 * 100)
     assert c["verdict"] == "held"  # -8.6% [-9.4, -7.8] (the 4096-token request is not counted)
@@ -407,5 +407,5 @@ def test_timings_of_different_requests_fall_back_to_welch(tmp_path):
     out = tmp_path / "r.json"
     check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), run, "--json", out)
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
-    assert c["interval"]["method"].startswith("Welch t on the per-request means (n=3 vs 3")
+    assert c["interval"]["method"].startswith("Welch t on the per-request means (-10.00%; n=3 vs 3")
     assert c["verdict"] == "not measurable" and "straddles" in c["detail"]

@@ -202,7 +202,8 @@ def welch_interval(kind: str, base: Metric, cand: Metric, confidence: float) -> 
     if bounds is None:
         return None
     low, high = bounds
-    how = f"Welch t on the per-request means (n={base.n} vs {cand.n}, df={df:.3g})"
+    mean = _shown(kind, _in_kind(kind, d, 0.0, base.value)[0])
+    how = f"Welch t on the per-request means ({mean}; n={base.n} vs {cand.n}, df={df:.3g})"
     return Interval(low, high, how, min(base.n, cand.n))
 
 
@@ -249,4 +250,10 @@ def paired_timing_interval(kind: str, base: dict[str, float], cand: dict[str, fl
     bounds = _in_kind(kind, low, high, float(b.mean()))
     if bounds is None:
         return None
-    return Interval(*bounds, f"paired t on the per-request means, {len(ids)} requests matched by id", len(ids))
+    mean = _shown(kind, _in_kind(kind, float(d.mean()), 0.0, float(b.mean()))[0])
+    return Interval(*bounds, f"paired t on the per-request means ({mean}), {len(ids)} requests matched by id", len(ids))
+
+
+def _shown(kind: str, v: float) -> str:
+    """The means' own change, beside a median's: the interval is the means'."""
+    return {"ratio": f"{v:.3g}x", "change_pct": f"{v:+.2f}%"}.get(kind, f"{v:+.4g}")
