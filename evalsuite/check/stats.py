@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from statistics import NormalDist
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
+from evalsuite.stats.metrics import is_item_score
 from evalsuite.stats.paired import item_labels
 
 RESAMPLES = 2000
@@ -57,15 +59,15 @@ def read_items(run_root: Path, variant: str, task: str) -> dict[str, dict]:
 
 def strata_for(metric: str) -> tuple[str, ...] | None:
     """How the metric aggregates its items; None when it is not an item average we know."""
-    parts = metric.split("/")
-    if len(parts) < 2:
+    if not is_item_score(metric):
         return None
+    parts = metric.split("/")
     name, grouped = parts[1], len(parts) > 2
     if name.startswith("balanced_acc"):
         return ("target",) if grouped else ("group", "target")
     if name.endswith("_macro"):
         return () if grouped else ("group",)
-    return () if name in ("acc", "exact_match", "score") else None
+    return ()
 
 
 def items_for(run_root: Path, variant: str, metric: str) -> dict[str, dict]:
@@ -188,45 +190,52 @@ def welch_interval(kind: str, base: Metric, cand: Metric, confidence: float) -> 
     difference), by Welch's t with Satterthwaite's degrees of freedom; the baseline mean is the
     denominator, taken as known (its own error is in the t interval of the difference). None
     without a standard error and n >= 2 on both sides."""
+    # Written out: only the two recorded means and standard errors are at hand, and scipy's
+    # ttest_ind_from_stats gives a p-value from them but no interval.
     from scipy.stats import t as student_t
 
     sides = (base, cand)
-    if any(m.stderr is None or math.isnan(m.stderr) or (m.n or 0) < 2 for m in sides) or base.value == 0:
+    if kind not in SCALED or base.value == 0 or any(
+            m.stderr is None or math.isnan(m.stderr) or (m.n or 0) < 2 for m in sides):
         return None
     var = base.stderr ** 2 + cand.stderr ** 2
     tails = sum(m.stderr ** 4 / (m.n - 1) for m in sides)
     df = var * var / tails if tails > 0 else math.inf
     half = float(student_t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var) if var > 0 else 0.0
     d = cand.value - base.value
-    bounds = _in_kind(kind, d - half, d + half, base.value)
-    if bounds is None:
-        return None
-    low, high = bounds
-    mean = _shown(kind, _in_kind(kind, d, 0.0, base.value)[0])
-    how = f"Welch t on the per-request means ({mean}; n={base.n} vs {cand.n}, df={df:.3g})"
-    return Interval(low, high, how, min(base.n, cand.n))
+    how = f"Welch t on the per-request means ({_shown(kind, d, base.value)}; n={base.n} vs {cand.n}, df={df:.3g})"
+    return Interval(_scaled(kind, d - half, base.value), _scaled(kind, d + half, base.value), how, min(base.n, cand.n))
 
 
-def _in_kind(kind: str, low: float, high: float, base_mean: float) -> tuple[float, float] | None:
-    """A difference's bounds as the kind states the effect, the baseline mean as the denominator."""
-    if kind == "difference":
-        return low, high
-    if kind == "ratio":
-        return 1 + low / base_mean, 1 + high / base_mean
-    if kind == "change_pct":
-        return low / abs(base_mean) * 100, high / abs(base_mean) * 100
-    return None
+SCALED = ("difference", "ratio", "change_pct")  # the kinds a difference of means is stated in
+
+
+def _scaled(kind: str, d: float, base_mean: float) -> float:
+    """A difference of means as the kind states the effect, the baseline mean as the denominator."""
+    return {"difference": d, "ratio": 1 + d / base_mean, "change_pct": d / abs(base_mean) * 100}[kind]
+
+
+def _shown(kind: str, d: float, base_mean: float) -> str:
+    """The means' own change, shown beside a median's (the interval is the means')."""
+    v = _scaled(kind, d, base_mean)
+    return {"ratio": f"{v:.3g}x", "change_pct": f"{v:+.2f}%"}.get(kind, f"{v:+.4g}")
+
+
+@lru_cache(maxsize=64)
+def _timed_rows(run_root: Path, variant: str, task: str) -> tuple[tuple[str, str, dict], ...]:
+    """(request id, group, timings) of a timed task's samples, read once however many checks ask."""
+    rows = []
+    for row in RunDir(run_root).load_samples(variant, task):
+        score = row.get("score") or {}
+        sid = score.get("sample_id") or (row.get("sample") or {}).get("id")
+        rows.append((str(sid), str(score.get("group")), score.get("extra") or {}))
+    return tuple(rows)
 
 
 def request_timings(run_root: Path, variant: str, task: str, field: str, group: str | None) -> dict[str, float]:
     """request id -> one timing (`ttft_ms`, `itl_ms`, `e2e_ms`) of a timed task's samples, one prompt length's if given."""
-    out = {}
-    for row in RunDir(run_root).load_samples(variant, task):
-        score = row.get("score") or {}
-        value = (score.get("extra") or {}).get(field)
-        if isinstance(value, (int, float)) and (group is None or str(score.get("group")) == group):
-            out[str(score.get("sample_id") or (row.get("sample") or {}).get("id"))] = float(value)
-    return out
+    return {sid: float(extra[field]) for sid, g, extra in _timed_rows(run_root, variant, task)
+            if isinstance(extra.get(field), (int, float)) and (group is None or g == group)}
 
 
 def paired_timing_interval(kind: str, base: dict[str, float], cand: dict[str, float],
@@ -235,7 +244,7 @@ def paired_timing_interval(kind: str, base: dict[str, float], cand: dict[str, fl
     ids, all of them); None when the request sets differ or fewer than 2 are shared."""
     from scipy.stats import ttest_rel
 
-    if set(base) != set(cand) or len(base) < 2:
+    if kind not in SCALED or set(base) != set(cand) or len(base) < 2:
         return None
     ids = sorted(base)
     b, c = np.array([base[i] for i in ids]), np.array([cand[i] for i in ids])
@@ -247,13 +256,6 @@ def paired_timing_interval(kind: str, base: dict[str, float], cand: dict[str, fl
     else:
         ci = ttest_rel(c, b).confidence_interval(confidence)
         low, high = float(ci.low), float(ci.high)
-    bounds = _in_kind(kind, low, high, float(b.mean()))
-    if bounds is None:
-        return None
-    mean = _shown(kind, _in_kind(kind, float(d.mean()), 0.0, float(b.mean()))[0])
-    return Interval(*bounds, f"paired t on the per-request means ({mean}), {len(ids)} requests matched by id", len(ids))
-
-
-def _shown(kind: str, v: float) -> str:
-    """The means' own change, beside a median's: the interval is the means'."""
-    return {"ratio": f"{v:.3g}x", "change_pct": f"{v:+.2f}%"}.get(kind, f"{v:+.4g}")
+    m = float(b.mean())
+    how = f"paired t on the per-request means ({_shown(kind, float(d.mean()), m)}), {len(ids)} requests matched by id"
+    return Interval(_scaled(kind, low, m), _scaled(kind, high, m), how, len(ids))
