@@ -4,9 +4,9 @@
 # shape with dummy weights (.gpu/llama31-8b from scripts/prepare_h200.sh, carried with .gpu/carry).
 # One engine at a time, alone on the card (the latency claims need a quiet card, and most variants
 # reserve 0.92 of it; engines starting side by side also skew each other's memory profile, which
-# engine/required_gib is read from). The session of 2026-12-02 measured h200-llama8b-overcap,
-# h200-llama8b-swa48k and six variants of h200-llama8b-128k (docs/results/claims-2026-12-02.md); this
-# plan runs what is left, ~20 min:
+# engine/required_gib is read from). A first session on 2026-12-02 measured h200-llama8b-overcap,
+# h200-llama8b-swa48k and six variants of h200-llama8b-128k with an earlier form of this plan; the
+# second ran it as it stands (~20 min), which measured the rest (docs/results/claims-2026-12-02.md):
 #   1. h200-llama8b-preempt.yaml: all four variants       claim 7 (preemptions and the remedies)
 #   2. h200-llama8b-128k.yaml: defaults mnbt65536 block32 block64 fp8_kv_fp8
 #      claims 8 (TTFT), 3 (block 64 memory) and 5 (FP8 KV); `check` compares two variants within the
