@@ -77,7 +77,9 @@ def test_check_on_a_real_run(tmp_path, tiny_model):
     kept = tmp_path / "kept"
     subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "keep_runs.py"), str(kept), str(run_dir)],
                    check=True, capture_output=True, timeout=300)
-    assert "prompt_token_ids" not in (kept / run_dir.name / "small_pool" / "samples" / "overcap.jsonl").read_text()
+    kept_rows = [json.loads(ln) for ln in (kept / run_dir.name / "small_pool" / "samples" / "overcap.jsonl").open()]
+    assert all("prompt_token_ids" not in r["sample"]["request"] and "text" not in r["completion"]
+               and r["completion"]["text_chars"] >= 0 for r in kept_rows)
     out2 = tmp_path / "report-kept.json"
     subprocess.run([sys.executable, "-m", "evalsuite", "check", str(claims), str(kept / run_dir.name), "--json", str(out2)],
                    check=True, capture_output=True, timeout=300)

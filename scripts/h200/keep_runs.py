@@ -1,8 +1,9 @@
-"""Copies run folders into docs/results for keeping, each request's prompt token ids replaced by their count.
+"""Copies run folders into docs/results for keeping, random prompts' token ids and completions replaced by counts.
 
 The workload and latency prompts are random token ids (tens of MB per run) that the run's config
-rebuilds from its seed; every other file (run.json, config.yaml, env.json, result.json, engine.log and
-the per-request timings in samples/) is copied as it is, so `evalsuite check` reads the kept folders.
+rebuilds from its seed, and what a model writes after them is noise (its length stays); every other
+file (run.json, config.yaml, env.json, result.json, engine.log and the per-request timings in
+samples/) is copied as it is, so `evalsuite check` reads the kept folders.
 Usage: python scripts/h200/keep_runs.py DEST RUN_DIR...
 """
 
@@ -20,6 +21,10 @@ def slim_row(line: str) -> str:
     ids = request.pop("prompt_token_ids", None)
     if ids is not None:
         request["prompt_token_count"] = len(ids)
+        # a random prompt's completion is noise (MBs for a decode-heavy workload); its length stays
+        completion = row.get("completion") or {}
+        if isinstance(completion.get("text"), str):
+            completion["text_chars"] = len(completion.pop("text"))
     return json.dumps(row)
 
 
