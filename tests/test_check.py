@@ -159,6 +159,8 @@ def test_shipped_claims_file(monkeypatch):
     assert results["4"].checks[0].measured == 256.0
     assert results["2"].checks[1].measured == pytest.approx(1.84, abs=0.01)  # 128K over 4K, not 3.99
     assert "not a setting vLLM has: kv_cache_dtype" in results["6"].checks[0].detail
+    int4 = next(c for c in results["6"].checks if "int4_per_token_head" in c.what)  # 68 of 256 bytes a head
+    assert int4.measured == pytest.approx(68 / 256) and int4.verdict == "held"
     assert results["10"].verdict == "not measurable" and results["10"].claim.why
     tp = [c for c in results["11"].checks if "TP=4" in c.what]
     assert tp and all("h200x4-llama8b-tp" in c.detail for c in tp)

@@ -80,6 +80,10 @@ def test_check_on_a_real_run(tmp_path, tiny_model):
     kept_rows = [json.loads(ln) for ln in (kept / run_dir.name / "small_pool" / "samples" / "overcap.jsonl").open()]
     assert all("prompt_token_ids" not in r["sample"]["request"] and "text" not in r["completion"]
                and r["completion"]["text_chars"] >= 0 for r in kept_rows)
+    subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "keep_runs.py"), str(tmp_path / "kept2"),
+                    str(kept / run_dir.name)], check=True, capture_output=True, timeout=300)
+    assert sorted((tmp_path / "kept2" / run_dir.name).rglob("*.jsonl")) and all(  # keeping a kept folder changes nothing
+        (tmp_path / "kept2" / f.relative_to(kept)).read_text() == f.read_text() for f in kept.rglob("*.jsonl"))
     out2 = tmp_path / "report-kept.json"
     subprocess.run([sys.executable, "-m", "evalsuite", "check", str(claims), str(kept / run_dir.name), "--json", str(out2)],
                    check=True, capture_output=True, timeout=300)

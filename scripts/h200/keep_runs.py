@@ -21,10 +21,11 @@ def slim_row(line: str) -> str:
     ids = request.pop("prompt_token_ids", None)
     if ids is not None:
         request["prompt_token_count"] = len(ids)
-        # a random prompt's completion is noise (MBs for a decode-heavy workload); its length stays
-        completion = row.get("completion") or {}
-        if isinstance(completion.get("text"), str):
-            completion["text_chars"] = len(completion.pop("text"))
+    completion = row.get("completion") or {}
+    # a random prompt's completion is noise (MBs for a decode-heavy workload); its length stays. Keyed
+    # on the count too, so that a kept folder kept again comes out the same
+    if "prompt_token_count" in request and isinstance(completion.get("text"), str):
+        completion["text_chars"] = len(completion.pop("text"))
     return json.dumps(row)
 
 
