@@ -35,6 +35,7 @@ import gzip
 import json
 import re
 import shutil
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -42,6 +43,8 @@ import numpy as np
 import yaml
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
+
+from evalsuite.core.errors import ConfigError
 
 LOG_KEEP = re.compile(r"Model loading took|Available KV cache|KV cache size|Maximum concurrency|Using \w+LinearKernel|"
                       r"Actual usage|Error|error:")
@@ -272,15 +275,17 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
-def rundir(dest: Path, config: Path, out: Path, variants: list[str], config_tasks_only: bool = False) -> None:
+def rundir(dest: Path, config: Path, out: Path, variants: list[str], seeded: bool = False) -> None:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.run.config import load_config
     from evalsuite.run.finish import finish_run
 
-    cfg = load_config(config)
-    wanted = {t.name for t in cfg.tasks} if config_tasks_only else None
+    # a folder for comparisons needs no model file (the GGUF variant's is not in the repository); a
+    # seeded one is resumed by `evalsuite run`, which does
+    cfg = load_config(config, check_models=seeded)
+    wanted = {t.name for t in cfg.tasks} if seeded else None
     names = variants or sorted(p.name for p in dest.iterdir() if (p / "result.json").is_file())
     rd = RunDir(out)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler"}))
@@ -318,7 +323,7 @@ def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> Non
     if variants and not names:
         print(f"seed: no kept scores for {', '.join(variants)} in {dest}; nothing to seed")
         return
-    rundir(dest, config, output_dir / new_run_id(config.stem), names, config_tasks_only=True)
+    rundir(dest, config, output_dir / new_run_id(config.stem), names, seeded=True)
 
 
 def main() -> None:
@@ -345,6 +350,14 @@ def main() -> None:
     sd.add_argument("output_dir", type=Path, help="the folder `evalsuite run --output-dir` will be given")
     sd.add_argument("--variant", action="append", default=[])
     a = ap.parse_args()
+    try:
+        run_command(a)
+    except ConfigError as e:  # bad input: one line, exit 2, as the CLI does
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_command(a: argparse.Namespace) -> None:
     if a.cmd == "export":
         export(a.paths[:-1], a.paths[-1])
     elif a.cmd == "rundir":
