@@ -195,13 +195,14 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
-def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray",)) -> list[str]:
-    """`--ray` alone means "no address": typer has no option whose value may be left out, so a bare
-    one (last, or before another option or the config file) becomes `--ray=` before parsing."""
+def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray", "--plan")) -> list[str]:
+    """`--ray` or `--plan` alone means "no value": typer has no option whose value may be left out, so a
+    bare one (last, or before another option) becomes `--ray=` before parsing. A config file after
+    `--ray` is the run's, not the address; a file after `--plan` is its rules."""
     out = []
     for i, arg in enumerate(argv):
         nxt = argv[i + 1] if i + 1 < len(argv) else None
-        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml"))
+        bare = nxt is None or nxt.startswith("-") or (arg == "--ray" and nxt.endswith((".yaml", ".yml")))
         out.append(f"{arg}=" if arg in options and bare else arg)
     return out
 

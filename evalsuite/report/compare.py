@@ -30,7 +30,8 @@ from evalsuite.report.names import (
     prop,
 )
 from evalsuite.stats.metrics import accuracy_interval, is_interval_bound, is_item_score
-from evalsuite.stats.paired import paired_result, pairing, unpaired
+from evalsuite.stats.paired import difference_interval, pairing, unpaired
+from evalsuite.stats.significance import two_sided
 
 CONFIDENCE = 0.95  # two-sided, for every interval compare shows
 
@@ -188,19 +189,19 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
 
 def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
-    one_sided = 1 - (1 - CONFIDENCE) / 2
     p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
     if p.n == 0:
-        test = unpaired(base.result.metric(metric), cand.result.metric(metric), one_sided)
+        test = unpaired(base.result.metric(metric), cand.result.metric(metric), two_sided(CONFIDENCE))
+        if test is None:
+            return None
+        low, high = -test.high, -test.low
     elif p.n >= 2 and p.smallest_cell >= 2:
-        test = paired_result(p, one_sided)
+        low, high, test = difference_interval(p, CONFIDENCE)
     else:
-        test = None
-    if test is None:
         return None
     counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
     subset = p.n > 0 and any(n > p.n for n in counted)
-    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
+    return PairedDelta(-test.drop * 100, low * 100, high * 100, test.method.split(" (")[0], test.n, subset)
 
 
 def add_intervals(c: Comparison) -> None:
