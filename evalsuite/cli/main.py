@@ -98,10 +98,11 @@ def finish(run_dir: Path = typer.Argument(..., help="A run folder whose run was 
     """Score what an interrupted run recorded, without an engine (its variants become `partial`).
 
     `evalsuite run --resume` completes the run instead, where the engine is at hand."""
+    from evalsuite.core.records import RunDir
     from evalsuite.report.summary import print_summary
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir, cache_dir()))
+    print_summary(finish_run(run_dir, cache_dir()), run_dir=RunDir(run_dir))
 
 
 @models_app.command("import")

@@ -29,6 +29,8 @@ from evalsuite.report.names import (
     primary_metrics,
     prop,
 )
+from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
+from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval, is_interval_bound, is_item_score
 from evalsuite.stats.paired import difference_interval, pairing, unpaired
 from evalsuite.stats.significance import two_sided
@@ -147,6 +149,7 @@ class Comparison:
     intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (label, metric)
     paired: dict[tuple[str, str], PairedDelta] = field(default_factory=dict)
     primary: list[str] = field(default_factory=list)  # per task, its primary metric
+    marks: dict[str, str] = field(default_factory=dict)  # baseline's metric -> at chance / at ceiling
 
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
@@ -166,6 +169,8 @@ class Comparison:
         ci = self.intervals.get((label, metric))
         if ci:
             lines.append(f"({prop(ci[0])}–{prop(ci[1])})")
+        if label == self.baseline and metric in self.marks:
+            lines.append(self.marks[metric])
         if label != self.baseline:
             pd_ = self.paired.get((label, metric))
             d = fmt_delta(metric, pd_.delta if pd_ else self.deltas.at[label, metric])
@@ -184,6 +189,8 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label),
                             headline(frame, primary, patterns), primary=primary)
     add_intervals(comparison)
+    rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
+    comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison
 
 

@@ -6,7 +6,8 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.report.gate import Check, GateReport, Rules, decision_rule
+from evalsuite.report.gate import Check, GateReport
+from evalsuite.report.rules import Rules, decision_rule
 from evalsuite.report.names import fmt_value
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 

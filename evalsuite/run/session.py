@@ -68,7 +68,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     except KeyboardInterrupt:
         _score_interrupted(run_dir, cache_dir)
         raise
-    print_summary(record)
+    print_summary(record, run_dir=run_dir)
     _track(cfg, run_dir, record)
     return record
 
@@ -78,7 +78,7 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir.root, cache_dir))
+    print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
 
 
 def _min_max_model_len(cfg) -> int | None:
