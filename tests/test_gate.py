@@ -394,3 +394,71 @@ def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
     row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
     assert "| 1.000 | 0.980 | +2.00 pt |" in row, row
     assert "paired, n=150 of 200/150; values on the paired items (each side's own: 0.750 / 0.980)" in row
+
+
+def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None) -> Path:
+    """A two-choice task (Yes/No, balanced accuracy by label) whose baseline may sit at chance."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+    from evalsuite.stats import metrics as M
+
+    rd = RunDir(tmp_path / run_id)
+    rd.write_config({"baseline": "bf16", "controls": controls or []})
+    record = RunRecord(run_id=run_id, model="tiny")
+    for name, values in variants.items():
+        scores = [Score(sample_id=f"c{i}", task="legal", value=v, pred="Yes" if v else "No",
+                        target="Yes" if i % 2 else "No", group="t", extra={"logprobs": {"Yes": -0.1, "No": -2.0}})
+                  for i, v in enumerate(values)]
+        rd.append_samples(name, "legal", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                          for s in scores])
+        result = VariantResult(variant=name, status="ok", metrics=[M.accuracy(scores, "legal/acc")],
+                               primary_metrics=["legal/acc"])
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
+
+
+def test_a_task_at_chance_is_uninformative_never_a_pass(tmp_path):
+    """Known answer: a two-choice baseline at 0.51 on 2,000 items (95% interval 0.488-0.532) is within the
+    2-pt limit of chance 0.5, so a candidate that answers identically cannot pass on it: it is
+    inconclusive (exit 3). At 0.80 the same task is informative and the identical candidate passes."""
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    near = [float(i < 1020) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000000-c", {"bf16": near, "same": near})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
+    assert res.exit_code == 3, res.output
+    row = next(ln for ln in res.output.splitlines() if "`legal/acc`" in ln)
+    assert row.startswith("| ❔ | `same` |") and "(at chance)" in row and "uninformative" in row
+    good = [float(i < 1600) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000001-c", {"bf16": good, "same": good})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
+    assert res.exit_code == 0 and "(at chance)" not in res.output, res.output
+
+
+def test_a_control_sets_the_noise_floor(tmp_path):
+    """The config's control (a baseline rerun) changes 10 of 2,000 answers; a candidate whose drop lies
+    inside the control's bounds is flagged as inside the noise band, and the changed shares show."""
+    base = [float(i % 5 != 0) for i in range(2000)]
+    rerun = [1.0 - v if i < 10 else v for i, v in enumerate(base)]  # 10 answers flip, both ways
+    cand = [0.0 if i in (1, 2, 3) else v for i, v in enumerate(base)]  # 3 lost
+    run = _choice_run(tmp_path, "20250101-000000-n", {"bf16": base, "bf16_repeat": rerun, "fp8": cand},
+                      controls=["bf16_repeat"])
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules))
+    assert res.exit_code == 0, res.output
+    assert "| `bf16_repeat` (control) | ✅ passed |" in res.output
+    assert "| `fp8` | 3/2,000 (0.15%) |" in res.output and "| `bf16_repeat` (control) | 10/2,000 (0.50%) |" in res.output
+    row = next(ln for ln in res.output.splitlines() if ln.startswith("| ✅ | `fp8` |"))
+    assert "inside the noise band of control `bf16_repeat`" in row
+
+
+def test_runs_that_share_no_items_are_never_green(tmp_path):
+    a = build_run(tmp_path / "a", "20250101-000000-a", {"bf16": {}})
+    b = build_run(tmp_path / "b", "20250101-000000-b", {"fp8": {}})
+    for f in (Path(b) / "fp8" / "samples").glob("*.jsonl"):  # same task, other questions
+        f.write_text(f.read_text().replace('"q', '"other-q'))
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:fp8", "--rules", str(rules))
+    assert res.exit_code == 3, res.output
+    assert "the runs scored different items (200 and 200, no sample id in common)" in res.output

@@ -148,6 +148,8 @@ class RunConfig(Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     baseline: str | None = None
+    # variants that rerun the baseline (or run it in another engine mode): the gate's noise floor
+    controls: list[str] = Field(default_factory=list)
     output_dir: str = "runs"
     seed: int = 0
 
@@ -165,6 +167,9 @@ class RunConfig(Strict):
             raise ValueError("at least one variant is required")
         if self.baseline and self.baseline not in self.variants:
             raise ValueError(f"baseline {self.baseline!r} is not a variant ({', '.join(self.variants)})")
+        unknown = [c for c in self.controls if c not in self.variants]
+        if unknown:
+            raise ValueError(f"controls {unknown} are not variants ({', '.join(self.variants)})")
         names = [t.name for t in self.tasks]
         if len(names) != len(set(names)):
             raise ValueError(f"task names must be unique, got {names}")
