@@ -66,7 +66,7 @@ def scores(run: Path, variant: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    return repo_root / "tasks" / "data" / "legalbench-cuad"
+    return repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,7 @@ def metrics(run_dir: Path, variant: str) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    return repo_root / "tasks" / "data" / "legalbench-cuad"
+    return repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")
