@@ -68,7 +68,7 @@ def test_shared_device_withholds_the_free_memory_deltas():
 
 
 def test_export_never_restores_a_figure_the_run_withheld(scores_py):
-    """scripts/h200/scores.py merges a cut run's record with the kept one of the same settings; a
+    """lab/scores.py merges a cut run's record with the kept one of the same settings; a
     free-memory delta the new run withheld (shared device) must not come back from an older record."""
     settings = {"kv_cache_dtype": "auto"}
     kept = {"settings": settings, "engine": {"cuda_graph_gib": 20.8, "weights_gib": 3.3, "startup_s": 50.0,

@@ -12,7 +12,7 @@ from evalsuite.core.configfile import load_raw
 from evalsuite.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "gates" not in p.parts)
+CONFIGS = sorted(p for d in ("configs", "lab/configs") for p in (REPO / d).rglob("*.yaml") if "gates" not in p.parts)
 RUNNABLE = sorted((REPO / "configs").glob("*.yaml"))
 # Keys whose string values are file-system paths (relative ones against the config's folder).
 PATH_KEYS = {"path", "gguf", "tokenizer", "model", "data_dir", "haystack", "include", "output_dir"}

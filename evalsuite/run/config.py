@@ -185,9 +185,7 @@ def _apply_defaults(raw: dict) -> dict:
     return {**raw, "variants": out}
 
 
-def load_config(path: str | Path, *, check_models: bool = True) -> RunConfig:
-    """check_models=False: a config read for its records only (tasks, names, settings), never run, need
-    not find its variants' model files."""
+def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
     raw = _apply_defaults(load_raw(path, rebase=_rebase_paths))
     try:
@@ -201,7 +199,7 @@ def load_config(path: str | Path, *, check_models: bool = True) -> RunConfig:
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
-    problems = _check_variant_models(cfg) if check_models else []
+    problems = _check_variant_models(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
     return cfg

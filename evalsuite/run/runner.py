@@ -297,7 +297,7 @@ class Runner:
         finally:
             engine.close(wait=not interrupted)
             nvml.__exit__(None, None, None)
-            if interrupted:  # keeps start()'s figures with the planner's; the session scores the recorded samples
+            if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
                 self.run_dir.write_result(result)
         _record_device(result, variant, nvml, others_at_start)
         result.duration_s = time.perf_counter() - t0
@@ -343,7 +343,7 @@ def to_run(cfg: RunConfig, run_dir: RunDir, record: RunRecord, tasks: list[Task]
     todo = {}
     for name, variant in cfg.variants.items():
         prev = run_dir.load_result(name) if resume else None
-        if finished(prev, record, run_dir, variant, tasks, samples):
+        if finished(prev, run_dir, variant, tasks, samples):
             if prev.status != "skipped":
                 console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
             _put(record, prev)
@@ -358,16 +358,14 @@ def in_config_order(record: RunRecord, cfg: RunConfig) -> None:
     record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
 
 
-def finished(prev: VariantResult | None, record: RunRecord, run_dir: RunDir, variant: Variant, tasks: list[Task],
+def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
              samples: dict[str, list[Sample]]) -> bool:
     """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
-    of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
-    the session that measured them, whose grid may have been smaller than this config's. A seeded
-    variant is also left when it is `partial` but this config's items are all scored (its other
-    tasks, run by other configs, were cut): an engine started for no item costs minutes of a card."""
+    of this config. `ok` alone is not enough: the folder's scores may come from a smaller grid than
+    this config's (a config edited between runs, or per-item scores imported from another run)."""
     if prev is None or prev.status == "skipped":
         return prev is not None
-    if prev.status != "ok" and not (prev.status == "partial" and record.rebuilt_from):
+    if prev.status != "ok":
         return False
     for t in tasks:
         if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):

@@ -40,7 +40,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         if unknown:
             raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
         # In the order given: a user who names the variants that matter first (a time-boxed run on a
-        # lent GPU) gets those first, not the config's order.
+        # rented GPU) gets those first, not the config's order.
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs ON the H200 while scripts/h200/lanes.sh works: waits up to WAIT seconds (less if the lanes
+# Runs ON the H200 while lab/lanes.sh works: waits up to WAIT seconds (less if the lanes
 # end), prints where each lane is, then packs the run folders under runs/h200 that changed since
 # they were last sent and copies into $OUT as many as one call returns (8 files, 64 MiB), the ones
 # sent longest ago first. Call it again, back to back, until it reports nothing left to send.
 #   poll.sh WAIT
 set -uo pipefail
 wait_s=${1:-0}
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 if [ ! -d runs/h200 ]; then
   # a fresh machine (the one with the lanes was given back in a gap between calls): waiting would
   # only spend the budget left on nothing
@@ -29,7 +29,7 @@ for d in $(ls -d runs/h200/*/ | while read -r x; do n=$(basename "$x"); \
   if [ -f "$sent" ] && [ -z "$(find "runs/h200/$d" -newer "$sent" -type f | head -1)" ]; then continue; fi
   rm -f /root/packs/"$d".tar.zst.*
   touch "$sent.new"
-  PYTHONPATH=/root/zst python3 scripts/h200/pack.py "runs/h200/$d" "/root/packs/$d.tar.zst" >/dev/null
+  PYTHONPATH=/root/zst python3 lab/pack.py "runs/h200/$d" "/root/packs/$d.tar.zst" >/dev/null
   n=$(ls /root/packs/"$d".tar.zst.* | wc -l)
   b=$(cat /root/packs/"$d".tar.zst.* | wc -c)
   if [ $((files + n)) -le 8 ] && [ $((bytes + b)) -le $((62 * 1024 * 1024)) ]; then

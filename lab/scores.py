@@ -21,11 +21,11 @@ exchangeable; the engine figures are the new session's. Latency is never seeded:
 measured within one engine's life. Run it where the run will run (the config's resolved paths, e.g.
 a GGUF variant's, must match).
 
-    python scripts/h200/scores.py export RUN_DIR... DEST
-    python scripts/h200/scores.py table DEST [--baseline bf16]
-    python scripts/h200/scores.py rundir DEST CONFIG OUT_RUN_DIR [--variant V ...]
-    python scripts/h200/scores.py seed DEST CONFIG OUTPUT_DIR [--variant V ...]
-    python scripts/h200/scores.py glance SHORT_DEST LONG_DEST LATENCY_DEST [--baseline bf16]
+    python lab/scores.py export RUN_DIR... DEST
+    python lab/scores.py table DEST [--baseline bf16]
+    python lab/scores.py rundir DEST CONFIG OUT_RUN_DIR [--variant V ...]
+    python lab/scores.py seed DEST CONFIG OUTPUT_DIR [--variant V ...]
+    python lab/scores.py glance SHORT_DEST LONG_DEST LATENCY_DEST [--baseline bf16]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def export(run_dirs: list[Path], dest: Path) -> None:
     from evalsuite.core.records import RunDir
 
     for run in run_dirs:
-        seeded = RunDir(run).load_run().rebuilt_from is not None
+        seeded = RunDir(run).load_run().env.get("rebuilt_from") is not None
         for vdir in sorted(p for p in run.iterdir() if (p / "result.json").is_file()):
             if seeded and not (vdir / "engine.log").exists():
                 # seeded from the kept scores and never started in this run: exporting it would only
@@ -284,7 +284,7 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], seeded: boo
 
     # a folder for comparisons needs no model file (the GGUF variant's is not in the repository); a
     # seeded one is resumed by `evalsuite run`, which does
-    cfg = load_config(config, check_models=seeded)
+    cfg = load_config(config) if seeded else records_config(config)
     wanted = {t.name for t in cfg.tasks} if seeded else None
     names = variants or sorted(p.name for p in dest.iterdir() if (p / "result.json").is_file())
     rd = RunDir(out)
@@ -307,9 +307,25 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], seeded: boo
     record = finish_run(out, default_cache_dir())
     for v in record.variants:  # metrics from the kept scores; status and reason as recorded
         v.status, v.reason = kept[v.variant].status, kept[v.variant].reason
+        if seeded and v.status in ("ok", "partial"):
+            # `run --resume` leaves an `ok` variant whose every item of this config is scored and
+            # measures the rest; a kept `partial` (its other tasks, run by other configs, were cut)
+            # would start an engine for no item
+            v.status, v.reason = "ok", f"seeded from {dest}"
         rd.write_result(v)
     rd.write_run(record)
     print(out)
+
+
+def records_config(config: Path):
+    """A config read for its records only (tasks, names, settings), never run: its variants' model
+    files (the GGUF that lives on the GPU machine) need not exist here."""
+    from unittest import mock
+
+    from evalsuite.run import config as configmod
+
+    with mock.patch.object(configmod, "_check_variant_models", lambda cfg: []):
+        return configmod.load_config(config)
 
 
 def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> None:

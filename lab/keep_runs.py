@@ -4,7 +4,7 @@ The workload and latency prompts are random token ids (tens of MB per run) that 
 rebuilds from its seed, and what a model writes after them is noise (its length stays); every other
 file (run.json, config.yaml, env.json, result.json, engine.log and the per-request timings in
 samples/) is copied as it is, so `evalsuite check` reads the kept folders.
-Usage: python scripts/h200/keep_runs.py DEST RUN_DIR...
+Usage: python lab/keep_runs.py DEST RUN_DIR...
 """
 
 from __future__ import annotations

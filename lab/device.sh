@@ -69,7 +69,7 @@ setup_env() {  # once per machine: $R/env.done marks it done; the lock makes a s
 prepare() {
   stash
   # A copy runs: the next call refreshes this checkout, and bash reads a script while it runs it.
-  cp "$repo/scripts/h200/device.sh" $R/device-env.sh
+  cp "$repo/lab/device.sh" $R/device-env.sh
   # From $R: the checkout is rewritten by the calls that follow, and pip needs a working directory.
   (cd $R && setsid nohup bash $R/device-env.sh setup-env > $R/prepare.log 2>&1 < /dev/null &)
   echo "installing in the background (log: $R/prepare.log)"
@@ -97,7 +97,7 @@ copy() {  # the repo `device run` sends is refreshed by every call; detached run
   tar -C "$repo" --exclude=./.kit --exclude=./.m --exclude=./.gpu --exclude=./runs -cf - . | tar -C $R/repo -xf -
   mkdir -p $R/repo/.gpu
   for nf in $R/m/name*; do [ -f "$nf" ] && ln -sf "$R/m/$(cat "$nf")" "$R/repo/.gpu/$(cat "$nf")"; done
-  # model shapes without weights (scripts/prepare_h200.sh: config.json and tokenizer), stashed by an earlier call
+  # model shapes without weights (lab/prepare_h200.sh: config.json and tokenizer), stashed by an earlier call
   [ -d $R/shapes ] && cp -r $R/shapes/. $R/repo/.gpu/
   echo "copied to $R/repo"
 }
@@ -107,7 +107,7 @@ restore() {
   for first in .gpu/runs/*.tar.zst.0; do
     [ -e "$first" ] || continue
     name=$(basename "$first" .tar.zst.0)
-    PYTHONPATH=$R/zst python3 scripts/h200/pack.py --unpack .gpu/runs/"$name".tar.zst.* $R/repo/runs/h200
+    PYTHONPATH=$R/zst python3 lab/pack.py --unpack .gpu/runs/"$name".tar.zst.* $R/repo/runs/h200
     echo "restored runs/h200/$name"
   done
 }
