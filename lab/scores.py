@@ -288,7 +288,7 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], seeded: boo
     wanted = {t.name for t in cfg.tasks} if seeded else None
     names = variants or sorted(p.name for p in dest.iterdir() if (p / "result.json").is_file())
     rd = RunDir(out)
-    rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler"}))
+    rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
     kept = {n: VariantResult.model_validate_json((dest / n / "result.json").read_text()) for n in names}
     rd.write_run(RunRecord(run_id=out.name, config_path=str(config), model=cfg.model.name or cfg.model.source,
                            env={"rebuilt_from": str(dest)}))

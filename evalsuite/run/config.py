@@ -159,6 +159,7 @@ class RunConfig(Strict):
     baseline: str | None = None
     output_dir: str = "runs"
     seed: int = 0
+    limit: int | None = Field(default=None, gt=0)  # at most this many items per task (`run --limit`): a quick try
 
     @field_validator("tasks", mode="before")
     @classmethod

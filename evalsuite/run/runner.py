@@ -318,10 +318,18 @@ class Runner:
         return metrics + interval_metrics(metrics)
 
 
+def spread(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """At most `limit` samples, evenly spaced over all of them, so that a quick try still touches
+    every subject, length or depth a task orders its items by."""
+    if not limit or len(samples) <= limit:
+        return samples
+    return [samples[i * len(samples) // limit] for i in range(limit)]
+
+
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
     """Build every task's samples before any engine starts, so bad input costs nothing."""
     tasks = build_tasks(cfg, ctx)
-    samples = {t.name: t.samples() for t in tasks}
+    samples = {t.name: spread(t.samples(), None if isinstance(t, LatencyTask) else cfg.limit) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
