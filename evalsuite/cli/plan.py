@@ -15,37 +15,15 @@ import typer
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import GIB, KV_CACHE_DTYPES
 from evalsuite.memory.devices import get_device
-from evalsuite.memory.planner import Plan, plan, read_config
+from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
+from evalsuite.memory.planner import Plan, plan
 from evalsuite.memory.roofline import Roofline, roofline
-
-
-def model_config(source: str, revision: str | None = None) -> tuple[str, dict]:
-    """(where it was read, config.json) for a folder, a config.json file or a cached Hugging Face id."""
-    from evalsuite.models.hub import cache_location, cached_config, is_hf_id
-
-    path = Path(source).expanduser()
-    if not path.exists() and is_hf_id(source):
-        found = cached_config(source, revision)
-        if found is None:
-            raise ConfigError(f"{source}: no config.json for it in the local Hugging Face cache ({cache_location()}); "
-                              f"fetch it once (`hf download {source} config.json`) or give a model folder")
-        return str(found), read_config(found)
-    file = path / "config.json" if path.is_dir() else path
-    return str(file), read_config(path)
 
 
 def _host_memory_gib() -> float:
     import psutil
 
     return psutil.virtual_memory().total / GIB
-
-
-def verdict(p: Plan) -> str:
-    """One answer, vLLM's: it refuses a max_model_len beyond the model's limit before memory matters."""
-    if p.max_len_limit and p.max_model_len > p.max_len_limit:
-        return (f"NO: max_model_len {p.max_model_len:,} is above the model's {p.max_len_limit:,}, which vLLM "
-                "refuses (rope scaling such as YaRN raises the limit)")
-    return "yes" if p.fits else "NO: one max_model_len request does not fit in the KV cache"
 
 
 def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
@@ -123,8 +101,6 @@ def plan_command(
     if get_device(gpu).kind == "cpu" and device_memory_gib is None:
         device_memory_gib = _host_memory_gib()
     if source.endswith((".yaml", ".yml")):
-        from evalsuite.cli.plan_config import plan_config
-
         plan_config(Path(source), variant, gpu, device_memory_gib, as_json)
         return
     cfg_file, config = model_config(source, revision)
@@ -149,9 +125,3 @@ def plan_command(
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         typer.echo(f"{key:<{width}}  {value}")
-
-
-def with_file(e: ConfigError, cfg_file: str) -> ConfigError:
-    """The planner sees a dict, not a file: put the file's real path on its config errors."""
-    msg = str(e)
-    return ConfigError(msg.replace("config.json", cfg_file, 1) if msg.startswith("config.json") else f"{cfg_file}: {msg}")
