@@ -16,7 +16,7 @@ from evalsuite.tasks.legal import (
     stratified_subset,
 )
 
-CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
+CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"  # shipped in the repository
 
 
 def _ctx(tmp_path, **kw):

@@ -1,4 +1,4 @@
-"""Tasks as data: the definitions in tasks/*.yaml, their prompts, scoring and metrics.
+"""Tasks as data: the definitions in evalsuite/tasks/defs/*.yaml, their prompts, scoring and metrics.
 
 MMLU's definition must give lm-eval's prompts byte for byte (tests/test_mmlu.py compares
 evalsuite.tasks.mmlu, which renders from the same definition, with lm-eval itself); CUAD's must
@@ -45,7 +45,7 @@ def test_every_definition_validates_and_is_named_after_its_file():
 
 def test_unknown_key_in_a_definition_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(specmod, "tasks_dir", lambda: tmp_path)
-    raw = yaml.safe_load((Path(specmod.__file__).parents[2] / "tasks" / "boolq.yaml").read_text())
+    raw = yaml.safe_load((Path(specmod.__file__).parent / "defs" / "boolq.yaml").read_text())
     (tmp_path / "boolq.yaml").write_text(yaml.safe_dump({**raw, "promt": "x"}))
     with pytest.raises(ConfigError) as e:
         load_definition("boolq")
@@ -54,7 +54,7 @@ def test_unknown_key_in_a_definition_is_one_line(tmp_path, monkeypatch):
 
 
 def test_mmlu_definition_gives_the_mmlu_tasks_prompts(tmp_path):
-    """The generic engine over tasks/mmlu.yaml and `type: mmlu` over the same rows: same items, bytes."""
+    """The generic engine over evalsuite/tasks/defs/mmlu.yaml and `type: mmlu` over the same rows: same items, bytes."""
     from evalsuite.data.assets import mmlu_dir
 
     c = ctx(tmp_path)

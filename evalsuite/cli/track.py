@@ -10,21 +10,21 @@ from rich.console import Console
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 
-FORMATS = ("table", "markdown", "csv")
+FORMATS = ("table", "markdown", "csv", "json")
 URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)."
 
 
 def compare_command(
-    runs: list[str] = typer.Argument(..., help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
-    out: Path | None = typer.Option(None, "--out", help="Also write compare.md, compare.csv and PNG plots here."),
-    fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
-    metric: list[str] | None = typer.Option(None, "--metric", help="Rows to show (glob, repeatable); CSV always has all."),
-    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+    runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Also write compare.md, compare.csv and PNG plots here."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table | markdown | csv | json"),
+    metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
     from evalsuite.report.compare import compare
-    from evalsuite.report.compare_view import rich_tables, to_csv, to_markdown, write_report
+    from evalsuite.report.compare_view import rich_tables, to_csv, to_json, to_markdown, write_report
     from evalsuite.report.sources import open_sources
 
     if fmt not in FORMATS:
@@ -36,6 +36,8 @@ def compare_command(
         typer.echo(to_markdown(result), nl=False)
     elif fmt == "csv":
         typer.echo(to_csv(result), nl=False)
+    elif fmt == "json":
+        typer.echo(to_json(result), nl=False)
     else:
         console = Console()
         for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
@@ -45,18 +47,18 @@ def compare_command(
 
 
 def gate_command(
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
-    candidate: list[str] | None = typer.Option(None, "--candidate", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
+    candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, configs/gates/default.yaml).", metavar="FILE"),
     control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT): the baseline rerun or another engine mode; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
-    variant_baseline: str | None = typer.Option(None, "--variant-baseline", help="Baseline variant (default: the only one, else config's `baseline`)."),
-    variant_candidate: str | None = typer.Option(None, "--variant-candidate", help="Candidate variant for candidates given without one (default: every variant)."),
-    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per check)."),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a PR comment)."),
+    variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant (default: the only one, else config's `baseline`)."),
+    variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
+    junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
+    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary here (for a PR comment)."),
     plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
-    n: int | None = typer.Option(None, "--n", min=1, help="With --plan: paired items per check."),
-    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
-    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+    n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
+    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
     little evidence to pass), 2 on bad input."""
@@ -119,9 +121,9 @@ def _one_run(sources, flag: str, variant: str | None):
 
 
 def sync_command(
-    run_dirs: list[Path] | None = typer.Argument(None, help="Run directories (default: every run under --output-dir)."),
-    output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", help="Where run folders are."),
-    uri: str | None = typer.Option(None, "--uri", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
+    run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run directories (default: every run under --output-dir)."),
+    output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
     try:

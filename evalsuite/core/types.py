@@ -1,6 +1,6 @@
 """The nouns of evalsuite. Every other module speaks in these types.
 
-Records written to disk carry SCHEMA_VERSION so that a reader can refuse or migrate
+Records written to disk hold SCHEMA_VERSION so that a reader can refuse or migrate
 files written by another version.
 """
 
@@ -151,9 +151,3 @@ class RunRecord(_Model):
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
-
-    @property
-    def rebuilt_from(self) -> str | None:
-        """The kept per-item scores this folder was rebuilt or seeded from (scripts/h200/scores.py
-        writes it); None for a folder a run wrote."""
-        return self.env.get("rebuilt_from")

@@ -42,14 +42,8 @@ LABELS = ["Yes", "No"]
 
 
 def bundled_dir() -> Path:
-    """The 30 CUAD tasks shipped in the repository (tasks/data/legalbench-cuad, CC BY 4.0).
-
-    Found beside the package in a checkout; an installed wheel has no such folder and falls
-    back to the hub.
-    """
-    import evalsuite
-
-    return Path(evalsuite.__file__).resolve().parents[1] / "tasks" / "data" / "legalbench-cuad"
+    """The 30 CUAD tasks shipped as package data (evalsuite/tasks/defs/data/legalbench-cuad, CC BY 4.0)."""
+    return Path(__file__).resolve().parent / "defs" / "data" / "legalbench-cuad"
 
 
 class LegalConfig(BaseModel):

