@@ -12,8 +12,10 @@ from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -141,6 +143,14 @@ def _inner_models(ann: Any) -> list[type[BaseModel]]:
     return [m for a in get_args(ann) for m in _inner_models(a)]
 
 
+def unsafe_name(what: str, name: Any) -> None:
+    """Refuse, inside a pydantic validator, a name that cannot be a plain folder or file name."""
+    if not is_safe_name(name):
+        raise PydanticCustomError(UNSAFE_NAME, "{shown} is not a safe {what} ({rule})",
+                                  {"shown": repr(name), "what": what, "rule": SAFE_NAME_RULE})
+
+
+UNSAFE_NAME = "unsafe_name"
 MAX_SHOWN = 3  # errors named in one line; the rest are counted
 
 
@@ -175,7 +185,7 @@ def _format_one(err: dict, model: type[BaseModel]) -> str:
         return f"{key}: unknown key{hint}"
     if typ == "missing":
         return f"{key}: required key is missing"
-    if typ == "union_tag_invalid":
+    if typ in ("union_tag_invalid", UNSAFE_NAME):
         return f"{key}: {err['msg']}"
     msg = err["msg"].replace("Value error, ", "")
     return f"{key}: {msg}, got {shown}"

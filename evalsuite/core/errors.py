@@ -13,5 +13,12 @@ class ConfigError(EvalsuiteError):
     exit_code = 2
 
 
+class StorageError(EvalsuiteError):
+    """The machine refused a write the user did not cause by input: a full disk, a read-only folder.
+    Exit code 4; what was recorded before it stays, and `--resume` continues once it is fixed."""
+
+    exit_code = 4
+
+
 class UnsupportedVariant(EvalsuiteError):
     """The engine cannot run this variant on this platform; the variant is skipped."""

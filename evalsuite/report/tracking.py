@@ -453,9 +453,7 @@ def _write_state(rd: RunDir, result: SyncResult) -> None:
     state = read_state(rd)
     state.setdefault("targets", {})[result.uri] = result.to_json()
     state["last"] = result.uri
-    tmp = rd.root / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, rd.root / STATE_FILE)
+    rd.write_text(STATE_FILE, json.dumps(state, indent=2))
 
 
 def read_state(rd: RunDir) -> dict[str, Any]:

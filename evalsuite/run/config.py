@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
+from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
@@ -157,6 +157,20 @@ class RunConfig(Strict):
         """`tasks: [mmlu, arc_challenge]`: a bare name is that task with its defaults."""
         if isinstance(value, list):
             return [{"type": t} if isinstance(t, str) else t for t in value]
+        return value
+
+    @field_validator("variants")
+    @classmethod
+    def _safe_variant_names(cls, value: dict[str, Variant]) -> dict[str, Variant]:
+        for name in value:  # each names a folder of the run folder
+            unsafe_name("variant name", name)
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _safe_task_names(cls, value: list[TaskConfig]) -> list[TaskConfig]:
+        for task in value:  # each names a samples file
+            unsafe_name("task name", task.name)
         return value
 
     @model_validator(mode="after")

@@ -73,7 +73,7 @@ def _scorers(cfg: RunConfig):
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
     """An interrupted variant never asked the engine for its memory figures, but vLLM wrote them to
     its log at start (weights, KV capacity, graphs): take those, each marked "log"."""
-    log = run_dir.variant_dir(variant) / "engine.log"
+    log = run_dir.root / variant / "engine.log"
     return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 

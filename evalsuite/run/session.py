@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir, new_run_id
+from evalsuite.core.records import RunDir, create_run_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import load_config
@@ -19,12 +19,10 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
         found = find_resumable(out, config_path.stem)
         if found is None:
             raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
-        import yaml
-
-        if yaml.safe_load((found.root / "config.yaml").read_text()) != resolved:
+        if found.read_config() != resolved:
             raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
         return found
-    return RunDir(out / new_run_id(config_path.stem))
+    return create_run_dir(out, config_path.stem)
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
