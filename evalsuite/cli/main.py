@@ -60,10 +60,13 @@ def cache_dir() -> Path:
 def validate(files: list[Path] = typer.Argument(..., help="Config files to check.")) -> None:
     """Check config files without running anything."""
     from evalsuite.run.config import load_config
+    from evalsuite.run.safety import code_notes
 
     for f in files:
         cfg = load_config(f)
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
+        for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
+            typer.echo(f"{f}: note: {note}")
 
 
 @app.command()

@@ -16,6 +16,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
+from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
@@ -113,6 +114,9 @@ class EngineConfig(Strict):
     batch_tokens: int = Field(default=1_048_576, gt=0)
     startup_timeout_s: float = Field(default=900, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    # Pass every engine argument and variable, also those that can run code or open the server
+    # (evalsuite.run.safety lists them); off, they are refused with one line each.
+    unsafe_engine_args: bool = False
 
 
 class LatencyConfig(Strict):
@@ -249,7 +253,7 @@ def check_semantics(cfg: RunConfig) -> list[str]:
     from evalsuite.tasks import MMLUConfig
     from evalsuite.tasks.mmlu import SUBJECTS
 
-    problems: list[str] = []
+    problems = engine_problems(cfg.variants, cfg.engine.env, cfg.engine.unsafe_engine_args)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
         if isinstance(task, MMLUConfig) and task.subjects is not None:

@@ -10,6 +10,7 @@ from evalsuite.core.types import RunRecord
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import load_config
 from evalsuite.run.progress import Progress, console
+from evalsuite.run.safety import code_notes
 from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
 from evalsuite.tasks import TaskContext
 
@@ -30,6 +31,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
                ray_address: str | None = None) -> RunRecord:
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray."""
     cfg = load_config(config_path)
+    for note in code_notes(cfg):
+        console.print(f"note: {note}", markup=False, highlight=False)
     resolved = cfg.model_dump(mode="json", exclude={"scheduler"})  # where it runs is not what is measured
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
