@@ -92,6 +92,11 @@ def plan_command(
 ) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device from its config.json."""
     cfg_file = _config_file(source)
+    for flag, value in (("--max-model-len", max_model_len), ("--max-num-seqs", max_num_seqs),
+                        ("--max-num-batched-tokens", max_num_batched_tokens), ("--block-size", block_size),
+                        ("--device-memory-gib", device_memory_gib), ("--gpu-memory-utilization", gpu_memory_utilization)):
+        if value is not None and value <= 0:  # 0 would silently mean "the default" further on
+            raise ConfigError(f"{flag}: must be above 0, got {value}")
     config = read_config(source)
     try:
         if get_device(gpu).kind == "cpu" and device_memory_gib is None:

@@ -1,6 +1,12 @@
 """Errors that the CLI turns into one line and an exit code instead of a traceback."""
 
 
+import errno
+
+# What a refused write on a sound input means: no room, or a folder the process may not write.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
 class EvalsuiteError(Exception):
     """An error a user can act on; its message is shown as is."""
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.types import SCHEMA_VERSION, RunRecord, VariantResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -39,7 +39,6 @@ SAFE_NAME_RULE = (f"allowed: {SAFE_NAME.pattern}: letters, digits, '_', '.', '-'
 # Writes below the run folder never follow a symbolic link planted there (the final part of a path).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
-_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 def is_safe_name(name: object) -> bool:
@@ -57,7 +56,7 @@ def storage_error(path: Path, e: OSError) -> EvalsuiteError:
     """A failed write as one line: the machine's fault (full disk, read-only) exits 4, others 1."""
     if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
         return ConfigError(LINKED.format(path=path))
-    cls = StorageError if e.errno in _STORAGE_ERRNOS else EvalsuiteError
+    cls = StorageError if e.errno in STORAGE_ERRNOS else EvalsuiteError
     return cls(f"{path}: cannot write ({e.strerror or e}); records so far are kept, rerun with --resume "
                f"once it is fixed")
 

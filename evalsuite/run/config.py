@@ -207,11 +207,12 @@ def load_config(path: str | Path, *, check_models: bool = True) -> RunConfig:
     """check_models=False: a config read for its records only (tasks, names, settings), never run, need
     not find its variants' model files."""
     path = Path(path)
-    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths))
+    included: set[tuple] = set()
+    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths, included=included))
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig, included)}") from None
     problems = check_semantics(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
@@ -31,12 +31,17 @@ class _ScoringOnly:
 
 
 def _config(run_dir: RunDir) -> RunConfig:
-    import yaml
+    from pydantic import ValidationError
+
+    from evalsuite.core.configfile import format_validation_error
 
     path = run_dir.root / "config.yaml"
     if not path.is_file():
         raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
-    return RunConfig.model_validate(yaml.safe_load(path.read_text()))
+    try:
+        return RunConfig.model_validate(run_dir.read_config())
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
 
 
 def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantResult, cache_dir: Path) -> VariantResult:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.records import RunDir, create_run_dir
 from evalsuite.core.types import RunRecord
+from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import load_config
 from evalsuite.run.progress import Progress, console
@@ -45,6 +46,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
+    writable_cache_dir(cache_dir)  # before a run folder is made for a run that could not start
     run_dir = _open_run_dir(config_path, out, resume, resolved)
     with console.status("resolving model"):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
@@ -66,7 +68,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
                 record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
             else:
                 record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         _score_interrupted(run_dir, cache_dir)
         raise
     print_summary(record)
@@ -79,7 +81,10 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir.root, cache_dir))
+    try:
+        print_summary(finish_run(run_dir.root, cache_dir))
+    except StorageError:
+        pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
 
 def _min_max_model_len(cfg) -> int | None:
