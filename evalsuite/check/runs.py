@@ -25,7 +25,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, RunRecord, VariantResult
 
-_STAMP = re.compile(r"^\d{8}-\d{6}-")  # records.new_run_id's prefix
+_STAMP = re.compile(r"^\d{8}-\d{6}(\.[0-9a-f]{6})?-")  # records.new_run_id's prefix
 
 
 class NotMeasurable(Exception):

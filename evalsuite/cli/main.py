@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import STORAGE_ERRNOS, EvalsuiteError, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -59,6 +59,13 @@ def friendly(fn):
         except EvalsuiteError as e:
             err.print(f"evalsuite: error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
+        except OSError as e:
+            if e.errno not in STORAGE_ERRNOS:
+                raise
+            # the machine refused a write (full disk, read-only folder): what to fix, not a traceback
+            err.print(f"evalsuite: error: {e.filename or ''}: {e.strerror}", markup=False, highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(StorageError.exit_code) from None
         except KeyboardInterrupt:
             err.print("evalsuite: interrupted; records so far are kept (a run scores them as `partial`), rerun with --resume")
             raise typer.Exit(130) from None
@@ -93,10 +100,13 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
     from evalsuite.run.config import load_config
+    from evalsuite.run.safety import code_notes
 
     for f in files:
         cfg = load_config(config_path(f))
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
+        for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
+            typer.echo(f"{f}: note: {note}")
 
 
 @app.command()

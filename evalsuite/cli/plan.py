@@ -103,6 +103,11 @@ def plan_command(
     if source.endswith((".yaml", ".yml")):
         plan_config(Path(source), variant, gpu, device_memory_gib, as_json)
         return
+    for flag, value in (("--max-model-len", max_model_len), ("--max-num-seqs", max_num_seqs),
+                        ("--max-num-batched-tokens", max_num_batched_tokens), ("--block-size", block_size),
+                        ("--device-memory-gib", device_memory_gib), ("--gpu-memory-utilization", gpu_memory_utilization)):
+        if value is not None and value <= 0:  # 0 would silently mean "the default" further on
+            raise ConfigError(f"{flag}: must be above 0, got {value}")
     cfg_file, config = model_config(source, revision)
     try:
         p = plan(config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,

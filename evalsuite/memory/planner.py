@@ -212,6 +212,17 @@ def _pick(cfg: dict, *keys: str, default: Any = ...) -> Any:
     return default
 
 
+def _count(cfg: dict, *keys: str, default: Any = ...) -> int:
+    """A size or count of the model: a whole number above zero, or ConfigError naming the key."""
+    value = _pick(cfg, *keys, default=default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        key = next((k for k in keys if cfg.get(k) is not None), keys[0])
+        raise ConfigError(f"config.json: {key} must be a whole number above 0, got {value!r}")
+    return value
+
+
 def _text_config(cfg: dict) -> dict:
     """Multimodal wrappers keep the decoder in text_config; dtype and quantization stay outside."""
     inner = cfg.get("text_config")
@@ -247,14 +258,20 @@ def _layer_kinds(cfg: dict, n: int, model_type: str) -> list[str]:
 
 
 def model_shape(config: dict) -> ModelShape:
-    """Read the shape out of an HF decoder config.json; ConfigError names a missing key."""
-    cfg = _text_config(config)
+    """Read the shape out of an HF decoder config.json; ConfigError names a missing or bad key."""
+    try:
+        return _model_shape(_text_config(config))
+    except (TypeError, ValueError) as e:  # the counts _count does not check: experts, MLA ranks, ...
+        raise ConfigError(f"config.json: a size or count is not a number ({e})") from None
+
+
+def _model_shape(cfg: dict) -> ModelShape:
     model_type = str(cfg.get("model_type", "unknown"))
-    n = int(_pick(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-    hidden = int(_pick(cfg, "hidden_size", "n_embd", "d_model"))
-    heads = int(_pick(cfg, "num_attention_heads", "n_head"))
-    kv_heads = int(_pick(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
-    head_dim = int(_pick(cfg, "head_dim", default=hidden // heads))
+    n = _count(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _count(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _count(cfg, "num_attention_heads", "n_head")
+    kv_heads = _count(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
+    head_dim = _count(cfg, "head_dim", default=hidden // heads)
     experts = int(_pick(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     moe_inter = int(_pick(cfg, "moe_intermediate_size", default=0) or 0)
     inter = int(_pick(cfg, "intermediate_size", "n_inner", "ffn_dim", default=moe_inter or 4 * hidden) or 4 * hidden)
@@ -262,7 +279,7 @@ def model_shape(config: dict) -> ModelShape:
     window = cfg.get("sliding_window")
     return ModelShape(
         model_type=model_type, num_layers=n, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=inter, vocab=int(_pick(cfg, "vocab_size", "padded_vocab_size")),
+        intermediate=inter, vocab=_count(cfg, "vocab_size", "padded_vocab_size"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
         max_position=_pick(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=None),
         dtype=str(_pick(cfg, "torch_dtype", "dtype", default="bfloat16")).replace("torch.", ""),

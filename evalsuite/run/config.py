@@ -11,11 +11,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
+from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
+from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
@@ -122,6 +123,9 @@ class EngineConfig(Strict):
     batch_tokens: int = Field(default=1_048_576, gt=0)
     startup_timeout_s: float = Field(default=900, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    # Pass every engine argument and variable, also those that can run code or open the server
+    # (evalsuite.run.safety lists them); off, they are refused with one line each.
+    unsafe_engine_args: bool = False
 
 
 class LatencyConfig(Strict):
@@ -171,6 +175,20 @@ class RunConfig(Strict):
             return [{"type": t} if isinstance(t, str) else t for t in value]
         return value
 
+    @field_validator("variants")
+    @classmethod
+    def _safe_variant_names(cls, value: dict[str, Variant]) -> dict[str, Variant]:
+        for name in value:  # each names a folder of the run folder
+            unsafe_name("variant name", name)
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _safe_task_names(cls, value: list[TaskConfig]) -> list[TaskConfig]:
+        for task in value:  # each names a samples file
+            unsafe_name("task name", task.name)
+        return value
+
     @model_validator(mode="after")
     def _check(self):
         if not self.variants:
@@ -202,11 +220,12 @@ def _apply_defaults(raw: dict) -> dict:
 
 def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
-    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths))
+    included: set[tuple] = set()
+    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths, included=included))
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig, included)}") from None
     problems = check_semantics(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
@@ -248,7 +267,7 @@ def check_semantics(cfg: RunConfig) -> list[str]:
     from evalsuite.tasks import MMLUConfig
     from evalsuite.tasks.mmlu import SUBJECTS
 
-    problems: list[str] = []
+    problems = engine_problems(cfg.variants, cfg.engine.env, cfg.engine.unsafe_engine_args)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
         if isinstance(task, MMLUConfig) and task.subjects is not None:

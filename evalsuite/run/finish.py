@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
@@ -31,12 +31,17 @@ class _ScoringOnly:
 
 
 def _config(run_dir: RunDir) -> RunConfig:
-    import yaml
+    from pydantic import ValidationError
+
+    from evalsuite.core.configfile import format_validation_error
 
     path = run_dir.root / "config.yaml"
     if not path.is_file():
         raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
-    return RunConfig.model_validate(yaml.safe_load(path.read_text()))
+    try:
+        return RunConfig.model_validate(run_dir.read_config())
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
 
 
 def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantResult, cache_dir: Path) -> VariantResult:
@@ -73,7 +78,7 @@ def _scorers(cfg: RunConfig):
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
     """An interrupted variant never asked the engine for its memory figures, but vLLM wrote them to
     its log at start (weights, KV capacity, graphs): take those, each marked "log"."""
-    log = run_dir.variant_dir(variant) / "engine.log"
+    log = run_dir.root / variant / "engine.log"
     return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 

@@ -269,7 +269,7 @@ class Runner:
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         result.primary_metrics = [t.primary_metric for t in tasks]
         t0 = time.perf_counter()
-        log_path = self.run_dir.variant_dir(name) / "engine.log"
+        log_path = self.run_dir.engine_log(name)
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
         interrupted, others_at_start = False, None

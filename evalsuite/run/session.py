@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir, new_run_id
+from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.records import RunDir, create_run_dir
 from evalsuite.core.types import RunRecord
+from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.progress import Progress, console
+from evalsuite.run.safety import code_notes
 from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
@@ -20,12 +22,10 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
         found = find_resumable(out, config_path.stem)
         if found is None:
             raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
-        import yaml
-
-        if yaml.safe_load((found.root / "config.yaml").read_text()) != resolved:
+        if found.read_config() != resolved:
             raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
         return found
-    return RunDir(out / new_run_id(config_path.stem))
+    return create_run_dir(out, config_path.stem)
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
@@ -35,6 +35,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
     only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
+    for note in code_notes(cfg):
+        console.print(f"note: {note}", markup=False, highlight=False)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
@@ -47,6 +49,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
+    writable_cache_dir(cache_dir)  # before a run folder is made for a run that could not start
     run_dir = _open_run_dir(config_path, out, resume, resolved)
     with console.status("resolving model"):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
@@ -68,7 +71,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
                 record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
             else:
                 record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         _score_interrupted(run_dir, cache_dir)
         raise
     print_summary(record, run_dir=run_dir)
@@ -104,7 +107,10 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
+    try:
+        print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
+    except StorageError:
+        pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
 
 def _min_max_model_len(cfg) -> int | None:
