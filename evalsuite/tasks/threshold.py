@@ -15,10 +15,11 @@ leaves out its own example: with its answer in front of it the model would copy 
 its margin would separate the labels far better than a test item's can, and the threshold
 would be fitted to margins the test items never show.
 
-The threshold (fit_threshold): over the midpoints between adjacent distinct train margins, the
-one with the highest train balanced accuracy; among equals, the one closest to 0 (nearest the
-argmax rule), then the lower. A group without train items, without both labels among them or
-without two distinct margins keeps t = 0. Deterministic, so a rerun on the same margins gives the same thresholds.
+The threshold (fit_threshold): of t = 0 (the argmax rule) and the midpoints between adjacent
+distinct train margins, the one with the highest train balanced accuracy; among equals, the one
+closest to 0, then the lower. So the argmax rule stands unless a threshold does strictly better on
+the train items, and a group without train items or without both labels among them keeps t = 0.
+Deterministic: the same margins give the same thresholds.
 
 The train items are answered first, in the same engine, and recorded in
 samples/<task>.calibration.jsonl (argmax-scored, each with its margin); every test item's score
@@ -29,7 +30,7 @@ test items alone and the thresholds from the calibration lines.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Literal
@@ -73,14 +74,13 @@ def fit_threshold(margins: Sequence[float], positive: Sequence[bool]) -> float:
     """The threshold maximizing balanced accuracy of "positive iff margin >= t" (module doc)."""
     pos = sorted(d for d, y in zip(margins, positive, strict=True) if y)
     neg = sorted(d for d, y in zip(margins, positive, strict=True) if not y)
-    values = sorted({d for d in margins if math.isfinite(d)})
-    if not pos or not neg or len(values) < 2:
+    if not pos or not neg:
         return 0.0
-    best: tuple[Fraction, float, float] | None = None
-    for lo, hi in zip(values, values[1:]):
-        t = (lo + hi) / 2
-        # items at or below lo are below t, the rest above: counts by bisection, O(n log n) in all
-        tp, tn = len(pos) - bisect_right(pos, lo), bisect_right(neg, lo)
+    values = sorted({d for d in margins if math.isfinite(d)})
+    best = None
+    for t in [0.0, *((lo + hi) / 2 for lo, hi in zip(values, values[1:]))]:
+        # counts by bisection in the sorted margins: O(n log n) in all
+        tp, tn = len(pos) - bisect_left(pos, t), bisect_left(neg, t)
         key = (-_balanced(tp, len(pos), tn, len(neg)), abs(t), t)
         if best is None or key < best:
             best = key
