@@ -117,12 +117,18 @@ def _with_kept_figures(new: dict, kept: dict) -> dict:
     return {**new, "engine": {**engine, "source": source}, "predicted": new.get("predicted") or kept.get("predicted") or {}}
 
 
+def _stem(kept: Path) -> str:
+    """The samples file a kept one came from: `legal`, or `legal.calibration` (the train items a
+    thresholded task fitted on, evalsuite.tasks.threshold)."""
+    return kept.name.removesuffix(".scores.jsonl.gz")
+
+
 def load(dest: Path) -> dict[str, dict[str, dict[str, dict]]]:
     """variant -> task -> sample id -> score row."""
     out: dict = defaultdict(dict)
     for f in sorted(dest.glob("*/*.scores.jsonl.gz")):
         with gzip.open(f, "rt") as fh:
-            out[f.parent.name][f.name.split(".")[0]] = {r["sample_id"]: r for r in map(json.loads, fh)}
+            out[f.parent.name][_stem(f)] = {r["sample_id"]: r for r in map(json.loads, fh)}
     return out
 
 
@@ -294,13 +300,13 @@ def rundir(dest: Path, config: Path, out: Path, variants: list[str], seeded: boo
                            env={"rebuilt_from": str(dest)}))
     for name, result in kept.items():
         for f in sorted((dest / name).glob("*.scores.jsonl.gz")):
-            if wanted is not None and f.name.split(".")[0] not in wanted:
+            if wanted is not None and _stem(f).split(".")[0] not in wanted:
                 continue  # a seeded run holds only its config's tasks: never latency, nor a task another config runs
             with gzip.open(f, "rt") as fh:
                 rows = [json.loads(line) for line in fh]
             if not rows:
                 continue
-            rd.append_samples(name, rows[0]["task"], [
+            rd.append_samples(name, _stem(f), [
                 {"sample": {"id": r["sample_id"], "meta": _sample_meta(r["task"], r.get("group"))}, "completion": {},
                  "score": r} for r in rows])
         rd.write_result(result.model_copy(update={"status": "running", "metrics": []}))

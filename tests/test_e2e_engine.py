@@ -103,7 +103,7 @@ def test_sweep_records_failure_and_continues(reference):
     env = json.loads((reference / "env.json").read_text())
     assert env["vllm_version"] and env["torch_version"]
     assert isinstance(env["vllm_plugins"], dict) and env["vllm_distribution"] not in env["vllm_plugins"]
-    assert len(scores(reference, "bf16")) == 12 + 6 + 4 + 2
+    assert len(scores(reference, "bf16")) == 12 + 6 + 6 + 4 + 2  # legal: 6 test items, 6 train items calibrating
 
 
 def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
@@ -261,7 +261,7 @@ def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, refer
     answered = {f.stem: [json.loads(x)["completion"] != {} for x in f.read_text().splitlines()]
                 for f in (run / "bf16" / "samples").glob("*.jsonl")}
     assert answered["mmlu"].count(False) == 5 and answered["mmlu"].count(True) == 7
-    assert not any(answered["legal"] + answered["needle"]) and all(answered["latency"])  # latency is never seeded
+    assert not any(answered["legal"] + answered["legal.calibration"] + answered["needle"]) and all(answered["latency"])  # latency is never seeded
     got, want = scores(run, "bf16"), scores(reference, "bf16")
     assert {k: got[k]["value"] for k in want if not k.startswith("len")} == \
         {k: v["value"] for k, v in want.items() if not k.startswith("len")}

@@ -104,7 +104,7 @@ def test_sweep_records_every_variant(swept):
     m = metrics(swept, "bf16")
     assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "latency/ttft_ms_p50"} <= set(m)
     base, kv, worse = (scores(swept, v) for v in VARIANTS)
-    assert len(base) == 20 + 10
+    assert len(base) == 20 + 10 + 6  # governing_law's 6 train items calibrate its threshold (samples/legal.calibration.jsonl)
     assert sum(base[k] != kv[k] for k in base) < sum(base[k] != worse[k] for k in base)
 
 

@@ -72,6 +72,13 @@ def test_cuad_definition_scores_as_the_legal_task(tmp_path):
     legal_task = LegalConfig(tasks=tasks).build(c)
     generic, legal = generic_task.samples(), legal_task.samples()
     assert [(s.request.prompt, s.target, s.group) for s in generic] == [(s.request.prompt, s.target, s.group) for s in legal]
+    calibration = generic_task.calibration_samples()
+    assert [(s.id, s.request.prompt, s.target, s.meta) for s in calibration] == [
+        (s.id, s.request.prompt, s.target, s.meta) for s in legal_task.calibration_samples()]
+    answered = completions(len(calibration), [" Yes", " no", "Yes", " A"], seed=1)
+    for task in (generic_task, legal_task):
+        task.calibrate([task.score(s, d) for s, d in zip(calibration, answered)])
+    assert generic_task.thresholds == legal_task.thresholds and set(legal_task.thresholds) == set(tasks)
     done = completions(len(generic), [" Yes", " no", "Yes", " A"])
     gm = {m.name.split("/", 1)[1]: m for m in generic_task.metrics([generic_task.score(s, d) for s, d in zip(generic, done)])}
     lm = {m.name.split("/", 1)[1]: m for m in legal_task.metrics([legal_task.score(s, d) for s, d in zip(legal, done)])}

@@ -129,6 +129,9 @@ class VariantResult(_Model):
     metrics: list[Metric] = Field(default_factory=list)
     # per task, the metric that answers "how did it do", as the task defines it; reports read it here
     primary_metrics: list[str] = Field(default_factory=list)
+    # headline metric -> its value for answers that ignore the item (1/k for k choices), where the
+    # task has one: a baseline near it says the task cannot tell variants apart
+    chance: dict[str, float] = Field(default_factory=dict)
     engine: EngineStats = Field(default_factory=EngineStats)
     predicted: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None

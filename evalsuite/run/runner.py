@@ -27,6 +27,7 @@ from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
+from evalsuite.tasks.threshold import calibration_name
 
 
 def _described_by(variant: Variant, model_dir: str) -> str:
@@ -152,9 +153,16 @@ class Runner:
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         if hasattr(task, "evaluate"):  # a harness that sends its own requests (lm-eval)
             return self._evaluate(engine, variant, task)
-        done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
+        calibration = task.calibration_samples() if hasattr(task, "calibration_samples") else []
+        if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
+            task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
+        return self._answer(engine, variant, task.name, task, samples)
+
+    def _answer(self, engine: Engine, variant: str, name: str, task: Task, samples: list[Sample]) -> list[Score]:
+        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked."""
+        done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, name)}
         todo = [s for s in samples if s.id not in done]
-        bar = self.progress.add(f"{variant} · {task.name}", total=len(samples), completed=len(samples) - len(todo))
+        bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
         size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
         if todo and hasattr(task, "warmup_request"):
             engine.generate([task.warmup_request()])  # first-request overheads are not latency
@@ -170,19 +178,19 @@ class Runner:
                 completions = engine.generate([s.request for s in batch])
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
-                recording = pool.submit(self._record, variant, task, batch, completions, done)
+                recording = pool.submit(self._record, variant, name, task, batch, completions, done)
             if recording is not None:
                 self.progress.advance(bar, recording.result())
         return [done[s.id] for s in samples]
 
-    def _record(self, variant: str, task: Task, batch: list[Sample], completions: list[Completion],
+    def _record(self, variant: str, name: str, task: Task, batch: list[Sample], completions: list[Completion],
                 done: dict[str, Score]) -> int:
         rows, scores = [], []
         for s, c in zip(batch, completions, strict=True):
             sc = task.score(s, c)
             scores.append(sc)
             rows.append(_row(s, c, sc))
-        self.run_dir.append_samples(variant, task.name, rows)
+        self.run_dir.append_samples(variant, name, rows)
         done.update({sc.sample_id: sc for sc in scores})
         return len(batch)
 
@@ -268,6 +276,7 @@ class Runner:
         if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         result.primary_metrics = [t.primary_metric for t in tasks]
+        result.chance = task_chance(tasks)
         t0 = time.perf_counter()
         log_path = self.run_dir.engine_log(name)
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
@@ -324,6 +333,11 @@ def spread(samples: list[Sample], limit: int | None) -> list[Sample]:
     if not limit or len(samples) <= limit:
         return samples
     return [samples[i * len(samples) // limit] for i in range(limit)]
+
+
+def task_chance(tasks: list[Task]) -> dict[str, float]:
+    """Headline metric -> its value for answers that ignore the item, for the tasks that have one."""
+    return {t.primary_metric: t.chance for t in tasks if getattr(t, "chance", None) is not None}
 
 
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:

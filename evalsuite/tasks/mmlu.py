@@ -149,6 +149,7 @@ def open_source(cfg: MMLUConfig, ctx: TaskContext) -> tuple[str, Loader, set[str
 
 class MMLUTask(DatasetTask):
     metric = "acc"
+    chance = 0.25  # four choices
 
     def _build(self) -> list[Sample]:
         self.source, load, available = open_source(self.cfg, self.ctx)
