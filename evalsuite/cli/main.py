@@ -185,6 +185,12 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
+        from evalsuite.cli.report import report_command
+
+        app.command("report")(friendly(report_command))
+    except ImportError:
+        pass
+    try:
         from evalsuite.cli.track import register
 
         register(app, friendly)
