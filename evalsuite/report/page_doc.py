@@ -255,7 +255,7 @@ def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
 def document(report: Report, out: Path, command: str) -> Document:
     model = sorted({p.run_dir.load_run().model for p in report.parts})
     n = longest_common(report, report.rows)
-    head = Section("What to serve", "decision", [
+    head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
         f"{len(report.parts)} run folder(s)" + (f"; latency alone on the card up to {n:,} prompt tokens." if n else "."),
         *answer(report), decision_table(report)])
