@@ -228,12 +228,14 @@ def _mount() -> None:
     command that silently goes missing."""
     from evalsuite.check.cli import check_command
     from evalsuite.cli.plan import plan_command
+    from evalsuite.cli.report import report_command
     from evalsuite.cli.shipped import init_command
     from evalsuite.cli.track import register
 
     app.command("init")(friendly(init_command))
     app.command("plan")(friendly(plan_command))
     app.command("check")(friendly(check_command))
+    app.command("report")(friendly(report_command))
     register(app, friendly)
 
 
