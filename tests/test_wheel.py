@@ -19,10 +19,12 @@ import yaml
 
 pytestmark = pytest.mark.engine
 
+from evalsuite.cli.shipped import DEFAULT_RULES
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = ["evalsuite/tasks/defs/mmlu.yaml", "evalsuite/tasks/defs/legalbench_cuad.yaml",
                 "evalsuite/tasks/defs/data/legalbench-cuad/governing_law/test.tsv", "evalsuite/configs/starter.yaml",
-                "evalsuite/configs/examples/qwen2.5-7b-instruct-128k.yaml", "evalsuite/configs/gates/default.yaml"]
+                "evalsuite/configs/examples/qwen2.5-7b-instruct-128k.yaml", DEFAULT_RULES.relative_to(REPO).as_posix()]
 
 
 def sh(*args, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
