@@ -17,7 +17,7 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def scores_py(repo_root: Path):
-    """lab/scores.py (a script, not a package module): keeps and rebuilds GPU runs' scores."""
+    """lab/scores.py (the maintainers' tooling, not the package): keeps and rebuilds GPU runs' scores."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("scores", repo_root / "lab" / "scores.py")
@@ -60,5 +60,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Rough minutes of real-engine work per test module on 2 cores; only the order matters.
-_ENGINE_WEIGHT = {"test_ray": 4, "test_e2e_engine": 4, "test_quantize": 2, "test_lm_eval_task": 2,
+_ENGINE_WEIGHT = {"test_ray": 4, "test_e2e_engine": 4, "test_wheel": 3, "test_quantize": 2, "test_lm_eval_task": 2,
                   "test_check_e2e": 1}

@@ -113,7 +113,7 @@ def test_plan_fits_agrees_with_vllms_length_check():
 
 
 def test_plan_of_a_config_prints_one_row_per_variant(hf_cache):
-    res = CliRunner().invoke(app, ["plan", str(EXAMPLES[-1]), "-V", "bf16", "-V", "kv_fp8"], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(app, ["plan", "examples/qwen2.5-7b-instruct", "-V", "bf16", "-V", "kv_fp8"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if line.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["bf16", "kv_fp8"] and all("yes" in r for r in rows)

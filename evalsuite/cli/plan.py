@@ -100,8 +100,10 @@ def plan_command(
     """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
     if get_device(gpu).kind == "cpu" and device_memory_gib is None:
         device_memory_gib = _host_memory_gib()
-    if source.endswith((".yaml", ".yml")):
-        plan_config(Path(source), variant, gpu, device_memory_gib, as_json)
+    if source.endswith((".yaml", ".yml")) or (source.startswith("examples/") and not Path(source).exists()):
+        from evalsuite.cli.shipped import config_path
+
+        plan_config(config_path(Path(source)), variant, gpu, device_memory_gib, as_json)
         return
     for flag, value in (("--max-model-len", max_model_len), ("--max-num-seqs", max_num_seqs),
                         ("--max-num-batched-tokens", max_num_batched_tokens), ("--block-size", block_size),
