@@ -131,7 +131,7 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
         if rebase is not None:
             rebase(inc_data, inc_path.parent)
         merged = deep_merge(merged, inc_data)
-    if included is not None:
+    if included is not None and merged:
         own = _leaf_paths(data)
         included |= {p for p in _leaf_paths(merged) if not any(p[:len(q)] == q for q in own)}
     return deep_merge(merged, data)
