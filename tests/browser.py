@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
@@ -149,3 +150,13 @@ def dump_dom(url: str, budget_ms: int = 20000, binary: str | None = None) -> str
                              capture_output=True, text=True, timeout=180)
     return res.stdout
 
+
+
+def screenshot(browser: Browser, path, width: int = 1400, height: int = 900) -> None:
+    """A PNG of the page as a `width` x `height` window shows it (the first screen)."""
+    import base64
+
+    browser.call("Emulation.setDeviceMetricsOverride", browser.session, width=width, height=height,
+                 deviceScaleFactor=1, mobile=False)
+    shot = browser.call("Page.captureScreenshot", browser.session, format="png")
+    Path(path).write_bytes(base64.b64decode(shot["data"]))

@@ -130,7 +130,7 @@ def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
 
 
 def _only_length(config: dict, key: str) -> int | None:
-    """The single prompt length of a run's latency pass, whose metrics then carry no /ctx suffix."""
+    """The single prompt length of a run's latency pass, whose metrics then have no /ctx suffix."""
     if not key.startswith("latency/"):
         return None
     lengths = (config.get("latency") or {}).get("prompt_tokens") or []

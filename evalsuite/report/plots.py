@@ -1,7 +1,7 @@
 """PNG plots over a comparison frame (index: variant label; columns: metric names).
 
 Each plot is written only when its data exists, so a run without a latency pass or a
-needle task simply has fewer files. Accuracies carry 95% error bars (Wilson for a proportion),
+needle task simply has fewer files. Accuracies have 95% error bars (Wilson for a proportion),
 so that a half-point difference is not drawn as a cliff.
 """
 
@@ -196,3 +196,34 @@ def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, interva
         plot_vs_context(frame, LATENCY_BASES, "latency vs context length", out_dir / "latency_vs_context.png"),
     ]
     return [p for p in made if p is not None]
+
+
+Grid = dict[tuple[int, int], float]  # (context length, needle depth %) -> accuracy
+
+
+def plot_heatmaps(grids: dict[str, Grid], title: str, path: Path) -> Path | None:
+    """One depth-by-length panel per variant, cells coloured by accuracy on one 0-1 scale and
+    written in, so that a needle lost at one depth shows where a mean over depths hides it."""
+    grids = {k: g for k, g in grids.items() if g}
+    if not grids:
+        return None
+    fig, axes = _grid(len(grids), title)
+    image = None
+    for ax, (label, grid) in zip(axes, grids.items(), strict=False):
+        lengths = sorted({n for n, _ in grid})
+        depths = sorted({d for _, d in grid})
+        cells = [[grid.get((n, d), math.nan) for n in lengths] for d in depths]
+        image = ax.imshow(cells, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="lower")
+        if len(lengths) * len(depths) <= 120:
+            for i, row in enumerate(cells):
+                for j, v in enumerate(row):
+                    if not math.isnan(v):
+                        ax.text(j, i, f"{v:.2f}".lstrip("0") if v < 1 else "1", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(lengths)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in lengths])
+        ax.set_yticks(range(len(depths)), [str(d) for d in depths])
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("needle depth (%)")
+        ax.set_title(str(label), fontsize=9)
+    fig.colorbar(image, ax=axes[: len(grids)], shrink=0.8, label="accuracy")
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # colorbar over several axes: no tight_layout
+    return path

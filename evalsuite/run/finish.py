@@ -1,6 +1,6 @@
 """Scores what an interrupted run recorded, without an engine: its variants become `partial`.
 
-A run killed at a time limit (a lent GPU that is taken back, a CI job's timeout) keeps every
+A run killed at a time limit (a rented GPU's reservation ending, a CI job's timeout) keeps every
 finished batch of samples. `evalsuite run --resume` completes such a run; when the engine is no
 longer at hand, `evalsuite finish` turns the recorded samples into metrics now, so that compare
 and gate can read them. Every metric carries its n, the reason lists how many samples each task
@@ -58,6 +58,8 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
         metrics += task.metrics(scores)
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
+        if getattr(task, "chance", None) is not None:
+            result.chance.setdefault(task.primary_metric, task.chance)
         counts.append(f"{name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
     if result.engine == EngineStats():

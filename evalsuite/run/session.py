@@ -9,11 +9,12 @@ from evalsuite.core.records import RunDir, check_output_dir, create_run_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
-from evalsuite.run.config import load_config
+from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
 from evalsuite.tasks import TaskContext
+from evalsuite.tasks.lmeval import LMEvalConfig
 
 
 def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
@@ -29,12 +30,14 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
                show_progress: bool | None = None, only: list[str] | None = None,
-               ray_address: str | None = None) -> RunRecord:
-    """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray."""
-    cfg = load_config(config_path)
+               ray_address: str | None = None, only_tasks: list[str] | None = None,
+               limit: int | None = None) -> RunRecord:
+    """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
+    only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one."""
+    cfg = narrowed(load_config(config_path), only_tasks or [], limit)
     for note in code_notes(cfg):
         console.print(f"note: {note}", markup=False, highlight=False)
-    resolved = cfg.model_dump(mode="json", exclude={"scheduler"})  # where it runs is not what is measured
+    resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
     if only:
@@ -42,7 +45,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         if unknown:
             raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
         # In the order given: a user who names the variants that matter first (a time-boxed run on a
-        # lent GPU) gets those first, not the config's order.
+        # rented GPU) gets those first, not the config's order.
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
@@ -72,9 +75,32 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         _score_interrupted(run_dir, cache_dir)
         raise
-    print_summary(record)
+    print_summary(record, run_dir=run_dir)
     _track(cfg, run_dir, record)
     return record
+
+
+def recorded_exclude(cfg: RunConfig) -> set[str]:
+    """Keys the run folder's config.yaml leaves out: where it runs is not what is measured, and an
+    unset limit keeps the record of a full run as it always was (so --resume still matches it)."""
+    return {"scheduler"} | ({"limit"} if cfg.limit is None else set())
+
+
+def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunConfig:
+    """The config with only the named tasks (`latency`: the latency pass) and at most `limit` items a task."""
+    if only_tasks:
+        allowed = [t.name for t in cfg.tasks] + (["latency"] if cfg.latency else [])
+        unknown = [t for t in only_tasks if t not in allowed]
+        if unknown:
+            raise ConfigError(f"--tasks: unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})")
+        cfg.tasks = [t for t in cfg.tasks if t.name in only_tasks]
+        cfg.latency = cfg.latency if "latency" in only_tasks else None
+    if limit:
+        cfg.limit = limit
+        for task in cfg.tasks:
+            if isinstance(task, LMEvalConfig):  # lm-eval picks its own items
+                task.limit = min(task.limit or limit, limit)
+    return cfg
 
 
 def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
@@ -83,7 +109,7 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     from evalsuite.run.finish import finish_run
 
     try:
-        print_summary(finish_run(run_dir.root, cache_dir))
+        print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
     except StorageError:
         pass  # still no room: the variant stays `running`, which finish and --resume both take up
 

@@ -1,0 +1,29 @@
+"""`evalsuite report`: the decision page (HTML and Markdown) from run folders."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+
+import typer
+
+
+def report_command(
+    runs: list[str] = typer.Argument(..., help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
+    out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
+    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant name (default: first run's config `baseline`)."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped configs/gates/default.yaml)."),
+    uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
+) -> None:
+    """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
+    from evalsuite.report.page import build_report
+    from evalsuite.report.page_doc import write
+
+    command = shlex.join(["evalsuite", "report", *runs, "--out", str(out)]
+                         + (["--baseline", baseline] if baseline else []) + (["--rules", str(rules)] if rules else []))
+    with tempfile.TemporaryDirectory(prefix="evalsuite-report-") as scratch:
+        report = build_report(runs, baseline, rules, uri, Path(scratch))
+        files = write(report, out, command)
+    for f in files[:2]:
+        typer.echo(f)

@@ -1,0 +1,316 @@
+"""What to serve, from run folders: each variant's gate verdict, memory, speed and accuracy change
+against one baseline, merged over every run folder given, and the variants that answer a few
+stated objectives.
+
+A variant measured in several run folders (accuracy in one, latency alone on the card in another)
+is one row: its accuracy from the first folder that scored its tasks, its latency from the first
+that timed it, its memory figures from the first folder it appears in. Each folder is compared and
+gated against the baseline variant of that same folder, so that no figure is set against one
+measured under other conditions; a folder without the baseline contributes figures but no change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
+from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
+from evalsuite.report.gate import GateReport, Rules, Side, run_gate
+from evalsuite.report.plots import front_labels
+from evalsuite.stats.metrics import accuracy_interval
+
+TTFT, ITL = "latency/ttft_ms_p50/ctx", "latency/itl_ms_p50/ctx"
+VERDICT_ORDER = {"failed": 0, "inconclusive": 1, "passed": 2}
+
+
+# ---------------------------------------------------------------- the gate, as this page reads it
+
+
+def gate_verdicts(report: GateReport) -> dict[str, str]:
+    """candidate label -> passed | failed | inconclusive (a check too small to judge, no failure)."""
+    if hasattr(report, "verdicts"):
+        return report.verdicts()
+    out: dict[str, str] = {}
+    for c in report.checks:
+        now = "failed" if c.status == "fail" else "inconclusive" if c.status == "warn" else "passed"
+        prev = out.get(c.candidate, "passed")
+        out[c.candidate] = min(prev, now, key=VERDICT_ORDER.get)
+    return out
+
+
+def task_marks(entry: Entry) -> dict[str, str]:
+    """headline metric -> "at chance" | "at ceiling", where the gate's statistics name one."""
+    try:
+        from evalsuite.stats.informative import task_marks as marks
+    except ImportError:
+        return {}
+    return marks(entry.result)
+
+
+# ---------------------------------------------------------------- one row per variant
+
+
+@dataclass
+class Row:
+    name: str
+    status: str
+    baseline: bool = False
+    verdict: str | None = None
+    accuracy_ok: bool | None = None  # no accuracy check of the gate failed
+    weights_gib: float | None = None
+    kv_tokens: int | None = None
+    kv_bytes_per_token: int | None = None
+    ttft: dict[int, float] = field(default_factory=dict)  # prompt tokens -> p50 ms
+    itl: dict[int, float] = field(default_factory=dict)
+    accuracy: dict[str, float] = field(default_factory=dict)  # primary metric -> value
+    interval: dict[str, tuple[float, float]] = field(default_factory=dict)
+    n: dict[str, int] = field(default_factory=dict)
+    delta: dict[str, PairedDelta] = field(default_factory=dict)
+    changed: dict[str, float] = field(default_factory=dict)  # primary metric -> share of answers changed
+    marks: dict[str, str] = field(default_factory=dict)
+    pareto: list[str] = field(default_factory=list)  # primary metrics on whose weights front it lies
+    runs: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_gib(self) -> float | None:
+        return 2**30 / self.kv_bytes_per_token if self.kv_bytes_per_token else None
+
+
+@dataclass
+class RunPart:
+    """One run folder: its comparison against its own baseline and its gate."""
+
+    run_dir: RunDir
+    comparison: Comparison
+    has_baseline: bool
+    gate: GateReport | None = None
+
+
+@dataclass
+class Report:
+    baseline: str
+    rules_path: str
+    rules: Rules
+    parts: list[RunPart]
+    rows: list[Row]
+    primary: list[str]
+    noise: dict[str, float] = field(default_factory=dict)
+
+    def row(self, name: str) -> Row:
+        return next(r for r in self.rows if r.name == name)
+
+    def lengths(self) -> list[int]:
+        return sorted({n for r in self.rows for n in r.ttft})
+
+    def entries(self) -> list[Entry]:
+        return [e for p in self.parts for e in p.comparison.entries]
+
+
+def _by_run(sources: list[tuple[RunDir, set[str] | None]]) -> list[tuple[RunDir, set[str] | None]]:
+    """One source per run folder, the variants picked in it united (None: all of them)."""
+    merged: dict[Path, tuple[RunDir, set[str] | None]] = {}
+    for rd, only in sources:
+        key = rd.root.resolve()
+        if key in merged:
+            prev = merged[key][1]
+            only = None if prev is None or only is None else prev | only
+        merged[key] = (merged.get(key, (rd,))[0], only)
+    return list(merged.values())
+
+
+def baseline_name(sources: list[tuple[RunDir, set[str] | None]], wanted: str | None) -> str:
+    """--baseline, else the first folder's config `baseline`, else its first variant."""
+    if wanted:
+        known = {v.variant for rd, _ in sources for v in rd.load_run().variants}
+        if wanted not in known:
+            raise ConfigError(f"--baseline: {wanted!r} is not a variant of the runs given "
+                              f"(allowed: {', '.join(sorted(known))})")
+        return wanted
+    rd = sources[0][0]
+    named = rd.read_config().get("baseline")
+    names = [v.variant for v in rd.load_run().variants]
+    if named in names:
+        return named
+    if not names:
+        raise ConfigError(f"{rd.root}: the run has no variants")
+    return names[0]
+
+
+def _part(rd: RunDir, only: set[str] | None, base: str, rules: Rules, rules_path: str) -> RunPart:
+    names = {v.variant: v for v in rd.load_run().variants}
+    has_base = base in names and names[base].status in ("ok", "partial")
+    picked = None if only is None else (only | {base} if has_base else only)
+    comparison = compare([(rd, picked)], base if has_base else None)
+    part = RunPart(rd, comparison, has_base)
+    candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
+    if has_base and candidates:
+        try:
+            part.gate = run_gate(Side(rd, base), [Side(rd, c) for c in candidates], rules, rules_path)
+        except ConfigError:
+            part.gate = None  # no metric of this folder matched a rule: figures without a verdict
+    return part
+
+
+def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, rules: Rules,
+          rules_path: str) -> Report:
+    if not sources:
+        raise ConfigError("report: give at least one run folder")
+    sources = _by_run(sources)
+    base = baseline_name(sources, baseline)
+    parts = [_part(rd, only, base, rules, rules_path) for rd, only in sources]
+    primary = list(dict.fromkeys(m for p in parts for m in p.comparison.primary))
+    report = Report(base, rules_path, rules, parts, [], primary)
+    rows: dict[str, Row] = {}
+    for part in parts:
+        for entry in part.comparison.entries:
+            row = rows.setdefault(entry.result.variant, Row(entry.result.variant, entry.result.status,
+                                                             baseline=entry.result.variant == base))
+            _fill(row, part, entry, primary)
+        if part.gate is not None:
+            _judge(rows, part)
+            report.noise.update(getattr(part.gate, "noise", None) or {})
+    report.rows = list(rows.values())
+    _mark_pareto(report)
+    return report
+
+
+def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
+    """Figures this folder adds to the variant's row; earlier folders keep theirs."""
+    v = entry.result
+    row.runs.append(part.run_dir.run_id)
+    if row.weights_gib is None and v.engine.weights_gib is not None:
+        row.weights_gib, row.kv_tokens = v.engine.weights_gib, v.engine.kv_cache_tokens
+        row.kv_bytes_per_token = v.engine.kv_bytes_per_token
+    if not row.ttft:
+        for m in v.metrics:
+            for prefix, into in ((TTFT, row.ttft), (ITL, row.itl)):
+                if m.name.startswith(prefix) and m.name[len(prefix):].isdigit():
+                    into[int(m.name[len(prefix):])] = m.value
+    scored = [name for name in primary if v.metric(name) is not None and name not in row.accuracy]
+    for name in scored:
+        m = v.metric(name)
+        row.accuracy[name], row.n[name] = m.value, m.n or 0
+        ci = accuracy_interval(m)
+        if ci:
+            row.interval[name] = ci
+        if part.has_baseline and (entry.label, name) in part.comparison.paired:
+            row.delta[name] = part.comparison.paired[(entry.label, name)]
+    if scored:
+        row.status = v.status
+        row.marks.update({k: x for k, x in task_marks(entry).items() if k in scored})
+
+
+def _judge(rows: dict[str, Row], part: RunPart) -> None:
+    """Verdicts and changed-answer shares of one folder's gate onto the rows (label = variant name
+    within one folder)."""
+    verdicts = gate_verdicts(part.gate)
+    by_label = {e.label: e.result.variant for e in part.comparison.entries}
+    for label, verdict in verdicts.items():
+        row = rows[by_label.get(label, label)]
+        row.verdict = verdict if row.verdict is None else min(row.verdict, verdict, key=VERDICT_ORDER.get)
+    acc: dict[str, list[str]] = defaultdict(list)
+    for c in part.gate.checks:
+        if c.unit != "pt":
+            continue
+        name = by_label.get(c.candidate, c.candidate)
+        acc[name].append(c.status)
+        if c.test is not None and c.test.counts and c.test.n:
+            rows[name].changed.setdefault(c.metric, sum(c.test.counts) / c.test.n)
+    for name, statuses in acc.items():
+        ok = "fail" not in statuses
+        rows[name].accuracy_ok = ok if rows[name].accuracy_ok is None else rows[name].accuracy_ok and ok
+
+
+def _mark_pareto(report: Report) -> None:
+    """Per primary metric, the variants no other beats on both weights GiB and accuracy."""
+    import pandas as pd
+
+    for metric in report.primary:
+        whole = [r for r in report.rows if r.status == "ok" and r.weights_gib is not None and metric in r.accuracy]
+        if not whole:
+            continue
+        sub = pd.DataFrame({"w": [r.weights_gib for r in whole], "a": [r.accuracy[metric] for r in whole]},
+                           index=[r.name for r in whole])
+        for name in front_labels(sub, "w", "a", set(), True):
+            report.row(name).pareto.append(metric)
+
+
+# ---------------------------------------------------------------- what to serve
+
+
+@dataclass
+class Pick:
+    objective: str
+    row: Row | None
+    figure: str
+    why: str
+
+
+def longest_common(report: Report, rows: list[Row]) -> int | None:
+    """The longest prompt length every timed row of `rows` was timed at."""
+    timed = [set(r.ttft) for r in rows if r.ttft]
+    common = set.intersection(*timed) if timed else set()
+    return max(common) if common else None
+
+
+def within_limits(report: Report) -> list[Row]:
+    """The baseline and every variant no accuracy check of the gate failed (usable, measured ones)."""
+    return [r for r in report.rows if r.status == "ok" and (r.baseline or r.accuracy_ok)]
+
+
+def picks(report: Report) -> list[Pick]:
+    ok = within_limits(report)
+    out = [_best(ok, "least memory (weights)", lambda r: r.weights_gib, min, lambda r: f"{r.weights_gib:.2f} GiB")]
+    out.append(_best(ok, "most KV capacity (tokens per GiB of KV cache)", lambda r: r.tokens_per_gib, max,
+                     lambda r: f"{r.tokens_per_gib:,.0f} tokens/GiB"))
+    n = longest_common(report, ok)
+    if n is not None:
+        out.append(_best(ok, f"fastest first token at {n:,} prompt tokens", lambda r: r.ttft.get(n), min,
+                         lambda r: f"TTFT p50 {r.ttft[n]:,.1f} ms"))
+        out.append(_best(ok, f"fastest decode at {n:,} prompt tokens", lambda r: r.itl.get(n), min,
+                         lambda r: f"ITL p50 {r.itl[n]:.2f} ms"))
+    return out
+
+
+def _best(rows: list[Row], objective: str, key, choose, show) -> Pick:
+    have = [r for r in rows if key(r) is not None]
+    if not have:
+        return Pick(objective, None, "-", "no variant within the accuracy limits measured it")
+    best = choose(have, key=key)
+    return Pick(objective, best, show(best), f"best of {len(have)} variant(s) within the accuracy limits")
+
+
+NAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def safe_name(text: str) -> str:
+    """A file name for a plot of `text` (a task or metric name)."""
+    return NAME.sub("_", text)
+
+
+# ---------------------------------------------------------------- from the command line
+
+
+def rules_file(given: Path | None) -> Path:
+    """--rules, else the gate rules evalsuite ships."""
+    if given is not None:
+        return given
+    try:
+        from evalsuite.report.gate import default_rules_path
+    except ImportError:
+        import evalsuite
+
+        return Path(evalsuite.__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml"
+    return Path(default_rules_path())
+
+
+def build_report(refs: list[str], baseline: str | None, rules: Path | None, uri: str | None, scratch: Path) -> Report:
+    from evalsuite.report.gate import load_rules
+    from evalsuite.report.sources import open_sources
+
+    path = rules_file(rules)
+    return build(open_sources(refs, uri, scratch), baseline, load_rules(path), str(path))

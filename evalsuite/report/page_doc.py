@@ -1,0 +1,317 @@
+"""The report page's content, as sections of paragraphs, tables and figures, built once from a
+Report and written twice: report.md (figures as PNG files beside it) and report.html (one file,
+figures embedded as data URIs, tables sortable by a few lines of script, no server, no network).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from evalsuite.report.names import is_unitless
+from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
+from evalsuite.report.plots import context_series, plot_heatmaps, plot_tradeoff, plot_vs_context
+
+
+@dataclass
+class Table:
+    id: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+@dataclass
+class Figure:
+    path: Path
+    caption: str
+
+
+@dataclass
+class Section:
+    title: str
+    id: str
+    blocks: list[str | Table | Figure] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    sections: list[Section]
+
+
+# ---------------------------------------------------------------- cells
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _kilo(n: int) -> str:
+    return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
+
+
+def _task(metric: str) -> str:
+    return metric.split("/")[0]
+
+
+def delta_cell(row: Row, metric: str) -> str:
+    if row.baseline:
+        return _num(row.accuracy.get(metric), "{:.3f}") + " (baseline)"
+    d = row.delta.get(metric)
+    if d is None:
+        return _num(row.accuracy.get(metric), "{:.3f}") if metric in row.accuracy else "-"
+    return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
+
+
+def _pt(v: float) -> str:
+    """Points with a sign; a change that rounds to zero reads +0.0, never -0.0."""
+    text = f"{v:+.1f}"
+    return "+0.0" if text == "-0.0" else text
+
+
+def verdict_cell(row: Row) -> str:
+    if row.status not in ("ok", "partial"):
+        return row.status
+    if row.baseline:
+        return "baseline"
+    text = row.verdict or "-"
+    return text + (" (partial)" if row.status == "partial" else "")
+
+
+def speed_cell(row: Row, n: int) -> str:
+    if n not in row.ttft:
+        return "-"
+    itl = row.itl.get(n)
+    return f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}")
+
+
+# ---------------------------------------------------------------- (a) the decision
+
+
+def decision_table(report: Report) -> Table:
+    lengths = report.lengths()
+    cols = ["variant", "verdict", "weights GiB", "KV tokens", "tokens per KV GiB",
+            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths),
+            *(f"{m} change, pt [95%]" for m in report.primary), "Pareto (weights vs accuracy)"]
+    rows = []
+    for r in report.rows:
+        rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
+                     _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
+                     *(delta_cell(r, m) for m in report.primary), ", ".join(_task(m) for m in r.pareto) or "-"])
+    note = (f"verdict: the gate ({report.rules_path}) against `{report.baseline}` in the same run folder; "
+            "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
+            "(‡: fewer items than the runs hold); Pareto: no other variant has both fewer weight GiB and a higher "
+            "score on that task.")
+    return Table("decision", cols, rows, note)
+
+
+def answer(report: Report) -> list[str | Table]:
+    ok = [r.name for r in within_limits(report)]
+    rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
+    intro = (f"Within the accuracy limits (no accuracy check of the gate failed; the baseline itself): "
+             f"{', '.join(f'`{n}`' for n in ok) or 'none'}.")
+    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows)]
+
+
+# ---------------------------------------------------------------- (b) per task
+
+
+def merged_frame(report: Report) -> tuple[pd.DataFrame, dict[tuple[str, str], tuple[float, float]]]:
+    """Every variant's metrics by variant name (first folder that has a metric wins), and intervals."""
+    frame, intervals = None, {}
+    for part in report.parts:
+        c = part.comparison
+        names = {e.label: e.result.variant for e in c.entries}
+        f = c.frame.rename(index=names)
+        frame = f if frame is None else frame.combine_first(f)
+        for (label, metric), ci in c.intervals.items():
+            intervals.setdefault((names[label], metric), ci)
+    order = [r.name for r in report.rows]
+    return frame.reindex(order), intervals
+
+
+def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], float]]:
+    """variant -> (length, depth) -> accuracy, from the samples' `len<N>_depth<D>` groups."""
+    cell = re.compile(r"^len(\d+)_depth(\d+)$")
+    out: dict[str, dict[tuple[int, int], float]] = {}
+    for e in report.entries():
+        if e.result.variant in out or e.result.status not in ("ok", "partial"):
+            continue
+        sums: dict[tuple[int, int], list[float]] = {}
+        for row in e.run_dir.load_samples(e.result.variant, task):
+            m = cell.match(str((row.get("score") or {}).get("group")))
+            if m:
+                sums.setdefault((int(m[1]), int(m[2])), []).append(float(row["score"]["value"]))
+        if sums:
+            out[e.result.variant] = {k: sum(v) / len(v) for k, v in sums.items()}
+    return out
+
+
+def task_table(report: Report, metric: str) -> Table:
+    rows = []
+    for r in report.rows:
+        if metric not in r.accuracy:
+            continue
+        ci = r.interval.get(metric)
+        changed = r.changed.get(metric)
+        rows.append([r.name, f"{r.accuracy[metric]:.3f}", "-" if not ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
+                     f"{r.n.get(metric, 0):,}", delta_cell(r, metric) if not r.baseline else "-",
+                     "-" if changed is None else f"{changed:.1%}", r.marks.get(metric, "informative")])
+    cols = ["variant", metric, "95% interval", "n", "change, pt [95%]", "answers changed", "mark"]
+    return Table(f"task-{safe_name(metric)}", cols, rows, "answers changed: the share of paired items whose "
+                 "score differs from the baseline's (lost + gained over n); mark: the baseline's task at chance or "
+                 "at ceiling says nothing about a loss.")
+
+
+def task_sections(report: Report, out: Path) -> list[Section]:
+    frame, intervals = merged_frame(report)
+    series = context_series(frame)
+    sections = []
+    for metric in report.primary:
+        task = _task(metric)
+        sec = Section(f"Task {task}", f"task-{safe_name(task)}", [task_table(report, metric)])
+        bases = [b for b in series if b.split("/")[0] == task and is_unitless(b)]
+        path = plot_vs_context(frame, bases, f"{task}: accuracy by context length (95% CI)",
+                               out / f"context_{safe_name(task)}.png", intervals)
+        if path:
+            sec.blocks.append(Figure(path, f"{task}: accuracy by context length, 95% intervals"))
+        if bases:
+            heat = plot_heatmaps(needle_grid(report, task), f"{task}: accuracy by needle depth and length",
+                                 out / f"heatmap_{safe_name(task)}.png")
+            if heat:
+                sec.blocks.append(Figure(heat, f"{task}: accuracy per depth and length cell, per variant"))
+        sections.append(sec)
+    if report.noise:
+        rows = [[k, f"{v:.1%}"] for k, v in report.noise.items()]
+        sections.append(Section("Noise floor", "noise", [
+            "The share of answers that change between runs that should agree (the control's) bounds what a "
+            "variant's changed answers can mean.", Table("noise", ["run", "answers changed"], rows)]))
+    return sections
+
+
+# ---------------------------------------------------------------- (c) memory, latency, provenance
+
+
+def memory_table(report: Report) -> Table:
+    first = {}
+    for e in report.entries():
+        first.setdefault(e.result.variant, e)
+    cols = ["variant", "weights GiB", "KV cache GiB", "KV tokens", "KV bytes per token", "max model len",
+            "max concurrency", "run"]
+    rows = []
+    for r in report.rows:
+        eng = first[r.name].result.engine
+        rows.append([r.name, _num(eng.weights_gib, "{:.3f}"), _num(eng.kv_cache_gib, "{:.2f}"),
+                     _num(eng.kv_cache_tokens, "{:,}"), _num(eng.kv_bytes_per_token, "{:,}"),
+                     _num(eng.max_model_len, "{:,}"), _num(eng.max_concurrency, "{:.1f}"),
+                     first[r.name].run_dir.run_id])
+    return Table("memory", cols, rows, "as the engine reported them, in the first run folder that holds the variant")
+
+
+def config_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else "-"
+
+
+def provenance(report: Report, command: str) -> list[str | Table]:
+    rows = []
+    for part in report.parts:
+        rd = part.run_dir
+        env = json.loads((rd.root / "env.json").read_text()) if (rd.root / "env.json").exists() else {}
+        record = rd.load_run()
+        engines = [e.result.engine for e in part.comparison.entries]
+        vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
+        gpus = sorted({x.device for x in engines if x.device}) or [record.env.get("device") or "-"]
+        version = env.get("evalsuite_version") or "-"
+        commit = env.get("evalsuite_commit")
+        rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
+                     ", ".join(gpus), config_hash(rd.root / "config.yaml"),
+                     f"evalsuite run {record.config_path}" if record.config_path else "-"])
+    cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
+    return [Table("provenance", cols, rows), f"This page: `{command}`"]
+
+
+def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
+    frame, intervals = merged_frame(report)
+    mem = Section("Memory and latency", "detail", [memory_table(report)])
+    for path, caption in (
+        (plot_tradeoff(frame, report.primary, "engine/weights_gib", "weights GiB", True, out / "accuracy_vs_weights.png",
+                       intervals), "accuracy against weights, the Pareto front ringed"),
+        (plot_vs_context(frame, ["latency/ttft_ms_p50", "latency/itl_ms_p50"], "latency by prompt length",
+                         out / "latency.png"), "TTFT and ITL p50 by prompt length"),
+    ):
+        if path:
+            mem.blocks.append(Figure(path, caption))
+    return [mem, Section("Provenance", "provenance", provenance(report, command))]
+
+
+def document(report: Report, out: Path, command: str) -> Document:
+    model = sorted({p.run_dir.load_run().model for p in report.parts})
+    n = longest_common(report, report.rows)
+    head = Section("What to serve", "answer", [
+        f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
+        f"{len(report.parts)} run folder(s)" + (f"; latency alone on the card up to {n:,} prompt tokens." if n else "."),
+        *answer(report), decision_table(report)])
+    return Document(f"evalsuite report: {', '.join(model)}",
+                    [head, *task_sections(report, out), *detail_sections(report, out, command)])
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(doc: Document, out: Path) -> str:
+    lines = [f"# {doc.title}", ""]
+    for sec in doc.sections:
+        lines += [f"## {sec.title}", ""]
+        for b in sec.blocks:
+            if isinstance(b, Table):
+                lines += ["| " + " | ".join(map(_md_cell, b.columns)) + " |", "|" + "---|" * len(b.columns)]
+                lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in b.rows]
+                lines += ["", b.note, ""] if b.note else [""]
+            elif isinstance(b, Figure):
+                lines += [f"![{b.caption}]({b.path.relative_to(out).as_posix()})", ""]
+            else:
+                lines += [b, ""]
+    return "\n".join(lines)
+
+
+def inline(text: str) -> str:
+    """Escaped text with `code` spans, the one markup the paragraphs use."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def to_html(doc: Document) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("evalsuite.report", "templates"), autoescape=select_autoescape(["j2"]))
+    env.filters["inline"] = inline
+    env.filters["data_uri"] = data_uri
+    env.tests["table"] = lambda b: isinstance(b, Table)
+    env.tests["figure"] = lambda b: isinstance(b, Figure)
+    return env.get_template("report.html.j2").render(doc=doc)
+
+
+def write(report: Report, out: Path, command: str) -> list[Path]:
+    """report.md with its PNGs beside it, and report.html that needs nothing else."""
+    out.mkdir(parents=True, exist_ok=True)
+    doc = document(report, out, command)
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(to_markdown(doc, out))
+    page.write_text(to_html(doc))
+    figures = [b.path for s in doc.sections for b in s.blocks if isinstance(b, Figure)]
+    return [page, md, *figures]

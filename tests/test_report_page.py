@@ -1,0 +1,131 @@
+"""`evalsuite report`: the decision page from run folders, opened in a real headless chromium.
+
+The page is built from the kept per-item scores of the Qwen2.5-Coder-1.5B H200 runs (rebuilt into
+run folders as scores.py rundir does), three variants' accuracy from one folder and their latency
+from another, so that the merged decision table and every plot are drawn from real data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evalsuite.cli.main import app
+from evalsuite.report.gate import Check, GateReport, Rules
+from evalsuite.report.page import gate_verdicts
+from tests.browser import Browser, find_chromium, screenshot
+from tests.mlflow_server import build_run
+
+KEPT = Path(__file__).resolve().parents[1] / "docs" / "results" / "h200-2026-12-01-qwen2.5-coder-1.5b"
+VARIANTS = ["bf16", "fp8", "kv_fp8"]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory, scores_py, repo_root) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    scores_py.rundir(KEPT / "scores", repo_root / "configs/h200/qwen-1.5b-accuracy.yaml", root / "accuracy", VARIANTS)
+    scores_py.rundir(KEPT / "latency", repo_root / "configs/h200/qwen-1.5b-latency.yaml", root / "latency", VARIANTS)
+    res = runner.invoke(app, ["report", str(root / "accuracy"), str(root / "latency"), "--out", str(root / "page"),
+                              "--baseline", "bf16"])
+    assert res.exit_code == 0, res.output
+    return root / "page"
+
+
+def _table(md: str, header_start: str) -> list[list[str]]:
+    lines = md.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(header_start))
+    body = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        body.append([c.strip() for c in ln.strip("|").split(" | ")])
+    return body
+
+
+def test_markdown_answers_first(page):
+    md = (page / "report.md").read_text()
+    assert md.index("## What to serve") < md.index("## Task mmlu") < md.index("## Memory and latency")
+    rows = _table(md, "| variant | verdict |")
+    assert [r[0] for r in rows] == VARIANTS
+    bf16, fp8, kv_fp8 = rows
+    assert bf16[1] == "baseline" and "0.485 (baseline)" in bf16
+    assert "-0.4 [-0.8, -0.1]" in fp8 and "-7.0 [-7.8, -6.3]" in kv_fp8  # MMLU, n=14,042, as compare gives it
+    assert fp8[2] == "2.10" and bf16[2] == "3.32"  # weights GiB, from the accuracy run
+    assert all(re.match(r"[\d,.]+ / [\d.]+", c) for c in bf16[5:8])  # TTFT / ITL at 1K, 32K, 130K
+    serve = _table(md, "| objective |")
+    within = re.search(r"Within the accuracy limits[^:]*: (.*)\.", md)[1]
+    assert [r[0] for r in serve][:2] == ["least memory (weights)", "most KV capacity (tokens per GiB of KV cache)"]
+    assert all(f"`{r[1]}`" in within for r in serve)  # only variants within the limits are recommended
+    for png in re.findall(r"\]\(([^)]+\.png)\)", md):
+        assert (page / png).stat().st_size > 0
+
+
+def test_page_in_chromium(page, tmp_path):
+    if find_chromium() is None:
+        if os.environ.get("EVALSUITE_REQUIRE_BROWSER"):
+            raise RuntimeError("EVALSUITE_REQUIRE_BROWSER is set but no chromium is installed")
+        pytest.skip("no chromium (scripts/setup_browser.sh)")
+    with Browser() as browser:
+        browser.call("Emulation.setDeviceMetricsOverride", browser.session, width=1400, height=900,
+                     deviceScaleFactor=1, mobile=False)
+        browser.goto((page / "report.html").as_uri())
+        state = browser.evaluate("""(async () => {
+          while (document.readyState !== "complete") await new Promise(r => setTimeout(r, 100));
+          const rows = [...document.querySelectorAll("#decision tbody tr")].map(r => r.cells[0].textContent);
+          const imgs = [...document.images].map(i => ({ok: i.complete && i.naturalWidth > 0, alt: i.alt}));
+          const serve = document.querySelector("#serve").getBoundingClientRect();
+          const head = document.querySelector("#decision").getBoundingClientRect();
+          const th = document.querySelector("#decision th:nth-child(3)");
+          th.click();
+          const sorted = [...document.querySelectorAll("#decision tbody tr")].map(r => r.cells[0].textContent);
+          return {rows, imgs, serveTop: serve.top, decisionTop: head.top, sorted,
+                  external: [...document.querySelectorAll("[src]")].filter(e => !e.src.startsWith("data:")).length};
+        })()""")
+        shot = tmp_path / "report-first-screen.png"
+        screenshot(browser, shot)
+    print(f"screenshot: {shot}")
+    assert state["rows"] == VARIANTS
+    assert state["imgs"] and all(i["ok"] for i in state["imgs"]), state["imgs"]
+    assert state["external"] == 0  # self-contained: every image a data URI, no script or style fetched
+    assert state["serveTop"] < 900 and state["decisionTop"] < 900  # the answer is on the first screen
+    assert state["sorted"][0] == "fp8"  # sorted by weights GiB, least first
+    assert shot.stat().st_size > 10_000
+
+
+def test_bad_baseline_is_one_line(tmp_path):
+    run = build_run(tmp_path, "r1", {"a": {}, "b": {"wrong": [1]}}, n=20, baseline="a")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o"), "--baseline", "nope"])
+    assert res.exit_code == 2
+    assert "--baseline: 'nope' is not a variant" in res.output and "Traceback" not in res.output
+
+
+def test_synthetic_runs_pick_within_limits(tmp_path):
+    """A variant that loses 30 of 200 items fails the gate and is never recommended, however small."""
+    run = build_run(tmp_path, "r1", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}},
+                                     "small_bad": {"wrong": range(30), "weights_gib": 0.3, "ttft": {1024: 20.0},
+                                                   "itl": {1024: 2.0}},
+                                     "fast_ok": {"weights_gib": 0.6, "ttft": {1024: 40.0}, "itl": {1024: 4.0},
+                                                 "needle": {1024: 1.0}}},
+                    n=400, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    serve = {r[0]: r[1] for r in _table(md, "| objective |")}
+    assert serve["least memory (weights)"] == "fast_ok"
+    assert serve["fastest first token at 1,024 prompt tokens"] == "fast_ok"
+    verdicts = {r[0]: r[1] for r in _table(md, "| variant | verdict |")}
+    assert verdicts["small_bad"] == "failed" and verdicts["base"] == "baseline"
+
+
+def test_verdicts_from_checks():
+    rules = Rules(rules=[{"metrics": ["*/acc"], "max_drop_points": 2}])
+    checks = [Check("a", "r", "m/acc", "pass", ""), Check("a", "r", "n/acc", "warn", ""),
+              Check("b", "r", "m/acc", "fail", ""), Check("b", "r", "n/acc", "warn", ""),
+              Check("c", "r", "m/acc", "pass", "")]
+    got = gate_verdicts(GateReport("base", "rules.yaml", rules, checks))
+    assert got == {"a": "inconclusive", "b": "failed", "c": "passed"}
