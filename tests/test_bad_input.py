@@ -3,13 +3,17 @@ and read-only commands leave no file behind, whether they fail or succeed."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from evalsuite.core.types import RunRecord
+from evalsuite.run.config import load_config
 from tests.mlflow_server import build_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -182,4 +186,144 @@ def test_read_only_commands_write_nothing_when_succeeding(tmp_path, tiny_model):
                   "--variant-baseline", "bf16", "--variant-candidate", "fp8"]):
         res = cli(args, tmp_path)
         assert res.returncode in ((0, 1) if args[0] == "gate" else (0,)), (args, res.stdout + res.stderr)
+    assert files(tmp_path) == before
+
+
+# ---------------------------------------------------------------- safe by construction: names, code, places
+
+NAMED = "model: {path: /models/x}\nvariants:\n  %s: {}\ntasks: [{type: mmlu, limit_per_subject: 1, subjects: [anatomy]}]\n"
+UNSAFE_NAMES = ["../../../escaped", "/abs/dir", "a/b", "..", ".", "''", ".hidden"]
+
+
+def outside(tmp_path: Path, before: set[Path], run_root: Path | None = None) -> set[Path]:
+    """Files that appeared under tmp_path since `before`, other than inside the run folder."""
+    new = files(tmp_path) - before
+    return {p for p in new if run_root is None or not (tmp_path / p).is_relative_to(run_root)}
+
+
+@pytest.mark.parametrize("name", UNSAFE_NAMES)
+@pytest.mark.parametrize("where", ["variant", "task"])
+def test_names_with_path_parts_are_refused(tmp_path, name, where):
+    text = (NAMED % name if where == "variant"
+            else NAMED.replace("subjects: [anatomy]}", f"subjects: [anatomy], name: {name!r}}}") % "bf16")
+    (tmp_path / "work").mkdir()
+    cfg = write(tmp_path / "work", text)
+    before = files(tmp_path)
+    for cmd in ("validate", "run") if name in ("../../../escaped", "/abs/dir") else ("validate",):
+        assert_bad(cli([cmd, str(cfg), "--no-progress"] if cmd == "run" else [cmd, str(cfg)], tmp_path / "work"),
+                   str(cfg), f"not a safe {where} name", "allowed: [A-Za-z0-9]")
+    assert files(tmp_path) == before
+
+
+CODE_CASES = [
+    ("host", "variants: {bf16: {engine_args: {host: 0.0.0.0}}}", ["variants.bf16.engine_args.host"]),
+    ("trust_remote_code", "variants: {bf16: {engine_args: {trust_remote_code: true}}}",
+     ["engine_args.trust_remote_code"]),
+    ("worker_cls", "variants: {bf16: {engine_args: {worker_cls: my.Worker}}}", ["engine_args.worker_cls"]),
+    ("api_key", "variants: {bf16: {engine_args: {api-key: k}}}", ["engine_args.api-key"]),
+    ("executor_class_path", "variants: {bf16: {engine_args: {distributed_executor_backend: my.Executor}}}",
+     ["engine_args.distributed_executor_backend"]),
+    ("pythonpath", "variants: {bf16: {}}\nengine: {env: {PYTHONPATH: /tmp/planted}}", ["engine.env.PYTHONPATH"]),
+    ("ld_preload", "variants: {bf16: {}}\nengine: {env: {LD_PRELOAD: /tmp/x.so}}", ["engine.env.LD_PRELOAD"]),
+    ("lm_eval_include_path", "variants: {bf16: {}}\ntasks: [{type: lm_eval, tasks: [t], include_path: inc}]",
+     ["tasks.0.lm_eval.include_path", "allow_code: true", "'inc'"]),
+]
+
+
+@pytest.mark.parametrize("name,body,fragments", CODE_CASES, ids=[c[0] for c in CODE_CASES])
+def test_options_that_run_code_need_a_switch(tmp_path, name, body, fragments):
+    cfg = write(tmp_path, "model: {path: /models/x}\n" + body + "\n")
+    switch = [] if name == "lm_eval_include_path" else ["unsafe_engine_args: true"]
+    assert_bad(cli(["validate", str(cfg)], tmp_path), str(cfg), *fragments, *switch)
+    allowed = (body.replace("include_path: inc", "include_path: inc, allow_code: true") if not switch
+               else body.replace("engine: {", "engine: {unsafe_engine_args: true, ") if "engine:" in body
+               else body + "\nengine: {unsafe_engine_args: true}")
+    res = cli(["validate", str(write(tmp_path, "model: {path: /models/x}\n" + allowed + "\n"))], tmp_path)
+    assert res.returncode == 0 and "note:" in res.stdout, res.stdout + res.stderr
+    assert ("Python code" if not switch else "pass unchecked") in res.stdout
+
+
+def test_include_reads_only_small_regular_files_and_shows_no_value(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "secret.yaml").write_text("engine: {batch_size: hunter2-secret}\n")
+    for target, fragment in (("/dev/zero", "not a regular file"), ("fifo", "not a regular file"),
+                             ("secret.yaml", "engine.batch_size")):
+        cfg = write(tmp_path, f"include: {target}\nmodel: {{path: /models/x}}\nvariants: {{bf16: {{}}}}\n")
+        line = assert_bad(cli(["validate", str(cfg)], tmp_path), fragment)
+        assert "hunter2" not in line
+    big = write(tmp_path, "x: 1\n" + "#" * (5 << 20) + "\n", "big.yaml")
+    assert_bad(cli(["validate", str(big)], tmp_path), str(big), "larger than 4 MiB")
+
+
+@pytest.mark.parametrize("kind", ["regular_file", "dangling_symlink"])
+def test_output_dir_that_is_no_folder(tmp_path, kind):
+    out = tmp_path / "out"
+    if kind == "regular_file":
+        out.write_text("not a folder")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    cfg = write(tmp_path, GOOD)
+    before = files(tmp_path)
+    assert_bad(cli(["run", str(cfg), "-o", str(out), "--no-progress"], tmp_path), f"--output-dir {out}")
+    assert files(tmp_path) == before
+
+
+def test_read_only_home_without_a_cache_is_exit_4(tmp_path):
+    """HOME in a file system that refuses new folders (sysfs refuses them to root, too)."""
+    cfg = write(tmp_path, GOOD)
+    res = cli(["run", str(cfg), "--no-progress"], tmp_path, HOME="/sys/kernel/mm", EVALSUITE_CACHE="")
+    out = res.stdout + res.stderr
+    assert res.returncode == 4 and "Traceback" not in out, out
+    assert res.stderr.strip().splitlines() == [
+        "evalsuite: error: /sys/kernel/mm/.cache/evalsuite: cannot create the cache folder (Operation not permitted); "
+        "set EVALSUITE_CACHE to a writable folder"]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("content", [b"\x00\x9f\xff binary \x00", b"[1, 2, 3]", b'{"schema_version": '],
+                         ids=["binary", "list", "corrupt"])
+@pytest.mark.parametrize("which", ["run.json", "samples"])
+def test_damaged_records_in_compare_gate_finish(tmp_path, content, which):
+    run = build_run(tmp_path / "runs", "20250101-000000-bad", {"bf16": {}, "fp8": {"wrong": range(3)}},
+                    baseline="bf16")
+    target = run / "run.json" if which == "run.json" else run / "fp8" / "samples" / "mmlu.jsonl"
+    target.write_bytes(content + (b"\n" + target.read_bytes() if which == "samples" else b""))
+    rules = REPO / "configs" / "gates" / "default.yaml"
+    before = files(tmp_path)
+    for args in (["compare", str(run)], ["finish", str(run)],
+                 ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules)]):
+        if which == "samples" and args[0] == "finish":
+            continue  # finish reads no samples of a variant that ended
+        assert_bad(cli(args, tmp_path), str(target))
+    assert files(tmp_path) == before
+
+
+@pytest.mark.parametrize("config,args,fragments", [
+    ({"num_hidden_layers": "two"}, [], ["num_hidden_layers", "'two'"]),
+    ({"num_attention_heads": 0}, [], ["num_attention_heads", "above 0"]),
+    ({}, ["--max-model-len", "0"], ["--max-model-len", "above 0"]),
+], ids=["layers_two", "zero_heads", "max_model_len_0"])
+def test_plan_refuses_impossible_shapes(tmp_path, config, args, fragments):
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+                                                   "num_attention_heads": 4, "vocab_size": 128,
+                                                   "max_position_embeddings": 4096, **config}))
+    assert_bad(cli(["plan", str(model), *args], tmp_path), *fragments)
+
+
+@pytest.mark.parametrize("damaged", ["config.yaml", "run.json"])
+def test_resume_on_a_damaged_run_folder(tmp_path, tiny_model, damaged):
+    cfg = write(tmp_path, f"model: {{path: {tiny_model}}}\nengine: {{mode: fake}}\n"
+                          "variants: {bf16: {max_model_len: 2048}}\nlatency: {prompt_tokens: [8], output_tokens: 2}\n"
+                          "tracking: {enabled: false}\n")
+    run = tmp_path / "runs" / "20250101-000000-c"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(RunRecord(run_id=run.name, model="m").model_dump_json())
+    resolved = load_config(cfg).model_dump(mode="json", exclude={"scheduler"})
+    (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))  # as a run writes it
+    (run / damaged).write_bytes(b"\x00\xffgarbage: [" if damaged == "config.yaml" else b"{broken")
+    before = files(tmp_path)
+    assert_bad(cli(["run", str(cfg), "--resume", "--no-progress"], tmp_path), f"runs/{run.name}/{damaged}",
+               "damaged" if damaged == "config.yaml" else "corrupt JSON")
     assert files(tmp_path) == before

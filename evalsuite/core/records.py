@@ -96,13 +96,18 @@ def new_run_id(stem: str) -> str:
     return f"{stamp}.{secrets.token_hex(3)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
 
 
-def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
-    """A new, empty run folder of its own: created exclusively, so no other run shares it."""
-    out = Path(output_dir)
+def check_output_dir(out: Path) -> Path:
+    """A folder for run folders: an existing folder, or a path where one can be made."""
     if out.is_symlink() and not out.exists():
         raise ConfigError(f"--output-dir {out}: a symbolic link to nothing ({os.readlink(out)})")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output-dir {out}: not a folder")
+    return out
+
+
+def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
+    """A new, empty run folder of its own: created exclusively, so no other run shares it."""
+    out = check_output_dir(Path(output_dir))
     try:
         out.mkdir(parents=True, exist_ok=True)
         for _ in range(8):  # a clash needs the same second and the same 24 random bits
@@ -113,7 +118,8 @@ def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
             except FileExistsError:
                 continue
     except OSError as e:
-        raise storage_error(out, e) from None
+        cls = StorageError if e.errno in STORAGE_ERRNOS else EvalsuiteError
+        raise cls(f"--output-dir {out}: cannot make a run folder there ({e.strerror})") from None
     raise EvalsuiteError(f"{out}: no free run folder name after 8 tries")
 
 

@@ -41,7 +41,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir
+from evalsuite.core.records import RunDir, is_safe_name
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
 from evalsuite.report.settings import TrackingConfig
@@ -540,7 +540,7 @@ def _fetch_parent(client: MlflowClient, parent, dest: Path, only: set[str] | Non
                                   max_results=1000)
     for child in children:
         variant = child.data.tags.get(T_VARIANT)
-        if variant and (only is None or variant in only):
+        if is_safe_name(variant) and (only is None or variant in only):  # a tag names a folder here
             _fetch_variant(client, child.info.run_id, root / variant)
     return RunDir(root), only
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
-from evalsuite.core.records import RunDir, create_run_dir
+from evalsuite.core.records import RunDir, check_output_dir, create_run_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
@@ -49,11 +49,12 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
-    writable_cache_dir(cache_dir)  # before a run folder is made for a run that could not start
-    run_dir = _open_run_dir(config_path, out, resume, resolved)
+    check_output_dir(out)  # bad places for the run and its cache are said before the model loads
+    writable_cache_dir(cache_dir)
     with console.status("resolving model"):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
         tokenizer = load_tokenizer(cfg, model_dir)
+    run_dir = _open_run_dir(config_path, out, resume, resolved)  # once the run can start
     ctx = TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
                       max_model_len=_min_max_model_len(cfg))
     if resume:
