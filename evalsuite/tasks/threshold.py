@@ -91,9 +91,14 @@ def fit_thresholds(calibration: Sequence[Score]) -> dict[str, float]:
     """Per group, the threshold fitted on its calibration scores (their recorded log-probabilities)."""
     out = {}
     for group, scores in by_group(calibration).items():
-        pairs = [(margin(s.extra.get("logprobs") or {}), s) for s in scores]
-        seen = [(d, s.target == next(iter(s.extra["logprobs"]))) for d, s in pairs if d is not None]
-        out[group] = fit_threshold([d for d, _ in seen], [y for _, y in seen])
+        margins, positive = [], []
+        for s in scores:
+            lps = s.extra.get("logprobs") or {}
+            d = margin(lps)
+            if d is not None:  # neither choice seen: no margin to place
+                margins.append(d)
+                positive.append(s.target == next(iter(lps)))  # the first choice is "positive"
+        out[group] = fit_threshold(margins, positive)
     return out
 
 
