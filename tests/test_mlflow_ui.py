@@ -37,6 +37,20 @@ def logged(tmp_path_factory, mlflow_server):
     return log_run(RunDir(run), TrackingConfig(experiment="t-browser"), uri=mlflow_server.uri)
 
 
+# Waits for the artifact tree's node named FOLDER, clicks it (the innermost element with that text),
+# then waits for the FILES inside it to be listed.
+OPEN_FOLDER = """(async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const deadline = Date.now() + 90000;
+  const node = () => [...document.querySelectorAll("*")].reverse().find(e => e.textContent.trim() === "FOLDER");
+  while (Date.now() < deadline && !node()) await sleep(250);
+  if (node()) node().click();
+  const shows = () => FILES.every(f => document.body.textContent.includes(f));
+  while (Date.now() < deadline && !shows()) await sleep(250);
+  return {found: shows(), node: Boolean(node()), text: document.body.innerText};
+})()"""
+
+
 def runs_url(uri: str, experiment_id: str) -> str:
     # MLflow 3.17's UI picks GenAI vs classic views from its "workflowType" switch (URL, then the
     # browser's last choice); the experiment tag evalsuite sets is what earlier 3.x versions read.
@@ -89,6 +103,6 @@ def test_parent_run_holds_the_report(logged, mlflow_server):
     assert VIEW_TAG in client.get_experiment(logged.experiment_id).tags
     artifacts = f"{mlflow_server.uri}/#/experiments/{logged.experiment_id}/runs/{logged.parent_run_id}/artifacts"
     with Browser() as browser:
-        page = page_text(browser, artifacts, ready=["report"], click='[data-testid="artifact-tree-node-report"], '
-                         '[title="report"]', needles=["report.html", "report.md"])
+        browser.goto(artifacts + "?workflowType=machine_learning")
+        page = browser.evaluate(OPEN_FOLDER.replace("FOLDER", "report").replace("FILES", '["report.html", "report.md"]'))
     assert page["found"], page["text"][:3000]
