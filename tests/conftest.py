@@ -17,10 +17,10 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def scores_py(repo_root: Path):
-    """scripts/h200/scores.py (a script, not a package module): keeps and rebuilds GPU runs' scores."""
+    """lab/scores.py (a script, not a package module): keeps and rebuilds GPU runs' scores."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("scores", repo_root / "scripts" / "h200" / "scores.py")
+    spec = importlib.util.spec_from_file_location("scores", repo_root / "lab" / "scores.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""Per-item scores kept as scripts/h200/scores.py keeps a GPU run's, cut to a partial variant."""
+"""Per-item scores kept as lab/scores.py keeps a GPU run's, cut to a partial variant."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def test_extract_only_the_prefix_once(
     folder = assets.extract_wheel(FAKE_SPEC, "fake_pkg/data/", cache)
     assert folder == cache / "assets" / "fake-pkg-1.0" / "fake_pkg" / "data"
     files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    assert files == [assets.COMPLETE_MARKER, "a.txt", "sub/b.txt"]
+    assert files == [assets.COMPLETE_MARKER, assets.MANIFEST, "a.txt", "sub/b.txt"]
     assert not (cache / "assets" / "fake-pkg-1.0" / "fake_pkg" / "other").exists()
     assert not [p for p in folder.parent.parent.iterdir() if p.name.startswith(".extract-")]
 
@@ -120,6 +120,33 @@ def test_extract_only_the_prefix_once(
 
     monkeypatch.setattr(assets, "fetch_wheel", no_fetch)
     assert assets.extract_wheel(FAKE_SPEC, "fake_pkg/data", cache) == folder
+
+
+@pytest.mark.parametrize("tamper", ["replaced", "edited_same_size", "added", "removed", "touched_only"])
+def test_extracted_files_are_checked_against_their_manifest(
+    monkeypatch: pytest.MonkeyPatch, fake_pip: list, fake_wheel: Path, tmp_path: Path, tamper: str
+) -> None:
+    monkeypatch.setitem(assets.KNOWN_SHA256, "fake-pkg==1.0", _sha(fake_wheel))
+    cache = tmp_path / "cache"
+    folder = assets.extract_wheel(FAKE_SPEC, "fake_pkg/data", cache)
+    a = folder / "a.txt"
+    if tamper == "replaced":
+        a.unlink()
+        a.write_text("a planted essay")
+    elif tamper == "edited_same_size":
+        a.write_text("ALPHA")
+    elif tamper == "added":
+        (folder / "planted.txt").write_text("x")
+    elif tamper == "removed":
+        (folder / "sub" / "b.txt").unlink()
+    else:
+        os.utime(a, ns=(1, 1))  # same bytes, new mtime: hashed once, found unchanged
+    assert bool(assets.changed_files(folder)) == (tamper != "touched_only")
+    fetched = len(fake_pip)
+    assert assets.extract_wheel(FAKE_SPEC, "fake_pkg/data", cache) == folder
+    assert a.read_text() == "alpha" and (folder / "sub" / "b.txt").read_text() == "beta"
+    assert not (folder / "planted.txt").exists() and assets.changed_files(folder) == []
+    assert len(fake_pip) == fetched  # the cached, sha256-checked wheel is extracted again
 
 
 def test_extract_missing_prefix_fails(

@@ -108,7 +108,7 @@ def test_held_not_held_not_measurable(tmp_path, runs):
     assert not_held["measured"] == pytest.approx(-5.0) and not_held["unit"] == "pt"
     iv = not_held["interval"]
     assert iv["high"] < -0.3 and iv["low"] < -5.0 < iv["high"]
-    assert "paired bootstrap over 200 items" in iv["method"]
+    assert "paired over 200 items: exact McNemar; Tango score bounds" in iv["method"]  # gate's and compare's test
     assert iv["p_value"] == pytest.approx(2 * 0.5**10)  # exact McNemar: 10 discordant pairs, all one way
     assert "has no metric latency/itl_ms_p50@130000" not in missing["detail"]
     assert "no metric latency/itl_ms_p50/ctx130000" in missing["detail"]
@@ -312,7 +312,7 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
     (b, b_bal, b_mac), (c, c_bal, c_mac) = variant(0.8), variant(0.7)
     iv = stats.paired_interval(b, c, "legal/balanced_acc", (b_bal, c_bal), 0.95)
     # balanced accuracy weighs items by task and label: an item-count McNemar p would test another metric
-    assert iv is not None and iv.p_value is None and "paired bootstrap over 300 items" in iv.method
+    assert iv is not None and iv.p_value is None and "paired over 300 items: paired bootstrap within 4 strata" in iv.method
     assert "McNemar" not in iv.method
     plain = stats.paired_interval(b, c, "legal/acc", (np.mean([v["value"] for v in b.values()]),
                                                       np.mean([v["value"] for v in c.values()])), 0.95)

@@ -2,7 +2,7 @@
 
 Two engines (about 75 s on 2 cores): a KV pool of 2,048 tokens under 4 x 1,088 tokens at once, so the
 engine preempts (its own vllm:num_preemptions counter), and a pool that holds them all. The same run
-folder then goes through a paired timing check, `compare`, and scripts/h200/keep_runs.py.
+folder then goes through a paired timing check, `compare`, and lab/keep_runs.py.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ def test_check_on_a_real_run(tmp_path, tiny_model):
 
     # kept without the prompts' token ids, the folder gives check the same answers
     kept = tmp_path / "kept"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "keep_runs.py"), str(kept), str(run_dir)],
+    subprocess.run([sys.executable, str(REPO / "lab" / "keep_runs.py"), str(kept), str(run_dir)],
                    check=True, capture_output=True, timeout=300)
     kept_rows = [json.loads(ln) for ln in (kept / run_dir.name / "small_pool" / "samples" / "overcap.jsonl").open()]
     assert all("prompt_token_ids" not in r["sample"]["request"] and "text" not in r["completion"]
                and r["completion"]["text_chars"] >= 0 for r in kept_rows)
-    subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "keep_runs.py"), str(tmp_path / "kept2"),
+    subprocess.run([sys.executable, str(REPO / "lab" / "keep_runs.py"), str(tmp_path / "kept2"),
                     str(kept / run_dir.name)], check=True, capture_output=True, timeout=300)
     assert sorted((tmp_path / "kept2" / run_dir.name).rglob("*.jsonl")) and all(  # keeping a kept folder changes nothing
         (tmp_path / "kept2" / f.relative_to(kept)).read_text() == f.read_text() for f in kept.rglob("*.jsonl"))

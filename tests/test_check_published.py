@@ -19,9 +19,9 @@ PAGE = REPO / "docs" / "results" / "claims-2026-12-02"
 
 def test_published_claims_report_reproduces(tmp_path):
     qwen15 = tmp_path / "qwen15"
-    subprocess.run([sys.executable, str(REPO / "scripts" / "h200" / "scores.py"), "rundir",
+    subprocess.run([sys.executable, str(REPO / "lab" / "scores.py"), "rundir",
                     str(REPO / "docs" / "results" / "h200-2026-12-01-qwen2.5-coder-1.5b" / "scores"),
-                    str(REPO / "configs" / "h200" / "qwen-1.5b-accuracy.yaml"), str(qwen15)],
+                    str(REPO / "lab" / "configs" / "h200" / "qwen-1.5b-accuracy.yaml"), str(qwen15)],
                    check=True, capture_output=True, timeout=600)
     out = tmp_path / "claims.json"
     res = subprocess.run([sys.executable, "-m", "evalsuite", "check", str(REPO / "configs" / "claims" / "long-context-128k.yaml"),

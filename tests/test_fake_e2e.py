@@ -72,7 +72,7 @@ def metrics(run_dir: Path, variant: str) -> dict[str, float]:
 
 @pytest.fixture(scope="module")
 def legal_dir(repo_root) -> Path:
-    return repo_root / "tasks" / "data" / "legalbench-cuad"
+    return repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_sweep_records_every_variant(swept):
     m = metrics(swept, "bf16")
     assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "latency/ttft_ms_p50"} <= set(m)
     base, kv, worse = (scores(swept, v) for v in VARIANTS)
-    assert len(base) == 20 + 10
+    assert len(base) == 20 + 10 + 6  # governing_law's 6 train items calibrate its threshold (samples/legal.calibration.jsonl)
     assert sum(base[k] != kv[k] for k in base) < sum(base[k] != worse[k] for k in base)
 
 
@@ -174,7 +174,7 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
 
 
 def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, scores_py):
-    """scripts/h200/scores.py keeps per-item scores of GPU runs whose run folders are too large to
+    """lab/scores.py keeps per-item scores of GPU runs whose run folders are too large to
     keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
     scores_py.export([swept], tmp_path / "kept")
     rebuilt = tmp_path / "rebuilt"
@@ -230,7 +230,7 @@ def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_pat
                                                                  monkeypatch, scores_py):
     """A variant whose tasks run in lanes of their own, one of them cut: its kept record is `partial`
     for all of them, so the next session's lanes of its finished tasks would each start an engine
-    for no item. Seeded and complete for this config, it is left as recorded."""
+    for no item. Seeded and complete for this config, it is `ok` for this config and left as recorded."""
     kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 20)  # all 20 MMLU items kept
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     raw = yaml.safe_load(cfg.read_text())
@@ -242,9 +242,9 @@ def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_pat
     monkeypatch.setattr(FakeEngine, "start", lambda self: started.append("x") or real(self))
     code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
     assert code == 0, out
-    assert started == [] and "every item of this config is scored; left as recorded (partial)" in out
+    assert started == [] and "every item of this config is scored; left as recorded (ok)" in out
     result = json.loads((only_run(tmp_path / "runs") / "bf16" / "result.json").read_text())
-    assert result["status"] == "partial" and not (only_run(tmp_path / "runs") / "bf16" / "engine.log").exists()
+    assert result["status"] == "ok" and "seeded from" in result["reason"] and not (only_run(tmp_path / "runs") / "bf16" / "engine.log").exists()
 
 
 def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_path, tiny_model, legal_dir,

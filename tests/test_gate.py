@@ -111,18 +111,20 @@ def test_per_task_override(tmp_path):
 
 
 def test_group_metrics_are_paired_within_their_cell(tmp_path):
-    # 4 of 10 needle items at 4096 tokens lost: a 40-point drop, yet McNemar's exact p is 1/16, and
-    # 10 items cannot certify a 10-point limit at all (the bound with nothing lost is +21 points)
+    # 4 of 10 needle items at 4096 tokens lost: a 40-point drop. 10 items cannot certify a 10-point
+    # limit at all (the bound with nothing lost is +21 points), but they do show the drop exceeds it
+    # (Tango p 0.049 against 10 points), which fails at any n; the 1024-token cell, unchanged, only warns
     base, cand = two_runs(tmp_path, {"needle": {1024: 1.0, 4096: 0.9}}, {"needle": {1024: 1.0, 4096: 0.5}})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output
     row = next(line for line in res.output.splitlines() if "`needle/acc/len4096`" in line)
-    assert row.startswith("| ⚠️ | `fp8` | accuracy by context length |")
+    assert row.startswith("| ❌ | `fp8` | accuracy by context length |")
     assert "paired, n=10, 4 lost/0 gained" in row  # only the 4096-token items, matched via len4096_depth50
     assert "insufficient n: even with no item changed the 95% bound is +21.3 pt > limit" in row
+    assert "but the drop is shown to exceed the limit 10 pt (p 0.049 < 0.05)" in row
+    short = next(line for line in res.output.splitlines() if "`needle/acc/len1024`" in line)
+    assert short.startswith("| ⚠️ | `fp8` |") and "warn as configured" in short
     assert "| `fp8` | `needle/acc/len4096` | 10 | 10 pt |" in res.output  # the resolution table lists it
-    strict = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "insufficient_n": "fail"})
-    assert gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(strict)).exit_code == 1
 
 
 def test_unpaired_fallback_uses_reported_stderr(tmp_path):
@@ -165,13 +167,13 @@ def test_the_report_sums_each_candidate_by_why_it_failed(tmp_path):
     table = lines[top + 2:lines.index("", top)]
     rows = {ln.split(" | ")[0].strip("| `"): [c.strip(" |") for c in ln.split(" | ")[1:]] for ln in table}
     assert list(rows) == ["same", "big", "noneedle", "broken"]
-    # verdict, passed, beyond the limit, not shown within, not measured, variant not usable, insufficient n.
-    # MMLU's 200 items cannot show a 2-pt limit after Holm over four candidates; the 10 needle cells
-    # cannot judge it at all (warn).
-    assert rows["same"] == ["❌ failed", "1", "0", "1", "0", "0", "1"]
-    assert rows["big"] == ["❌ failed", "0", "1", "1", "0", "0", "1"]       # weights +100%: beyond the limit
-    assert rows["noneedle"] == ["❌ failed", "1", "0", "1", "1", "0", "0"]  # its needle never ran
-    assert rows["broken"] == ["❌ failed", "0", "0", "0", "0", "1", "0"]
+    # verdict, passed, beyond the limit, not shown within, not measured, variant not usable, insufficient n,
+    # uninformative, at ceiling. MMLU's 200 identical items show the 2-pt limit held (the baseline's
+    # 200/200 is at ceiling); the 10 needle cells cannot judge it at all (warn).
+    assert rows["same"] == ["✅ passed", "2", "0", "0", "0", "0", "1", "0", "1"]
+    assert rows["big"] == ["❌ failed", "1", "1", "0", "0", "0", "1", "0", "1"]      # weights +100%: beyond the limit
+    assert rows["noneedle"] == ["❌ failed", "2", "0", "0", "1", "0", "0", "0", "1"]  # its needle never ran
+    assert rows["broken"] == ["❌ failed", "0", "0", "0", "0", "1", "0", "0", "0"]
 
 
 def test_failed_candidate_fails(tmp_path):
@@ -238,8 +240,12 @@ def test_identical_runs_never_fail(tmp_path, n, decision):
     base, cand = two_runs(tmp_path, spec, spec, n=n)
     rules = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "decision": decision})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
-    assert res.exit_code == 0, res.output
+    # upper_bound below n=200: no check can show the drop within its limit, so no evidence: inconclusive
+    # (exit 3), never passed; point and lower_bound judge the 10 needle items
+    inconclusive = decision == "upper_bound" and n < 200
+    assert res.exit_code == (3 if inconclusive else 0), res.output
     assert "❌" not in res.output and "significant drop" in res.output
+    assert ("evalsuite gate inconclusive: 1 inconclusive" in res.output) == inconclusive
     # upper_bound: 10 needle items cannot certify 10 pt; point: one of n items is more than 2 pt below n=50;
     # lower_bound: only fewer than min_n items
     warn = {"upper_bound": True, "point": n < 50, "lower_bound": n < 10}[decision]
@@ -263,7 +269,8 @@ def test_swapped_runs_flip_the_change(tmp_path):
 def test_insufficient_n_follows_the_configured_decision(tmp_path):
     # 12 items: one changed answer is 8.3 points against a 2-point limit, so no decision is possible
     base, cand = two_runs(tmp_path, {"wrong": []}, {"wrong": [0]}, n=12)
-    for outcome, code in (("warn", 0), ("pass", 0), ("fail", 1)):
+    # warn: no evidence either way, so inconclusive (exit 3); pass lets it through as configured
+    for outcome, code in (("warn", 3), ("pass", 0), ("fail", 1)):
         rules = rules_file(tmp_path, {"decision": "point", "insufficient_n": outcome,
                                       "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
         res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
@@ -271,7 +278,7 @@ def test_insufficient_n_follows_the_configured_decision(tmp_path):
         assert "insufficient n: one item moves the score by 8.3 pt > limit" in res.output
     few = rules_file(tmp_path, {"min_n": 20, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(few))
-    assert "insufficient n: n=12 paired items < min_n 20" in res.output and res.exit_code == 0
+    assert "insufficient n: n=12 paired items < min_n 20" in res.output and res.exit_code == 3
 
 
 def test_a_drop_shown_to_exceed_the_limit_fails_even_when_n_is_small(tmp_path):
@@ -282,17 +289,40 @@ def test_a_drop_shown_to_exceed_the_limit_fails_even_when_n_is_small(tmp_path):
     assert "but the drop is shown to exceed the limit" in res.output
 
 
-def test_holm_adjustment_decides_and_can_be_turned_off(tmp_path):
-    # three candidates each losing 5 of 200 items and gaining none: McNemar's one-sided p = 1/32 each
+def test_each_check_decides_alone_unless_adjust_asks(tmp_path):
+    """The pass decision is an intersection-union test: each check at alpha, so one candidate's verdict
+    never depends on the candidates beside it. `adjust: holm` adjusts over the candidate's own checks."""
+    # c0 loses 5 of 200 MMLU items and gains none: McNemar's one-sided p = 1/32; its two needle cells are
+    # unchanged (p 1). Against a 0-point limit (lower_bound) that is a drop shown at alpha 0.05 ...
+    cells = {1024: 1.0, 2048: 1.0}
     run = build_run(tmp_path / "runs", "20250101-000000-h",
-                    {"bf16": {}, **{f"c{i}": {"wrong": range(5 * i, 5 * i + 5)} for i in range(3)}}, baseline="bf16")
-    spec = {"decision": "lower_bound", "rules": [{"metrics": "mmlu/acc", "max_drop_points": 0}]}
-    for adjust, code in (("holm", 0), ("none", 1)):
+                    {"bf16": {"needle": cells}, "c0": {"wrong": range(5), "needle": cells},
+                     "c1": {"wrong": range(5, 40), "needle": cells}, "c2": {"needle": cells}}, baseline="bf16")
+    spec = {"decision": "lower_bound", "rules": [{"metrics": ["mmlu/acc", "needle/acc/*"], "max_drop_points": 0}]}
+
+    def c0_row(adjust: str, *others: str) -> str:
         rules = rules_file(tmp_path, {**spec, "adjust": adjust})
-        res = gate("--baseline", str(run), "--candidate", str(run), "--rules", str(rules))
-        assert res.exit_code == code, res.output
-    assert "Holm-adjusted over the gate's 3 accuracy check(s)" in gate(
-        "--baseline", str(run), "--candidate", str(run), "--rules", str(rules_file(tmp_path, spec))).output
+        res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:c0",
+                   *[a for o in others for a in ("--candidate", f"{run}:{o}")], "--rules", str(rules))
+        return next(ln for ln in res.output.splitlines() if ln.startswith("| `c0` |"))
+
+    alone = c0_row("none")
+    assert alone.startswith("| `c0` | ❌ failed |")
+    assert c0_row("none", "c1", "c2") == alone  # others joining the call change nothing
+    # ... but not after Holm over c0's three checks (1/32 x 3 > 0.05); still independent of the others
+    assert c0_row("holm").startswith("| `c0` | ✅ passed |") and c0_row("holm", "c1", "c2") == c0_row("holm")
+    header = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:c0", "--rules",
+                  str(rules_file(tmp_path, spec))).output
+    assert "intersection-union test" in header and "Holm-adjusted (family-wise error) over each candidate" in header
+
+
+def test_findings_adjust_over_a_candidates_checks_with_holm_or_bh(tmp_path):
+    base, cand = two_runs(tmp_path, {}, {"wrong": range(6), "needle": {1024: 1.0}}, n=200)
+    for findings, word in (("holm", "Holm"), ("bh", "BH"), ("none", "unadjusted")):
+        rules = rules_file(tmp_path, {"findings": findings, "rules": [{"metrics": ["mmlu/acc"], "max_drop_points": 5}]})
+        res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+        row = next(ln for ln in res.output.splitlines() if "`mmlu/acc`" in ln)
+        assert f"significant drop (p 0.016, {word} 0.016)" in row, row  # one check: nothing to adjust
 
 
 def test_baseline_and_candidates_from_different_run_folders(tmp_path):
@@ -364,3 +394,71 @@ def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
     row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
     assert "| 1.000 | 0.980 | +2.00 pt |" in row, row
     assert "paired, n=150 of 200/150; values on the paired items (each side's own: 0.750 / 0.980)" in row
+
+
+def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None) -> Path:
+    """A two-choice task (Yes/No, balanced accuracy by label) whose baseline may sit at chance."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+    from evalsuite.stats import metrics as M
+
+    rd = RunDir(tmp_path / run_id)
+    rd.write_config({"baseline": "bf16", "controls": controls or []})
+    record = RunRecord(run_id=run_id, model="tiny")
+    for name, values in variants.items():
+        scores = [Score(sample_id=f"c{i}", task="legal", value=v, pred="Yes" if v else "No",
+                        target="Yes" if i % 2 else "No", group="t", extra={"logprobs": {"Yes": -0.1, "No": -2.0}})
+                  for i, v in enumerate(values)]
+        rd.append_samples(name, "legal", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                          for s in scores])
+        result = VariantResult(variant=name, status="ok", metrics=[M.accuracy(scores, "legal/acc")],
+                               primary_metrics=["legal/acc"])
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
+
+
+def test_a_task_at_chance_is_uninformative_never_a_pass(tmp_path):
+    """Known answer: a two-choice baseline at 0.51 on 2,000 items (95% interval 0.488-0.532) is within the
+    2-pt limit of chance 0.5, so a candidate that answers identically cannot pass on it: it is
+    inconclusive (exit 3). At 0.80 the same task is informative and the identical candidate passes."""
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    near = [float(i < 1020) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000000-c", {"bf16": near, "same": near})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
+    assert res.exit_code == 3, res.output
+    row = next(ln for ln in res.output.splitlines() if "`legal/acc`" in ln)
+    assert row.startswith("| ❔ | `same` |") and "(at chance)" in row and "uninformative" in row
+    good = [float(i < 1600) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000001-c", {"bf16": good, "same": good})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
+    assert res.exit_code == 0 and "(at chance)" not in res.output, res.output
+
+
+def test_a_control_sets_the_noise_floor(tmp_path):
+    """The config's control (a baseline rerun) changes 10 of 2,000 answers; a candidate whose drop lies
+    inside the control's bounds is flagged as inside the noise band, and the changed shares show."""
+    base = [float(i % 5 != 0) for i in range(2000)]
+    rerun = [1.0 - v if i < 10 else v for i, v in enumerate(base)]  # 10 answers flip, both ways
+    cand = [0.0 if i in (1, 2, 3) else v for i, v in enumerate(base)]  # 3 lost
+    run = _choice_run(tmp_path, "20250101-000000-n", {"bf16": base, "bf16_repeat": rerun, "fp8": cand},
+                      controls=["bf16_repeat"])
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules))
+    assert res.exit_code == 0, res.output
+    assert "| `bf16_repeat` (control) | ✅ passed |" in res.output
+    assert "| `fp8` | 3/2,000 (0.15%) |" in res.output and "| `bf16_repeat` (control) | 10/2,000 (0.50%) |" in res.output
+    row = next(ln for ln in res.output.splitlines() if ln.startswith("| ✅ | `fp8` |"))
+    assert "inside the noise band of control `bf16_repeat`" in row
+
+
+def test_runs_that_share_no_items_are_never_green(tmp_path):
+    a = build_run(tmp_path / "a", "20250101-000000-a", {"bf16": {}})
+    b = build_run(tmp_path / "b", "20250101-000000-b", {"fp8": {}})
+    for f in (Path(b) / "fp8" / "samples").glob("*.jsonl"):  # same task, other questions
+        f.write_text(f.read_text().replace('"q', '"other-q'))
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:fp8", "--rules", str(rules))
+    assert res.exit_code == 3, res.output
+    assert "the runs scored different items (200 and 200, no sample id in common)" in res.output

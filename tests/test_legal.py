@@ -16,7 +16,7 @@ from evalsuite.tasks.legal import (
     stratified_subset,
 )
 
-CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
+CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"  # shipped in the repository
 
 
 def _ctx(tmp_path, **kw):
@@ -182,7 +182,7 @@ def test_chat_needs_a_template(tmp_path):
 
 
 def test_scoring_reads_yes_no_in_any_case(tmp_path):
-    task = LegalConfig(data_dir="x").build(_ctx(tmp_path))
+    task = LegalConfig(data_dir="x", scoring="argmax").build(_ctx(tmp_path))
     from evalsuite.core.types import Sample
     from evalsuite.tasks.choice import choice_request
 
@@ -192,7 +192,7 @@ def test_scoring_reads_yes_no_in_any_case(tmp_path):
     # the bare "No" is not the token after "Label:" unless folded
     bare = Completion(text="No", top_logprobs=[{"No": -0.1, "yes": -0.2, " Yes": -1.5}])
     assert task.score(s, bare).pred == "Yes"
-    fold = LegalConfig(data_dir="x", choice_tokens="fold").build(_ctx(tmp_path))
+    fold = LegalConfig(data_dir="x", choice_tokens="fold", scoring="argmax").build(_ctx(tmp_path))
     assert fold.score(s, bare).pred == "No"
     nothing = task.score(s, Completion(text="The", top_logprobs=[{"The": -0.1}]))
     assert nothing.pred == "" and nothing.value == 0.0 and nothing.extra["no_choice"]

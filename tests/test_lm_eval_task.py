@@ -67,7 +67,7 @@ def tokenizer(tiny_model):
 
 
 def test_metrics_and_rows_from_lm_eval(tmp_path, tokenizer, include):
-    cfg = LMEvalConfig(tasks=["tiny_qa"], include_path=str(include), batch_size=5)
+    cfg = LMEvalConfig(tasks=["tiny_qa"], include_path=str(include), allow_code=True, batch_size=5)
     task = cfg.build(TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer))
     assert [s.id for s in task.samples()] == ["tiny_qa"]
     engine, rows = ScriptedEngine(), []
@@ -111,15 +111,15 @@ def test_long_context_left_truncated_continuation_kept(tokenizer):
 def test_unknown_task_and_missing_include_path_are_config_errors(tmp_path, include):
     ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path)
     with pytest.raises(ConfigError, match="include_path: .* is not a folder"):
-        LMEvalConfig(tasks=["tiny_qa"], include_path="nowhere").build(ctx).samples()
+        LMEvalConfig(tasks=["tiny_qa"], include_path="nowhere", allow_code=True).build(ctx).samples()
     with pytest.raises(ConfigError, match="tasks.lm_eval.tasks: no_such_task not among lm-eval's tasks"):
-        LMEvalConfig(tasks=["no_such_task"], include_path=str(include)).build(ctx).samples()
+        LMEvalConfig(tasks=["no_such_task"], include_path=str(include), allow_code=True).build(ctx).samples()
 
 
 def test_run_config_takes_the_task_type():
     cfg = RunConfig.model_validate({
         "model": {"path": "m"}, "variants": {"bf16": {}},
-        "tasks": [{"type": "lm_eval", "tasks": ["arc_easy"], "num_fewshot": 0, "limit": 50, "include_path": "t"}]})
+        "tasks": [{"type": "lm_eval", "tasks": ["arc_easy"], "num_fewshot": 0, "limit": 50, "include_path": "t", "allow_code": True}]})
     assert cfg.tasks[0].name == "lm_eval" and cfg.tasks[0].limit == 50
 
 
@@ -147,7 +147,7 @@ def test_lm_eval_task_under_two_variants_on_vllm(tmp_path, tiny_model):
                      "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
         "engine": {"batch_size": 8, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
         "variants": {"bf16": {}, "fp32": {"dtype": "float32"}},  # both run on any CPU
-        "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include), "num_fewshot": 1}],
+        "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include), "allow_code": True, "num_fewshot": 1}],
         "tracking": {"enabled": False},
         "output_dir": str(tmp_path / "runs"),
     }
@@ -246,7 +246,7 @@ def test_runner_records_rows_and_does_not_rerun_a_recorded_task(tmp_path, tokeni
     from evalsuite.run.runner import Runner
 
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
-                                    "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include)}]})
+                                    "tasks": [{"type": "lm_eval", "tasks": ["tiny_qa"], "include_path": str(include), "allow_code": True}]})
     ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer)
     run_dir = RunDir(tmp_path / "run")
     runner = Runner(cfg, run_dir, "m", ctx, Progress(False))

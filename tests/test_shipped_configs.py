@@ -12,7 +12,7 @@ from evalsuite.core.configfile import load_raw
 from evalsuite.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "gates" not in p.parts)
+CONFIGS = sorted(p for d in ("configs", "lab/configs") for p in (REPO / d).rglob("*.yaml") if "gates" not in p.parts)
 RUNNABLE = sorted((REPO / "configs").glob("*.yaml"))
 # Keys whose string values are file-system paths (relative ones against the config's folder).
 PATH_KEYS = {"path", "gguf", "tokenizer", "model", "data_dir", "haystack", "include", "output_dir"}
@@ -68,10 +68,10 @@ def test_resolved_config_stays_in_the_repo(path):
 
 
 def test_default_legal_data_is_the_bundled_copy():
-    """Configs leave `legal.data_dir` unset, so a clone reads tasks/data/legalbench-cuad."""
+    """Configs leave `legal.data_dir` unset, so a clone reads evalsuite/tasks/defs/data/legalbench-cuad."""
     from evalsuite.tasks.legal import bundled_dir
 
-    assert bundled_dir() == REPO / "tasks" / "data" / "legalbench-cuad" and bundled_dir().is_dir()
+    assert bundled_dir() == REPO / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad" and bundled_dir().is_dir()
     for path in RUNNABLE:
         for t in load_config(path).tasks:
             if t.type == "legal":
@@ -88,7 +88,7 @@ def test_nothing_in_the_repo_reaches_beside_it():
     needles = (f"../{sibling}", f"/tmp/{sibling}", f"/work/{sibling}")
     hits = []
     for name in files:
-        if name == this or name.startswith(("docs/results/", "tasks/data/")):
+        if name == this or name.startswith(("docs/results/", "evalsuite/tasks/defs/data/")):
             continue  # dated records of past runs say where they ran; the data is data
         f = REPO / name
         if f.suffix not in {".py", ".sh", ".yaml", ".yml", ".md", ".toml", ""} or not f.is_file():

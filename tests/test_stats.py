@@ -216,3 +216,34 @@ def test_a_pairings_means_are_the_metric_on_the_shared_items_and_differ_by_the_t
     assert (b, c) == pytest.approx((macro(base), macro(cand)))
     assert b - c == pytest.approx(paired_result(p, 0.95).drop)
     assert not pair(cand, cand, ["group"]).partial
+
+
+def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
+    """One statistics path: for the same pair and level, `compare`'s paired interval, the gate's bounds
+    and `check`'s interval are the same numbers (here 200 items, 10 lost, and a stratified metric)."""
+    from evalsuite.check import stats as check_stats
+    from evalsuite.core.records import RunDir
+    from evalsuite.report.compare import compare
+    from evalsuite.report.gate import Pair, Rule, Rules, accuracy_check
+    from evalsuite.stats.paired import read_scores
+    from tests.mlflow_server import build_run
+
+    run = build_run(tmp_path, "20250101-000000-one", {"bf16": {}, "fp8": {"wrong": range(10)}}, baseline="bf16")
+    rd = RunDir(run)
+    rec = rd.load_run()
+    base, cand = rec.variant("bf16"), rec.variant("fp8")
+    shown = compare([(rd, None)], "bf16").paired[("fp8", "mmlu/acc")]  # two-sided 95%, points, cand - base
+    rules = Rules.model_validate({"confidence": 0.975, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    gated = accuracy_check(rules, rules.rules[0], "mmlu/acc", Pair(rd, base, rd, cand), "fp8")  # one-sided 97.5%
+    checked = check_stats.paired_interval(read_scores(rd, "bf16", "mmlu/acc"), read_scores(rd, "fp8", "mmlu/acc"),
+                                          "mmlu/acc", (base.metric("mmlu/acc").value, cand.metric("mmlu/acc").value), 0.95)
+    assert (shown.low, shown.high) == pytest.approx((-gated.high, -gated.low), abs=1e-9)
+    assert (shown.low, shown.high) == pytest.approx((checked.low * 100, checked.high * 100), abs=1e-9)
+    assert shown.low < -5.0 + 1e-9 < shown.high and shown.method == checked.method.split(": ")[1].split(" (")[0]
+    # a stratified metric (macro over two subjects) goes through the same bootstrap in all three
+    rule = Rule(metrics=["mmlu/acc"], max_drop_points=2, strata=["group"])
+    strat = accuracy_check(rules, rule, "mmlu/acc", Pair(rd, base, rd, cand), "fp8")
+    from evalsuite.stats.paired import difference_interval, pairing
+
+    low, high, _ = difference_interval(pairing(rd, "bf16", rd, "fp8", "mmlu/acc", ["group"]), 0.95)
+    assert (low * 100, high * 100) == pytest.approx((-strat.high, -strat.low), abs=1e-9)

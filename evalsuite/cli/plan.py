@@ -1,5 +1,7 @@
 """`evalsuite plan`: what a model will take on a device, before any engine starts.
 
+The model is a folder or config.json, a Hugging Face id whose config.json is in the local HF cache
+(read offline), or an evalsuite config (one row per variant, from the variant's own settings).
 Mounted by evalsuite.cli.main as `app.command("plan")(friendly(plan_command))`.
 """
 
@@ -13,12 +15,9 @@ import typer
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import GIB, KV_CACHE_DTYPES
 from evalsuite.memory.devices import get_device
-from evalsuite.memory.planner import Plan, plan, read_config
+from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
+from evalsuite.memory.planner import Plan, plan
 from evalsuite.memory.roofline import Roofline, roofline
-
-
-def _config_file(source: Path) -> Path:
-    return source / "config.json" if source.is_dir() else source
 
 
 def _host_memory_gib() -> float:
@@ -46,7 +45,7 @@ def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
         ("KV cache", f"{p.kv_cache_gib:.2f} GiB, {p.kv_bytes_per_token:,} bytes/token"),
         ("KV capacity", f"{p.kv_capacity_tokens:,} tokens in {p.kv_cache_blocks:,} blocks of {p.block_size}"),
         ("max concurrency", f"{p.max_concurrency:.2f}x at max_model_len {p.max_model_len:,}"),
-        ("fits", "yes" if p.fits else "NO: one max_model_len request does not fit"),
+        ("fits", verdict(p)),
         ("largest max_model_len", f"{p.max_model_len_fit:,}"),
         ("largest max_num_seqs", f"{p.max_num_seqs_fit:,} at full length"),
         ("required (1 request)", f"{p.required_gib:.2f} GiB (needs gpu_memory_utilization >= "
@@ -61,41 +60,56 @@ def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
     return rows
 
 
+SOURCE_HELP = ("A model folder or its config.json, a Hugging Face id (org/name, config.json from the local "
+               "HF cache), or an evalsuite config (.yaml: one row per variant, from its own settings).")
+
+
 def plan_command(
-    source: Path = typer.Argument(..., help="Model folder holding config.json, or the config.json itself."),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context length (default: the model's)."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype",
+    source: str = typer.Argument(..., metavar="MODEL", help=SOURCE_HELP),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", metavar="TOKENS",
+                                             help="Context length (default: the model's)."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE",
                                        help=", ".join(KV_CACHE_DTYPES) + "."),
-    quantization: str | None = typer.Option(None, "--quantization",
+    quantization: str | None = typer.Option(None, "--quantization", metavar="METHOD",
                                             help="fp8, awq, gptq (default: from config.json)."),
-    gpu: str = typer.Option("H200", "--gpu",
+    gpu: str = typer.Option("H200", "--gpu", metavar="DEVICE",
                             help="H200, H100-SXM, H100-PCIE, A100-80GB, A100-40GB, L40S, L4, A10G, RTX4090, CPU."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", metavar="SHARE",
                                                  help="Share of device memory vLLM reserves."),
-    block_size: int | None = typer.Option(None, "--block-size",
+    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS",
                                           help="Tokens per KV block (default 16 on GPU, 128 on CPU)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="auto, bfloat16, float16, float32."),
-    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib",
+    dtype: str | None = typer.Option(None, "--dtype", metavar="DTYPE", help="auto, bfloat16, float16, float32."),
+    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", metavar="GIB",
                                                    help="Override the device's memory (CPU: host RAM)."),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens",
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", metavar="TOKENS",
                                                       help="Default: vLLM's for the device."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Default: vLLM's for the device."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N", help="Default: vLLM's for the device."),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size",
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", metavar="N",
                                              help="GPUs each layer is split over; memory is shown per GPU."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size",
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", metavar="N",
                                                help="GPUs the layers are spread over, one run of layers each."),
-    kv_skip_layers: list[str] = typer.Option([], "--kv-cache-dtype-skip-layers",
+    kv_skip_layers: list[str] = typer.Option([], "--kv-cache-dtype-skip-layers", metavar="LAYER",
                                              help="Layers whose KV cache keeps the model's dtype (repeatable): "
                                                   "an index, or sliding_window."),
+    revision: str | None = typer.Option(None, "--revision", metavar="REV", help="With a Hugging Face id: branch, tag or commit."),
+    variant: list[str] = typer.Option([], "--variant", "-V", metavar="NAME",
+                                      help="With an evalsuite config: only these variants (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
-    """Predict weights, KV capacity and concurrency for a model on a device from its config.json."""
-    cfg_file = _config_file(source)
-    config = read_config(source)
+    """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
+    if get_device(gpu).kind == "cpu" and device_memory_gib is None:
+        device_memory_gib = _host_memory_gib()
+    if source.endswith((".yaml", ".yml")):
+        plan_config(Path(source), variant, gpu, device_memory_gib, as_json)
+        return
+    for flag, value in (("--max-model-len", max_model_len), ("--max-num-seqs", max_num_seqs),
+                        ("--max-num-batched-tokens", max_num_batched_tokens), ("--block-size", block_size),
+                        ("--device-memory-gib", device_memory_gib), ("--gpu-memory-utilization", gpu_memory_utilization)):
+        if value is not None and value <= 0:  # 0 would silently mean "the default" further on
+            raise ConfigError(f"{flag}: must be above 0, got {value}")
+    cfg_file, config = model_config(source, revision)
     try:
-        if get_device(gpu).kind == "cpu" and device_memory_gib is None:
-            device_memory_gib = _host_memory_gib()
         p = plan(config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
                  gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
                  device_memory_gib=device_memory_gib, max_num_batched_tokens=max_num_batched_tokens,
@@ -106,10 +120,7 @@ def plan_command(
             config, prompt_tokens=p.max_model_len, gpu=gpu, quantization=quantization,
             kv_cache_dtype=kv_cache_dtype, dtype=dtype, kv_cache_dtype_skip_layers=kv_skip_layers)
     except ConfigError as e:
-        msg = str(e)
-        # The planner sees a dict, not a file: put the file's real path on config errors.
-        raise ConfigError(msg.replace("config.json", str(cfg_file), 1) if msg.startswith("config.json")
-                          else f"{cfg_file}: {msg}") from None
+        raise with_file(e, cfg_file) from None
     if as_json:
         payload = p.model_dump()
         payload["roofline"] = r.model_dump() if r else None

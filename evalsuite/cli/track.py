@@ -10,21 +10,21 @@ from rich.console import Console
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 
-FORMATS = ("table", "markdown", "csv")
+FORMATS = ("table", "markdown", "csv", "json")
 URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)."
 
 
 def compare_command(
-    runs: list[str] = typer.Argument(..., help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
-    out: Path | None = typer.Option(None, "--out", help="Also write compare.md, compare.csv and PNG plots here."),
-    fmt: str = typer.Option("table", "--format", help="table | markdown | csv"),
-    metric: list[str] | None = typer.Option(None, "--metric", help="Rows to show (glob, repeatable); CSV always has all."),
-    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+    runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Also write compare.md, compare.csv and PNG plots here."),
+    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table | markdown | csv | json"),
+    metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
     from evalsuite.report.compare import compare
-    from evalsuite.report.compare_view import rich_tables, to_csv, to_markdown, write_report
+    from evalsuite.report.compare_view import rich_tables, to_csv, to_json, to_markdown, write_report
     from evalsuite.report.sources import open_sources
 
     if fmt not in FORMATS:
@@ -36,6 +36,8 @@ def compare_command(
         typer.echo(to_markdown(result), nl=False)
     elif fmt == "csv":
         typer.echo(to_csv(result), nl=False)
+    elif fmt == "json":
+        typer.echo(to_json(result), nl=False)
     else:
         console = Console()
         for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
@@ -45,35 +47,43 @@ def compare_command(
 
 
 def gate_command(
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
-    candidate: list[str] | None = typer.Option(None, "--candidate", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (see configs/gates/default.yaml)."),
-    variant_baseline: str | None = typer.Option(None, "--variant-baseline", help="Baseline variant (default: the only one, else config's `baseline`)."),
-    variant_candidate: str | None = typer.Option(None, "--variant-candidate", help="Candidate variant for candidates given without one (default: every variant)."),
-    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML here (one testcase per check)."),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Write a Markdown summary here (for a PR comment)."),
-    plan_rules: Path | None = typer.Option(None, "--plan", help="Print what RULES can resolve with --n paired items, then exit."),
-    n: int | None = typer.Option(None, "--n", min=1, help="With --plan: paired items per check."),
-    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
-    uri: str | None = typer.Option(None, "--uri", help=URI_HELP),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
+    candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, configs/gates/default.yaml).", metavar="FILE"),
+    control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT): the baseline rerun or another engine mode; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
+    variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant (default: the only one, else config's `baseline`)."),
+    variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
+    junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
+    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary here (for a PR comment)."),
+    plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
+    n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
+    discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
-    """Exit 0 if every candidate is within every rule's limit of the baseline, 1 if not, 2 on bad input."""
-    from evalsuite.report.gate import load_rules
-    from evalsuite.report.gate_report import plan, to_junit, to_markdown
+    """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
+    little evidence to pass), 2 on bad input."""
+    from evalsuite.report.gate import default_rules_path, load_rules
+    from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
-    if plan_rules is not None:
+    if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
+        rules = Path(plan)
+    shown = str(rules) if rules else "the shipped default"  # never a path of this machine in a report
+    if rules is None:
+        rules = default_rules_path()
+        typer.echo(f"rules: the shipped default ({rules}); --rules FILE for your own", err=True)
+    if plan is not None:
         if n is None:
             raise ConfigError("--plan: give --n, the number of paired items per check")
-        typer.echo(plan(load_rules(plan_rules), str(plan_rules), n, discordance), nl=False)
+        typer.echo(plan_text(load_rules(rules), shown, n, discordance), nl=False)
         return
-    missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate), ("--rules", rules)) if not v]
+    missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate)) if not v]
     if missing:
-        raise ConfigError(f"{', '.join(missing)}: required (or --plan RULES --n N)")
+        raise ConfigError(f"{', '.join(missing)}: required (or --plan --n N)")
     spec = load_rules(rules)
     with tempfile.TemporaryDirectory(prefix="evalsuite-gate-") as scratch:
         try:
-            report = _run_gate(baseline, candidate, spec, str(rules), variant_baseline, variant_candidate, uri,
-                               Path(scratch))
+            report = _run_gate(baseline, candidate, spec, shown, variant_baseline, variant_candidate, uri,
+                               Path(scratch), control)
         except EvalsuiteError as e:
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
     text = to_markdown(report)
@@ -82,19 +92,21 @@ def gate_command(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(body)
     typer.echo(text, nl=False)
-    if not report.passed:
-        raise typer.Exit(1)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
 
 
 def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
-              variant_candidate: str | None, uri: str | None, scratch: Path):
+              variant_candidate: str | None, uri: str | None, scratch: Path, controls: list[str] | None = None):
     from evalsuite.report.gate import run_gate
     from evalsuite.report.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)
              for i, ref in enumerate(candidates)]
-    return run_gate(base, sides, spec, rules_path)
+    ctrl = [_one_run(open_sources([ref], uri, scratch / f"k{i}"), "--control", None)
+            for i, ref in enumerate(controls)] if controls else None
+    return run_gate(base, sides, spec, rules_path, ctrl)
 
 
 def _one_run(sources, flag: str, variant: str | None):
@@ -109,9 +121,9 @@ def _one_run(sources, flag: str, variant: str | None):
 
 
 def sync_command(
-    run_dirs: list[Path] | None = typer.Argument(None, help="Run directories (default: every run under --output-dir)."),
-    output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", help="Where run folders are."),
-    uri: str | None = typer.Option(None, "--uri", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
+    run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run directories (default: every run under --output-dir)."),
+    output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
     try:

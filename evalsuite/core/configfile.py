@@ -6,14 +6,17 @@ Shared by every file evalsuite reads (run configs, gate rules, claims), so each 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -37,18 +40,39 @@ def deep_merge(base: dict, over: dict) -> dict:
 MAX_DEPTH = 32  # far beyond any real config; deeper input is refused before it reaches recursive code
 
 
-def _read_yaml(path: Path) -> dict:
+MAX_BYTES = 4 << 20  # a config is a few kB; a larger "config" is a wrong file (or /dev/zero)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, read only from a regular file of at most MAX_BYTES: a FIFO would block, a
+    device never end. Opened without blocking, so a FIFO is refused rather than waited on."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a YAML file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"{path}: is a folder, not a YAML file")
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML file")
+        try:
+            data = f.read(MAX_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a config file")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
                           f"save it as UTF-8") from None
+
+
+def _read_yaml(path: Path) -> dict:
+    text = _read_text(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -84,11 +108,13 @@ def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) ->
 
 
 def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
-             _seen: tuple[Path, ...] = ()) -> dict:
+             _seen: tuple[Path, ...] = (), included: set[tuple] | None = None) -> dict:
     """Read a YAML file and the files it includes; later files override earlier ones.
 
     `rebase(data, folder)` is called on each included file's data, so that the relative paths it
-    holds can be made absolute against its own folder rather than the including file's."""
+    holds can be made absolute against its own folder rather than the including file's.
+    `included` collects the key paths whose values came from included files: an error message
+    names those keys but never shows their values (an include may name any file, secrets too)."""
     path = path.resolve()
     if path in _seen:
         raise ConfigError(f"{path}: include: cycle through {' -> '.join(p.name for p in _seen + (path,))}")
@@ -97,7 +123,7 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
     if isinstance(includes, str):
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
-        raise ConfigError(f"{path}: include: must be a file path or a list of paths, got {includes!r}")
+        raise ConfigError(f"{path}: include: must be a file path or a list of paths, got a {type(includes).__name__}")
     merged: dict = {}
     for inc in includes:
         inc_path = (path.parent / os.path.expandvars(inc)).resolve()
@@ -105,17 +131,27 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
         if rebase is not None:
             rebase(inc_data, inc_path.parent)
         merged = deep_merge(merged, inc_data)
+    if included is not None:
+        own = _leaf_paths(data)
+        included |= {p for p in _leaf_paths(merged) if not any(p[:len(q)] == q for q in own)}
     return deep_merge(merged, data)
+
+
+def _leaf_paths(data: Any, prefix: tuple = ()) -> set[tuple]:
+    if isinstance(data, dict) and data:
+        return {p for k, v in data.items() for p in _leaf_paths(v, prefix + (k,))}
+    return {prefix}
 
 
 def load_model(path: str | Path, model: type[M]) -> M:
     """A YAML file (with its includes) validated as `model`; a bad file is one ConfigError line."""
     path = Path(path)
-    raw = load_raw(path)
+    included: set[tuple] = set()
+    raw = load_raw(path, included=included)
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, model)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, model, included)}") from None
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
@@ -141,18 +177,31 @@ def _inner_models(ann: Any) -> list[type[BaseModel]]:
     return [m for a in get_args(ann) for m in _inner_models(a)]
 
 
+def unsafe_name(what: str, name: Any) -> None:
+    """Refuse, inside a pydantic validator, a name that cannot be a plain folder or file name."""
+    if not is_safe_name(name):
+        raise PydanticCustomError(UNSAFE_NAME, "{shown} is not a safe {what} ({rule})",
+                                  {"shown": repr(name), "what": what, "rule": SAFE_NAME_RULE})
+
+
+UNSAFE_NAME = "unsafe_name"
 MAX_SHOWN = 3  # errors named in one line; the rest are counted
 
 
-def format_validation_error(e: ValidationError, model: type[BaseModel]) -> str:
-    """One line: per wrong key (up to three) its path, bad value and what is allowed."""
+def format_validation_error(e: ValidationError, model: type[BaseModel], included: set[tuple] = frozenset()) -> str:
+    """One line: per wrong key (up to three) its path, bad value and what is allowed; the value is
+    left out where it came from an included file."""
     errors, seen = [], set()
     for err in e.errors():
         loc = tuple(err["loc"])
         if loc not in seen:  # a union reports each of its members' complaints at the same key
             seen.add(loc)
             errors.append(err)
-    return join_errors([_format_one(err, model) for err in errors])
+    return join_errors([_format_one(err, model, _from_include(tuple(err["loc"]), included)) for err in errors])
+
+
+def _from_include(loc: tuple, included: set[tuple]) -> bool:
+    return any(p[:len(loc)] == loc or loc[:len(p)] == p for p in included)
 
 
 def join_errors(messages: list[str]) -> str:
@@ -161,7 +210,7 @@ def join_errors(messages: list[str]) -> str:
     return shown + (f" (and {rest} more error{'s' if rest > 1 else ''})" if rest > 0 else "")
 
 
-def _format_one(err: dict, model: type[BaseModel]) -> str:
+def _format_one(err: dict, model: type[BaseModel], hide_value: bool = False) -> str:
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc) or "(top level)"
     value = err.get("input")
@@ -175,7 +224,10 @@ def _format_one(err: dict, model: type[BaseModel]) -> str:
         return f"{key}: unknown key{hint}"
     if typ == "missing":
         return f"{key}: required key is missing"
-    if typ == "union_tag_invalid":
-        return f"{key}: {err['msg']}"
+    echoes = typ in ("union_tag_invalid", UNSAFE_NAME)  # messages that quote the value itself
     msg = err["msg"].replace("Value error, ", "")
+    if hide_value:
+        return f"{key}: {'not valid here' if echoes else msg} (its value, from an included file, is not shown)"
+    if echoes:
+        return f"{key}: {msg}"
     return f"{key}: {msg}, got {shown}"

@@ -52,7 +52,7 @@ def git_commit() -> str | None:
                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return os.environ.get("EVALSUITE_COMMIT")
-    if out.returncode != 0:  # a copied tree without .git (e.g. a lent GPU machine): told by the caller
+    if out.returncode != 0:  # a copied tree without .git (e.g. a copy on a GPU machine): told by the caller
         return os.environ.get("EVALSUITE_COMMIT")
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 

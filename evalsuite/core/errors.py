@@ -1,6 +1,12 @@
 """Errors that the CLI turns into one line and an exit code instead of a traceback."""
 
 
+import errno
+
+# What a refused write on a sound input means: no room, or a folder the process may not write.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
 class EvalsuiteError(Exception):
     """An error a user can act on; its message is shown as is."""
 
@@ -11,6 +17,13 @@ class ConfigError(EvalsuiteError):
     """Bad input: a config, rules file or argument. Exit code 2."""
 
     exit_code = 2
+
+
+class StorageError(EvalsuiteError):
+    """The machine refused a write the user did not cause by input: a full disk, a read-only folder.
+    Exit code 4; what was recorded before it stays, and `--resume` continues once it is fixed."""
+
+    exit_code = 4
 
 
 class UnsupportedVariant(EvalsuiteError):

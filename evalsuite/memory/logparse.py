@@ -3,7 +3,7 @@
 Formats are copied from the vLLM source: 0.26 (gpu_worker "Actual usage is X GiB for weight,
 ..."), 0.32 ("... for consumed memory (weights + non-torch) ...", "CPU KV cache size"), and the
 CPU worker's "Auto set (X/Y) GiB for KV cache". vLLM's format_gib rounds to 0.01 GiB, so sums of
-logged GiB values carry that rounding.
+logged GiB values have that rounding.
 """
 
 from __future__ import annotations

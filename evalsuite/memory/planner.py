@@ -150,7 +150,10 @@ class Plan(_Model):
     kv_cache_blocks: int
     kv_capacity_tokens: int
     max_concurrency: float
-    fits: bool  # one request at max_model_len fits in the KV cache (vLLM refuses to start otherwise)
+    # vLLM starts: max_model_len within the model's limit, and one request at it fits in the KV cache
+    fits: bool
+    fits_memory: bool = True  # one request at max_model_len fits in the KV cache, whatever the length limit
+    max_len_limit: int | None = None  # the longest max_model_len vLLM accepts for this config.json
     max_model_len_fit: int  # longest max_model_len whose single request fits (capped at the model's limit)
     max_num_seqs_fit: int  # requests at full max_model_len that fit at once
     required_gib: float  # weights + activation + CUDA graphs + non-torch + KV of one max_model_len request
@@ -177,6 +180,29 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return cfg
 
 
+# vLLM's own keys and rope rule for the longest context it accepts (vllm.config: _get_and_verify_max_len)
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_sequence_length", "max_seq_length", "seq_len")
+_ROPE_KEEPS_LENGTH = ("su", "longrope", "llama3")  # their max_position_embeddings is already the scaled one
+
+
+def max_len_limit(config: dict) -> int | None:
+    """The longest max_model_len vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN: the smallest
+    of the length keys, times the rope scaling factor (YaRN's from its original length)."""
+    cfg = _text_config(config)
+    lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), (int, float))]
+    if not lengths:
+        return None
+    limit = min(lengths)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    if kind and kind not in _ROPE_KEEPS_LENGTH and rope.get("factor"):
+        if kind == "yarn":
+            limit = int(rope.get("original_max_position_embeddings") or limit)
+        limit = int(limit * float(rope["factor"]))
+    return limit
+
+
 def _pick(cfg: dict, *keys: str, default: Any = ...) -> Any:
     for k in keys:
         if cfg.get(k) is not None:
@@ -184,6 +210,17 @@ def _pick(cfg: dict, *keys: str, default: Any = ...) -> Any:
     if default is ...:
         raise ConfigError(f"config.json: key '{keys[0]}' missing (also tried {', '.join(keys[1:]) or 'no alias'})")
     return default
+
+
+def _count(cfg: dict, *keys: str, default: Any = ...) -> int:
+    """A size or count of the model: a whole number above zero, or ConfigError naming the key."""
+    value = _pick(cfg, *keys, default=default)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        key = next((k for k in keys if cfg.get(k) is not None), keys[0])
+        raise ConfigError(f"config.json: {key} must be a whole number above 0, got {value!r}")
+    return value
 
 
 def _text_config(cfg: dict) -> dict:
@@ -221,14 +258,20 @@ def _layer_kinds(cfg: dict, n: int, model_type: str) -> list[str]:
 
 
 def model_shape(config: dict) -> ModelShape:
-    """Read the shape out of an HF decoder config.json; ConfigError names a missing key."""
-    cfg = _text_config(config)
+    """Read the shape out of an HF decoder config.json; ConfigError names a missing or bad key."""
+    try:
+        return _model_shape(_text_config(config))
+    except (TypeError, ValueError) as e:  # the counts _count does not check: experts, MLA ranks, ...
+        raise ConfigError(f"config.json: a size or count is not a number ({e})") from None
+
+
+def _model_shape(cfg: dict) -> ModelShape:
     model_type = str(cfg.get("model_type", "unknown"))
-    n = int(_pick(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-    hidden = int(_pick(cfg, "hidden_size", "n_embd", "d_model"))
-    heads = int(_pick(cfg, "num_attention_heads", "n_head"))
-    kv_heads = int(_pick(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
-    head_dim = int(_pick(cfg, "head_dim", default=hidden // heads))
+    n = _count(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _count(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _count(cfg, "num_attention_heads", "n_head")
+    kv_heads = _count(cfg, "num_key_value_heads", "num_kv_heads", default=heads)
+    head_dim = _count(cfg, "head_dim", default=hidden // heads)
     experts = int(_pick(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     moe_inter = int(_pick(cfg, "moe_intermediate_size", default=0) or 0)
     inter = int(_pick(cfg, "intermediate_size", "n_inner", "ffn_dim", default=moe_inter or 4 * hidden) or 4 * hidden)
@@ -236,7 +279,7 @@ def model_shape(config: dict) -> ModelShape:
     window = cfg.get("sliding_window")
     return ModelShape(
         model_type=model_type, num_layers=n, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=inter, vocab=int(_pick(cfg, "vocab_size", "padded_vocab_size")),
+        intermediate=inter, vocab=_count(cfg, "vocab_size", "padded_vocab_size"),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
         max_position=_pick(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=None),
         dtype=str(_pick(cfg, "torch_dtype", "dtype", default="bfloat16")).replace("torch.", ""),
@@ -496,16 +539,18 @@ def activation_bytes(s: ModelShape, max_num_batched_tokens: int, max_num_seqs: i
     return int(max(mlp, attn, logits) + ACTIVATION_BASE_GIB * GIB)
 
 
-def _max_len_fit(s: ModelShape, kv: KVFormat, block_size: int, num_blocks: int, in_flight: int) -> int:
-    """Longest max_model_len whose single request fits in num_blocks (binary search, as vLLM does)."""
-    lo, hi = 0, max(num_blocks * block_size, s.max_position or 0) + 1
+def _max_len_fit(s: ModelShape, kv: KVFormat, block_size: int, num_blocks: int, in_flight: int,
+                 limit: int | None) -> int:
+    """Longest max_model_len whose single request fits in num_blocks (binary search, as vLLM does),
+    at most `limit`, the longest vLLM accepts for the model."""
+    lo, hi = 0, max(num_blocks * block_size, limit or 0) + 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if kv_layout(s, kv, block_size, mid, in_flight).blocks_per_request <= num_blocks:
             lo = mid
         else:
             hi = mid
-    return min(lo, s.max_position) if s.max_position else lo
+    return min(lo, limit) if limit else lo
 
 
 class _Settings(_Model):
@@ -526,6 +571,7 @@ class _Settings(_Model):
     tp: int = 1
     pp: int = 1
     kv_skip_layers: tuple[str, ...] = ()  # vLLM's kv_cache_dtype_skip_layers: indices or "sliding_window"
+    max_len_limit: int | None = None  # max_len_limit() of the config
 
     @property
     def in_flight(self) -> int:
@@ -554,7 +600,7 @@ def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cach
         raise ConfigError(f"--device-memory-gib: needed for {device.name} (its memory is not in the device table)")
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization: {gpu_memory_utilization} outside (0, 1]")
-    length = max_model_len or s.max_position
+    length = max_model_len or max_len_limit(config) or s.max_position
     if not length or length <= 0:
         raise ConfigError("--max-model-len: required (config.json has no max_position_embeddings)")
     model_dtype = resolve_dtype(s, dtype)
@@ -612,6 +658,7 @@ def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str 
                    block_size=block_size, dtype=dtype, device_memory_gib=device_memory_gib,
                    max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                    enforce_eager=enforce_eager, tp=tensor_parallel_size, pp=pipeline_parallel_size)
+    st = st.model_copy(update={"max_len_limit": max_len_limit(config)})
     if kv_cache_dtype_skip_layers and st.kv_cache_dtype != "auto":
         st = st.model_copy(update={"kv_skip_layers": _check_skip_layers(s, kv_cache_dtype_skip_layers)})
     gpus = [_gpu(s, st, layers, non_torch_gib, kv_cache_memory_gib) for layers in pp_layer_bounds(s.num_layers, st.pp)]
@@ -662,9 +709,9 @@ def _notes(s: ModelShape, st: _Settings) -> list[str]:
     if "sliding" in s.layer_kinds:
         notes.append(f"{s.layer_kinds.count('sliding')} sliding-window layers (window {s.sliding_window}) "
                      "keep only window + in-flight tokens")
-    if s.max_position and st.max_model_len > s.max_position:
-        notes.append(f"max_model_len above the model's {s.max_position:,}: vLLM refuses it unless "
-                     "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    if st.max_len_limit and st.max_model_len > st.max_len_limit:
+        notes.append(f"max_model_len above the model's {st.max_len_limit:,}: vLLM refuses it unless rope "
+                     "scaling extends the model (e.g. YaRN in hf_overrides) or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     if st.kv_skip_layers:
         notes.append(f"KV cache of layers {', '.join(st.kv_skip_layers)} kept in {st.dtype}, "
                      f"the others in {st.kv_cache_dtype}")
@@ -680,6 +727,8 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
     concurrency = blocks / layout.blocks_per_request if layout.blocks_per_request else 0.0
     one_request_kv = layout.blocks_per_request * layout.bytes_per_block  # each block id spans one group
     required = b.weights + b.activation + b.graphs + b.non_torch + one_request_kv
+    fits_memory = 0 < blocks and layout.blocks_per_request <= blocks
+    too_long = bool(st.max_len_limit and st.max_model_len > st.max_len_limit)
     return Plan(
         device=st.device.name, dtype=st.dtype, kv_cache_dtype=st.kv_cache_dtype, quantization=st.scheme.method,
         block_size=st.block_size, max_model_len=st.max_model_len, max_num_batched_tokens=st.max_num_batched_tokens,
@@ -692,8 +741,8 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
         # vLLM's own count (kv_cache_size_tokens): requests at max_model_len that fit, times that length;
         # for a hybrid model it exceeds blocks x block size, as sliding layers keep only their window
         kv_capacity_tokens=int(concurrency * st.max_model_len), max_concurrency=round(concurrency, 3),
-        fits=0 < blocks and layout.blocks_per_request <= blocks,
-        max_model_len_fit=_max_len_fit(s, st.kv, st.block_size, blocks, st.in_flight),
+        fits=fits_memory and not too_long, fits_memory=fits_memory, max_len_limit=st.max_len_limit,
+        max_model_len_fit=_max_len_fit(s, st.kv, st.block_size, blocks, st.in_flight, st.max_len_limit),
         max_num_seqs_fit=int(concurrency), required_gib=round(required / GIB, 3),
         min_gpu_memory_utilization=round((required - b.graphs) / (st.memory_gib * GIB), 4),
         notes=_notes(s, st),

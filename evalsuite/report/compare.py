@@ -29,8 +29,11 @@ from evalsuite.report.names import (
     primary_metrics,
     prop,
 )
+from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
+from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval, is_interval_bound, is_item_score
-from evalsuite.stats.paired import paired_result, pairing, unpaired
+from evalsuite.stats.paired import difference_interval, pairing, unpaired
+from evalsuite.stats.significance import two_sided
 
 CONFIDENCE = 0.95  # two-sided, for every interval compare shows
 
@@ -146,6 +149,7 @@ class Comparison:
     intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (label, metric)
     paired: dict[tuple[str, str], PairedDelta] = field(default_factory=dict)
     primary: list[str] = field(default_factory=list)  # per task, its primary metric
+    marks: dict[str, str] = field(default_factory=dict)  # baseline's metric -> at chance / at ceiling
 
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
@@ -165,6 +169,8 @@ class Comparison:
         ci = self.intervals.get((label, metric))
         if ci:
             lines.append(f"({prop(ci[0])}–{prop(ci[1])})")
+        if label == self.baseline and metric in self.marks:
+            lines.append(self.marks[metric])
         if label != self.baseline:
             pd_ = self.paired.get((label, metric))
             d = fmt_delta(metric, pd_.delta if pd_ else self.deltas.at[label, metric])
@@ -183,24 +189,26 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label),
                             headline(frame, primary, patterns), primary=primary)
     add_intervals(comparison)
+    rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
+    comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison
 
 
 def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
-    one_sided = 1 - (1 - CONFIDENCE) / 2
     p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
     if p.n == 0:
-        test = unpaired(base.result.metric(metric), cand.result.metric(metric), one_sided)
+        test = unpaired(base.result.metric(metric), cand.result.metric(metric), two_sided(CONFIDENCE))
+        if test is None:
+            return None
+        low, high = -test.high, -test.low
     elif p.n >= 2 and p.smallest_cell >= 2:
-        test = paired_result(p, one_sided)
+        low, high, test = difference_interval(p, CONFIDENCE)
     else:
-        test = None
-    if test is None:
         return None
     counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
     subset = p.n > 0 and any(n > p.n for n in counted)
-    return PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, test.method.split(" (")[0], test.n, subset)
+    return PairedDelta(-test.drop * 100, low * 100, high * 100, test.method.split(" (")[0], test.n, subset)
 
 
 def add_intervals(c: Comparison) -> None:

@@ -7,6 +7,7 @@ with the baseline's column.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -110,6 +111,27 @@ def to_csv(c: Comparison) -> str:
             extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
     out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
     return out.to_csv()
+
+
+def to_json(c: Comparison) -> str:
+    """Every metric of every variant as numbers: value, n, 95% interval, and against the baseline the
+    delta with (where items pair) its paired 95% interval; missing numbers are null."""
+    def num(x):
+        return None if x is None or (isinstance(x, float) and math.isnan(x)) else x.item() if hasattr(x, "item") else x
+
+    counts = c.counts()
+    variants = {}
+    for label in c.frame.index:
+        metrics = {}
+        for col in c.deltas.columns:
+            ci, paired = c.intervals.get((label, col)), c.paired.get((label, col))
+            metrics[col] = {"value": num(c.frame.at[label, col]), "n": counts.get((label, col)),
+                            "ci95": list(ci) if ci else None,
+                            "delta": None if label == c.baseline else num(paired.delta if paired else c.deltas.at[label, col]),
+                            "delta_ci95": [paired.low, paired.high] if paired else None,
+                            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
+        variants[label] = {"status": num(c.frame.at[label, "status"]), "metrics": metrics}
+    return json.dumps({"baseline": c.baseline, "runs": c.runs(), "variants": variants}, indent=2) + "\n"
 
 
 def plain_cell(c: Comparison, label: str, metric: str) -> str:

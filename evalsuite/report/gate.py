@@ -2,7 +2,7 @@
 
 Accuracy is judged on paired per-item results (the sample ids both runs answered), because two
 variants answering the same questions differ far less than two independent samples.
-evalsuite.stats.significance has the methods: exact McNemar and Tango score bounds for 0/1 scores, a paired
+evalsuite.stats has the methods: exact McNemar and Tango score bounds for 0/1 scores, a paired
 (stratified) bootstrap for the rest. Every test is one-sided at alpha = 1 - `confidence`.
 
 Decision rule (rules file `decision`, default `upper_bound`), drop = baseline - candidate:
@@ -10,114 +10,53 @@ Decision rule (rules file `decision`, default `upper_bound`), drop = baseline - 
                (non-inferiority; a small or noisy eval cannot wave a regression through)
   point        fail when the estimated drop exceeds the limit
   lower_bound  fail only when the data show the drop exceeds the limit: p(drop <= limit) < alpha
-With `adjust: holm` (default) those p-values, and the "significant drop" flags, are Holm-adjusted
-over every accuracy check of the gate, so that the chance of any wrong claim stays <= alpha.
 
-Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
-`min_stratum_n`, or a limit this n cannot resolve either way) never counts as evidence: the
-check follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit.
+A candidate passes only if EVERY check passes: an intersection-union test (Berger 1982; Berger & Hsu
+1996). Its chance of passing a candidate that is worse than a limit on any one metric is at most that
+check's alpha, so each check is tested at alpha with no multiplicity adjustment (`adjust: none`, the
+default), and one candidate's verdict never depends on which others share the call. `adjust: holm|bh`
+adjusts the verdict's p-values over the candidate's checks anyway, for users who want that (more
+conservative, less power). Multiplicity belongs to the other family: the report's findings that a
+metric got significantly WORSE (a union of claims), which `findings` (Holm by default, or BH) adjusts
+over each candidate's checks.
+
+Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
+`min_stratum_n`, or a limit this n cannot resolve either way) never counts as evidence: the check
+follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit. A check on
+a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
+ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
+check but no accuracy check passed on evidence is `inconclusive` (exit 3), never `passed`.
+
 Memory, capacity and latency compare two measurements (growth or drop in percent); latency per
 prompt length, never pooled over lengths, and tail percentiles only with enough samples.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import VariantResult
 from evalsuite.report.compare import label_entries
+from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
+from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, chance_level, mark
 from evalsuite.stats.metrics import min_samples
-from evalsuite.stats.paired import paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, best_case_bound, holm, items_needed, resolvable_drop
+from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
+from evalsuite.stats.significance import PairedTest, adjust, best_case_bound, items_needed, resolvable_drop
 
-LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
 # what both sides answered is compared, and every check states its n.
 USABLE = ("ok", "partial")
 PERCENTILE = re.compile(r"_p(\d+)(/|$)")
 
 
-class Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = None
-    metrics: list[str] = Field(min_length=1)  # glob patterns over metric names (engine stats: engine/<field>)
-    exclude: list[str] = Field(default_factory=list)  # globs taken out again, e.g. "*_depth*" grid cells
-    max_drop_points: float | None = Field(default=None, ge=0)  # higher is better; paired per-item test
-    max_drop_pct: float | None = Field(default=None, ge=0)  # higher is better (capacity, throughput)
-    max_growth_pct: float | None = Field(default=None, ge=0)  # lower is better (memory, latency)
-    # how the score weighs items; empty: as the metric does (acc_macro: group; balanced_acc: group, target)
-    strata: list[Literal["group", "target"]] = Field(default_factory=list)
-    tasks: dict[str, float] = Field(default_factory=dict)  # task name -> limit, same unit as the rule's
-
-    @field_validator("metrics", "exclude", "strata", mode="before")
-    @classmethod
-    def _one_or_many(cls, v):
-        return [v] if isinstance(v, str) else v
-
-    @model_validator(mode="after")
-    def _one_limit(self):
-        given = [k for k in LIMITS if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(LIMITS)} (got {', '.join(given) or 'none'})")
-        if any(v < 0 for v in self.tasks.values()):
-            raise ValueError("tasks: limits must be >= 0")
-        return self
-
-    @property
-    def kind(self) -> str:
-        return next(k for k in LIMITS if getattr(self, k) is not None)
-
-    @property
-    def label(self) -> str:
-        return self.name or ",".join(self.metrics)
-
-    def matches(self, metric: str) -> bool:
-        hit = any(fnmatch.fnmatchcase(metric, p) for p in self.metrics)
-        return hit and not any(fnmatch.fnmatchcase(metric, p) for p in self.exclude)
-
-    def limit_for(self, metric: str) -> float:
-        return self.tasks.get(metric.split("/")[0], getattr(self, self.kind))
-
-
-class Rules(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # one-sided
-    decision: Literal["upper_bound", "point", "lower_bound"] = "upper_bound"
-    adjust: Literal["holm", "none"] = "holm"  # which p-values the verdict uses
-    min_n: int = Field(default=10, ge=2)  # paired items below which no test is trusted
-    min_stratum_n: int = Field(default=5, ge=2)  # items per stratum (a 1-item stratum has no variance)
-    insufficient_n: Literal["pass", "fail", "warn"] = "warn"  # what a check too small to judge becomes
-    power: float = Field(default=0.8, gt=0, lt=1)  # for "the smallest limit this n resolves"
-    discordance: float = Field(default=0.05, gt=0, le=1)  # planning: fraction of items that change answer
-    rules: list[Rule] = Field(min_length=1)
-
-    @property
-    def alpha(self) -> float:
-        return 1 - self.confidence
-
-    def rule_for(self, metric: str) -> Rule | None:
-        """The first rule that names the metric, so specific rules go above broad ones."""
-        return next((r for r in self.rules if r.matches(metric)), None)
-
-
-def load_rules(path: str | Path) -> Rules:
-    return load_model(path, Rules)
-
-
-Status = Literal["pass", "fail", "warn", "skip", "pending"]
+# uninformative: a check on a task whose baseline is at chance; a warning, never evidence
+Status = Literal["pass", "fail", "warn", "uninformative", "skip", "pending"]
 
 
 @dataclass
@@ -146,6 +85,10 @@ class Check:
     insufficient: str | None = None  # why this n cannot judge the check
     test: PairedTest | None = field(default=None, repr=False)
     pairs: str = ""  # how the items were matched
+    mark: str | None = None  # the baseline's task is "at chance" or "at ceiling" (evalsuite.stats.informative)
+    evidence: bool = False  # passed because the data show it, not because a too-small check was let through
+    changed: int | None = None  # paired items whose answer changed
+    noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
 
 
 # ---------------------------------------------------------------- paired accuracy
@@ -169,22 +112,35 @@ class _Tested:
     on_pairs: tuple[float, float] | None = None  # (baseline, candidate) over the paired items only
 
 
-def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> _Tested:
+def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_Tested, Pairing]:
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, metric, rule.strata or None)
+    if p.n == 0 and p.n_base and p.n_cand:
+        return _Tested(None, "no shared sample ids", f"the runs scored different items ({p.n_base} and {p.n_cand}, "
+                       "no sample id in common): nothing to pair"), p
     if p.n == 0:
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)
         if test is None:
-            return _Tested(None, "no shared sample ids", "no paired items and no counts to compare")
-        return _Tested(test, f"unpaired, n={test.n}", None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}")
+            return _Tested(None, "no per-item scores", "no paired items and no counts to compare"), p
+        why = None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}"
+        return _Tested(test, f"unpaired, n={test.n}", why), p
     # a partial variant is compared on the items both answered: its table values are those items',
     # so that baseline - candidate is the change shown
     on_pairs = p.means() if p.partial else None
     how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if p.partial else "")
     if p.n < rules.min_n:
-        return _Tested(None, how, f"n={p.n} paired items < min_n {rules.min_n}", on_pairs)
+        return _Tested(None, how, f"n={p.n} paired items < min_n {rules.min_n}", on_pairs), p
     if p.smallest_cell < rules.min_stratum_n:
-        return _Tested(None, how, f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}", on_pairs)
-    return _Tested(paired_result(p, rules.confidence), how, None, on_pairs)
+        why = f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}"
+        return _Tested(None, how, why, on_pairs), p
+    return _Tested(paired_result(p, rules.confidence), how, None, on_pairs), p
+
+
+def baseline_mark(rules: Rules, rule: Rule, metric: str, pair: Pair) -> str | None:
+    """At chance (within the rule's limit of it) or at ceiling, from the baseline's own score and its 95%
+    interval, the one every report shows beside it."""
+    base = pair.base
+    return mark(base.metric(metric), chance_level(base, metric, pair.base_rd), rule.limit_for(metric) / 100,
+                rules.ceiling)
 
 
 def _unresolvable(rules: Rules, test: PairedTest, limit: float) -> str | None:
@@ -199,17 +155,17 @@ def _unresolvable(rules: Rules, test: PairedTest, limit: float) -> str | None:
     return None
 
 
-def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str, base_mark: str | None = None) -> Check:
     """Everything but the verdict, which needs every check's p-values (see decide)."""
     b, c = pair.base.metric(metric), pair.cand.metric(metric)
     limit = rule.limit_for(metric)
-    t = _accuracy_test(rules, rule, metric, pair)
+    t, p = _accuracy_test(rules, rule, metric, pair)
     test, how, why = t.test, t.pairs, t.why
     base_value, cand_value = t.on_pairs or (b.value, c.value)
     if t.on_pairs:
         how += f"; values on the paired items (each side's own: {b.value:.3f} / {c.value:.3f})"
     check = Check(label, rule.label, metric, "pending", "", base_value, cand_value, (base_value - cand_value) * 100,
-                  limit, "pt", test=test, pairs=how, insufficient=why)
+                  limit, "pt", test=test, pairs=how, insufficient=why, mark=base_mark, changed=p.changed if p.n else None)
     if test is None:
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
@@ -222,23 +178,20 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
 
 
 def decide(rules: Rules, checks: list[Check]) -> None:
-    """Holm-adjust the accuracy checks' p-values across the gate, then give each its verdict."""
+    """Each accuracy check's p against its limit decides it (intersection-union: no adjustment unless
+    `adjust` asks); `findings` adjusts the "significantly worse" p-values over each candidate's checks,
+    so neither depends on the other candidates of the call."""
     tested = [c for c in checks if c.status == "pending" and c.test is not None]
-    families = {"worse": [(c, c.test.p_worse) for c in tested]}
     for c in tested:
         within = rules.decision == "upper_bound" and c.insufficient is None
-        key = "within" if within else "exceeds"
-        families.setdefault(key, []).append((c, (c.test.p_within if within else c.test.p_exceeds)(c.limit / 100)))
-    for key, members in families.items():
-        raw = [p for _, p in members]
-        adjusted = holm(raw) if rules.adjust == "holm" else raw
-        for (c, p), q in zip(members, adjusted, strict=True):
-            if key == "worse":
-                c.p_worse, c.p_worse_adj, c.significant = p, q, q < rules.alpha
-            else:
-                c.p, c.p_adj = p, q
-    for c in families.get("exceeds", []):  # shown above a limit >= 0 is shown above 0 (closed testing)
-        c[0].significant = c[0].significant or (c[0].limit >= 0 and c[0].p_adj < rules.alpha)
+        c.p = (c.test.p_within if within else c.test.p_exceeds)(c.limit / 100)
+        c.p_worse = c.test.p_worse
+    for cand in dict.fromkeys(c.candidate for c in tested):
+        mine = [c for c in tested if c.candidate == cand]
+        for c, q in zip(mine, adjust([c.p for c in mine], rules.adjust), strict=True):
+            c.p_adj = q
+        for c, q in zip(mine, adjust([c.p_worse for c in mine], rules.findings), strict=True):
+            c.p_worse_adj, c.significant = q, q < rules.alpha
     for c in checks:
         if c.status == "pending":
             _verdict(rules, c)
@@ -247,27 +200,43 @@ def decide(rules: Rules, checks: list[Check]) -> None:
 def _verdict(rules: Rules, c: Check) -> None:
     if c.test is None:
         c.status, c.detail = rules.insufficient_n, f"insufficient n: {c.insufficient} ({c.pairs})"
+        _uninformative(rules, c)
         return
     shown = c.p_adj < rules.alpha  # p_adj is the raw p with `adjust: none`
-    p = f"{'Holm ' if rules.adjust == 'holm' else ''}p {c.p_adj:.2g} {'<' if shown else '>='} {rules.alpha:g}"
+    adj = {"holm": "Holm ", "bh": "BH "}.get(rules.adjust, "")
+    p = f"{adj}p {c.p_adj:.2g} {'<' if shown else '>='} {rules.alpha:g}"
     limit = f"limit {c.limit:g} pt"
     if c.insufficient is not None:
         c.status = "fail" if shown else rules.insufficient_n
         verdict = f"but the drop is shown to exceed the {limit} ({p})" if shown else f"{rules.insufficient_n} as configured"
         c.detail = f"insufficient n: {c.insufficient}; {verdict}"
     elif rules.decision == "upper_bound":
-        c.status = "pass" if shown else "fail"
+        c.status, c.evidence = ("pass", True) if shown else ("fail", False)
         c.detail = f"upper bound {c.high:+.2f} pt: {'' if shown else 'not '}shown within {limit} ({p})"
     elif rules.decision == "lower_bound":
-        c.status = "fail" if shown else "pass"
+        c.status, c.evidence = ("fail", False) if shown else ("pass", True)
         c.detail = f"lower bound {c.low:+.2f} pt: {'' if shown else 'not '}shown above {limit} ({p})"
     else:
         c.status = "fail" if c.change > c.limit else "pass"
+        c.evidence = c.status == "pass"
         c.detail = f"point estimate {c.change:+.2f} pt {'>' if c.status == 'fail' else '<='} {limit}"
     counts = f", {c.test.counts[0]} lost/{c.test.counts[1]} gained" if c.test.counts else ""
     sig = "significant drop" if c.significant and c.change > 0 else "no significant drop"
-    how = "shown above the limit; " if c.significant and c.p_worse_adj >= rules.alpha else ""
-    c.detail += f"; {c.pairs}{counts}; {c.method}; {sig} ({how}p {c.p_worse:.2g}, Holm {c.p_worse_adj:.2g})"
+    fam = {"holm": "Holm", "bh": "BH"}.get(rules.findings, "unadjusted")
+    c.detail += f"; {c.pairs}{counts}; {c.method}; {sig} (p {c.p_worse:.2g}, {fam} {c.p_worse_adj:.2g})"
+    _uninformative(rules, c)
+
+
+def _uninformative(rules: Rules, c: Check) -> None:
+    """A check on an at-chance task is no evidence either way, unless the drop is shown beyond the limit
+    (a candidate far below a near-chance baseline still fails); at ceiling, a pass means no collapse."""
+    beyond = c.test is not None and c.test.p_exceeds(c.limit / 100) < rules.alpha
+    if c.mark == AT_CHANCE and not beyond:
+        c.status, c.evidence = "uninformative", False
+        c.detail = (f"uninformative: the baseline is within the {c.limit:g} pt limit of chance, so a candidate that "
+                    f"lost all skill could pass; {c.detail}")
+    elif c.mark == AT_CEILING and c.status == "pass":
+        c.detail = f"at ceiling: shows no collapse, not the absence of a subtle loss; {c.detail}"
 
 
 # ---------------------------------------------------------------- memory, capacity, latency
@@ -340,7 +309,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             checks.append(Check(label, rule.label, metric, "fail", "missing in candidate", b, limit=rule.limit_for(metric),
                                 unit="pt"))
         else:
-            checks.append(accuracy_check(rules, rule, metric, pair, label))
+            checks.append(accuracy_check(rules, rule, metric, pair, label, baseline_mark(rules, rule, metric, pair)))
     for rule in rules.rules:  # a metric named outright (no wildcard) that the baseline lacks is worth a line
         for name in rule.metrics:
             if not any(ch in name for ch in "*?[") and name not in bm:
@@ -398,37 +367,114 @@ def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list
 # ---------------------------------------------------------------- the gate
 
 
+Verdict = Literal["passed", "failed", "inconclusive", "skipped"]
+EXIT_CODES = {"passed": 0, "skipped": 0, "failed": 1, "inconclusive": 3}
+
+
 @dataclass
 class GateReport:
     baseline: str
     rules_path: str
     rules: Rules
     checks: list[Check]
+    controls: list[str] = field(default_factory=list)  # candidates that measure the engine's own noise
+
+    def candidates(self) -> list[str]:
+        return list(dict.fromkeys(c.candidate for c in self.checks))
+
+    def verdict(self, candidate: str) -> Verdict:
+        """failed: a check failed; inconclusive: none failed, but no accuracy check passed on evidence
+        (too few items, or tasks at chance) unless `insufficient_n: pass` lets small checks through;
+        skipped: the variant did not run and nobody named it; else passed."""
+        checks = [c for c in self.checks if c.candidate == candidate]
+        if any(c.status == "fail" for c in checks):
+            return "failed"
+        if all(c.status == "skip" for c in checks):
+            return "skipped"
+        accuracy = [c for c in checks if c.unit == "pt" and c.status != "skip"]
+        let_through = self.rules.insufficient_n == "pass" and any(c.status == "pass" for c in accuracy)
+        if accuracy and not any(c.evidence for c in accuracy) and not let_through:
+            return "inconclusive"
+        return "passed"
+
+    def verdicts(self) -> dict[str, Verdict]:
+        return {cand: self.verdict(cand) for cand in self.candidates()}
+
+    @property
+    def exit_code(self) -> int:
+        """1 if any candidate failed, else 3 if any is inconclusive, else 0."""
+        return max((EXIT_CODES[v] for v in self.verdicts().values()), default=0, key=lambda x: (x == 1, x))
 
     @property
     def passed(self) -> bool:
-        return not any(c.status == "fail" for c in self.checks)
+        return self.exit_code == 0
 
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
 
+    def changed_shares(self, candidate: str) -> dict[str, tuple[int, int]]:
+        """Per accuracy metric, (answers changed, paired items) against the baseline: beside a control's,
+        how far a candidate moves answers beyond the engine's own nondeterminism."""
+        return {c.metric: (c.changed, c.n) for c in self.checks
+                if c.candidate == candidate and c.changed is not None and c.n}
 
-def run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str) -> GateReport:
-    """Each candidate variant against the baseline; names are run:variant only where they clash."""
+
+def _add_noise(report: GateReport) -> None:
+    """Each candidate's accuracy check learns the control's bounds of the same drop; a drop inside them
+    is no larger than what rerunning the baseline (or another engine mode) does by itself."""
+    for control in report.controls:
+        band = {c.metric: (c.low, c.high) for c in report.checks
+                if c.candidate == control and c.low is not None}
+        for c in report.checks:
+            if c.candidate == control or c.metric not in band or c.change is None:
+                continue
+            c.noise = band[c.metric]
+            if c.noise[0] <= c.change <= c.noise[1]:
+                c.detail += f"; inside the noise band of control `{control}` ({c.noise[0]:+.2f}..{c.noise[1]:+.2f} pt)"
+
+
+def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
+    """The controls given, else the baseline run's config `controls:` (variants of that run)."""
+    if controls is not None:
+        return controls
+    names = baseline.run_dir.read_config().get("controls") or []
+    return [Side(baseline.run_dir, str(n)) for n in names]
+
+
+def run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
+             controls: list[Side] | None = None) -> GateReport:
+    """Each candidate variant (and control) against the baseline; names are run:variant only where they clash."""
     base = baseline_variant(baseline.run_dir, baseline.variant)
     entries = [(baseline.run_dir, base)]
-    for side in candidates:
+    ctrl = control_sides(baseline, controls)
+    is_control = []
+    for side in [*candidates, *ctrl]:
         for v in candidate_variants(side, baseline.run_dir, base):
             key = (side.run_dir.root.resolve(), v.variant)
             if key not in {(rd.root.resolve(), e.variant) for rd, e in entries}:
                 entries.append((side.run_dir, v))
+            if side in ctrl:
+                is_control.append(key)
     labels = label_entries(entries)
+    control_labels = [label for (rd, e), label in zip(entries, labels, strict=True)
+                      if (rd.root.resolve(), e.variant) in is_control]
     explicit = any(s.variant for s in candidates)
     checks: list[Check] = []
     for (rd, cand), label in zip(entries[1:], labels[1:], strict=True):
-        checks += evaluate(rules, Pair(baseline.run_dir, base, rd, cand), label, explicit=explicit)
+        found = evaluate(rules, Pair(baseline.run_dir, base, rd, cand), label, explicit=explicit)
+        checks += _as_control(found) if label in control_labels else found
     if not any(c.status != "skip" for c in checks):
         raise ConfigError(f"{rules_path}: no metric of baseline {base.variant!r} matched a rule, or no candidate ran; "
                           f"nothing was checked")
     decide(rules, checks)
-    return GateReport(labels[0], rules_path, rules, checks)
+    report = GateReport(labels[0], rules_path, rules, checks, control_labels)
+    _add_noise(report)
+    return report
+
+
+def _as_control(checks: list[Check]) -> list[Check]:
+    """A control is a noise reference where it measured; a task it never ran is not its failure."""
+    for c in checks:
+        if c.status == "fail" and c.detail == "missing in candidate":
+            c.status, c.detail = "skip", "the control did not measure it"
+    return checks

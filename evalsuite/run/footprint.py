@@ -12,7 +12,7 @@ from evalsuite.core.types import EngineStats
 from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
 from evalsuite.models.checkpoint import is_gguf
-from evalsuite.run.config import Variant
+from evalsuite.run.config import Variant, variant_max_len
 
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks",
                   "kv_cache_gib",
@@ -34,6 +34,27 @@ def _planner_gpu(device: str | None) -> str:
     return from_nvml_name(device) or device
 
 
+def plan_inputs(variant: Variant) -> dict[str, Any]:
+    """The planner's engine settings for a variant; what it leaves unset, the planner fills as vLLM does."""
+    kw = variant.vllm_kwargs()
+    return dict(max_model_len=variant_max_len(variant), kv_cache_dtype=variant.kv_cache_dtype,
+                quantization=variant.quantization, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
+                block_size=variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
+                max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
+                enforce_eager=bool(variant.enforce_eager), tensor_parallel_size=variant.tensor_parallel_size,
+                pipeline_parallel_size=variant.pipeline_parallel_size,
+                kv_cache_dtype_skip_layers=kw.get("kv_cache_dtype_skip_layers") or ())
+
+
+def with_overrides(config: dict[str, Any], *overrides: dict[str, Any]) -> dict[str, Any]:
+    """config.json as vLLM reads it after hf_overrides, which replace top-level keys (the model's
+    first, a variant's engine_args over them)."""
+    out = dict(config)
+    for o in overrides:
+        out.update(o or {})
+    return out
+
+
 def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None,
             quantization_config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The planner's numbers for this variant, with the engine's own KV budget where it was fixed.
@@ -50,18 +71,12 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
     gguf = is_gguf(variant.model)
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
-    kw = variant.vllm_kwargs()
-    kv_bytes = kw.get("kv_cache_memory_bytes")
+    kv_bytes = variant.vllm_kwargs().get("kv_cache_memory_bytes")
     gpu = _planner_gpu(device)
     mem = psutil.virtual_memory().total / GIB if gpu == "cpu" else None  # vLLM-CPU budgets against host RAM
-    p = plan(config, max_model_len=stats.max_model_len or variant.max_model_len,
-             kv_cache_dtype=variant.kv_cache_dtype, quantization=variant.quantization,
-             gpu=gpu, device_memory_gib=mem, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
-             block_size=stats.block_size or variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
-             max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
-             enforce_eager=bool(variant.enforce_eager), kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None,
-             tensor_parallel_size=variant.tensor_parallel_size, pipeline_parallel_size=variant.pipeline_parallel_size,
-             kv_cache_dtype_skip_layers=kw.get("kv_cache_dtype_skip_layers") or ())
+    inputs = {**plan_inputs(variant), "max_model_len": stats.max_model_len or variant.max_model_len,
+              "block_size": stats.block_size or variant.block_size}
+    p = plan(config, **inputs, gpu=gpu, device_memory_gib=mem, kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None)
     keys = PREDICTED_KEYS
     if gguf:  # the folder's config gives the KV layout, but the planner has no model of GGUF weights
         keys = GGUF_KEYS + (GGUF_POOL_KEYS if kv_bytes else ())

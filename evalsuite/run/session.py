@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir, new_run_id
+from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.records import RunDir, create_run_dir
 from evalsuite.core.types import RunRecord
+from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
-from evalsuite.run.config import load_config
+from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.progress import Progress, console
+from evalsuite.run.safety import code_notes
 from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
 from evalsuite.tasks import TaskContext
+from evalsuite.tasks.lmeval import LMEvalConfig
 
 
 def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
@@ -19,20 +22,22 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
         found = find_resumable(out, config_path.stem)
         if found is None:
             raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
-        import yaml
-
-        if yaml.safe_load((found.root / "config.yaml").read_text()) != resolved:
+        if found.read_config() != resolved:
             raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
         return found
-    return RunDir(out / new_run_id(config_path.stem))
+    return create_run_dir(out, config_path.stem)
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
                show_progress: bool | None = None, only: list[str] | None = None,
-               ray_address: str | None = None) -> RunRecord:
-    """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray."""
-    cfg = load_config(config_path)
-    resolved = cfg.model_dump(mode="json", exclude={"scheduler"})  # where it runs is not what is measured
+               ray_address: str | None = None, only_tasks: list[str] | None = None,
+               limit: int | None = None) -> RunRecord:
+    """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
+    only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one."""
+    cfg = narrowed(load_config(config_path), only_tasks or [], limit)
+    for note in code_notes(cfg):
+        console.print(f"note: {note}", markup=False, highlight=False)
+    resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
     if only:
@@ -40,10 +45,11 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         if unknown:
             raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
         # In the order given: a user who names the variants that matter first (a time-boxed run on a
-        # lent GPU) gets those first, not the config's order.
+        # rented GPU) gets those first, not the config's order.
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
     base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
+    writable_cache_dir(cache_dir)  # before a run folder is made for a run that could not start
     run_dir = _open_run_dir(config_path, out, resume, resolved)
     with console.status("resolving model"):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
@@ -65,12 +71,35 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
                 record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
             else:
                 record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         _score_interrupted(run_dir, cache_dir)
         raise
-    print_summary(record)
+    print_summary(record, run_dir=run_dir)
     _track(cfg, run_dir, record)
     return record
+
+
+def recorded_exclude(cfg: RunConfig) -> set[str]:
+    """Keys the run folder's config.yaml leaves out: where it runs is not what is measured, and an
+    unset limit keeps the record of a full run as it always was (so --resume still matches it)."""
+    return {"scheduler"} | ({"limit"} if cfg.limit is None else set())
+
+
+def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunConfig:
+    """The config with only the named tasks (`latency`: the latency pass) and at most `limit` items a task."""
+    if only_tasks:
+        allowed = [t.name for t in cfg.tasks] + (["latency"] if cfg.latency else [])
+        unknown = [t for t in only_tasks if t not in allowed]
+        if unknown:
+            raise ConfigError(f"--tasks: unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})")
+        cfg.tasks = [t for t in cfg.tasks if t.name in only_tasks]
+        cfg.latency = cfg.latency if "latency" in only_tasks else None
+    if limit:
+        cfg.limit = limit
+        for task in cfg.tasks:
+            if isinstance(task, LMEvalConfig):  # lm-eval picks its own items
+                task.limit = min(task.limit or limit, limit)
+    return cfg
 
 
 def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
@@ -78,7 +107,10 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
     each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
     from evalsuite.run.finish import finish_run
 
-    print_summary(finish_run(run_dir.root, cache_dir))
+    try:
+        print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
+    except StorageError:
+        pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
 
 def _min_max_model_len(cfg) -> int | None:

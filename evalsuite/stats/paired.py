@@ -1,4 +1,5 @@
-"""Per-item scores of two variants on the items both answered, read from run folders.
+"""Per-item scores of two variants on the items both answered, read from run folders: the one item
+reader, strata rule and paired test that gate, compare, check and scripts share.
 
 A metric `task/metric[/group]` is paired on the task's samples/<task>.jsonl in both runs,
 matched by sample id (only ids present in both count), restricted to the group's items, and
@@ -15,18 +16,27 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
-from evalsuite.stats.metrics import is_proportion
-from evalsuite.stats.significance import PairedTest, paired_test, smallest_cell, stratum_weights, unpaired_test
-
-# How a score weighs items, by metric name (the part after the task): the strata of its mean.
-STRATA = {"acc_macro": ["group"], "balanced_acc": ["group", "target"]}
+from evalsuite.stats.metrics import is_item_score, is_proportion
+from evalsuite.stats.significance import (PairedTest, paired_test, score_interval, smallest_cell, stratum_weights,
+                                          two_sided, unpaired_test)
 
 
-def default_strata(metric: str) -> list[str]:
+def strata_for(metric: str) -> list[str] | None:
+    """How a metric weighs its items, as the strata of its nested mean; None when it is not a mean of
+    per-item scores (a timing, a rate), so no interval over items exists for it.
+
+    balanced_acc*: mean over groups (tasks) of the mean recall per target label; *_macro: mean over
+    groups; a metric restricted to one group (`task/metric/<group>`) drops the group level.
+    """
+    if not is_item_score(metric):
+        return None
     parts = metric.split("/")
-    kind = parts[1] if len(parts) > 1 else ""
-    strata = STRATA.get(kind, [])
-    return [s for s in strata if s != "group"] if len(parts) > 2 else strata  # one group: its targets only
+    kind, grouped = parts[1], len(parts) > 2
+    if kind.startswith("balanced_acc"):
+        return ["target"] if grouped else ["group", "target"]
+    if kind.endswith("_macro"):
+        return [] if grouped else ["group"]
+    return []
 
 
 def item_labels(sample: dict, score: dict) -> set[str]:
@@ -46,30 +56,31 @@ def item_labels(sample: dict, score: dict) -> set[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, object, object, frozenset], ...]:
-    """(id, value, group, target, labels) per scored line; cached per file version, because one
-    task's file serves many metrics (per length, per group) and many candidates."""
+def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, object, object, object, frozenset], ...]:
+    """(id, value, group, target, prediction, labels) per scored line; cached per file version, because
+    one task's file serves many metrics (per length, per group) and many candidates."""
     variant_dir, task = Path(path).parent.parent, Path(path).stem
     out = []
     for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task):
         sample, score = row.get("sample") or {}, row.get("score") or {}
         sid = sample.get("id") or score.get("sample_id")
         if sid is not None and isinstance(score.get("value"), (int, float)):
-            out.append((sid, float(score["value"]), score.get("group"), score.get("target"),
+            out.append((sid, float(score["value"]), score.get("group"), score.get("target"), score.get("pred"),
                         frozenset(item_labels(sample, score))))
     return tuple(out)
 
 
 def read_scores(rd: RunDir, variant: str, metric: str) -> dict[str, dict]:
-    """sample id -> {value, group, target} for the items behind `metric`."""
+    """sample id -> {value, group, target, pred} for the items behind `metric` (a sample id counts once,
+    as RunDir.load_samples reads it)."""
     parts = metric.split("/")
     group = parts[2] if len(parts) > 2 else None
     path = rd.root / variant / "samples" / f"{parts[0]}.jsonl"
     if not path.exists():
         return {}
     st = path.stat()
-    return {sid: {"value": v, "group": g, "target": t} for sid, v, g, t, labels in _items(str(path), st.st_mtime_ns,
-                                                                                           st.st_size)
+    return {sid: {"value": v, "group": g, "target": t, "pred": pred}
+            for sid, v, g, t, pred, labels in _items(str(path), st.st_mtime_ns, st.st_size)
             if group is None or group in labels}
 
 
@@ -82,6 +93,7 @@ class Pairing:
     keys: list[tuple]
     n_base: int
     n_cand: int
+    changed: int = 0  # paired items whose answer differs (the prediction where both recorded one, else the score)
 
     @property
     def n(self) -> int:
@@ -96,6 +108,11 @@ class Pairing:
         """Either side holds items the other lacks: the pair is a subset of what each measured."""
         return self.n < max(self.n_base, self.n_cand)
 
+    @property
+    def changed_share(self) -> float:
+        """The share of paired items that changed answer: a rerun's share is the engine's own noise floor."""
+        return self.changed / self.n if self.n else float("nan")
+
     def means(self) -> tuple[float, float]:
         """(baseline, candidate) over the paired items, weighted as the metric weighs them (the
         paired test's drop is their difference)."""
@@ -103,15 +120,22 @@ class Pairing:
         return float(w @ np.asarray(self.base, float)), float(w @ np.asarray(self.cand, float))
 
 
+def _differs(b: dict, c: dict) -> bool:
+    # a prediction names the answer: two wrong answers that differ are a changed answer too
+    preds = b.get("pred") is not None and c.get("pred") is not None
+    return b["value"] != c["value"] or (preds and str(b["pred"]) != str(c["pred"]))
+
+
 def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pairing:
     shared = [sid for sid in base if sid in cand]
     return Pairing([base[s]["value"] for s in shared], [cand[s]["value"] for s in shared],
-                   [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand))
+                   [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand),
+                   sum(_differs(base[s], cand[s]) for s in shared))
 
 
 def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: str,
             strata: list[str] | None = None) -> Pairing:
-    strata = default_strata(metric) if strata is None else strata
+    strata = (strata_for(metric) or []) if strata is None else strata
     return pair(read_scores(base_rd, base_variant, metric), read_scores(cand_rd, cand_variant, metric), strata)
 
 
@@ -126,4 +150,19 @@ def unpaired(b: Metric | None, c: Metric | None, confidence: float) -> PairedTes
 
 
 def paired_result(p: Pairing, confidence: float) -> PairedTest:
+    """The one paired test: one-sided bounds of the drop (baseline - candidate) at `confidence`."""
     return paired_test(p.base, p.cand, p.keys, confidence)
+
+
+def difference_interval(p: Pairing, confidence: float) -> tuple[float, float, PairedTest]:
+    """Two-sided interval at `confidence` of candidate - baseline (score units), from the same test the
+    gate decides on: its one-sided bounds at (1 + confidence) / 2, negated."""
+    test = paired_result(p, two_sided(confidence))
+    return -test.high, -test.low, test
+
+
+def item_interval(items: dict[str, dict], strata: list[str], confidence: float) -> tuple[float, float, str]:
+    """Two-sided interval of one variant's score over its items, weighted by `strata`."""
+    rows = list(items.values())
+    return score_interval([r["value"] for r in rows], [tuple(str(r.get(k)) for k in strata) for r in rows],
+                          confidence)

@@ -14,7 +14,9 @@ Methods, and why these:
   anything else        paired bootstrap of items (scipy.stats.bootstrap, percentile), resampled
                        within strata when the metric weighs strata (macro, balanced accuracy),
                        for non-binary scores such as needle `fraction` scoring.
-  many checks          Holm's step-down adjustment (statsmodels multipletests).
+  many findings        Holm's step-down (family-wise error) or Benjamini-Hochberg (false discovery
+                       rate) adjustment (statsmodels multipletests), for claims that something got
+                       worse; never for a pass that needs every check to hold (see report/gate.py).
   unpaired fallback    score test and interval for two independent proportions (statsmodels).
 """
 
@@ -44,17 +46,33 @@ def wilson(successes: float, n: int, confidence: float = 0.95) -> tuple[float, f
     return float(low), float(high)
 
 
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (family-wise error), in the input's order; nan stays nan."""
+def two_sided(confidence: float) -> float:
+    """The one-sided level whose two bounds make a two-sided interval at `confidence`."""
+    return 1 - (1 - confidence) / 2
+
+
+ADJUSTMENTS = {"holm": "holm", "bh": "fdr_bh"}  # our names -> statsmodels' methods
+
+
+def adjust(pvalues: Sequence[float], method: str) -> list[float]:
+    """Adjusted p-values in the input's order (`holm`: family-wise error; `bh`: false discovery rate;
+    `none`: as given); nan stays nan."""
     from statsmodels.stats.multitest import multipletests
 
+    if method == "none":
+        return list(pvalues)
     idx = [i for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
     out = [math.nan] * len(pvalues)
     if idx:
-        adjusted = multipletests([pvalues[i] for i in idx], method="holm")[1]
+        adjusted = multipletests([pvalues[i] for i in idx], method=ADJUSTMENTS[method])[1]
         for i, p in zip(idx, adjusted, strict=True):
             out[i] = float(p)
     return out
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (family-wise error), in the input's order; nan stays nan."""
+    return adjust(pvalues, "holm")
 
 
 # ---------------------------------------------------------------- binary pairs: McNemar + Tango
@@ -69,6 +87,13 @@ def mcnemar_worse_p(b: int, c: int) -> float:
     if b + c == 0:
         return 1.0
     return float(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
+
+
+def mcnemar_two_sided(b: int, c: int) -> float:
+    """Exact McNemar, two-sided (statsmodels): a change in either direction."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    return float(mcnemar([[0, b], [c, 0]], exact=True).pvalue)
 
 
 def tango_statistic(b: int, c: int, n: int, delta: float) -> float:
@@ -217,6 +242,19 @@ def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
     return PairedTest(len(diffs), float(1 / np.sum(w * w)), float(w.max()), float(np.dot(w, diffs)), low, high,
                       se, se, p_limit(0.0, False), f"{how} (percentile, {resamples} resamples)",
                       None, p_limit)
+
+
+def score_interval(values: Sequence[float], keys: Sequence[tuple], confidence: float) -> tuple[float, float, str]:
+    """Two-sided interval of one variant's score: Wilson for unweighted 0/1 items, else a bootstrap of
+    the weighted mean within strata (the paired bootstrap with nothing subtracted)."""
+    x = np.asarray(values, float)
+    keys = list(keys) if keys else [()] * len(x)
+    w = stratum_weights(keys)
+    if np.all(np.isin(x, (0.0, 1.0))) and np.allclose(w, w[0]):
+        low, high = wilson(float(x.sum()), len(x), confidence)
+        return low, high, f"Wilson over {len(x):,} items"
+    t = bootstrap_test(x, keys, two_sided(confidence))
+    return t.low, t.high, f"bootstrap over {len(x):,} items ({t.method.split(' (')[1].rstrip(')')})"
 
 
 def paired_test(base: Sequence[float], cand: Sequence[float], keys: Sequence[tuple] | None,

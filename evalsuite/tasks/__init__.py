@@ -1,7 +1,7 @@
 """Tasks: each module holds a config model (`type` discriminates) whose build() makes a Task.
 
 The one registry: Python task types below; any other `type` names a definition file in the
-top-level `tasks/` folder (evalsuite.tasks.spec), so adding such a task needs no code here.
+`evalsuite/tasks/defs/` folder (evalsuite.tasks.spec), so adding such a task needs no code here.
 May import: core, stats, data.
 """
 
@@ -21,7 +21,7 @@ from evalsuite.tasks.workload import WorkloadConfig
 
 PYTHON_TASKS = {c.model_fields["type"].default: c
                 for c in (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig)}
-DEFINED = "defined"  # the tag of tasks defined in tasks/*.yaml
+DEFINED = "defined"  # the tag of tasks defined in evalsuite/tasks/defs/*.yaml
 spec.PYTHON_TYPES.update(PYTHON_TASKS)
 
 

@@ -39,6 +39,9 @@ class DatasetTask:
     """
 
     metric = "acc"
+    # the headline's value for answers that ignore the item (1/k for k choices); None where no such
+    # level exists (generated answers); reports mark a task whose baseline is there as uninformative
+    chance: float | None = None
 
     def __init__(self, cfg: Any, ctx: TaskContext):
         self.cfg, self.ctx = cfg, ctx

@@ -10,6 +10,14 @@ clause; `choice_tokens: fold` also counts them with or without the space (see
 evalsuite.tasks.choice, also for ties and items with neither label in the top-k, reported as
 `legal/tie_rate` and `legal/no_choice_rate`).
 
+`scoring: threshold` (the default) judges each clause by the Yes-minus-No log-probability margin
+against a threshold fitted per clause type on its train.tsv items (evalsuite.tasks.threshold):
+argmax over Yes/No measures a small model's bias to "Yes" (Qwen2.5-Coder-1.5B says Yes to 98% of
+clauses, balanced accuracy 0.52 whatever the variant), the margin what it knows. The headline
+`legal/balanced_acc` follows the items' scoring; `legal/argmax_balanced_acc` beside it is
+LegalBench's own rule (its numbers compare with published LegalBench results); `scoring: argmax`
+makes that the headline and sends no train items.
+
 `limit_per_task` draws a label-stratified sample, seeded per task and label, with equal counts
 of Yes and No where both have enough items (the rest from the larger label). Equal, not
 proportional: balanced accuracy is the mean of the two labels' recalls, so its standard error
@@ -35,6 +43,7 @@ from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice, target_delimiter)
+from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScoring, argmax_value, thresholded
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
 HUB_ID = "nguha/legalbench"
@@ -42,14 +51,8 @@ LABELS = ["Yes", "No"]
 
 
 def bundled_dir() -> Path:
-    """The 30 CUAD tasks shipped in the repository (tasks/data/legalbench-cuad, CC BY 4.0).
-
-    Found beside the package in a checkout; an installed wheel has no such folder and falls
-    back to the hub.
-    """
-    import evalsuite
-
-    return Path(evalsuite.__file__).resolve().parents[1] / "tasks" / "data" / "legalbench-cuad"
+    """The 30 CUAD tasks shipped as package data (evalsuite/tasks/defs/data/legalbench-cuad, CC BY 4.0)."""
+    return Path(__file__).resolve().parent / "defs" / "data" / "legalbench-cuad"
 
 
 class LegalConfig(BaseModel):
@@ -63,6 +66,7 @@ class LegalConfig(BaseModel):
     limit_per_task: int | None = Field(default=None, ge=1)  # a label-stratified sample per task, equal Yes and No
     chat: bool = False
     choice_tokens: ChoiceTokens = "lm_eval"  # " Yes"/" No" only; fold: with or without the space
+    scoring: Scoring = "threshold"  # argmax: LegalBench's rule, the likelier of Yes/No (module doc)
 
     def build(self, ctx: TaskContext) -> Task:
         key = f"tasks.{self.name}"
@@ -164,8 +168,13 @@ def open_source(cfg: LegalConfig, ctx: TaskContext) -> tuple[str, list[str], Any
                       "point it at a folder of LegalBench task folders (<task>/train.tsv, test.tsv, base_prompt.txt)")
 
 
-class LegalTask(DatasetTask):
+class LegalTask(ThresholdScoring, DatasetTask):
     metric = "balanced_acc"
+    chance = 0.5  # balanced accuracy of any answer that ignores the clause
+
+    def __init__(self, cfg: LegalConfig, ctx: TaskContext):
+        super().__init__(cfg, ctx)
+        self.scoring = cfg.scoring
 
     def _build(self) -> list[Sample]:
         self.source, available, load = open_source(self.cfg, self.ctx)
@@ -173,41 +182,81 @@ class LegalTask(DatasetTask):
         given = [t.removeprefix("cuad_").replace("-", "_") for t in self.cfg.tasks or []]
         names = list(dict.fromkeys(given or available))
         check_names(names, available, f"tasks.{self.name}.tasks", "task")
-        return [s for task in names for s in self._task_samples(task, load(task))]
+        data = {task: load(task) for task in names}
+        self._calibration = ([s for task in names for s in self._calibration_samples(task, data[task])]
+                             if self.scoring == "threshold" else [])
+        return [s for task in names for s in self._task_samples(task, data[task])]
+
+    def _request(self, prompt: str):
+        if self.cfg.chat:
+            req = choice_request(prompt_token_ids=chat_prompt_ids(self.ctx.tokenizer, [
+                {"role": "user", "content": prompt}], f"tasks.{self.name}.chat"))
+        else:
+            req = choice_request(prompt=prompt)
+        return fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+
+    def _labels(self, task: str, rows: list[dict[str, Any]], split: str) -> list[str]:
+        try:
+            return [label_of(r) for r in rows]
+        except ValueError as e:
+            raise ConfigError(f"tasks.{self.name}.data_dir: {task}/{split}: {e}") from None
 
     def _task_samples(self, task: str, data: TaskData) -> list[Sample]:
         cfg, key = self.cfg, f"tasks.{self.name}"
         if cfg.num_fewshot is not None and cfg.num_fewshot > len(data.train):
             raise ConfigError(f"{key}.num_fewshot: {task} has only {len(data.train)} train examples, asked {cfg.num_fewshot}")
         template = task_template(data.base_prompt, data.train, cfg.num_fewshot, task)
+        labels = self._labels(task, data.test, "test")
         out = []
-        try:
-            labels = [label_of(r) for r in data.test]
-        except ValueError as e:
-            raise ConfigError(f"{key}.data_dir: {task}/test: {e}") from None
         for i in stratified_subset(labels, cfg.limit_per_task, self.ctx.seed, task):
-            row = data.test[i]
-            prompt = fill_template(template, row)
-            if cfg.chat:
-                req = choice_request(prompt_token_ids=chat_prompt_ids(self.ctx.tokenizer, [
-                    {"role": "user", "content": prompt}], f"{key}.chat"))
-            else:
-                req = choice_request(prompt=prompt)
-            req, truncated = fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+            req, truncated = self._request(fill_template(template, data.test[i]))
             out.append(Sample(id=f"{task}/test/{i}", task=self.name, request=req, target=labels[i],
                               choices=list(LABELS), group=task, meta={"truncated": True} if truncated else {}))
         return out
 
+    def _calibration_samples(self, task: str, data: TaskData) -> list[Sample]:
+        """Every train item, asked with the other train items as its shots (leave one out: see
+        evalsuite.tasks.threshold for why its own example must not be in its prompt)."""
+        labels = self._labels(task, data.train, "train")
+        instruction = instruction_of(data.base_prompt, task)
+        out = []
+        for i, row in enumerate(data.train):
+            others = [r for j, r in enumerate(data.train) if j != i]
+            shots = others if self.cfg.num_fewshot is None else others[:self.cfg.num_fewshot]
+            req, truncated = self._request(fill_template(build_template(instruction, shots), row))
+            out.append(Sample(id=f"{task}/train/{i}", task=self.name, request=req, target=labels[i],
+                              choices=list(LABELS), group=task,
+                              meta={CALIBRATION_META: True, **({"truncated": True} if truncated else {})}))
+        return out
+
     def score(self, sample: Sample, completion: Completion) -> Score:
         # LegalBench lower-cases generations before comparing, so " yes" counts as " Yes"
-        return score_choice(self.name, sample, completion, self.cfg.choice_tokens, casefold=True,
-                            delimiter=target_delimiter(self.cfg.chat))
+        return self.judge(sample, score_choice(self.name, sample, completion, self.cfg.choice_tokens, casefold=True,
+                                               delimiter=target_delimiter(self.cfg.chat)))
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
-        p = self.name
-        per_task = [balanced_accuracy(g, f"{p}/balanced_acc/{t}") for t, g in by_group(scores).items()]
-        return [mean_over_tasks(per_task, f"{p}/balanced_acc"), accuracy(scores, f"{p}/acc"), *per_task,
-                *choice_rates(scores, p)]
+        return balanced_metrics(scores, self.name)
+
+
+def balanced_metrics(scores: list[Score], p: str, grouped: bool = True) -> list[Metric]:
+    """`{p}/balanced_acc` (the mean over groups of balanced accuracy, from the items' recorded
+    values, so it follows the scoring they were judged by), `{p}/acc`, one balanced accuracy per
+    group, the choice rates, and beside a thresholded headline `{p}/argmax_balanced_acc` from the
+    recorded log-probabilities. Named so, not `balanced_acc_argmax`: a `balanced_acc*` name is read
+    as a mean of the items' values (paired tests, intervals), and those are the thresholded ones."""
+    head, per = _headline(scores, f"{p}/balanced_acc", grouped)
+    out = [head, accuracy(scores, f"{p}/acc"), *per]
+    if thresholded(scores, p):
+        argmax = [argmax_value(s) for s in scores if s.extra.get("logprobs")]
+        out.append(_headline(argmax, f"{p}/argmax_balanced_acc", grouped)[0])
+    return out + choice_rates(scores, p)
+
+
+def _headline(scores: list[Score], name: str, grouped: bool) -> tuple[Metric, list[Metric]]:
+    """(the mean over groups of balanced accuracy, or one balanced accuracy without groups; the
+    groups' own)."""
+    per = [balanced_accuracy(g, f"{name}/{t}") for t, g in by_group(scores).items()] if grouped else []
+    return (mean_over_tasks(per, name) if per else balanced_accuracy(scores, name)), per
 
 
 def label_quotas(counts: dict[str, int], limit: int) -> dict[str, int]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import mean_stderr
@@ -40,11 +40,21 @@ class LMEvalConfig(BaseModel):
     tasks: list[str] = Field(min_length=1)  # lm-eval task or group names
     num_fewshot: int | None = Field(default=None, ge=0)  # None: each task's own default
     limit: int | None = Field(default=None, ge=1)  # documents per task
+    # lm-eval runs the `!function` Python code of include_path's YAML files: allowed only when said
+    allow_code: bool = False
     include_path: str | None = None  # folder of custom task YAMLs, relative to the config file
     batch_size: int = Field(default=64, gt=0)  # requests per engine call
     apply_chat_template: bool = False
     gen_kwargs: dict[str, Any] | None = None
     bootstrap_iters: int = Field(default=1000, ge=0)  # stderr of non-mean metrics (mean ones are exact)
+
+    @field_validator("include_path")
+    @classmethod
+    def _code_allowed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value and not info.data.get("allow_code"):
+            raise ValueError("lm-eval runs the Python code (`!function`) of the task files there; "
+                             "set allow_code: true on this task to allow it")
+        return value
 
     def build(self, ctx: TaskContext) -> Task:
         return LMEvalTask(self, ctx)

@@ -30,7 +30,7 @@ from evalsuite.tasks.choice import (LETTERS, ChoiceTokens, chat_prompt_ids, choi
 from evalsuite.core.types import Completion, Metric, Sample, Score
 from evalsuite.tasks.spec import Renderer, load_definition
 
-# The definition (prompt template, choices, few-shot source, subject -> category) is tasks/mmlu.yaml;
+# The definition (prompt template, choices, few-shot source, subject -> category) is evalsuite/tasks/defs/mmlu.yaml;
 # this module adds the sources and chat mode a definition file does not describe.
 DEFINITION = load_definition("mmlu")
 SUBJECTS: dict[str, str] = DEFINITION.categories
@@ -149,6 +149,7 @@ def open_source(cfg: MMLUConfig, ctx: TaskContext) -> tuple[str, Loader, set[str
 
 class MMLUTask(DatasetTask):
     metric = "acc"
+    chance = 0.25  # four choices
 
     def _build(self) -> list[Sample]:
         self.source, load, available = open_source(self.cfg, self.ctx)

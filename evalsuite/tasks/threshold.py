@@ -1,0 +1,159 @@
+"""Two-choice scoring by a threshold on the log-probability margin, fitted per group on train items.
+
+`scoring: argmax` picks the likelier of the two choices, as lm-eval does. A small model is often
+biased towards one answer (Qwen2.5-Coder-1.5B answers "Yes" to ~98% of CUAD clauses), and
+argmax then measures the bias: balanced accuracy sits at 0.5 whatever the model knows, so no
+variant can be told from another. `scoring: threshold` reads the margin
+d = logp(first choice) - logp(second choice) and predicts the first choice iff d >= t, with t
+chosen per group (a CUAD clause type) on that group's train items to maximize their balanced
+accuracy: exactly what balanced accuracy rewards, and the classic fix for a label bias
+(contextual calibration, Zhao et al. 2021, "Calibrate before use"). `>=` makes t = 0 the
+argmax rule, ties to the first choice included.
+
+The train items are the few-shot examples themselves, so each is asked with a prompt that
+leaves out its own example: with its answer in front of it the model would copy the label,
+its margin would separate the labels far better than a test item's can, and the threshold
+would be fitted to margins the test items never show.
+
+The threshold (fit_threshold): of t = 0 (the argmax rule) and the midpoints between adjacent
+distinct train margins, the one with the highest train balanced accuracy; among equals, the one
+closest to 0, then the lower. So the argmax rule stands unless a threshold does strictly better on
+the train items, and a group without train items or without both labels among them keeps t = 0.
+Deterministic: the same margins give the same thresholds.
+
+The train items are answered first, in the same engine, and recorded in
+samples/<task>.calibration.jsonl (argmax-scored, each with its margin); every test item's score
+records its margin and the threshold it was judged by, so the headline recomputes from the
+test items alone and the thresholds from the calibration lines.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Literal
+
+from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.types import Sample, Score
+from evalsuite.stats.metrics import by_group
+from evalsuite.tasks.choice import argmax_first
+
+Scoring = Literal["argmax", "threshold"]
+CALIBRATION_SUFFIX = ".calibration"  # samples/<task>.calibration.jsonl: the train items' lines
+CALIBRATION_META = "calibration"  # a calibration sample's meta flag
+
+
+def calibration_name(task: str) -> str:
+    """The samples file stem of a task's calibration items."""
+    return task + CALIBRATION_SUFFIX
+
+
+def margin(logprobs: dict[str, float | None]) -> float | None:
+    """logp(first) - logp(second) from a score's recorded log-probabilities (None: outside the
+    top-k, so -inf); None when neither choice was seen."""
+    a, b = (logprobs.get(c) for c in list(logprobs)[:2])
+    if a is None and b is None:
+        return None
+    return (-math.inf if a is None else a) - (-math.inf if b is None else b)
+
+
+def decide(d: float | None, threshold: float, choices: Sequence[str]) -> str:
+    """The first choice iff d >= threshold; "" (no answer, wrong) when neither choice was seen."""
+    if d is None:
+        return ""
+    return choices[0] if d >= threshold else choices[1]
+
+
+def _balanced(tp: int, n_pos: int, tn: int, n_neg: int) -> Fraction:
+    return (Fraction(tp, n_pos) + Fraction(tn, n_neg)) / 2  # exact: ties compare equal
+
+
+def fit_threshold(margins: Sequence[float], positive: Sequence[bool]) -> float:
+    """The threshold maximizing balanced accuracy of "positive iff margin >= t" (module doc)."""
+    pos = sorted(d for d, y in zip(margins, positive, strict=True) if y)
+    neg = sorted(d for d, y in zip(margins, positive, strict=True) if not y)
+    if not pos or not neg:
+        return 0.0
+    values = sorted({d for d in margins if math.isfinite(d)})
+    best = None
+    for t in [0.0, *((lo + hi) / 2 for lo, hi in zip(values, values[1:]))]:
+        # counts by bisection in the sorted margins: O(n log n) in all
+        tp, tn = len(pos) - bisect_left(pos, t), bisect_left(neg, t)
+        key = (-_balanced(tp, len(pos), tn, len(neg)), abs(t), t)
+        if best is None or key < best:
+            best = key
+    return best[2]
+
+
+def fit_thresholds(calibration: Sequence[Score]) -> dict[str, float]:
+    """Per group, the threshold fitted on its calibration scores (their recorded log-probabilities)."""
+    out = {}
+    for group, scores in by_group(calibration).items():
+        pairs = [(margin(s.extra.get("logprobs") or {}), s) for s in scores]
+        seen = [(d, s.target == next(iter(s.extra["logprobs"]))) for d, s in pairs if d is not None]
+        out[group] = fit_threshold([d for d, _ in seen], [y for _, y in seen])
+    return out
+
+
+def with_margin(score: Score) -> Score:
+    """The score with its margin recorded (None where infinite or undefined: JSON has no infinity;
+    the log-probabilities say which)."""
+    d = margin(score.extra.get("logprobs") or {})
+    return score.model_copy(update={"extra": {**score.extra, "margin": d if d is not None and math.isfinite(d) else None}})
+
+
+def apply_threshold(score: Score, threshold: float) -> Score:
+    """An argmax score judged again by the threshold: pred and value follow it, the argmax answer
+    stays recoverable from the log-probabilities."""
+    scored = with_margin(score)
+    lps = scored.extra.get("logprobs") or {}
+    pred = decide(margin(lps), threshold, list(lps))
+    return scored.model_copy(update={"pred": pred, "value": float(bool(pred) and pred == score.target),
+                                     "extra": {**scored.extra, "threshold": threshold}})
+
+
+def argmax_value(score: Score) -> Score:
+    """The score as argmax over its recorded log-probabilities would have given it."""
+    lps = {c: (-math.inf if v is None else v) for c, v in (score.extra.get("logprobs") or {}).items()}
+    choices = list(lps)
+    pred = argmax_first(lps, choices) if choices and not all(math.isinf(v) for v in lps.values()) else ""
+    return score.model_copy(update={"pred": pred, "value": float(bool(pred) and pred == score.target)})
+
+
+def thresholded(scores: Sequence[Score], task: str) -> bool:
+    """Whether the scores were judged by thresholds; a mix of both scorings has no one headline."""
+    marked = sum("threshold" in s.extra for s in scores)
+    if 0 < marked < len(scores):
+        raise EvalsuiteError(f"{task}: {len(scores) - marked} of {len(scores)} recorded items were scored without a "
+                             "threshold (an argmax run resumed under scoring: threshold); rerun the task or set "
+                             "scoring: argmax")
+    return marked > 0
+
+
+class ThresholdScoring:
+    """What a two-choice task needs for `scoring: threshold`: its calibration items (built with its
+    samples, into `_calibration`), the thresholds fitted on their scores, and each score judged
+    by its group's threshold. Mixed into a DatasetTask that sets `scoring`."""
+
+    scoring: Scoring = "argmax"
+    thresholds: dict[str, float] | None = None
+    _calibration: list[Sample]
+
+    def calibration_samples(self) -> list[Sample]:
+        """The train items to answer before the test items; none under argmax."""
+        self.samples()  # builds both
+        return self._calibration
+
+    def calibrate(self, scores: Sequence[Score]) -> None:
+        self.thresholds = fit_thresholds(scores)
+
+    def judge(self, sample: Sample, score: Score) -> Score:
+        if sample.meta.get(CALIBRATION_META):
+            return with_margin(score)
+        if self.scoring == "argmax":
+            return score
+        if self.thresholds is None:
+            raise RuntimeError(f"{score.task}: test items scored before calibrate()")
+        return apply_threshold(score, self.thresholds.get(str(sample.group), 0.0))

@@ -1,0 +1,121 @@
+"""The conventions users of lm-eval, vLLM and MLflow expect from a command line: --version, -h,
+value names in help, `init`, shipped examples by name, `run --limit/--tasks`, `compare --format json`,
+`gate` on the shipped rules. The engine is the fake one (engine/fake.py); records and CLI are real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import evalsuite
+from evalsuite.cli.main import app
+from evalsuite.cli.shipped import DEFAULT_RULES, STARTER, STARTER_MODEL
+from tests.test_fake_e2e import make_config, metrics, only_run
+
+COMMANDS = ["run", "validate", "finish", "quantize", "init", "plan", "check", "compare", "gate", "sync", "models import"]
+
+
+def cli(*args: str, **kw):
+    return CliRunner().invoke(app, list(args), **kw)
+
+
+def test_version_and_h():
+    res = cli("--version")
+    assert res.exit_code == 0 and res.output == f"evalsuite {evalsuite.__version__}\n"
+    assert cli("-h").output == cli("--help").output and "Commands" in cli("-h").output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_names_values_not_python_types(command):
+    res = cli(*command.split(), "-h", env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for python_type in ("<list", "<bool>", "<str>", "<path>", "<int", "<float", "<Path"):
+        assert python_type not in res.output, (command, res.output)
+
+
+def test_a_command_module_that_fails_to_import_is_an_error():
+    code = "import sys; sys.modules['evalsuite.cli.plan'] = None; import evalsuite.cli.main"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert res.returncode != 0 and "import of evalsuite.cli.plan halted" in res.stderr
+
+
+def test_init_writes_a_starter_that_validates_and_keeps_an_existing_one(tmp_path):
+    res = cli("init", str(tmp_path / "here"))
+    assert res.exit_code == 0 and "next: evalsuite run" in res.output
+    written = tmp_path / "here" / "evalsuite.yaml"
+    assert written.read_text() == STARTER.read_text() and STARTER_MODEL in STARTER.read_text()
+    assert cli("validate", str(written)).exit_code == 0
+    again = cli("init", str(tmp_path / "here"))
+    assert again.exit_code == 2 and "exists; give --force" in again.output and again.output.count("\n") == 1
+
+
+def test_init_names_a_hf_model_or_a_folder(tmp_path, tiny_model):
+    assert cli("init", str(tmp_path), "--model", "Qwen/Qwen2.5-7B-Instruct").exit_code == 0
+    model = yaml.safe_load((tmp_path / "evalsuite.yaml").read_text())["model"]
+    assert model == {"hf": "Qwen/Qwen2.5-7B-Instruct"}
+    assert cli("init", str(tmp_path), "--model", str(tiny_model), "--force").exit_code == 0
+    assert yaml.safe_load((tmp_path / "evalsuite.yaml").read_text())["model"] == {"path": str(tiny_model.resolve())}
+    bad = cli("init", str(tmp_path), "--model", "not a model", "--force")
+    assert bad.exit_code == 2 and "neither a model folder here nor a Hugging Face id" in bad.output
+
+
+def test_shipped_examples_are_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli("validate", "examples/qwen2.5-7b-instruct", "examples/llama-3.1-8b-instruct-128k.yaml").exit_code == 0
+    res = cli("validate", "examples/absent")
+    assert res.exit_code == 2 and "allowed: examples/llama-3.1-8b-instruct-128k" in res.output
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory, tiny_model, repo_root):
+    """A fake-engine run narrowed to MMLU, 5 items, and the full run of the same config."""
+    tmp = tmp_path_factory.mktemp("quick")
+    cfg = make_config(tmp, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad",
+                      tracking=False)
+    res = cli("run", str(cfg), "--no-progress", "--tasks", "mmlu", "--limit", "5", "-o", str(tmp / "quick"))
+    assert res.exit_code == 0, res.output
+    full = cli("run", str(cfg), "--no-progress", "-o", str(tmp / "full"))
+    assert full.exit_code == 0, full.output
+    return only_run(tmp / "quick"), only_run(tmp / "full"), cfg
+
+
+def test_run_limit_and_tasks_narrow_the_run_and_its_record(quick):
+    run, full, _ = quick
+    assert {f.name for f in (run / "bf16" / "samples").iterdir()} == {"mmlu.jsonl"}  # no legal, no latency
+    ids = [json.loads(line)["sample"]["id"] for line in (run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines()]
+    assert len(set(ids)) == 5 and {i.split("/")[0] for i in ids} == {"abstract_algebra", "anatomy"}  # spread over both
+    assert metrics(run, "bf16")["mmlu/acc"] is not None and "legal/balanced_acc" in metrics(full, "bf16")
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert recorded["limit"] == 5 and [t["type"] for t in recorded["tasks"]] == ["mmlu"] and recorded["latency"] is None
+    assert "limit" not in yaml.safe_load((full / "config.yaml").read_text())  # a full run's record as before
+
+
+def test_run_tasks_refuses_an_unknown_name_in_one_line(quick):
+    res = cli("run", str(quick[2]), "--tasks", "mmlu,nope")
+    assert res.exit_code == 2 and "--tasks: unknown nope (allowed: mmlu, legal, latency)" in res.output
+
+
+def test_compare_json_holds_values_intervals_and_paired_deltas(quick):
+    _, full, _ = quick
+    res = cli("compare", str(full), "--format", "json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["baseline"] == "bf16" and set(data["variants"]) == {"bf16", "kv_fp8", "worse"}
+    acc = data["variants"]["worse"]["metrics"]["mmlu/acc"]
+    assert acc["value"] == metrics(full, "worse")["mmlu/acc"] and acc["n"] == 20 and len(acc["ci95"]) == 2
+    assert acc["delta_ci95"] and acc["paired_n"] == 20 and data["variants"]["bf16"]["metrics"]["mmlu/acc"]["delta"] is None
+
+
+def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
+    _, full, _ = quick
+    res = cli("gate", "--baseline", f"{full}:bf16", "--candidate", f"{full}:kv_fp8")
+    assert res.exit_code in (0, 1), res.output
+    assert res.stderr.strip() == f"gate: no --rules given; using the shipped default rules ({DEFAULT_RULES})"
+    assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()

@@ -1,0 +1,58 @@
+"""Two runs of one config started at the same moment, in two processes, on one output folder:
+each gets a folder of its own, and the MLflow store they both create stays usable (`sync` works).
+
+The engine is the fake one (the test is about folders and the store); MLflow's SQLite store is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from mlflow.tracking import MlflowClient
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def evalsuite(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.Popen([sys.executable, "-m", "evalsuite", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_two_runs_at_once_get_two_folders_and_one_working_store(tmp_path, tiny_model):
+    cfg = tmp_path / "same.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)},
+        "engine": {"mode": "fake", "batch_size": 2},
+        "variants": {"bf16": {"max_model_len": 2048}},
+        "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 6, "num_fewshot": 0}],
+        "latency": {"prompt_tokens": [16], "output_tokens": 2, "repeats": 1},
+        "tracking": {"experiment": "together"},
+    }))
+    out = tmp_path / "runs"
+    time.sleep(1 - time.time() % 1)  # both start early in one second: the same second of the run id
+    procs = [evalsuite("run", str(cfg), "-o", str(out), "--no-progress", cwd=tmp_path) for _ in range(2)]
+    results = [(p.wait(timeout=600), *p.communicate()) for p in procs]
+    for code, stdout, stderr in results:
+        assert code == 0 and "MLflow logging failed" not in stdout + stderr, stdout + stderr
+    runs = sorted(p for p in out.iterdir() if (p / "run.json").exists())
+    assert len(runs) == 2 and runs[0].name[:15] == runs[1].name[:15]  # one second, two folders
+    for run in runs:
+        lines = (run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines()
+        ids = [json.loads(line)["sample"]["id"] for line in lines]
+        assert len(ids) == len(set(ids)) == 6
+        assert json.loads((run / "run.json").read_text())["variants"][0]["status"] == "ok"
+    sync = subprocess.run([sys.executable, "-m", "evalsuite", "sync", "--output-dir", str(out)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("together")
+    parents = client.search_runs([exp.experiment_id], "tags.`evalsuite.role` = 'parent'")
+    assert sorted(r.data.tags["evalsuite.run_id"] for r in parents) == [r.name for r in runs]
