@@ -131,7 +131,7 @@ def sync_command(
     except ImportError as e:
         raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 
-    failed = 0
+    failed, links = 0, []
     for rd in find_run_dirs(list(run_dirs or []), output_dir):
         cfg = run_tracking_config(rd)
         if not run_dirs and not cfg.enabled:
@@ -145,6 +145,9 @@ def sync_command(
             continue
         what = f"uploaded {', '.join(res.created)}" if res.created else "already synced"
         typer.echo(f"{rd.root}: {what} (parent run {res.parent_run_id} at {res.uri})")
+        links.append(res.link)
+    for link in dict.fromkeys(links):  # the runs table of each experiment written to
+        typer.echo(link)
     if failed:
         raise typer.Exit(1)
 

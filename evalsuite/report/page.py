@@ -24,31 +24,15 @@ from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
 TTFT, ITL = "latency/ttft_ms_p50/ctx", "latency/itl_ms_p50/ctx"
-VERDICT_ORDER = {"failed": 0, "inconclusive": 1, "passed": 2}
+VERDICT_ORDER = {"failed": 0, "inconclusive": 1, "passed": 2, "skipped": 3}
 
 
 # ---------------------------------------------------------------- the gate, as this page reads it
 
 
 def gate_verdicts(report: GateReport) -> dict[str, str]:
-    """candidate label -> passed | failed | inconclusive (a check too small to judge, no failure)."""
-    if hasattr(report, "verdicts"):
-        return report.verdicts()
-    out: dict[str, str] = {}
-    for c in report.checks:
-        now = "failed" if c.status == "fail" else "inconclusive" if c.status == "warn" else "passed"
-        prev = out.get(c.candidate, "passed")
-        out[c.candidate] = min(prev, now, key=VERDICT_ORDER.get)
-    return out
-
-
-def task_marks(entry: Entry) -> dict[str, str]:
-    """headline metric -> "at chance" | "at ceiling", where the gate's statistics name one."""
-    try:
-        from evalsuite.stats.informative import task_marks as marks
-    except ImportError:
-        return {}
-    return marks(entry.result)
+    """candidate label -> passed | failed | inconclusive | skipped, as the gate decides them."""
+    return dict(report.verdicts())
 
 
 # ---------------------------------------------------------------- one row per variant
@@ -71,7 +55,7 @@ class Row:
     n: dict[str, int] = field(default_factory=dict)
     delta: dict[str, PairedDelta] = field(default_factory=dict)
     changed: dict[str, float] = field(default_factory=dict)  # primary metric -> share of answers changed
-    marks: dict[str, str] = field(default_factory=dict)
+    control: bool = False  # a variant the config names under `controls:`: the engine's own noise
     pareto: list[str] = field(default_factory=list)  # primary metrics on whose weights front it lies
     runs: list[str] = field(default_factory=list)
 
@@ -98,7 +82,7 @@ class Report:
     parts: list[RunPart]
     rows: list[Row]
     primary: list[str]
-    noise: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, str] = field(default_factory=dict)  # the baseline's metric -> at chance / at ceiling
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
@@ -170,9 +154,10 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
             row = rows.setdefault(entry.result.variant, Row(entry.result.variant, entry.result.status,
                                                              baseline=entry.result.variant == base))
             _fill(row, part, entry, primary)
+        if part.has_baseline:
+            report.marks = {**part.comparison.marks, **report.marks}
         if part.gate is not None:
             _judge(rows, part)
-            report.noise.update(getattr(part.gate, "noise", None) or {})
     report.rows = list(rows.values())
     _mark_pareto(report)
     return report
@@ -201,7 +186,6 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
             row.delta[name] = part.comparison.paired[(entry.label, name)]
     if scored:
         row.status = v.status
-        row.marks.update({k: x for k, x in task_marks(entry).items() if k in scored})
 
 
 def _judge(rows: dict[str, Row], part: RunPart) -> None:
@@ -209,6 +193,8 @@ def _judge(rows: dict[str, Row], part: RunPart) -> None:
     within one folder)."""
     verdicts = gate_verdicts(part.gate)
     by_label = {e.label: e.result.variant for e in part.comparison.entries}
+    for label in part.gate.controls:
+        rows[by_label.get(label, label)].control = True
     for label, verdict in verdicts.items():
         row = rows[by_label.get(label, label)]
         row.verdict = verdict if row.verdict is None else min(row.verdict, verdict, key=VERDICT_ORDER.get)
@@ -218,8 +204,8 @@ def _judge(rows: dict[str, Row], part: RunPart) -> None:
             continue
         name = by_label.get(c.candidate, c.candidate)
         acc[name].append(c.status)
-        if c.test is not None and c.test.counts and c.test.n:
-            rows[name].changed.setdefault(c.metric, sum(c.test.counts) / c.test.n)
+        if c.changed is not None and c.n:
+            rows[name].changed.setdefault(c.metric, c.changed / c.n)
     for name, statuses in acc.items():
         ok = "fail" not in statuses
         rows[name].accuracy_ok = ok if rows[name].accuracy_ok is None else rows[name].accuracy_ok and ok
@@ -258,8 +244,9 @@ def longest_common(report: Report, rows: list[Row]) -> int | None:
 
 
 def within_limits(report: Report) -> list[Row]:
-    """The baseline and every variant no accuracy check of the gate failed (usable, measured ones)."""
-    return [r for r in report.rows if r.status == "ok" and (r.baseline or r.accuracy_ok)]
+    """The baseline and every variant no accuracy check of the gate failed (usable, measured ones;
+    controls measure noise and are never served)."""
+    return [r for r in report.rows if r.status == "ok" and not r.control and (r.baseline or r.accuracy_ok)]
 
 
 def picks(report: Report) -> list[Pick]:
@@ -299,12 +286,8 @@ def rules_file(given: Path | None) -> Path:
     """--rules, else the gate rules evalsuite ships."""
     if given is not None:
         return given
-    try:
-        from evalsuite.report.gate import default_rules_path
-    except ImportError:
-        import evalsuite
+    from evalsuite.report.rules import default_rules_path
 
-        return Path(evalsuite.__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml"
     return Path(default_rules_path())
 
 

@@ -83,7 +83,7 @@ def verdict_cell(row: Row) -> str:
     if row.baseline:
         return "baseline"
     text = row.verdict or "-"
-    return text + (" (partial)" if row.status == "partial" else "")
+    return ("control: " if row.control else "") + text + (" (partial)" if row.status == "partial" else "")
 
 
 def speed_cell(row: Row, n: int) -> str:
@@ -96,6 +96,12 @@ def speed_cell(row: Row, n: int) -> str:
 # ---------------------------------------------------------------- (a) the decision
 
 
+def _shown_path(path: str) -> str:
+    """A path relative to the working folder where it lies inside it: shorter, and the same on every machine."""
+    p = Path(path).resolve()
+    return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else path
+
+
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cols = ["variant", "verdict", "weights GiB", "KV tokens", "tokens per KV GiB",
@@ -106,7 +112,7 @@ def decision_table(report: Report) -> Table:
         rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(_task(m) for m in r.pareto) or "-"])
-    note = (f"verdict: the gate ({report.rules_path}) against `{report.baseline}` in the same run folder; "
+    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
             "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
             "(‡: fewer items than the runs hold); Pareto: no other variant has both fewer weight GiB and a higher "
             "score on that task.")
@@ -164,11 +170,14 @@ def task_table(report: Report, metric: str) -> Table:
         changed = r.changed.get(metric)
         rows.append([r.name, f"{r.accuracy[metric]:.3f}", "-" if not ci else f"{ci[0]:.3f}–{ci[1]:.3f}",
                      f"{r.n.get(metric, 0):,}", delta_cell(r, metric) if not r.baseline else "-",
-                     "-" if changed is None else f"{changed:.1%}", r.marks.get(metric, "informative")])
-    cols = ["variant", metric, "95% interval", "n", "change, pt [95%]", "answers changed", "mark"]
-    return Table(f"task-{safe_name(metric)}", cols, rows, "answers changed: the share of paired items whose "
-                 "score differs from the baseline's (lost + gained over n); mark: the baseline's task at chance or "
-                 "at ceiling says nothing about a loss.")
+                     "-" if changed is None else f"{changed:.1%}" + (" (control)" if r.control else "")])
+    cols = ["variant", metric, "95% interval", "n", "change, pt [95%]", "answers changed"]
+    mark = report.marks.get(metric)
+    how = (f"The baseline is {mark} on {metric}: " + ("a change here is no evidence either way." if mark == "at chance"
+           else "a loss can show, a gain cannot.")) if mark else f"The baseline's {metric} is informative (neither at chance nor at ceiling)."
+    return Table(f"task-{safe_name(metric)}", cols, rows, how + " Answers changed: the share of paired items "
+                 "whose answer differs from the baseline's, as the gate counts them; a control's share is the engine's "
+                 "own noise floor.")
 
 
 def task_sections(report: Report, out: Path) -> list[Section]:
@@ -189,11 +198,6 @@ def task_sections(report: Report, out: Path) -> list[Section]:
             if heat:
                 sec.blocks.append(Figure(heat, f"{task}: accuracy per depth and length cell, per variant"))
         sections.append(sec)
-    if report.noise:
-        rows = [[k, f"{v:.1%}"] for k, v in report.noise.items()]
-        sections.append(Section("Noise floor", "noise", [
-            "The share of answers that change between runs that should agree (the control's) bounds what a "
-            "variant's changed answers can mean.", Table("noise", ["run", "answers changed"], rows)]))
     return sections
 
 

@@ -5,10 +5,12 @@ already in the experiment are found by the tags `evalsuite.run_id` / `evalsuite.
 and a content digest, so `evalsuite sync` can be repeated and only uploads what is missing
 or stale. `tracking.json` in the run directory remembers where a run went, per URI.
 
-Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (compare.md,
-compare.csv, plots); each variant run has result.json, samples/<task>.jsonl, engine.log, and
-one dataset input per task (item ids, groups, targets: what the variant was asked).
-The experiment is tagged as a classic (non-GenAI) one, so MLflow's UI opens on its runs table.
+Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (the decision page
+report.html and report.md with its plots, compare.md, compare.csv); each variant run has
+result.json, samples/<task>.jsonl, engine.log, and one dataset input per task (item ids, groups,
+targets: what the variant was asked). Each variant run also carries its gate verdict (tag) and its
+accuracy changes against the baseline (`delta/...`); evalsuite.report.review says how the printed
+link opens the runs table with those columns.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
 
@@ -44,6 +46,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir, is_safe_name
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
+from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, shown, variant_review, view_columns, view_state
 from evalsuite.report.settings import TrackingConfig
 
 STATE_FILE = "tracking.json"
@@ -60,6 +63,9 @@ T_PARENT = "mlflow.parentRunId"
 # UI's ExperimentKind enum; no Python constant exists) opens it on the classic runs table.
 T_EXPERIMENT_KIND, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 DATASET_CONTEXT = "evaluation"  # the dataset input's mlflow.data.context tag
+# The UI expands, on a first visit, the parents of runs of this type: a variant is an evaluation,
+# and the runs table then lists the variants under their run without a click.
+T_RUN_TYPE, RUN_TYPE = "mlflow.runType", "evaluation"
 
 
 class TrackingError(EvalsuiteError):
@@ -247,7 +253,7 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
 
 
 def variant_metrics(result: VariantResult) -> dict[str, float]:
-    out = {sanitize(k): v for k, v in flat_metrics(result).items() if v is not None}
+    out = {sanitize(k): shown(v) for k, v in flat_metrics(result).items() if v is not None}
     if result.duration_s is not None:
         out["variant/duration_s"] = result.duration_s
     return out
@@ -324,6 +330,16 @@ class SyncResult:
     variant_run_ids: dict[str, str] = field(default_factory=dict)
     created: list[str] = field(default_factory=list)  # variant names (or "parent") newly uploaded
 
+    @property
+    def url(self) -> str:
+        """The experiment's runs table, with the verdict and change columns shown."""
+        return runs_table_url(self.uri, self.experiment_id)
+
+    @property
+    def link(self) -> str:
+        """What to open: the link, and for a local store the command that serves it."""
+        return review_hint(self.uri, self.experiment_id)
+
     def to_json(self) -> dict[str, Any]:
         return {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "parent_run_id": self.parent_run_id,
                 "variant_run_ids": self.variant_run_ids, "synced_at": datetime.now(UTC).isoformat()}
@@ -371,7 +387,7 @@ class _Logger:
 
     def _upload_variant(self, parent_id: str, result: VariantResult, digest: str) -> str:
         tags = {**run_tags(self.record, self.env), T_ROLE: "variant", T_VARIANT: result.variant, T_PARENT: parent_id,
-                "mlflow.runName": result.variant, "evalsuite.status": result.status}
+                "mlflow.runName": result.variant, "evalsuite.status": result.status, T_RUN_TYPE: RUN_TYPE}
         if result.reason:
             tags["evalsuite.reason"] = result.reason[:MAX_TAG]
         for key, tag in (("vllm_version", "vllm.version"), ("device", "device")):
@@ -408,24 +424,40 @@ class _Logger:
         if (vdir / "engine.log").exists():
             self.client.log_artifact(run_id, str(vdir / "engine.log"))
 
-    def parent_artifacts(self, parent_id: str) -> None:
+    def parent_artifacts(self, parent_id: str, variant_run_ids: dict[str, str]) -> None:
+        """run/ (the records), report/ (the decision page, compare's tables and plots), and on each
+        variant run its verdict and changes against the baseline; then the runs table's saved view."""
         for name in ("config.yaml", "env.json", "run.json"):
             if (self.rd.root / name).exists():
                 self.client.log_artifact(parent_id, str(self.rd.root / name), "run")
         with tempfile.TemporaryDirectory() as tmp:
-            for path in _report(self.rd, Path(tmp)):
+            files, report = _report(self.rd, Path(tmp))
+            for path in files:
                 self.client.log_artifact(parent_id, str(path), "report")
+        if report is None:
+            return
+        for variant, (metrics, tags) in variant_review(report).items():
+            if variant in variant_run_ids:
+                _log_batch(self.client, variant_run_ids[variant], metrics=metrics, tags=tags)
+        previous = self.client.get_experiment(self.exp_id).tags.get(VIEW_TAG)
+        self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id, previous))
 
 
-def _report(rd: RunDir, out: Path) -> list[Path]:
+def _report(rd: RunDir, out: Path):
+    """The files of report/ and the page's figures (None where the page cannot be drawn)."""
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import write_report
+    from evalsuite.report.page import build_report
+    from evalsuite.report.page_doc import write
 
+    files, report = [], None
     try:
-        return write_report(compare([(rd, None)]), out)
+        files += write_report(compare([(rd, None)]), out)
+        report = build_report([str(rd.root)], None, None, None, out)
+        files += write(report, out, f"evalsuite report {rd.root} --out REPORT_DIR")
     except Exception as e:  # noqa: BLE001 - a report that cannot be drawn must not keep the records out
-        logging.getLogger(__name__).warning("evalsuite: no comparison report for %s: %s", rd.root, e)
-        return []
+        logging.getLogger(__name__).warning("evalsuite: no report for %s: %s", rd.root, e)
+    return files, report
 
 
 def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, *, uri: str | None = None) -> SyncResult:
@@ -455,7 +487,7 @@ def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, 
                                 json.dumps(sorted(result.variant_run_ids.items())))
         parent_run = client.get_run(parent_id)
         if new_parent or result.created or parent_run.data.tags.get(T_SYNCED) != parent_digest:
-            log.parent_artifacts(parent_id)
+            log.parent_artifacts(parent_id, result.variant_run_ids)
             _log_batch(client, parent_id, tags={T_SYNCED: parent_digest})
         if parent_run.info.status != "FINISHED" or result.created:
             all_failed = record.variants and all(v.status == "failed" for v in record.variants)

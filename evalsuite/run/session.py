@@ -128,7 +128,7 @@ def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
     except ImportError:
         return
     try:
-        log_run(run_dir, cfg.tracking)
+        console.print(log_run(run_dir, cfg.tracking).link, markup=False, highlight=False)
     except Exception as e:  # noqa: BLE001 - tracking must never lose a finished run
         console.print(f"[yellow]MLflow logging failed ({type(e).__name__}: {e}); records are in {run_dir.root}; "
                       f"run `evalsuite sync` later")

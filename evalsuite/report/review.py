@@ -1,0 +1,88 @@
+"""What MLflow shows a reviewer: per variant its gate verdict and its accuracy changes against the
+baseline (`delta/<task>/<metric>`, in points, rounded to what their interval supports), and a
+saved view of the runs table with those columns, which the printed link opens.
+
+MLflow 3's UI opens an experiment on its GenAI views unless the link says `workflowType=
+machine_learning`, and shows no metric column until one is chosen; a view saved as the experiment
+tag `mlflow.sharedViewState.<key>` and named by `viewStateShareKey=<key>` in the link chooses them.
+No mlflow import here: tracking.py logs what this module computes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from urllib.parse import urlencode
+
+from evalsuite.report.page import Report
+
+VIEW_KEY = "evalsuite"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+T_VERDICT = "evalsuite.verdict"
+ENGINE_COLUMNS = ["engine/weights_gib", "engine/kv_cache_tokens"]
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
+
+
+def rounded(value: float, half_width: float) -> float:
+    """`value` to the digit its interval's half-width first reaches (0.35 -> tenths, 2.5 -> units):
+    a change of -0.4 [-0.8, -0.1] is -0.4, not -0.41950..."""
+    if not half_width or not math.isfinite(half_width) or half_width <= 0:
+        return value
+    digits = max(0, -math.floor(math.log10(half_width)))
+    return round(value, digits) + 0.0  # + 0.0: -0.0 becomes 0.0
+
+
+def shown(value: float) -> float:
+    """A logged figure at four significant digits (counts stay whole): MLflow shows every digit it gets."""
+    if not math.isfinite(value) or float(value).is_integer():
+        return value
+    return float(f"{value:.4g}")
+
+
+def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
+    """variant -> (delta metrics, tags) as its MLflow run gets them."""
+    out = {}
+    for row in report.rows:
+        metrics = {f"delta/{m}": rounded(d.delta, (d.high - d.low) / 2) for m, d in row.delta.items()}
+        verdict = "baseline" if row.baseline else row.verdict or ("-" if row.status == "ok" else row.status)
+        out[row.name] = (metrics, {T_VERDICT: verdict})
+    return out
+
+
+def view_columns(report: Report) -> list[str]:
+    """The runs table's columns, as the UI names them: verdict, headline accuracies, their changes,
+    weights and KV capacity."""
+    cols = [f"tags.`{T_VERDICT}`"]
+    cols += [f"metrics.`{m}`" for m in report.primary]
+    cols += [f"metrics.`delta/{m}`" for m in report.primary]
+    cols += [f"metrics.`{m}`" for m in ENGINE_COLUMNS]
+    return cols
+
+
+def view_state(columns: list[str], parent_run_id: str, previous: str | None = None) -> str:
+    """The saved view's JSON: these columns (after any an earlier run saved), parents expanded."""
+    state = {}
+    if previous:
+        try:
+            state = json.loads(previous)
+        except json.JSONDecodeError:
+            state = {}
+    kept = [c for c in state.get("selectedColumns", []) if c not in columns]
+    expanded = {**state.get("runsExpanded", {}), parent_run_id: True}
+    state.update({"selectedColumns": [*columns, *kept], "runsExpanded": expanded, "runsHiddenMode": "SHOW_ALL"})
+    return json.dumps(state)
+
+
+def runs_table_url(uri: str, experiment_id: str) -> str:
+    """The experiment's runs table with the saved view; a local store's as `mlflow ui` serves it."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_UI
+    query = urlencode({"viewStateShareKey": VIEW_KEY, "workflowType": "machine_learning"})
+    return f"{base}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def review_hint(uri: str, experiment_id: str) -> str:
+    """The line `run` and `sync` print: the link, and for a local store the command that serves it."""
+    url = runs_table_url(uri, experiment_id)
+    if uri.startswith(("http://", "https://")):
+        return f"MLflow: {url}"
+    return f"MLflow: `mlflow ui --backend-store-uri {uri}`, then {url}"
