@@ -88,11 +88,13 @@ class RulerTaskRunner:
         return self._samples
 
     def _build(self) -> list[Sample]:
+        from evalsuite.tasks import ruler_data as rd
+
         try:
-            from evalsuite.tasks import ruler_data as rd
+            rd.modules()
         except ImportError:
             raise ConfigError(f"tasks: {self.name}: type ruler needs lm-eval's RULER code "
-                              "(pip install 'lm-eval==0.4.13' wonderwords nltk)") from None
+                              "(pip install 'lm-eval[ruler]==0.4.13')") from None
         from evalsuite.data.haystack import resolve_source
 
         essays = rd.essay_words(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
