@@ -13,6 +13,7 @@ from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.legal import LegalConfig
 from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
+from evalsuite.tasks.longlegal_multi import LongLegalMultiConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
 from evalsuite.tasks.ruler import RulerConfig
@@ -22,7 +23,7 @@ from evalsuite.tasks.workload import WorkloadConfig
 
 PYTHON_TASKS = {c.model_fields["type"].default: c
                 for c in (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig,
-                          RulerConfig)}
+                          RulerConfig, LongLegalMultiConfig)}
 DEFINED = "defined"  # the tag of tasks defined in tasks/*.yaml
 spec.PYTHON_TYPES.update(PYTHON_TASKS)
 
@@ -40,4 +41,4 @@ TaskConfig = Annotated[Union[tuple(Annotated[c, Tag(k)] for k, c in PYTHON_TASKS
                              + (Annotated[ChoiceConfig, Tag(DEFINED)],)], Discriminator(task_kind)]
 
 __all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig",
-           "WorkloadConfig", "LMEvalConfig", "RulerConfig", "ChoiceConfig", "PYTHON_TASKS", "task_kind", "config_class"]
+           "WorkloadConfig", "LMEvalConfig", "RulerConfig", "LongLegalMultiConfig", "ChoiceConfig", "PYTHON_TASKS", "task_kind", "config_class"]
