@@ -170,6 +170,17 @@ def test_metrics_named_as_ruler_and_paired_on_the_right_items(built):
         assert sum(label in item_labels(s, sc) for s, sc in rows) == expected, label
 
 
+def test_items_are_kept_and_served_from_the_cache(built, tiny_tokenizer, monkeypatch):
+    from evalsuite.tasks import ruler_data
+
+    task, samples = built
+    monkeypatch.setattr(ruler_data, "generate", lambda *a, **k: pytest.fail("generated again"))
+    fewer = RulerConfig(lengths=[3072], n=1, tasks=["vt", "niah_single_2"]).build(task.ctx).samples()
+    kept = {s.id: s.model_dump() for s in samples if s.meta["index"] == 0}
+    assert [s.id for s in fewer] == ["ruler-vt-len3072-0", "ruler-niah_single_2-len3072-0"]
+    assert all(s.model_dump() == kept[s.id] for s in fewer)
+
+
 def test_config_errors_are_one_line():
     with pytest.raises(ValueError, match="niah_single_9"):
         RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},

@@ -25,7 +25,12 @@ read for the `len{L}` and `{task}` metrics.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
+import os
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -69,6 +74,17 @@ class RulerConfig(BaseModel):
         return RulerTaskRunner(self, ctx)
 
 
+def tokenizer_fingerprint(tok) -> str:
+    """What decides token counts: a fast tokenizer's whole definition, else its name and size."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else f"{type(tok).__name__}:{tok.name_or_path}:{len(tok)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def hash_words(words: list[str]) -> str:
+    return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
+
+
 def group_of(task: str, length: int) -> str:
     return f"{task}_len{length}"
 
@@ -90,9 +106,7 @@ class RulerTaskRunner:
     def _build(self) -> list[Sample]:
         from evalsuite.tasks import ruler_data as rd
 
-        try:
-            rd.modules()
-        except ImportError:
+        if not all(importlib.util.find_spec(m) for m in ("lm_eval", "wonderwords", "nltk")):
             raise ConfigError(f"tasks: {self.name}: type ruler needs lm-eval's RULER code "
                               "(pip install 'lm-eval[ruler]==0.4.13')") from None
         from evalsuite.data.haystack import resolve_source
@@ -101,13 +115,31 @@ class RulerTaskRunner:
         out = []
         for length in sorted(self.cfg.lengths, reverse=True):  # the longest first: the KV pool's peak early
             for task in self.cfg.tasks:
-                items = rd.generate(task, length, self.cfg.n, self.ctx.tokenizer, essays,
-                                    rd.item_seed(self.ctx.seed, task, length))
+                items = self._items(rd, task, length, essays)
                 if len(items) < self.cfg.n or not all(i["outputs"] for i in items):  # cwe: no word fitted
                     raise ConfigError(f"tasks: {self.name}: {task} does not fit {self.cfg.n} items in {length} "
                                       "tokens of this tokenizer; drop this length or this task")
                 out += [self.sample(task, length, i, item, rd) for i, item in enumerate(items)]
         return out
+
+    def _items(self, rd, task: str, length: int, essays: list[str]) -> list[dict[str, Any]]:
+        """lm-eval's items, kept in the cache folder: sizing a 128K haystack tokenizes it hundreds of
+        times (minutes a task), and every run of the same tokenizer, essays and seed has the same
+        items. A kept file with at least n items serves n: the first n items do not depend on n."""
+        seed = rd.item_seed(self.ctx.seed, task, length)
+        key = hashlib.sha256(f"{tokenizer_fingerprint(self.ctx.tokenizer)}:{hash_words(essays)}:{task}:"
+                             f"{length}:{seed}:{rd.VERSION}".encode()).hexdigest()[:24]
+        path = Path(self.ctx.cache_dir) / "ruler" / f"{task}-len{length}-{key}.json"
+        if path.is_file():
+            kept = json.loads(path.read_text())
+            if len(kept) >= self.cfg.n:
+                return kept[: self.cfg.n]
+        items = rd.generate(task, length, self.cfg.n, self.ctx.tokenizer, essays, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several runs may build the same items at once
+        tmp.write_text(json.dumps(items))
+        tmp.replace(path)
+        return items
 
     def prompt_ids(self, task: str, item: dict[str, Any], delimiter: str) -> list[int]:
         tok = self.ctx.tokenizer

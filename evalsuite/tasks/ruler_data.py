@@ -39,6 +39,7 @@ NIAH = {
     "niah_multivalue": ("essay", "words", "numbers", {"num_needle_v": 4}),
     "niah_multiquery": ("essay", "words", "numbers", {"num_needle_q": 4}),
 }
+VERSION = "lm-eval-0.4.13/1"  # of the items made here: part of their cache key
 OTHERS = ("vt", "cwe", "fwe")  # variable tracking, common- and frequent-words extraction
 TASKS = (*NIAH, *OTHERS)
 # lm-eval's generation_kwargs.max_gen_toks per task (niah_single_1.yaml, vt.yaml, cwe.yaml, fwe.yaml)
