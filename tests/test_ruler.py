@@ -181,6 +181,15 @@ def test_items_are_kept_and_served_from_the_cache(built, tiny_tokenizer, monkeyp
     assert all(s.model_dump() == kept[s.id] for s in fewer)
 
 
+def test_missing_items_are_built_in_parallel_in_order(monkeypatch):
+    from evalsuite.tasks import ruler
+
+    monkeypatch.setattr(ruler.os, "cpu_count", lambda: 4)
+    assert ruler.run_all(pow, [(2, 3), (3, 2), (4, 2)]) == [8, 9, 16]  # three spawned workers
+    monkeypatch.setattr(ruler.os, "cpu_count", lambda: 2)
+    assert ruler.run_all(pow, [(2, 3), (3, 2)]) == [8, 9]
+
+
 def test_config_errors_are_one_line():
     with pytest.raises(ValueError, match="niah_single_9"):
         RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},

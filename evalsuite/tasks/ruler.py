@@ -85,6 +85,30 @@ def hash_words(words: list[str]) -> str:
     return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
 
 
+def read_kept(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def write_kept(path: Path, items: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several runs may build the same items at once
+    tmp.write_text(json.dumps(items))
+    tmp.replace(path)
+
+
+def run_all(fn, calls: list[tuple]) -> list:
+    """fn(*args) for each, in order; in spawned processes when more than two cores can share them."""
+    workers = min(len(calls), os.cpu_count() or 1)
+    if workers <= 2:
+        return [fn(*args) for args in calls]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    # spawn: the parent may hold threads (a tokenizer's, an engine's) that a fork would copy mid-state
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*calls)))
+
+
 def group_of(task: str, length: int) -> str:
     return f"{task}_len{length}"
 
@@ -112,34 +136,37 @@ class RulerTaskRunner:
         from evalsuite.data.haystack import resolve_source
 
         essays = rd.essay_words(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+        pairs = [(task, length) for length in sorted(self.cfg.lengths, reverse=True)  # longest first: the
+                 for task in self.cfg.tasks]                                          # KV pool's peak early
+        items = self._items(rd, pairs, essays)
         out = []
-        for length in sorted(self.cfg.lengths, reverse=True):  # the longest first: the KV pool's peak early
-            for task in self.cfg.tasks:
-                items = self._items(rd, task, length, essays)
-                if len(items) < self.cfg.n or not all(i["outputs"] for i in items):  # cwe: no word fitted
-                    raise ConfigError(f"tasks: {self.name}: {task} does not fit {self.cfg.n} items in {length} "
-                                      "tokens of this tokenizer; drop this length or this task")
-                out += [self.sample(task, length, i, item, rd) for i, item in enumerate(items)]
+        for task, length in pairs:
+            got = items[(task, length)]
+            if len(got) < self.cfg.n or not all(i["outputs"] for i in got):  # cwe: no word fitted
+                raise ConfigError(f"tasks: {self.name}: {task} does not fit {self.cfg.n} items in {length} "
+                                  "tokens of this tokenizer; drop this length or this task")
+            out += [self.sample(task, length, i, item, rd) for i, item in enumerate(got[: self.cfg.n])]
         return out
 
-    def _items(self, rd, task: str, length: int, essays: list[str]) -> list[dict[str, Any]]:
-        """lm-eval's items, kept in the cache folder: sizing a 128K haystack tokenizes it hundreds of
-        times (minutes a task), and every run of the same tokenizer, essays and seed has the same
-        items. A kept file with at least n items serves n: the first n items do not depend on n."""
-        seed = rd.item_seed(self.ctx.seed, task, length)
-        key = hashlib.sha256(f"{tokenizer_fingerprint(self.ctx.tokenizer)}:{hash_words(essays)}:{task}:"
-                             f"{length}:{seed}:{rd.VERSION}".encode()).hexdigest()[:24]
-        path = Path(self.ctx.cache_dir) / "ruler" / f"{task}-len{length}-{key}.json"
-        if path.is_file():
-            kept = json.loads(path.read_text())
-            if len(kept) >= self.cfg.n:
-                return kept[: self.cfg.n]
-        items = rd.generate(task, length, self.cfg.n, self.ctx.tokenizer, essays, seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several runs may build the same items at once
-        tmp.write_text(json.dumps(items))
-        tmp.replace(path)
-        return items
+    def _items(self, rd, pairs: list[tuple[str, int]], essays: list[str]) -> dict[tuple[str, int], list]:
+        """lm-eval's items per (task, length), kept in the cache folder: sizing a 128K haystack
+        tokenizes it hundreds of times (minutes a task on one core), and every run with the same
+        tokenizer, essays and seed has the same items. A kept file with at least n items serves n
+        (the first n items do not depend on n). Missing ones are built in parallel where there are
+        more than two cores (lm-eval's generators are single-threaded Python)."""
+        fingerprint = f"{tokenizer_fingerprint(self.ctx.tokenizer)}:{hash_words(essays)}:{rd.VERSION}"
+        jobs = {}
+        for task, length in pairs:
+            seed = rd.item_seed(self.ctx.seed, task, length)
+            key = hashlib.sha256(f"{fingerprint}:{task}:{length}:{seed}".encode()).hexdigest()[:24]
+            jobs[(task, length)] = (seed, Path(self.ctx.cache_dir) / "ruler" / f"{task}-len{length}-{key}.json")
+        out = {pair: kept for pair, (_, path) in jobs.items() if len(kept := read_kept(path)) >= self.cfg.n}
+        todo = [(task, length, self.cfg.n, self.ctx.tokenizer, essays, seed)
+                for (task, length), (seed, _) in jobs.items() if (task, length) not in out]
+        for args, items in zip(todo, run_all(rd.generate, todo), strict=True):
+            out[args[:2]] = items
+            write_kept(jobs[args[:2]][1], items)
+        return out
 
     def prompt_ids(self, task: str, item: dict[str, Any], delimiter: str) -> list[int]:
         tok = self.ctx.tokenizer
