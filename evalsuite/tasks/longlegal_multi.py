@@ -28,7 +28,8 @@ from evalsuite.core.types import Request, Sample
 from evalsuite.data.haystack import encode, prompt_frame, splice
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.longlegal import INTRO, LongLegalTask, normalize_answer
-from evalsuite.tasks.needle import GridConfig, cell_group, depth_pct, haystack_budget, schedule_cells
+from evalsuite.tasks.needle import (GridConfig, cell_group, check_distinct, depth_pct, haystack_budget,
+                                    schedule_cells)
 
 Question = Literal["notice_extended", "liability_cap", "late_charge"]
 QUESTIONS: tuple[str, ...] = ("notice_extended", "liability_cap", "late_charge")
@@ -66,9 +67,7 @@ class LongLegalMultiConfig(GridConfig):
     @field_validator("questions")
     @classmethod
     def _check_questions(cls, v: list[str]) -> list[str]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError("questions must be a non-empty list without repeats")
-        return v
+        return check_distinct(v, "questions")
 
     @property
     def clauses(self) -> list[str]:  # legal_long's name for what its metrics break down by

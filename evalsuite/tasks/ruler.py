@@ -39,7 +39,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.tasks.needle import check_fits, check_lengths
+from evalsuite.tasks.needle import check_distinct, check_fits, check_lengths
 
 RulerTask = Literal["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
                     "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe"]
@@ -66,9 +66,7 @@ class RulerConfig(BaseModel):
     @field_validator("tasks")
     @classmethod
     def _check_tasks(cls, v: list[str]) -> list[str]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError("tasks must name distinct RULER tasks")
-        return v
+        return check_distinct(v, "tasks")
 
     def build(self, ctx: TaskContext) -> Task:
         return RulerTaskRunner(self, ctx)
