@@ -13,14 +13,17 @@ from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.legal import LegalConfig
 from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
+from evalsuite.tasks.longlegal_multi import LongLegalMultiConfig
 from evalsuite.tasks.mmlu import MMLUConfig
 from evalsuite.tasks.needle import NeedleConfig
+from evalsuite.tasks.ruler import RulerConfig
 from evalsuite.tasks import spec
 from evalsuite.tasks.spec import ChoiceConfig
 from evalsuite.tasks.workload import WorkloadConfig
 
 PYTHON_TASKS = {c.model_fields["type"].default: c
-                for c in (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig)}
+                for c in (MMLUConfig, LegalConfig, NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig,
+                          RulerConfig, LongLegalMultiConfig)}
 DEFINED = "defined"  # the tag of tasks defined in evalsuite/tasks/defs/*.yaml
 spec.PYTHON_TYPES.update(PYTHON_TASKS)
 
@@ -38,4 +41,4 @@ TaskConfig = Annotated[Union[tuple(Annotated[c, Tag(k)] for k, c in PYTHON_TASKS
                              + (Annotated[ChoiceConfig, Tag(DEFINED)],)], Discriminator(task_kind)]
 
 __all__ = ["Task", "TaskContext", "TaskConfig", "MMLUConfig", "LegalConfig", "NeedleConfig", "LongLegalConfig",
-           "WorkloadConfig", "LMEvalConfig", "ChoiceConfig", "PYTHON_TASKS", "task_kind", "config_class"]
+           "WorkloadConfig", "LMEvalConfig", "RulerConfig", "LongLegalMultiConfig", "ChoiceConfig", "PYTHON_TASKS", "task_kind", "config_class"]

@@ -30,8 +30,8 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.data.haystack import Document, encode, english_prose, load_documents, prompt_frame, splice
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.tasks.needle import (GridConfig, GridTask, cell_extra, cell_group, depth_pct, grid_metrics,
-                                    haystack_budget, schedule_cells)
+from evalsuite.tasks.needle import (GridConfig, GridTask, cell_extra, cell_group, check_distinct, depth_pct,
+                                    grid_metrics, haystack_budget, schedule_cells)
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 ClauseKind = Literal["governing_law", "notice_period", "liability_cap", "renewal_term", "payment_terms"]
@@ -96,9 +96,7 @@ class LongLegalConfig(GridConfig):
     @field_validator("clauses")
     @classmethod
     def _check_clauses(cls, v: list[str]) -> list[str]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError("clauses must be a non-empty list without repeats")
-        return v
+        return check_distinct(v, "clauses")
 
     def build(self, ctx: TaskContext) -> Task:
         return LongLegalTask(self, ctx)

@@ -120,6 +120,12 @@ def check_lengths(v: list[int]) -> list[int]:
     return v
 
 
+def check_distinct(v: list[str], what: str) -> list[str]:
+    if not v or len(set(v)) != len(v):
+        raise ValueError(f"{what} must be a non-empty list without repeats")
+    return v
+
+
 def check_depths(v: list[float]) -> list[float]:
     if not v or any(not 0 <= d <= 1 for d in v):
         raise ValueError("depths are fractions from 0 to 1 (0.5 = middle)")

@@ -1,0 +1,223 @@
+"""RULER's eleven synthetic tasks (NVIDIA, arXiv 2404.06654) at chosen lengths, offline.
+
+    - {type: ruler, lengths: [4096, 8192], n: 12}     # every task; or tasks: [niah_single_1, vt, ...]
+
+Items are lm-eval 0.4.13's (lm_eval/tasks/ruler) from its own generators, made offline at their seams
+(evalsuite.tasks.ruler_data says how); the prompt is lm-eval's (the item's input, then its gen_prefix
+as the start of the answer: joined by the task's target_delimiter, or after the chat template's
+assistant turn with `chat: true`), the answer budget is lm-eval's max_gen_toks per task, and the score
+is lm-eval's string_match_all: the share of the expected strings the answer contains.
+Why not the `lm_eval` task type running lm-eval's RULER tasks: its task functions hard-wire 500 items
+per length and `limit` keeps the first documents of all lengths together, i.e. of the first length
+only; building 500 items per task and length (each tokenized whole, many times over while sizing its
+haystack) costs far more than the n a verdict needs; and their items depend on the process-wide random
+state left by the tasks built before them. Here each (task, length) gets its own seed and n items.
+
+Metrics (RULER names; score = mean string_match_all in [0, 1]):
+  `{name}/score/len{L}`          RULER's average over the tasks at length L (each task has n items
+                                 there, so the mean over items is the mean of the task scores)
+  `{name}/score/{task}_len{L}`   one task at length L (RULER's per-task tables)
+  `{name}/score/{task}`, `{name}/score`   over all lengths
+Every item is a sample `{name}-{task}-len{L}-{i}`: the same ids under every variant (paired tests).
+Each sample's group is `{task}_len{L}`; its meta has the task and `length`, which the paired tests
+read for the `len{L}` and `{task}` metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.stats.metrics import accuracy
+from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.needle import check_distinct, check_fits, check_lengths
+
+RulerTask = Literal["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+                    "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe"]
+ALL_TASKS: list[str] = list(get_args(RulerTask))
+MIN_ANSWER_TOKENS = 16  # room an answer needs at least once the prompt is in the window
+
+
+class RulerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["ruler"] = "ruler"
+    name: str = "ruler"
+    lengths: list[int] = Field(default_factory=lambda: [4096])  # RULER's sequence lengths, in tokens
+    tasks: list[RulerTask] = Field(default_factory=lambda: list(ALL_TASKS))
+    n: int = Field(default=12, ge=1)  # items per task and length
+    chat: bool = True  # the item through the model's chat template (instruct models)
+    haystack: str = "paul_graham"  # the essays of the essay haystack: paul_graham or a folder of .txt
+
+    @field_validator("lengths")
+    @classmethod
+    def _check_lengths(cls, v: list[int]) -> list[int]:
+        return check_lengths(v)
+
+    @field_validator("tasks")
+    @classmethod
+    def _check_tasks(cls, v: list[str]) -> list[str]:
+        return check_distinct(v, "tasks")
+
+    def build(self, ctx: TaskContext) -> Task:
+        return RulerTaskRunner(self, ctx)
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """What decides token counts: a fast tokenizer's whole definition, else its name and size."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else f"{type(tok).__name__}:{tok.name_or_path}:{len(tok)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def hash_words(words: list[str]) -> str:
+    return hashlib.sha256(" ".join(words).encode()).hexdigest()[:16]
+
+
+def read_kept(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def write_kept(path: Path, items: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # several runs may build the same items at once
+    tmp.write_text(json.dumps(items))
+    tmp.replace(path)
+
+
+def run_all(fn, calls: list[tuple]) -> list:
+    """fn(*args) for each, in order; in spawned processes when more than two cores can share them."""
+    workers = min(len(calls), os.cpu_count() or 1)
+    if workers <= 2:
+        return [fn(*args) for args in calls]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    # spawn: the parent may hold threads (a tokenizer's, an engine's) that a fork would copy mid-state
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(fn, *zip(*calls)))
+
+
+def group_of(task: str, length: int) -> str:
+    return f"{task}_len{length}"
+
+
+class RulerTaskRunner:
+    """Builds the items once per run (the same for every variant), scores answers as lm-eval does."""
+
+    def __init__(self, cfg: RulerConfig, ctx: TaskContext):
+        self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
+        self.primary_metric = f"{cfg.name}/score"
+        self._samples: list[Sample] | None = None
+
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            check_fits(self.name, self.cfg.lengths, self.ctx)
+            self._samples = self._build()
+        return self._samples
+
+    def _build(self) -> list[Sample]:
+        from evalsuite.tasks import ruler_data as rd
+
+        if not all(importlib.util.find_spec(m) for m in ("lm_eval", "wonderwords", "nltk")):
+            raise ConfigError(f"tasks: {self.name}: type ruler needs lm-eval's RULER code "
+                              "(pip install 'lm-eval[ruler]==0.4.13')") from None
+        from evalsuite.data.haystack import resolve_source
+
+        essays = rd.essay_words(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
+        pairs = [(task, length) for length in sorted(self.cfg.lengths, reverse=True)  # longest first: the
+                 for task in self.cfg.tasks]                                          # KV pool's peak early
+        items = self._items(rd, pairs, essays)
+        out = []
+        for task, length in pairs:
+            got = items[(task, length)]
+            if len(got) < self.cfg.n or not all(i["outputs"] for i in got):  # cwe: no word fitted
+                raise ConfigError(f"tasks: {self.name}: {task} does not fit {self.cfg.n} items in {length} "
+                                  "tokens of this tokenizer; drop this length or this task")
+            out += [self.sample(task, length, i, item, rd) for i, item in enumerate(got[: self.cfg.n])]
+        return out
+
+    def _items(self, rd, pairs: list[tuple[str, int]], essays: list[str]) -> dict[tuple[str, int], list]:
+        """lm-eval's items per (task, length), kept in the cache folder: sizing a 128K haystack
+        tokenizes it hundreds of times (minutes a task on one core), and every run with the same
+        tokenizer, essays and seed has the same items. A kept file with at least n items serves n
+        (the first n items do not depend on n). Missing ones are built in parallel where there are
+        more than two cores (lm-eval's generators are single-threaded Python)."""
+        fingerprint = f"{tokenizer_fingerprint(self.ctx.tokenizer)}:{hash_words(essays)}:{rd.VERSION}"
+        jobs = {}
+        for task, length in pairs:
+            seed = rd.item_seed(self.ctx.seed, task, length)
+            key = hashlib.sha256(f"{fingerprint}:{task}:{length}:{seed}".encode()).hexdigest()[:24]
+            jobs[(task, length)] = (seed, Path(self.ctx.cache_dir) / "ruler" / f"{task}-len{length}-{key}.json")
+        out = {pair: kept for pair, (_, path) in jobs.items() if len(kept := read_kept(path)) >= self.cfg.n}
+        todo = [(task, length, self.cfg.n, self.ctx.tokenizer, essays, seed)
+                for (task, length), (seed, _) in jobs.items() if (task, length) not in out]
+        for args, items in zip(todo, run_all(rd.generate, todo), strict=True):
+            out[args[:2]] = items
+            write_kept(jobs[args[:2]][1], items)
+        return out
+
+    def prompt_ids(self, task: str, item: dict[str, Any], delimiter: str) -> list[int]:
+        tok = self.ctx.tokenizer
+        if not self.cfg.chat:
+            return list(tok(item["input"] + delimiter + item["gen_prefix"])["input_ids"])
+        if not getattr(tok, "chat_template", None):
+            raise ConfigError(f"tasks: {self.name}: chat: true but the tokenizer has no chat template; "
+                              "set chat: false for a base model")
+        text = tok.apply_chat_template([{"role": "user", "content": item["input"]}], tokenize=False,
+                                       add_generation_prompt=True)
+        return list(tok(text + item["gen_prefix"], add_special_tokens=False)["input_ids"])  # the template wrote BOS
+
+    def sample(self, task: str, length: int, index: int, item: dict[str, Any], rd) -> Sample:
+        ids = self.prompt_ids(task, item, rd.DELIMITER[task])
+        answers = [str(a) for a in item["outputs"]]
+        # lm-eval sizes the input alone to length - max_gen_toks; the chat frame and the gen_prefix
+        # come on top, so at a length equal to max_model_len the answer budget gives way to them
+        room = (self.ctx.max_model_len or length + rd.MAX_GEN_TOKS[task]) - len(ids)
+        max_tokens = min(rd.MAX_GEN_TOKS[task], room)
+        if max_tokens < MIN_ANSWER_TOKENS:
+            raise ConfigError(f"tasks: {self.name}: {task} at {length} tokens leaves {room} tokens for the answer "
+                              f"in max_model_len {self.ctx.max_model_len}; raise max_model_len")
+        first = item["input"].find(answers[0])
+        meta = {"ruler_task": task, "length": length, "index": index, "answers": answers,
+                "depth": round(first / max(len(item["input"]), 1), 3), "prompt_tokens": len(ids)}
+        return Sample(id=f"{self.name}-{task}-len{length}-{index}", task=self.name,
+                      request=Request(prompt_token_ids=ids, max_tokens=max_tokens), target=", ".join(answers),
+                      group=group_of(task, length), meta=meta)
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        from evalsuite.tasks.ruler_data import string_match_all
+
+        m = sample.meta
+        value = string_match_all(completion.text, m["answers"])
+        return Score(sample_id=sample.id, task=self.name, value=value, pred=completion.text.strip()[:200],
+                     target=sample.target, group=sample.group,
+                     extra={"ruler_task": m["ruler_task"], "length": m["length"]})
+
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        if not scores:
+            return []
+        by_len: dict[int, list[Score]] = defaultdict(list)
+        by_task: dict[str, list[Score]] = defaultdict(list)
+        by_cell: dict[tuple[str, int], list[Score]] = defaultdict(list)
+        for s in scores:
+            task, length = s.extra["ruler_task"], s.extra["length"]
+            by_len[length].append(s)
+            by_task[task].append(s)
+            by_cell[(task, length)].append(s)
+        head = f"{self.name}/score"
+        out = [accuracy(scores, head)]
+        out += [accuracy(g, f"{head}/len{n}") for n, g in sorted(by_len.items())]
+        out += [accuracy(by_task[t], f"{head}/{t}") for t in ALL_TASKS if t in by_task]
+        out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}")
+                for n in sorted(by_len) for t in ALL_TASKS if (t, n) in by_cell]
+        return out
