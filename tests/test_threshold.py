@@ -43,6 +43,8 @@ def _ctx(tmp_path: Path) -> TaskContext:
     ([1.0, 2.0, 3.0], [True, True, True], 0.0),
     ([2.0, 2.0], [True, False], 0.0),
     ([], [], 0.0),
+    # float32 rounding of one bf16 margin (0.99999994, 1.0) is one margin, not a gap to split
+    ([0.9999999403953552, 1.0, 1.25], [False, True, True], 1.125),
     # an infinite margin (one choice outside the top-k) counts, but makes no candidate threshold
     ([1.0, 2.0, math.inf], [False, True, True], 1.5),
     ([1.0, -math.inf, math.inf], [False, False, True], 0.0),

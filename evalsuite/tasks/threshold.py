@@ -19,6 +19,9 @@ The threshold (fit_threshold): of t = 0 (the argmax rule) and the midpoints betw
 distinct train margins, the one with the highest train balanced accuracy; among equals, the one
 closest to 0, then the lower. So the argmax rule stands unless a threshold does strictly better on
 the train items, and a group without train items or without both labels among them keeps t = 0.
+Margins are compared to 1e-4 nats: the recorded log-probabilities are float32 roundings of bf16
+logits, so two items the model scores alike can differ by 1e-7 (0.99999994 and 1.0), and a
+threshold between them would split a tie by rounding noise that another device rounds otherwise.
 Deterministic: the same margins give the same thresholds.
 
 The train items are answered first, in the same engine, and recorded in
@@ -43,6 +46,7 @@ from evalsuite.tasks.choice import argmax_first
 Scoring = Literal["argmax", "threshold"]
 CALIBRATION_SUFFIX = ".calibration"  # samples/<task>.calibration.jsonl: the train items' lines
 CALIBRATION_META = "calibration"  # a calibration sample's meta flag
+MARGIN_DECIMALS = 4  # margins closer than this are one margin (module doc)
 
 
 def calibration_name(task: str) -> str:
@@ -72,6 +76,7 @@ def _balanced(tp: int, n_pos: int, tn: int, n_neg: int) -> Fraction:
 
 def fit_threshold(margins: Sequence[float], positive: Sequence[bool]) -> float:
     """The threshold maximizing balanced accuracy of "positive iff margin >= t" (module doc)."""
+    margins = [round(d, MARGIN_DECIMALS) if math.isfinite(d) else d for d in margins]
     pos = sorted(d for d, y in zip(margins, positive, strict=True) if y)
     neg = sorted(d for d, y in zip(margins, positive, strict=True) if not y)
     if not pos or not neg:

@@ -9,7 +9,9 @@ and the paired difference from the baseline (paired bootstrap within task x labe
 `evalsuite compare`); per task, the baseline's numbers and its threshold; and how far the
 calibration run's margins are from the baseline's on test items both answered.
 
-    python scripts/analysis/cuad_calibrated.py CALIBRATION_RUN_DIR KEPT_SCORES_DIR [--baseline bf16]
+    python scripts/analysis/cuad_calibrated.py CALIBRATION_RUN KEPT_SCORES_DIR [--baseline bf16]
+
+CALIBRATION_RUN is the run folder, or its scores as `scripts/h200/scores.py export` keeps them.
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ def kept_scores(path: Path) -> list[Score]:
         return [Score.model_validate(json.loads(line)) for line in fh]
 
 
-def calibration(run: Path, variant: str) -> tuple[list[Score], list[Score]]:
-    """(the calibration run's train-item scores, its test-item scores)."""
-    rd = RunDir(run)
+def calibration(source: Path, variant: str) -> tuple[list[Score], list[Score]]:
+    """(the calibration run's train-item scores, its test-item scores), from its run folder or from
+    its scores kept as scripts/h200/scores.py export keeps them (<source>/<variant>/*.scores.jsonl.gz)."""
+    kept = source / variant
+    if (kept / f"{calibration_name(TASK)}.scores.jsonl.gz").is_file():
+        return [kept_scores(kept / f"{name}.scores.jsonl.gz") for name in (calibration_name(TASK), TASK)]
+    rd = RunDir(source)
     load = lambda name: [Score.model_validate(r["score"]) for r in rd.load_samples(variant, name)]  # noqa: E731
     return load(calibration_name(TASK)), load(TASK)
 
@@ -97,8 +103,9 @@ def task_table(kept: Path, thresholds: dict[str, float], train: list[Score], bas
               f"| {interval(arg[name])} | {interval(cal[name])} |")
 
 
-def numerics(kept: Path, test: list[Score], baseline: str) -> None:
-    """How the calibration run's margins differ from the kept ones on the same test items."""
+def numerics(kept: Path, test: list[Score], thresholds: dict[str, float], baseline: str) -> None:
+    """How the calibration run's margins differ from the kept ones on the same test items, and how
+    much the baseline's headline moves with every threshold shifted by the largest such difference."""
     base = {s.sample_id: s for s in kept_scores(kept / baseline / f"{TASK}.scores.jsonl.gz")}
     pairs = [(margin(s.extra["logprobs"]), margin(base[s.sample_id].extra["logprobs"])) for s in test
              if s.sample_id in base]
@@ -109,11 +116,16 @@ def numerics(kept: Path, test: list[Score], baseline: str) -> None:
     print(f"Calibration run vs kept {baseline} on the {len(diffs)} test items both answered: margin difference "
           f"median {np.median(diffs):+.3f}, mean {diffs.mean():+.3f}, mean |diff| {np.abs(diffs).mean():.3f}, "
           f"max |diff| {np.abs(diffs).max():.3f} (nats); argmax answer differs on {flips}.")
+    shift = float(np.abs(diffs).max())
+    moved = [headline([apply_threshold(s, thresholds.get(str(s.group), 0.0) + d) for s in base.values()])
+             [f"{TASK}/balanced_acc"].value for d in (-shift, shift)]
+    print(f"Every threshold shifted by -{shift:.3f} / +{shift:.3f}: {baseline}'s threshold balanced accuracy "
+          f"{moved[0]:.3f} / {moved[1]:.3f}.")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="run folder with samples/legal.calibration.jsonl")
+    ap.add_argument("run", type=Path, help="run folder with samples/legal.calibration.jsonl, or its exported scores")
     ap.add_argument("kept", type=Path, help="kept scores: <variant>/legal.scores.jsonl.gz")
     ap.add_argument("--baseline", default="bf16")
     ap.add_argument("--run-variant", default="bf16", help="the calibration run's variant")
@@ -126,7 +138,7 @@ def main() -> None:
     print()
     task_table(args.kept, thresholds, train, args.baseline)
     print()
-    numerics(args.kept, test, args.baseline)
+    numerics(args.kept, test, thresholds, args.baseline)
 
 
 if __name__ == "__main__":
