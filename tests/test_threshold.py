@@ -21,7 +21,7 @@ from evalsuite.tasks.choice import choice_request
 from evalsuite.tasks.legal import build_template, fill_template, instruction_of
 from evalsuite.tasks.threshold import (apply_threshold, argmax_value, decide, fit_threshold, fit_thresholds, margin)
 
-CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"
+CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"
 
 
 def _ctx(tmp_path: Path) -> TaskContext:

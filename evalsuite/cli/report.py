@@ -17,7 +17,6 @@ def report_command(
     uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
     """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
-    from evalsuite.report.page import build_report
     from evalsuite.report.page_doc import write
 
     command = shlex.join(["evalsuite", "report", *runs, "--out", str(out)]
@@ -27,3 +26,13 @@ def report_command(
         files = write(report, out, command)
     for f in files[:2]:
         typer.echo(f)
+
+
+def build_report(refs: list[str], baseline: str | None, rules: Path | None, uri: str | None, scratch: Path) -> Report:
+    from evalsuite.report.page import build, rules_file
+    from evalsuite.report.rules import load_rules
+    from evalsuite.report.sources import open_sources
+
+    path = rules_file(rules)
+    return build(open_sources(refs, uri, scratch), baseline, load_rules(path), str(path))
+

@@ -289,11 +289,3 @@ def rules_file(given: Path | None) -> Path:
     from evalsuite.report.rules import default_rules_path
 
     return Path(default_rules_path())
-
-
-def build_report(refs: list[str], baseline: str | None, rules: Path | None, uri: str | None, scratch: Path) -> Report:
-    from evalsuite.report.gate import load_rules
-    from evalsuite.report.sources import open_sources
-
-    path = rules_file(rules)
-    return build(open_sources(refs, uri, scratch), baseline, load_rules(path), str(path))

@@ -447,13 +447,15 @@ def _report(rd: RunDir, out: Path):
     """The files of report/ and the page's figures (None where the page cannot be drawn)."""
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import write_report
-    from evalsuite.report.page import build_report
+    from evalsuite.report.page import build, rules_file
     from evalsuite.report.page_doc import write
+    from evalsuite.report.rules import load_rules
 
     files, report = [], None
     try:
         files += write_report(compare([(rd, None)]), out)
-        report = build_report([str(rd.root)], None, None, None, out)
+        path = rules_file(None)  # a run folder as it is: no MLflow look-up (sources) from inside tracking
+        report = build([(rd, None)], None, load_rules(path), str(path))
         files += write(report, out, f"evalsuite report {rd.root} --out REPORT_DIR")
     except Exception as e:  # noqa: BLE001 - a report that cannot be drawn must not keep the records out
         logging.getLogger(__name__).warning("evalsuite: no report for %s: %s", rd.root, e)
