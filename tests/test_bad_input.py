@@ -14,6 +14,7 @@ import yaml
 
 from evalsuite.core.types import RunRecord
 from evalsuite.run.config import load_config
+from evalsuite.run.session import recorded_exclude
 from tests.mlflow_server import build_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -320,7 +321,8 @@ def test_resume_on_a_damaged_run_folder(tmp_path, tiny_model, damaged):
     run = tmp_path / "runs" / "20250101-000000-c"
     run.mkdir(parents=True)
     (run / "run.json").write_text(RunRecord(run_id=run.name, model="m").model_dump_json())
-    resolved = load_config(cfg).model_dump(mode="json", exclude={"scheduler"})
+    loaded = load_config(cfg)
+    resolved = loaded.model_dump(mode="json", exclude=recorded_exclude(loaded))
     (run / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))  # as a run writes it
     (run / damaged).write_bytes(b"\x00\xffgarbage: [" if damaged == "config.yaml" else b"{broken")
     before = files(tmp_path)
