@@ -116,6 +116,6 @@ def test_compare_json_holds_values_intervals_and_paired_deltas(quick):
 def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     _, full, _ = quick
     res = cli("gate", "--baseline", f"{full}:bf16", "--candidate", f"{full}:kv_fp8")
-    assert res.exit_code in (0, 1), res.output
-    assert res.stderr.strip() == f"gate: no --rules given; using the shipped default rules ({DEFAULT_RULES})"
+    assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
+    assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
