@@ -380,7 +380,9 @@ def test_gate_agrees_with_the_records(swept, tmp_path):
         drop = metrics(swept, "bf16")["mmlu/acc"] - metrics(swept, candidate)["mmlu/acc"]
         code, out = run("gate", "--baseline", f"{swept}:bf16", "--candidate", f"{swept}:{candidate}",
                         "--rules", str(rules), "--markdown", str(tmp_path / "gate.md"))
-        assert code == (1 if drop > 1e-9 else 0), out
+        # no drop: passed, or inconclusive where the fake model's baseline sits at chance (uninformative)
+        assert code in ((1,) if drop > 1e-9 else (0, 3)), out
+        assert code != 3 or "uninformative" in out, out
         assert candidate in (tmp_path / "gate.md").read_text()
 
 

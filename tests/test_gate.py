@@ -462,3 +462,11 @@ def test_runs_that_share_no_items_are_never_green(tmp_path):
     res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:fp8", "--rules", str(rules))
     assert res.exit_code == 3, res.output
     assert "the runs scored different items (200 and 200, no sample id in common)" in res.output
+
+
+def test_a_control_the_run_never_measured_is_left_out(tmp_path):
+    base = [float(i % 5 != 0) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000000-m", {"bf16": base, "fp8": base}, controls=["bf16_repeat"])
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules))
+    assert res.exit_code == 0 and "(control)" not in res.output, res.output

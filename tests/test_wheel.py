@@ -68,7 +68,7 @@ def test_the_installed_wheel_inits_validates_and_runs_the_smoke_config(installed
     assert sh(evalsuite, "--version", cwd=tmp_path, env=env).stdout.startswith("evalsuite ")
     sh(evalsuite, "init", cwd=tmp_path, env=env)
     assert "ok (3 variant(s), 3 task(s))" in sh(evalsuite, "validate", "evalsuite.yaml", cwd=tmp_path, env=env).stdout
-    assert "ok (8 variant(s)" in sh(evalsuite, "validate", "examples/qwen2.5-7b-instruct", cwd=tmp_path, env=env).stdout
+    assert "ok (9 variant(s)" in sh(evalsuite, "validate", "examples/qwen2.5-7b-instruct", cwd=tmp_path, env=env).stdout
     # the smoke run on the tiny model: every task kind, the CUAD data and task definitions from the wheel
     sh(evalsuite, "init", "--model", tiny_model, "--force", cwd=tmp_path, env=env)
     res = sh(evalsuite, "run", "evalsuite.yaml", "-V", "bf16", "--limit", "2", "--no-progress", cwd=tmp_path, env=env,

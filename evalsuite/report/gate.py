@@ -438,7 +438,9 @@ def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
     if controls is not None:
         return controls
     names = baseline.run_dir.read_config().get("controls") or []
-    return [Side(baseline.run_dir, str(n)) for n in names]
+    measured = {v.variant for v in baseline.run_dir.load_run().variants}
+    # a control the config names but the run never measured (a run limited with -V) is no noise floor
+    return [Side(baseline.run_dir, str(n)) for n in names if str(n) in measured]
 
 
 def run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
