@@ -13,7 +13,7 @@ from pathlib import Path
 from evalsuite.data.assets import default_cache_dir
 from evalsuite.run.config import load_config
 from evalsuite.run.runner import load_tokenizer, preflight, resolve_model
-from evalsuite.run.session import _min_max_model_len
+from evalsuite.run.session import min_max_model_len
 from evalsuite.tasks import TaskContext
 
 
@@ -23,7 +23,7 @@ def build(config: Path) -> None:
     cache = default_cache_dir()
     model_dir = resolve_model(cfg, config.resolve().parent, cache)
     ctx = TaskContext(base_dir=config.resolve().parent, cache_dir=cache, seed=cfg.seed,
-                      tokenizer=load_tokenizer(cfg, model_dir), max_model_len=_min_max_model_len(cfg))
+                      tokenizer=load_tokenizer(cfg, model_dir), max_model_len=min_max_model_len(cfg))
     t0 = time.time()
     _, samples = preflight(cfg, ctx)
     print(f"{config}: {sum(map(len, samples.values()))} RULER items in {time.time() - t0:.0f} s", flush=True)

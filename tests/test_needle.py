@@ -367,12 +367,12 @@ def test_config_validation_and_union():
 def test_runner_preflight_refuses_before_any_engine(tokenizer, hay_dir):
     from evalsuite.run.config import RunConfig
     from evalsuite.run.runner import preflight
-    from evalsuite.run.session import _min_max_model_len
+    from evalsuite.run.session import min_max_model_len
 
     cfg = RunConfig.model_validate({
         "model": {"path": "unused"}, "variants": {"short": {"max_model_len": 1024}, "long": {"max_model_len": 4096}},
         "tasks": [{"type": "needle", "haystack": hay_dir.name, "lengths": [512, 2048]}]})
-    ctx = make_ctx(tokenizer, hay_dir, max_model_len=_min_max_model_len(cfg))
+    ctx = make_ctx(tokenizer, hay_dir, max_model_len=min_max_model_len(cfg))
     with pytest.raises(ConfigError, match="2048.*max_model_len 1024"):
         preflight(cfg, ctx)
     cfg.tasks[0].lengths = [512, 1024]

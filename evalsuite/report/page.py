@@ -20,6 +20,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, run_gate
+from evalsuite.report.rules import default_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -284,8 +285,4 @@ def safe_name(text: str) -> str:
 
 def rules_file(given: Path | None) -> Path:
     """--rules, else the gate rules evalsuite ships."""
-    if given is not None:
-        return given
-    from evalsuite.report.rules import default_rules_path
-
-    return Path(default_rules_path())
+    return given if given is not None else default_rules_path()

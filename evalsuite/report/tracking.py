@@ -444,7 +444,8 @@ class _Logger:
 
 
 def _report(rd: RunDir, out: Path):
-    """The files of report/ and the page's figures (None where the page cannot be drawn)."""
+    """The files of report/ and the page's figures (None where the page cannot be drawn). The page's
+    own comparison writes compare.md: comparing the run a second time would redo every paired test."""
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import write_report
     from evalsuite.report.page import build, rules_file
@@ -453,11 +454,15 @@ def _report(rd: RunDir, out: Path):
 
     files, report = [], None
     try:
-        files += write_report(compare([(rd, None)]), out)
         path = rules_file(None)  # a run folder as it is: no MLflow look-up (sources) from inside tracking
         report = build([(rd, None)], None, load_rules(path), str(path))
-        files += write(report, out, f"evalsuite report {rd.root} --out REPORT_DIR")
-    except Exception as e:  # noqa: BLE001 - a report that cannot be drawn must not keep the records out
+    except Exception as e:  # noqa: BLE001 - a page that cannot be drawn must not keep the records out
+        logging.getLogger(__name__).warning("evalsuite: no report page for %s: %s", rd.root, e)
+    try:
+        files += write_report(report.parts[0].comparison if report else compare([(rd, None)]), out)
+        if report is not None:
+            files += write(report, out, f"evalsuite report {rd.root} --out REPORT_DIR")
+    except Exception as e:  # noqa: BLE001 - likewise
         logging.getLogger(__name__).warning("evalsuite: no report for %s: %s", rd.root, e)
     return files, report
 

@@ -56,7 +56,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         tokenizer = load_tokenizer(cfg, model_dir)
     run_dir = _open_run_dir(config_path, out, resume, resolved)  # once the run can start
     ctx = TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
-                      max_model_len=_min_max_model_len(cfg))
+                      max_model_len=min_max_model_len(cfg))
     if resume:
         record = run_dir.load_run()
     else:
@@ -114,7 +114,7 @@ def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
         pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
 
-def _min_max_model_len(cfg) -> int | None:
+def min_max_model_len(cfg) -> int | None:
     lens = [v.max_model_len or v.engine_args.get("max_model_len") for v in cfg.variants.values()]
     lens = [n for n in lens if n]
     return min(lens) if lens else None
