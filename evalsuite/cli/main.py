@@ -25,7 +25,9 @@ def _value_names_in_help() -> None:
     metavar shows its own name in capitals, as click does."""
     from typer import core
 
-    option_type = core.TyperOption.display_type_rich
+    option_type = getattr(core.TyperOption, "display_type_rich", None)
+    if option_type is None:  # typer before 0.29 prints no type beside a name
+        return
     core.TyperArgument.display_type_rich = lambda self, ctx: None
     core.TyperOption.display_type_rich = lambda self, ctx: (
         None if self.is_flag or self.count else self.metavar or (self.name or "value").upper()
