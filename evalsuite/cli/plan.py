@@ -16,7 +16,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.settings import allowed_values
+from evalsuite.core.settings import allowed_values, extra
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
 from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
@@ -81,8 +81,9 @@ def plan_command(source: str, revision: str | None, variant: list[str], as_json:
     cfg_file, config = model_config(source, revision)
     try:
         p = plan(config, **given)
+        shared = inspect.signature(roofline).parameters  # the settings the roofline also takes
         r = None if p.device == "CPU" else roofline(
-            config, prompt_tokens=p.max_model_len, **{k: given[k] for k in ROOFLINE_SETTINGS if k in given})
+            config, prompt_tokens=p.max_model_len, **{k: v for k, v in given.items() if k in shared})
     except ConfigError as e:
         raise with_file(e, cfg_file) from None
     if as_json:
@@ -96,9 +97,6 @@ def plan_command(source: str, revision: str | None, variant: list[str], as_json:
         typer.echo(f"{key:<{width}}  {value}")
 
 
-ROOFLINE_SETTINGS = ("gpu", "quantization", "kv_cache_dtype", "dtype", "kv_cache_dtype_skip_layers")
-
-
 def _setting_option(name: str, field: FieldInfo) -> inspect.Parameter:
     """A planner setting as an option: its vLLM flag, the setting's help and allowed values, its default."""
     allowed = allowed_values(field.annotation)
@@ -110,8 +108,7 @@ def _setting_option(name: str, field: FieldInfo) -> inspect.Parameter:
         kind, default = list[str], []
     elif kind == bool | None:  # an on/off flag: off is what vLLM does unless told
         kind, default = bool, False
-    metavar = (field.json_schema_extra or {}).get("metavar")
-    option = typer.Option(default, "--" + name.replace("_", "-"), metavar=metavar, help=help_text,
+    option = typer.Option(default, "--" + name.replace("_", "-"), metavar=extra(field, "metavar"), help=help_text,
                           show_default=default not in (None, [], False))
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 
@@ -129,7 +126,7 @@ def _signature() -> inspect.Signature:
             False, "--json", help="Print the plan as JSON.")),
     ]
     settings = [_setting_option(k, f) for k, f in PlanSettings.model_fields.items()
-                if (f.json_schema_extra or {}).get("metavar") or f.annotation == bool | None]
+                if extra(f, "metavar") or f.annotation == bool | None]
     source = inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
                                default=typer.Argument(..., metavar="MODEL", help=SOURCE_HELP))
     return inspect.Signature([source, *settings, *own])

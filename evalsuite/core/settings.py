@@ -83,11 +83,12 @@ class EngineSettings(CacheSettings, WeightSettings):
     """Every engine setting, weights first."""
 
 
-def is_memory_setting(field: FieldInfo) -> bool:
-    return bool((field.json_schema_extra or {}).get("memory"))  # type: ignore[union-attr]
+def extra(field: FieldInfo, key: str) -> Any:
+    """What setting() noted about a field (`memory`, `metavar`); None for a field made otherwise."""
+    return (field.json_schema_extra or {}).get(key)  # type: ignore[union-attr]
 
 
-MEMORY_SETTINGS = tuple(k for k, f in EngineSettings.model_fields.items() if is_memory_setting(f))
+MEMORY_SETTINGS = tuple(k for k, f in EngineSettings.model_fields.items() if extra(f, "memory"))
 
 
 def memory_fields() -> dict[str, tuple[Any, FieldInfo]]:

@@ -45,7 +45,8 @@ NON_TORCH_GIB_CUDA = 0.22
 # CPU: vLLM takes the KV cache as util x RAM - worker RSS; RSS beyond weights and activations is
 # the Python/torch/vLLM runtime. Not calibrated on a measured run; override with non_torch_gib.
 RUNTIME_RSS_GIB_CPU = 1.5
-# vLLM's gpu_memory_utilization when a variant leaves it out (vLLM 0.26's default)
+# gpu_memory_utilization where a variant or plan leaves it out. vllm 0.32's own default is 0.92
+# (EngineArgs); the measured rows all set it, so no run has tested either value for an unset one.
 GPU_MEMORY_UTILIZATION = 0.9
 # CUDA-graph pool per decoder layer: 0.99 GiB / 32 layers on the H200 bf16 run (0.91-1.01 across
 # variants). Reported and counted in required_gib; vLLM 0.26 does not take it from the KV cache.
