@@ -17,7 +17,6 @@ Last line: RESULT bench=memory_prediction cases=N max_kv_capacity_err_pct=F max_
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evalsuite.memory.planner import plan, read_config
+from evalsuite.memory.planner import PlanSettings, plan, read_config
 
 LLAMA_31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -54,7 +53,7 @@ H200_ROWS: list[tuple[str, dict, dict[str, Any], float | None, int]] = [
     ("enforce_eager", LLAMA_31_8B, {"enforce_eager": True}, None, 914_784),
 ]
 
-_PLAN_KWARGS = {n for n, p in inspect.signature(plan).parameters.items() if p.kind == p.KEYWORD_ONLY}
+_PLAN_KWARGS = set(PlanSettings.model_fields)
 
 
 class Case(BaseModel):

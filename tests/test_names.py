@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from evalsuite.core import units
+from evalsuite.core import settings, units
 from evalsuite.core.types import Metric, VariantResult
 from evalsuite.memory import planner
 from evalsuite.report.names import primary_metrics
@@ -32,8 +32,8 @@ def test_records_without_the_field_fall_back_to_the_first_score():
 
 
 def test_one_list_of_quantization_methods():
-    assert planner.QUANTIZATIONS == ("none", *units.QUANTIZATIONS)
-    for method in units.QUANTIZATIONS:
+    assert planner.QUANTIZATIONS == ("none", *settings.QUANTIZATIONS)
+    for method in settings.QUANTIZATIONS:
         assert Variant(quantization=method).quantization == method
     with pytest.raises(ValidationError):
         Variant(quantization="bitsandbytes")  # the planner has no model of it

@@ -242,7 +242,7 @@ def test_float32_config_runs_in_bf16():
 
 @pytest.mark.parametrize("kwargs,needle", [
     ({"kv_cache_dtype": "fp9"}, "allowed: auto"),
-    ({"quantization": "int3"}, "allowed: none, fp8"),
+    ({"quantization": "int3"}, "allowed: fp8, awq"),
     ({"gpu": "TPU"}, "allowed: H200"),
     ({"dtype": "int8"}, "allowed: auto, bfloat16"),
     ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization"),

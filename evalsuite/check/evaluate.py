@@ -104,9 +104,9 @@ def measure_planner(ctx: Context, check: Check, side: Side) -> Measured:
     from evalsuite.memory.planner import plan, read_config
 
     metric = side.metric or check.metric
-    settings = check.settings.model_dump(exclude_none=True)
+    settings = check.settings.model_dump(exclude_unset=True)  # what the claim says; the rest is the planner's
     if side.settings is not None:
-        settings.update(side.settings.model_dump(exclude_none=True))
+        settings.update(side.settings.model_dump(exclude_unset=True))
     try:
         config = read_config(ctx.base_dir / check.model)
     except ConfigError as e:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from evalsuite.core.configfile import load_model
 from evalsuite.core.types import EngineStats
-from evalsuite.memory.planner import Plan
+from evalsuite.memory.planner import Plan, PlanSettings
 
 Kind = Literal["ratio", "change_pct", "difference", "points", "value"]
 ENGINE_FIELDS = tuple(k for k, f in EngineStats.model_fields.items() if f.annotation in (int | None, float | None))
@@ -117,29 +117,13 @@ def _g(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 and float(x).is_integer() else f"{x:g}"
 
 
-class PlannerSettings(_Strict):
-    """Keyword arguments of evalsuite.memory.planner.plan (the same as `evalsuite plan`'s options)."""
-
-    max_model_len: int | None = Field(default=None, gt=0)
-    kv_cache_dtype: str | None = None
-    quantization: str | None = None
-    gpu: str | None = None
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    block_size: int | None = Field(default=None, gt=0)
-    dtype: str | None = None
-    device_memory_gib: float | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    enforce_eager: bool | None = None
-
-
 class Side(_Strict):
     """One side of a comparison: a variant (`run:variant` or `variant`) and/or its own metric,
     or (source planner) settings that override the check's."""
 
     variant: str | None = None
     metric: str | None = None
-    settings: PlannerSettings | None = None
+    settings: PlanSettings | None = None  # the planner's inputs, as `evalsuite plan`'s options
 
     @model_validator(mode="before")
     @classmethod
@@ -155,7 +139,7 @@ class Check(_Strict):
     baseline: Side | None = None
     candidate: Side | None = None
     model: str | None = None  # planner: a config.json, relative to the claims file
-    settings: PlannerSettings = Field(default_factory=PlannerSettings)
+    settings: PlanSettings = Field(default_factory=PlanSettings)  # source planner: what it is given
     effect: Effect
     requires: dict[str, Any] = Field(default_factory=dict)  # engine settings the claim needs (Variant fields)
     given: list[Check] = Field(default_factory=list)  # preconditions; unmet -> not measurable

@@ -7,16 +7,20 @@ Mounted by evalsuite.cli.main as `app.command("plan")(friendly(plan_command))`.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
+from typing import Any, get_origin
 
 import typer
+from pydantic.fields import FieldInfo
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import GIB, KV_CACHE_DTYPES
+from evalsuite.core.settings import allowed_values, extra
+from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
 from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
-from evalsuite.memory.planner import Plan, plan
+from evalsuite.memory.planner import Plan, PlanSettings, plan
 from evalsuite.memory.roofline import Roofline, roofline
 
 
@@ -64,63 +68,22 @@ SOURCE_HELP = ("A model folder or its config.json, a Hugging Face id (org/name, 
                "HF cache), or an evalsuite config (.yaml: one row per variant, from its own settings).")
 
 
-def plan_command(
-    source: str = typer.Argument(..., metavar="MODEL", help=SOURCE_HELP),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", metavar="TOKENS",
-                                             help="Context length (default: the model's)."),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", metavar="DTYPE",
-                                       help=", ".join(KV_CACHE_DTYPES) + "."),
-    quantization: str | None = typer.Option(None, "--quantization", metavar="METHOD",
-                                            help="fp8, awq, gptq (default: from config.json)."),
-    gpu: str = typer.Option("H200", "--gpu", metavar="DEVICE",
-                            help="H200, H100-SXM, H100-PCIE, A100-80GB, A100-40GB, L40S, L4, A10G, RTX4090, CPU."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", metavar="SHARE",
-                                                 help="Share of device memory vLLM reserves."),
-    block_size: int | None = typer.Option(None, "--block-size", metavar="TOKENS",
-                                          help="Tokens per KV block (default 16 on GPU, 128 on CPU)."),
-    dtype: str | None = typer.Option(None, "--dtype", metavar="DTYPE", help="auto, bfloat16, float16, float32."),
-    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", metavar="GIB",
-                                                   help="Override the device's memory (CPU: host RAM)."),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", metavar="TOKENS",
-                                                      help="Default: vLLM's for the device."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", metavar="N", help="Default: vLLM's for the device."),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", metavar="N",
-                                             help="GPUs each layer is split over; memory is shown per GPU."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", metavar="N",
-                                               help="GPUs the layers are spread over, one run of layers each."),
-    kv_skip_layers: list[str] = typer.Option([], "--kv-cache-dtype-skip-layers", metavar="LAYER",
-                                             help="Layers whose KV cache keeps the model's dtype (repeatable): "
-                                                  "an index, or sliding_window."),
-    revision: str | None = typer.Option(None, "--revision", metavar="REV", help="With a Hugging Face id: branch, tag or commit."),
-    variant: list[str] = typer.Option([], "--variant", "-V", metavar="NAME",
-                                      help="With an evalsuite config: only these variants (repeatable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
-) -> None:
+def plan_command(source: str, revision: str | None, variant: list[str], as_json: bool, **settings: Any) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
-    if get_device(gpu).kind == "cpu" and device_memory_gib is None:
-        device_memory_gib = _host_memory_gib()
+    given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
+    if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
+        given["device_memory_gib"] = _host_memory_gib()
     if source.endswith((".yaml", ".yml")) or (source.startswith("examples/") and not Path(source).exists()):
         from evalsuite.cli.shipped import config_path
 
-        plan_config(config_path(Path(source)), variant, gpu, device_memory_gib, as_json)
+        plan_config(config_path(Path(source)), variant, given["gpu"], given.get("device_memory_gib"), as_json)
         return
-    for flag, value in (("--max-model-len", max_model_len), ("--max-num-seqs", max_num_seqs),
-                        ("--max-num-batched-tokens", max_num_batched_tokens), ("--block-size", block_size),
-                        ("--device-memory-gib", device_memory_gib), ("--gpu-memory-utilization", gpu_memory_utilization)):
-        if value is not None and value <= 0:  # 0 would silently mean "the default" further on
-            raise ConfigError(f"{flag}: must be above 0, got {value}")
     cfg_file, config = model_config(source, revision)
     try:
-        p = plan(config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
-                 gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size, dtype=dtype,
-                 device_memory_gib=device_memory_gib, max_num_batched_tokens=max_num_batched_tokens,
-                 max_num_seqs=max_num_seqs, enforce_eager=enforce_eager,
-                 tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-                 kv_cache_dtype_skip_layers=kv_skip_layers)
+        p = plan(config, **given)
+        shared = inspect.signature(roofline).parameters  # the settings the roofline also takes
         r = None if p.device == "CPU" else roofline(
-            config, prompt_tokens=p.max_model_len, gpu=gpu, quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype, dtype=dtype, kv_cache_dtype_skip_layers=kv_skip_layers)
+            config, prompt_tokens=p.max_model_len, **{k: v for k, v in given.items() if k in shared})
     except ConfigError as e:
         raise with_file(e, cfg_file) from None
     if as_json:
@@ -132,3 +95,41 @@ def plan_command(
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         typer.echo(f"{key:<{width}}  {value}")
+
+
+def _setting_option(name: str, field: FieldInfo) -> inspect.Parameter:
+    """A planner setting as an option: its vLLM flag, the setting's help and allowed values, its default."""
+    allowed = allowed_values(field.annotation)
+    help_text = (field.description or "") + (f" Allowed: {', '.join(map(str, allowed))}." if allowed else "")
+    kind, default = field.annotation, field.default
+    if allowed:  # typer has no Literal; PlanSettings checks the value and names what is allowed
+        kind = type(allowed[0]) | None
+    elif get_origin(kind) is tuple:
+        kind, default = list[str], []
+    elif kind == bool | None:  # an on/off flag: off is what vLLM does unless told
+        kind, default = bool, False
+    option = typer.Option(default, "--" + name.replace("_", "-"), metavar=extra(field, "metavar"), help=help_text,
+                          show_default=default not in (None, [], False))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+
+
+def _signature() -> inspect.Signature:
+    """plan_command's options: the planner's settings (PlanSettings, the ones a value can be given for
+    on a command line), between the model and the options of this command alone."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    own = [
+        inspect.Parameter("revision", keyword, annotation=str | None, default=typer.Option(
+            None, "--revision", metavar="REV", help="With a Hugging Face id: branch, tag or commit.")),
+        inspect.Parameter("variant", keyword, annotation=list[str], default=typer.Option(
+            [], "--variant", "-V", metavar="NAME", help="With an evalsuite config: only these variants (repeatable).")),
+        inspect.Parameter("as_json", keyword, annotation=bool, default=typer.Option(
+            False, "--json", help="Print the plan as JSON.")),
+    ]
+    settings = [_setting_option(k, f) for k, f in PlanSettings.model_fields.items()
+                if extra(f, "metavar") or f.annotation == bool | None]
+    source = inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
+                               default=typer.Argument(..., metavar="MODEL", help=SOURCE_HELP))
+    return inspect.Signature([source, *settings, *own])
+
+
+plan_command.__signature__ = _signature()  # type: ignore[attr-defined]

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from evalsuite.core.configfile import join_errors
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import GIB, KV_CACHE_DTYPES, PER_TENSOR_FP8_KV
-from evalsuite.core.units import QUANTIZATIONS as VARIANT_QUANTIZATIONS
-from evalsuite.memory.devices import Device, get_device, vllm_batch_defaults
+from evalsuite.core.settings import KV_CACHE_DTYPES, PER_TENSOR_FP8_KV, allowed_values, memory_fields, setting
+from evalsuite.core.settings import QUANTIZATIONS as VARIANT_QUANTIZATIONS
+from evalsuite.core.units import GIB
+from evalsuite.memory.devices import DEVICES, Device, get_device, vllm_batch_defaults
 
 # Fitted on the H200 rows: 1.78 GiB peak activation for Llama-3.1-8B at vLLM's H200 offline
 # defaults (max_num_batched_tokens 16384, max_num_seqs 1024) minus the forward-pass term below.
@@ -43,6 +45,9 @@ NON_TORCH_GIB_CUDA = 0.22
 # CPU: vLLM takes the KV cache as util x RAM - worker RSS; RSS beyond weights and activations is
 # the Python/torch/vLLM runtime. Not calibrated on a measured run; override with non_torch_gib.
 RUNTIME_RSS_GIB_CPU = 1.5
+# gpu_memory_utilization where a variant or plan leaves it out. vllm 0.32's own default is 0.92
+# (EngineArgs); the measured rows all set it, so no run has tested either value for an unset one.
+GPU_MEMORY_UTILIZATION = 0.9
 # CUDA-graph pool per decoder layer: 0.99 GiB / 32 layers on the H200 bf16 run (0.91-1.01 across
 # variants). Reported and counted in required_gib; vLLM 0.26 does not take it from the KV cache.
 CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32
@@ -62,6 +67,45 @@ _UNGATED_MLP = {"gpt2", "gpt_neox", "opt", "falcon", "phi", "starcoder2", "gpt_b
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+# The engine settings that change memory (core/settings.py), with a variant's defaults: unset is what
+# vLLM picks, which the planner fills in (_settings).
+_MemorySettings = create_model("_MemorySettings", __base__=_Model, __module__=__name__, **memory_fields())
+
+
+class PlanSettings(_MemorySettings):
+    """The planner's inputs: the engine settings that change memory, the device, and overrides of the
+    planner's own estimates. `evalsuite plan`'s options and a claim's `settings` are these fields."""
+
+    gpu: str = setting("H200", ", ".join(DEVICES) + ".", metavar="DEVICE")
+    device_memory_gib: float | None = setting(None, "Override the device's memory (CPU: host RAM).", metavar="GIB",
+                                              gt=0)
+    # vLLM's kv_cache_dtype_skip_layers, which a variant passes in engine_args
+    kv_cache_dtype_skip_layers: tuple[str, ...] = setting(
+        (), "Layers whose KV cache keeps the model's dtype (repeatable): an index, or sliding_window.", metavar="LAYER")
+    non_torch_gib: float | None = Field(default=None, ge=0)  # measured non-torch memory instead of the constant
+    kv_cache_memory_gib: float | None = Field(default=None, ge=0)  # vLLM's kv_cache_memory_bytes: no budget arithmetic
+
+
+def plan_settings(settings: dict[str, Any]) -> PlanSettings:
+    """Validated planner inputs; a bad one is one line naming its option, value and allowed values."""
+    try:
+        return PlanSettings.model_validate(settings)
+    except ValidationError as e:
+        raise ConfigError(join_errors([_setting_error(err) for err in e.errors()])) from None
+
+
+def _setting_error(err: dict) -> str:
+    name = str(err["loc"][0]) if err["loc"] else "settings"
+    flag = "--" + name.replace("_", "-")
+    if err["type"] == "extra_forbidden":
+        return f"{flag}: unknown setting; allowed: {', '.join(PlanSettings.model_fields)}"
+    field = PlanSettings.model_fields.get(name)
+    allowed = allowed_values(field.annotation) if field else ()
+    if allowed:
+        return f"{flag}: unknown {err['input']!r}; allowed: {', '.join(map(str, allowed))}"
+    return f"{flag}: {err['msg'].replace('Value error, ', '')}, got {err['input']!r}"
 
 
 class ModelShape(_Model):
@@ -457,6 +501,7 @@ class KVFormat(NamedTuple):
 
 
 def kv_format(kv_cache_dtype: str, model_dtype: str, cpu: bool = False) -> KVFormat:
+    """Each value of core.settings.KV_CACHE_DTYPES has its entry here (tests/test_settings.py checks)."""
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ConfigError(f"--kv-cache-dtype: unknown {kv_cache_dtype!r}; allowed: {', '.join(KV_CACHE_DTYPES)}")
     if kv_cache_dtype == "auto":
@@ -470,7 +515,10 @@ def kv_format(kv_cache_dtype: str, model_dtype: str, cpu: bool = False) -> KVFor
             # Gemma-3-270M in a 1 GiB pool held 290,496 tokens under each, as under plain fp8 (2026-12-01)
             return KVFormat(1)
         return KVFormat(0.5 if kv_cache_dtype.startswith("int4") else 1, scale_bytes=4)
-    return KVFormat(_DTYPE_BYTES[kv_cache_dtype])
+    if kv_cache_dtype in _DTYPE_BYTES:
+        return KVFormat(_DTYPE_BYTES[kv_cache_dtype])
+    raise ConfigError(f"--kv-cache-dtype: {kv_cache_dtype} is allowed but not modelled; give it an entry in "
+                      "evalsuite/memory/planner.py kv_format")
 
 
 def _kv_groups(kinds: list[str]) -> tuple[int, dict[str, int]]:
@@ -588,30 +636,27 @@ class _Budget(_Model):
     kv: int
 
 
-def _settings(s: ModelShape, config: dict, *, max_model_len: int | None, kv_cache_dtype: str,
-              quantization: str | None, gpu: str, gpu_memory_utilization: float, block_size: int | None,
-              dtype: str | None, device_memory_gib: float | None, max_num_batched_tokens: int | None,
-              max_num_seqs: int | None, enforce_eager: bool, tp: int = 1, pp: int = 1) -> _Settings:
-    """Validate the options and fill in what vLLM would pick on this device."""
+def _settings(s: ModelShape, config: dict, inputs: PlanSettings) -> _Settings:
+    """Check the settings against the model and device, and fill in what vLLM would pick on this device."""
+    tp, pp = inputs.tensor_parallel_size, inputs.pipeline_parallel_size
     _check_parallel(s, tp, pp)
-    device = get_device(gpu)
-    mem = device_memory_gib if device_memory_gib is not None else device.memory_gib
+    device = get_device(inputs.gpu)
+    mem = inputs.device_memory_gib if inputs.device_memory_gib is not None else device.memory_gib
     if mem is None or mem <= 0:
         raise ConfigError(f"--device-memory-gib: needed for {device.name} (its memory is not in the device table)")
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(f"--gpu-memory-utilization: {gpu_memory_utilization} outside (0, 1]")
-    length = max_model_len or max_len_limit(config) or s.max_position
+    length = inputs.max_model_len or max_len_limit(config) or s.max_position
     if not length or length <= 0:
         raise ConfigError("--max-model-len: required (config.json has no max_position_embeddings)")
-    model_dtype = resolve_dtype(s, dtype)
+    model_dtype = resolve_dtype(s, inputs.dtype)
     d_tokens, d_seqs = vllm_batch_defaults(device)
     return _Settings(
-        device=device, memory_gib=mem, dtype=model_dtype, kv_cache_dtype=kv_cache_dtype,
-        kv=kv_format(kv_cache_dtype, model_dtype, cpu=device.kind == "cpu"),
-        scheme=quant_scheme(config, quantization, device, _DTYPE_BYTES[model_dtype]),
-        block_size=block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
-        max_num_batched_tokens=max_num_batched_tokens or d_tokens, max_num_seqs=max_num_seqs or d_seqs,
-        utilization=gpu_memory_utilization, enforce_eager=enforce_eager, tp=tp, pp=pp)
+        device=device, memory_gib=mem, dtype=model_dtype, kv_cache_dtype=inputs.kv_cache_dtype,
+        kv=kv_format(inputs.kv_cache_dtype, model_dtype, cpu=device.kind == "cpu"),
+        scheme=quant_scheme(config, inputs.quantization, device, _DTYPE_BYTES[model_dtype]),
+        block_size=inputs.block_size or (128 if device.kind == "cpu" else 16), max_model_len=length,
+        max_num_batched_tokens=inputs.max_num_batched_tokens or d_tokens, max_num_seqs=inputs.max_num_seqs or d_seqs,
+        utilization=inputs.gpu_memory_utilization or GPU_MEMORY_UTILIZATION, enforce_eager=bool(inputs.enforce_eager),
+        tp=tp, pp=pp, max_len_limit=max_len_limit(config))
 
 
 def _check_parallel(s: ModelShape, tp: int, pp: int) -> None:
@@ -640,28 +685,20 @@ def _budget(s: ModelShape, st: _Settings, w_bytes: int, non_torch_gib: float | N
                    graphs=graphs, kv=max(kv, 0))
 
 
-def plan(config: dict, *, max_model_len: int | None = None, kv_cache_dtype: str = "auto",
-         quantization: str | None = None, gpu: str = "H200", gpu_memory_utilization: float = 0.9,
-         block_size: int | None = None, dtype: str | None = None, device_memory_gib: float | None = None,
-         max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-         enforce_eager: bool = False, non_torch_gib: float | None = None,
-         kv_cache_memory_gib: float | None = None, tensor_parallel_size: int = 1,
-         pipeline_parallel_size: int = 1, kv_cache_dtype_skip_layers: Sequence[str] = ()) -> Plan:
+def plan(config: dict, **settings: Any) -> Plan:
     """Predict vLLM's memory split and KV capacity for one model on one device (per GPU of
     tensor_parallel_size x pipeline_parallel_size). Pure: no I/O.
 
-    max_model_len defaults to the model's limit; max_num_batched_tokens and max_num_seqs to vLLM's
-    offline defaults for the device; kv_cache_memory_gib skips the budget (vLLM's --kv-cache-memory)."""
+    `settings` are PlanSettings' fields: the engine settings that change memory (unset: what vLLM
+    picks; max_model_len: the model's limit), the device (`gpu`, `device_memory_gib`), and overrides:
+    kv_cache_memory_gib skips the budget (vLLM's --kv-cache-memory), non_torch_gib the constant."""
+    inputs = plan_settings(settings)
     s = model_shape(config)
-    st = _settings(s, config, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-                   quantization=quantization, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization,
-                   block_size=block_size, dtype=dtype, device_memory_gib=device_memory_gib,
-                   max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                   enforce_eager=enforce_eager, tp=tensor_parallel_size, pp=pipeline_parallel_size)
-    st = st.model_copy(update={"max_len_limit": max_len_limit(config)})
-    if kv_cache_dtype_skip_layers and st.kv_cache_dtype != "auto":
-        st = st.model_copy(update={"kv_skip_layers": _check_skip_layers(s, kv_cache_dtype_skip_layers)})
-    gpus = [_gpu(s, st, layers, non_torch_gib, kv_cache_memory_gib) for layers in pp_layer_bounds(s.num_layers, st.pp)]
+    st = _settings(s, config, inputs)
+    if inputs.kv_cache_dtype_skip_layers and st.kv_cache_dtype != "auto":
+        st = st.model_copy(update={"kv_skip_layers": _check_skip_layers(s, inputs.kv_cache_dtype_skip_layers)})
+    gpus = [_gpu(s, st, layers, inputs.non_torch_gib, inputs.kv_cache_memory_gib)
+            for layers in pp_layer_bounds(s.num_layers, st.pp)]
     shape, b, layout = min(gpus, key=lambda g: g[1].kv // g[2].bytes_per_block if g[2].bytes_per_block else 0)
     p = _assemble(shape, st, param_counts(s), b, layout)
     total = sum(g[1].weights for g in gpus) * st.tp

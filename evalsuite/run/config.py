@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.units import PER_TENSOR_FP8_KV, KVCacheDtype, Quantization
+from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
 from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
@@ -58,30 +58,24 @@ class ModelConfig(Strict):
         return self.path or self.gguf or self.hf_id or ""
 
 
-Dtype = Literal["auto", "bfloat16", "float16", "float32", "half", "bf16", "fp16"]
-
-
-class Variant(Strict):
-    """One way of loading the model. Fields map 1:1 onto vLLM engine arguments."""
-
+class _Source(Strict):
     model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
-    dtype: Dtype = "auto"
-    quantization: Quantization | None = None
+
+
+class _Build(Strict):
     # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
     quantize: Literal["awq", "gptq", "rtn", "kv_fp8"] | None = None
     # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
     # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.models.simulate)
     simulate: bool = False
-    kv_cache_dtype: KVCacheDtype = "auto"
-    max_model_len: int | None = Field(default=None, gt=0)
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    block_size: Literal[1, 8, 16, 32, 64, 128, 256] | None = None
-    enable_prefix_caching: bool | None = None
-    enforce_eager: bool | None = None
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    pipeline_parallel_size: int = Field(default=1, ge=1)
+
+
+# The bases' order is the fields' order (pydantic takes them from the last base first), the one
+# config.yaml and result.json record: model, dtype, quantization, quantize, simulate, kv_cache_dtype, ...
+class Variant(CacheSettings, _Build, WeightSettings, _Source):
+    """One way of loading the model. The engine settings (core/settings.py) map 1:1 onto vLLM engine
+    arguments; `engine_args` passes any other."""
+
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ from typing import Any
 
 import psutil
 
+from evalsuite.core.settings import MEMORY_SETTINGS
 from evalsuite.core.types import EngineStats
 from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
@@ -35,15 +36,11 @@ def _planner_gpu(device: str | None) -> str:
 
 
 def plan_inputs(variant: Variant) -> dict[str, Any]:
-    """The planner's engine settings for a variant; what it leaves unset, the planner fills as vLLM does."""
-    kw = variant.vllm_kwargs()
-    return dict(max_model_len=variant_max_len(variant), kv_cache_dtype=variant.kv_cache_dtype,
-                quantization=variant.quantization, gpu_memory_utilization=variant.gpu_memory_utilization or 0.9,
-                block_size=variant.block_size, dtype=None if variant.dtype == "auto" else variant.dtype,
-                max_num_batched_tokens=variant.max_num_batched_tokens, max_num_seqs=variant.max_num_seqs,
-                enforce_eager=bool(variant.enforce_eager), tensor_parallel_size=variant.tensor_parallel_size,
-                pipeline_parallel_size=variant.pipeline_parallel_size,
-                kv_cache_dtype_skip_layers=kw.get("kv_cache_dtype_skip_layers") or ())
+    """The planner's settings for a variant: its memory settings (unset ones the planner fills as vLLM
+    does), with max_model_len and the KV layers kept in the model's dtype also where engine_args holds them."""
+    skip = variant.vllm_kwargs().get("kv_cache_dtype_skip_layers") or ()
+    return {**variant.model_dump(include=set(MEMORY_SETTINGS)), "max_model_len": variant_max_len(variant),
+            "kv_cache_dtype_skip_layers": tuple(str(layer) for layer in skip)}
 
 
 def with_overrides(config: dict[str, Any], *overrides: dict[str, Any]) -> dict[str, Any]:
