@@ -131,6 +131,10 @@ def run(
                                         "ray://HOST:PORT; without it: $RAY_ADDRESS, else the cluster last started on "
                                         "this machine, else a new local one. The run folder must be on a file system "
                                         "every node shares."),
+    parallel: str | None = typer.Option(None, "--parallel", "-j", metavar="auto|N",
+                                        help="Engines at once on the device: auto (as many as the memory planner "
+                                             "fits, less scheduler.margin), or at most N. Default: the config's "
+                                             "scheduler.parallel (1: one after another)."),
 ) -> None:
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
     from evalsuite.run.session import run_config
@@ -140,7 +144,8 @@ def run(
 
     record = run_config(config_path(config), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
                         show_progress=progress, only=variant, ray_address=ray,
-                        only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit)
+                        only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit,
+                        parallel=parallel)
     failed = [v for v in record.variants if v.status == "failed"]
     if failed and len(failed) == len(record.variants):
         raise typer.Exit(1)

@@ -134,6 +134,9 @@ class VariantResult(_Model):
     chance: dict[str, float] = Field(default_factory=dict)
     engine: EngineStats = Field(default_factory=EngineStats)
     predicted: dict[str, Any] = Field(default_factory=dict)
+    # `run --parallel`: the packing plan's footprint beside the engine's measured one, the variants that
+    # shared the device, and whether the engine figures were measured alone (evalsuite.run.packing)
+    placement: dict[str, Any] = Field(default_factory=dict)
     started_at: datetime | None = None
     duration_s: float | None = None
 

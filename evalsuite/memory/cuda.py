@@ -30,6 +30,15 @@ def device_total_gib(index: int = 0) -> float | None:
     return nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)).total / GIB
 
 
+def device_memory_gib(index: int = 0) -> tuple[float, float]:
+    """(total, free) memory of a GPU; (0, 0) where there is none to read."""
+    nv = _nvml()
+    if nv is None:
+        return 0.0, 0.0
+    info = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index))
+    return info.total / GIB, info.free / GIB
+
+
 class NvmlPeak:
     """Samples device memory used and the bytes held by our own process tree, keeping peaks, and
     how many other processes shared a device with our tree."""

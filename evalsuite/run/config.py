@@ -133,6 +133,17 @@ class LatencyConfig(Strict):
         return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
 
 
+PARALLEL_ALLOWED = "auto or a whole number >= 1"
+
+
+def parse_parallel(value: Any) -> Literal["auto"] | int:
+    """`--parallel` / `scheduler.parallel`: "auto", or how many engines at most run at once."""
+    text = str(value).strip().lower()
+    if isinstance(value, bool) or not (text == "auto" or (text.isdigit() and int(text) >= 1)):
+        raise ValueError(f"{value!r} is not allowed (allowed: {PARALLEL_ALLOWED})")
+    return "auto" if text == "auto" else int(text)
+
+
 class SchedulerConfig(Strict):
     """Where variants run: one after another in this process tree (local), or each as one Ray task
     on a cluster (ray), as many at once as its resources allow. Not part of what is measured."""
@@ -143,6 +154,18 @@ class SchedulerConfig(Strict):
     address: str | None = None
     num_cpus: float = Field(default=1, ge=0)  # per variant; GPUs are tensor x pipeline parallel size
     resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources per variant
+    # Engines at once on one device (evalsuite.run.packing): 1 one after another; N at most N; auto
+    # as many as the planner's footprints fit in the device's memory less `margin`
+    parallel: Literal["auto"] | int = 1
+    margin: float = Field(default=0.1, ge=0, lt=1)  # fraction of the device's memory kept free when packing
+    # The latency pass runs after the packed tasks, each variant's engine alone on the device: its
+    # timings are not shared with neighbours'
+    latency_alone: bool = True
+
+    @field_validator("parallel", mode="before")
+    @classmethod
+    def _parallel(cls, value: Any) -> Any:
+        return parse_parallel(value)
 
 
 class RunConfig(Strict):

@@ -31,10 +31,15 @@ def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) ->
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
                show_progress: bool | None = None, only: list[str] | None = None,
                ray_address: str | None = None, only_tasks: list[str] | None = None,
-               limit: int | None = None) -> RunRecord:
+               limit: int | None = None, parallel: str | None = None) -> RunRecord:
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
-    only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one."""
+    only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one.
+    parallel (--parallel) overrides scheduler.parallel: how many engines share a device."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
+    if parallel is not None:
+        from evalsuite.run.packing import parallel_flag
+
+        cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
         console.print(f"note: {note}", markup=False, highlight=False)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
@@ -70,6 +75,10 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
                 from evalsuite.run.scheduler import execute_ray
 
                 record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+            elif cfg.scheduler.parallel != 1:
+                from evalsuite.run.packing import execute_packed
+
+                record = execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
             else:
                 record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only

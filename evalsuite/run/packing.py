@@ -1,0 +1,336 @@
+"""Several variants' engines at once on one device (`run --parallel`).
+
+A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
+a KV pool fixed in bytes, sized for the longest request the tasks send times the batch they send
+(vLLM gets the pool as `kv_cache_memory_bytes`, so its size no longer depends on what the others
+left free). Engines start, in the config's order, while the running footprints fit in the device's
+memory less a margin: GPU memory as NVML reports it free, or on a CPU the host's available RAM, whose
+cores are split between the engines. A variant without a prediction (a hub id, a GGUF file), one
+over the budget on its own, one spread over several GPUs, and one whose engine ran out of memory
+beside others runs alone. The latency pass runs afterwards, each engine alone on the device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import RunRecord, Sample, VariantResult
+from evalsuite.core.units import GIB
+from evalsuite.models.checkpoint import is_gguf
+from evalsuite.run.config import RunConfig, Variant, parse_parallel
+from evalsuite.run.footprint import _planner_gpu, plan_inputs
+from evalsuite.run.progress import Progress, console
+from evalsuite.run.runner import Runner, _put, in_config_order, preflight, prompt_tokens, to_run
+from evalsuite.tasks import Task, TaskContext
+from evalsuite.tasks.latency import LatencyTask
+
+# Words of an engine's failure that say it found too little memory at start (vLLM's checks, CUDA's
+# and the CPU backend's errors, the kernel's OOM killer ending the child).
+MEMORY_WORDS = ("out of memory", "outofmemory", "memoryerror", "free memory", "available memory",
+                "memory utilization", "kv cache", "not enough memory", "signal 9", "sigkill", "-9")
+UTILIZATION_SLACK = 1.05  # vLLM compares utilization x total with free memory at start: a little above the need
+
+
+def parallel_flag(value: str) -> str | int:
+    """`--parallel`'s value, or the one-line error that names the flag."""
+    try:
+        return parse_parallel(value)
+    except ValueError as e:
+        raise ConfigError(f"--parallel: {e}") from None
+
+
+# -- what one variant needs --------------------------------------------------------------------------
+
+def pool_tokens(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int, batch_tokens: int) -> int:
+    """KV tokens for the largest batch a task sends: its longest request (prompt and answer) times the
+    batch, or the batch's prompt-token cap plus every answer when that is less."""
+    need = 0
+    for t in tasks:
+        reqs = [s.request for s in samples.get(t.name, [])]
+        if not reqs:
+            continue
+        size = getattr(t, "batch_size", None) or batch_size
+        longest = max(prompt_tokens(r) + r.max_tokens for r in reqs)
+        out = max(r.max_tokens for r in reqs)
+        need = max(need, min(longest * size, batch_tokens + size * out), longest)
+    return need
+
+
+def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float, tokens: int) -> dict[str, Any]:
+    """The planner's footprint of one engine with a KV pool of `tokens` (at least one request at
+    max_model_len, which vLLM checks at start), or {} where the planner has no model of the weights."""
+    from evalsuite.memory.planner import plan
+
+    path = Path(model_dir if is_gguf(variant.model) else variant.model or model_dir) / "config.json"
+    if is_gguf(variant.model) or not path.exists():
+        return {}
+    config = json.loads(path.read_text())
+    fixed = variant.vllm_kwargs().get("kv_cache_memory_bytes")
+    p = plan(config, **plan_inputs(variant), gpu=_planner_gpu(device), device_memory_gib=memory_gib,
+             kv_cache_memory_gib=(fixed or 0) / GIB)
+    if not fixed:
+        blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
+        fixed = blocks * p.kv_bytes_per_block
+    parts = {"weights_gib": p.weights_gib, "activation_gib": p.activation_gib, "cuda_graph_gib": p.cuda_graph_gib,
+             "non_torch_gib": p.non_torch_gib, "kv_cache_gib": fixed / GIB}
+    return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
+            "kv_cache_memory_bytes": int(fixed)}
+
+
+def measured_gib(result: VariantResult) -> float | None:
+    """The engine's own figures of what the prediction adds up (those it reported)."""
+    e = result.engine
+    parts = [e.weights_gib, e.kv_cache_gib, e.peak_activation_gib, e.cuda_graph_gib, e.non_torch_gib]
+    have = [x for x in parts if x is not None]
+    return round(sum(have), 4) if have else None
+
+
+def out_of_memory(result: VariantResult) -> bool:
+    return result.status == "failed" and any(w in (result.reason or "").lower() for w in MEMORY_WORDS)
+
+
+# -- which variants run together ---------------------------------------------------------------------
+
+@dataclass
+class Packer:
+    """Pure bookkeeping of the plan: `needs` is each variant's footprint in GiB (None: unknown, so
+    alone), started first-fit in the given order while the running ones and it fit in `budget_gib`
+    and at most `limit` run."""
+
+    needs: dict[str, float | None]
+    budget_gib: float
+    limit: int
+    alone: set[str] = field(default_factory=set)  # beside nothing, nothing beside them
+    pending: list[str] = field(default_factory=list)
+    running: dict[str, float] = field(default_factory=dict)
+    retried: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.pending = list(self.needs)
+        self.alone |= {n for n, g in self.needs.items() if g is None or g > self.budget_gib}
+
+    def _fits(self, name: str) -> bool:
+        if not self.running:
+            return True
+        if name in self.alone or self.alone & self.running.keys() or len(self.running) >= self.limit:
+            return False
+        return sum(self.running.values()) + (self.needs[name] or 0.0) <= self.budget_gib
+
+    def start(self) -> list[str]:
+        """The variants to start now (marked running)."""
+        out = []
+        for name in list(self.pending):
+            if self._fits(name):
+                self.pending.remove(name)
+                self.running[name] = self.needs[name] or 0.0
+                out.append(name)
+        return out
+
+    def done(self, name: str) -> None:
+        self.running.pop(name, None)
+
+    def retry_alone(self, name: str) -> bool:
+        """Queue a variant again, to run alone, once; False when it already had its retry."""
+        if name in self.retried:
+            return False
+        self.retried.add(name)
+        self.alone.add(name)
+        self.pending.insert(0, name)
+        return True
+
+
+def core_slices(cores: list[int], n: int) -> list[str]:
+    """`cores` in n contiguous groups (vLLM's VLLM_CPU_OMP_THREADS_BIND list syntax), so engines
+    beside each other never share a core; n above the core count gives one core each."""
+    n = max(1, min(n, len(cores)))
+    return [",".join(str(c) for c in cores[i * len(cores) // n:(i + 1) * len(cores) // n]) for i in range(n)]
+
+
+def engine_limit(parallel: str | int, cpu: bool, cores: int) -> int:
+    """At most this many engines at once; auto leaves it to memory, and on a CPU to one core each."""
+    if parallel == "auto":
+        return cores if cpu else 64
+    return min(int(parallel), cores) if cpu else int(parallel)
+
+
+def capacity(cpu: bool, margin: float) -> tuple[float, float]:
+    """(memory of the device, what packing may fill) in GiB: free memory less `margin` of the total."""
+    if cpu:
+        vm = psutil.virtual_memory()
+        return vm.total / GIB, vm.available / GIB - margin * vm.total / GIB
+    from evalsuite.memory.cuda import device_memory_gib
+
+    total, free = device_memory_gib()
+    return total, free - margin * total
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+class _PackedRunner(Runner):
+    """The runner, with engine arguments of the plan over the variant's own (the fixed KV pool and
+    the utilization that lets vLLM start beside others), and quantized checkpoints built one at a time."""
+
+    build_lock = threading.Lock()
+
+    def __init__(self, *args: Any, overrides: dict[str, Any]):
+        super().__init__(*args)
+        self.overrides = overrides
+
+    def _engine_variant(self, variant: Variant) -> Variant:
+        v = super()._engine_variant(variant)
+        return v.model_copy(update={"engine_args": {**v.engine_args, **self.overrides}})
+
+    def _quantized(self, *args: Any) -> str | None:
+        with self.build_lock:  # a build takes the device's memory and cores: two at once would starve both
+            return super()._quantized(*args)
+
+
+@dataclass
+class _Slot:
+    name: str
+    overrides: dict[str, Any]
+    env: dict[str, str]
+    beside: list[str]
+    cores: str | None = None
+
+
+class PackedRun:
+    """One `evalsuite run --parallel`: the plan, then a pool of threads, each running one variant's
+    engine (itself a child process) as Runner.run_variant does alone."""
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+                 progress: Progress):
+        self.cfg, self.run_dir, self.record, self.model_dir = cfg, run_dir, record, model_dir
+        self.ctx, self.progress = ctx, progress
+        self.cpu = _planner_gpu(record.env.get("device")) == "cpu"
+        self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        self.total_gib, self.budget_gib = capacity(self.cpu, cfg.scheduler.margin)
+        self.predicted: dict[str, dict[str, Any]] = {}
+
+    def plan(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> Packer:
+        tokens = pool_tokens(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
+        needs: dict[str, float | None] = {}
+        for name, v in todo.items():
+            try:
+                self.predicted[name] = predict_need(self.model_dir, v, self.record.env.get("device", ""),
+                                                    self.total_gib, tokens)
+            except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
+                self.predicted[name] = {"error": f"{type(e).__name__}: {e}"}
+            needs[name] = self.predicted[name].get("footprint_gib")
+        limit = engine_limit(self.cfg.scheduler.parallel, self.cpu, len(self.cores))
+        multi = {n for n, v in todo.items() if v.tensor_parallel_size * v.pipeline_parallel_size > 1}
+        self.slices = core_slices(self.cores, limit) if self.cpu else []
+        self.record.env.setdefault("scheduler", {}).update(
+            {"kind": "local", "parallel": self.cfg.scheduler.parallel, "limit": limit,
+             "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3)})
+        return Packer(needs, self.budget_gib, limit, alone=multi)
+
+    def _slot(self, name: str, packer: Packer) -> _Slot:
+        p, alone = self.predicted.get(name, {}), name in packer.alone
+        overrides: dict[str, Any] = {}
+        if p.get("kv_cache_memory_bytes") and not alone:
+            overrides["kv_cache_memory_bytes"] = p["kv_cache_memory_bytes"]
+            if not self.cpu:
+                overrides["gpu_memory_utilization"] = round(min(0.95, p["footprint_gib"] * UTILIZATION_SLACK
+                                                                / self.total_gib), 4)
+        slot = _Slot(name, overrides, dict(self.cfg.engine.env), sorted(set(packer.running) - {name}))
+        if self.cpu and "VLLM_CPU_OMP_THREADS_BIND" not in slot.env and self.slices and not alone:
+            slot.cores = self.slices.pop(0)
+            slot.env["VLLM_CPU_OMP_THREADS_BIND"] = slot.cores
+        return slot
+
+    def _run_slot(self, slot: _Slot, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
+        cfg = self.cfg.model_copy(update={"engine": self.cfg.engine.model_copy(update={"env": slot.env})})
+        runner = _PackedRunner(cfg, self.run_dir, self.model_dir, self.ctx, self.progress, overrides=slot.overrides)
+        return runner.run_variant(slot.name, self.cfg.variants[slot.name], tasks, samples)
+
+    def _placed(self, result: VariantResult, slot: _Slot, ran_with: set[str]) -> VariantResult:
+        """The plan beside what the engine measured, and whom it shared the device with."""
+        result.placement = {"parallel": self.cfg.scheduler.parallel, "alone": not ran_with,
+                            "ran_with": sorted(ran_with), "predicted": self.predicted.get(slot.name, {}),
+                            "measured_gib": measured_gib(result), "engine_args": slot.overrides,
+                            **({"cpu_cores": slot.cores} if slot.cores else {})}
+        self.run_dir.write_result(result)
+        return result
+
+    def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
+        packer = self.plan(todo, tasks, samples)
+        results: dict[str, VariantResult] = {}
+        live: dict[Future, _Slot] = {}
+        neighbours: dict[str, set[str]] = {}
+        with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
+            while packer.pending or live:
+                for name in packer.start():
+                    slot = self._slot(name, packer)
+                    neighbours[name] = set(slot.beside)
+                    for other in slot.beside:
+                        neighbours.setdefault(other, set()).add(name)
+                    live[pool.submit(self._run_slot, slot, tasks, samples)] = slot
+                finished, _ = wait(list(live), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    slot = live.pop(fut)
+                    packer.done(slot.name)
+                    if slot.cores:
+                        self.slices.append(slot.cores)
+                    result = self._placed(fut.result(), slot, neighbours.get(slot.name, set()))
+                    if neighbours.get(slot.name) and out_of_memory(result) and packer.retry_alone(slot.name):
+                        console.print(f"{slot.name}: engine ran out of memory beside others; retrying it alone")
+                        neighbours[slot.name] = set()
+                        continue
+                    results[slot.name] = result
+                    _put(self.record, result)
+                    self.run_dir.write_run(self.record)
+        return results
+
+
+def split_alone(cfg: RunConfig, tasks: list[Task]) -> tuple[list[Task], list[Task]]:
+    """(tasks run packed, tasks run afterwards with each engine alone)."""
+    if not cfg.scheduler.latency_alone:
+        return tasks, []
+    return [t for t in tasks if not isinstance(t, LatencyTask)], [t for t in tasks if isinstance(t, LatencyTask)]
+
+
+def merged(packed: VariantResult, alone: VariantResult) -> VariantResult:
+    """One variant's record of both passes: the packed tasks' metrics with the alone pass's, whose
+    engine (alone on the device) gives the memory figures."""
+    out = alone.model_copy(deep=True)
+    out.metrics = packed.metrics + alone.metrics
+    out.primary_metrics = packed.primary_metrics + [m for m in alone.primary_metrics if m not in packed.primary_metrics]
+    out.chance = {**packed.chance, **alone.chance}
+    out.started_at = packed.started_at
+    out.duration_s = (packed.duration_s or 0.0) + (alone.duration_s or 0.0)
+    out.placement = {**packed.placement, "engine_alone": True,
+                     "packed_engine": packed.engine.model_dump(mode="json", exclude_none=True)}
+    return out
+
+
+def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+                   progress: Progress, resume: bool) -> RunRecord:
+    """The local path's execute(), with engines packed on the device, then the alone passes."""
+    tasks, samples = preflight(cfg, ctx)
+    todo = to_run(cfg, run_dir, record, tasks, samples, resume)
+    packed_tasks, alone_tasks = split_alone(cfg, tasks)
+    results = PackedRun(cfg, run_dir, record, model_dir, ctx, progress).run(todo, packed_tasks or tasks, samples)
+    runner = Runner(cfg, run_dir, model_dir, ctx, progress)
+    for name in todo:
+        first = results.get(name)
+        if not alone_tasks or not packed_tasks or first is None or first.status != "ok" or cfg.variants[name].simulate:
+            continue
+        result = merged(first, runner.run_variant(name, cfg.variants[name], alone_tasks, samples))
+        run_dir.write_result(result)
+        _put(record, result)
+        run_dir.write_run(record)
+    in_config_order(record, cfg)
+    run_dir.write_run(record)
+    return record
