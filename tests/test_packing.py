@@ -1,0 +1,240 @@
+"""`run --parallel`: which variants share a device (evalsuite.run.packing), and a packed run's answers
+equal to a sequential run's on the real vLLM CPU engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import Request, RunRecord, Sample, VariantResult
+from evalsuite.run import packing
+from evalsuite.run.config import RunConfig, load_config
+from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
+from evalsuite.run.runner import Runner
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_variants_start_while_they_fit_in_the_budget_first_fit_in_order():
+    p = Packer({"a": 6.0, "b": 6.0, "c": 3.0, "d": 1.0}, budget_gib=10.0, limit=8)
+    assert p.start() == ["a", "c", "d"]  # b does not fit beside a; c and d do
+    assert p.start() == []
+    p.done("a")
+    assert p.start() == ["b"]
+
+
+def test_at_most_limit_engines_at_once():
+    p = Packer({n: 1.0 for n in "abcd"}, budget_gib=100.0, limit=2)
+    assert p.start() == ["a", "b"]
+    p.done("b")
+    assert p.start() == ["c"]
+
+
+def test_unknown_or_too_large_footprint_runs_alone():
+    p = Packer({"a": 1.0, "hub": None, "big": 50.0, "b": 1.0}, budget_gib=10.0, limit=8)
+    assert p.alone == {"hub", "big"}
+    assert p.start() == ["a", "b"]
+    p.done("a"), p.done("b")
+    assert p.start() == ["hub"]  # nothing beside it
+    assert p.start() == []
+    p.done("hub")
+    assert p.start() == ["big"]
+
+
+def test_the_margin_is_what_capacity_keeps_free(monkeypatch):
+    class VM:
+        total, available = 20 * 2**30, 16 * 2**30
+
+    monkeypatch.setattr(packing.psutil, "virtual_memory", lambda: VM)
+    assert packing.capacity(cpu=True, margin=0.1) == (20.0, 14.0)
+
+
+def test_an_engine_out_of_memory_beside_others_is_retried_alone_once():
+    p = Packer({"a": 4.0, "b": 4.0}, budget_gib=10.0, limit=8)
+    assert p.start() == ["a", "b"]
+    p.done("b")
+    assert p.retry_alone("b")
+    assert p.start() == []  # waits for a to end
+    p.done("a")
+    assert p.start() == ["b"]
+    assert not p.retry_alone("b")
+
+
+def test_out_of_memory_reasons():
+    def failed(reason: str) -> VariantResult:
+        return VariantResult(variant="v", status="failed", reason=reason)
+
+    assert out_of_memory(failed("ValueError: Free memory on device (3.1/139.8 GiB) on startup is less than desired "
+                                "GPU memory utilization"))
+    assert out_of_memory(failed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert out_of_memory(failed("engine process died (signal 9)"))
+    assert not out_of_memory(failed("ValueError: unknown quantization method"))
+    assert not out_of_memory(VariantResult(variant="v", status="ok", reason="out of memory"))
+
+
+def test_cpu_cores_are_split_between_engines():
+    assert core_slices([0, 1], 2) == ["0", "1"]
+    assert core_slices([0, 1, 2, 3], 2) == ["0,1", "2,3"]
+    assert core_slices([0], 3) == ["0"]
+    assert engine_limit("auto", cpu=True, cores=2) == 2
+    assert engine_limit(4, cpu=True, cores=2) == 2
+    assert engine_limit(4, cpu=False, cores=2) == 4
+
+
+def test_the_kv_pool_holds_the_longest_request_times_the_batch():
+    task = type("T", (), {"name": "t", "batch_size": None})()
+    samples = {"t": [Sample(id=str(n), task="t", request=Request(prompt_token_ids=[1] * n, max_tokens=4), target="")
+                     for n in (10, 100)]}
+    assert pool_tokens([task], samples, batch_size=8, batch_tokens=10_000) == 104 * 8
+    assert pool_tokens([task], samples, batch_size=8, batch_tokens=200) == 200 + 8 * 4  # the batch's token cap
+
+
+def test_the_footprint_adds_the_planners_parts(tiny_model):
+    from evalsuite.run.config import Variant
+
+    v = Variant(max_model_len=2048, dtype="bfloat16")
+    p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens=10)
+    parts = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
+    assert p["footprint_gib"] == pytest.approx(sum(p[k] for k in parts), abs=1e-3)
+    pinned = predict_need(str(tiny_model), v.model_copy(update={"engine_args": {"kv_cache_memory_bytes": 2**30}}),
+                          "CPU x86_64", 24.0, tokens=10)
+    assert pinned["kv_cache_memory_bytes"] == 2**30
+    # at least one request at max_model_len (vLLM refuses to start otherwise), more for a larger batch
+    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, 2048)["kv_cache_memory_bytes"]
+    assert predict_need(str(tiny_model), v, "CPU", 24.0, 8192)["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
+    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, 10) == {}
+
+
+def test_quantized_checkpoints_build_one_at_a_time(monkeypatch):
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def build(self, *args):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.05)  # long enough for the other thread to try
+        with lock:
+            state["now"] -= 1
+        return "built"
+
+    monkeypatch.setattr(Runner, "_quantized", build)
+    runner = object.__new__(packing._PackedRunner)
+    threads = [threading.Thread(target=runner._quantized, args=("v", None, None)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["most"] == 1
+
+
+def _fake_config(tmp_path: Path, model: Path, **scheduler) -> RunConfig:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"path": str(model)}, "engine": {"mode": "fake"},
+        "defaults": {"max_model_len": 2048, "engine_args": {"kv_cache_memory_bytes": 2**26}},
+        "variants": {"a": {}, "b": {}}, "scheduler": scheduler, "tracking": {"enabled": False}}))
+    return load_config(path)
+
+
+def test_a_variant_out_of_memory_beside_another_reruns_alone_and_says_so(tmp_path, tiny_model, monkeypatch):
+    cfg = _fake_config(tmp_path, tiny_model, parallel=2)
+    run_dir = RunDir(tmp_path / "run")
+    record = RunRecord(run_id="r", model="m", env={"device": "CPU x86_64"})
+    run = packing.PackedRun(cfg, run_dir, record, str(tiny_model), None, None)
+    calls = []
+
+    def run_slot(slot, tasks, samples):
+        calls.append((slot.name, tuple(slot.beside)))
+        if slot.name == "b" and slot.beside:
+            return VariantResult(variant="b", status="failed", reason="ValueError: Available memory on node 0 "
+                                 "(0.10/23.5 GiB) on kv cache allocation is less than requested")
+        time.sleep(0.2)  # a still runs when b fails
+        return VariantResult(variant=slot.name, status="ok")
+
+    monkeypatch.setattr(run, "_run_slot", run_slot)
+    results = run.run(dict(cfg.variants), [], {})
+    assert sorted(calls[:2]) == [("a", ("b",)), ("b", ("a",))] and calls[2:] == [("b", ())]
+    assert results["b"].status == "ok" and results["b"].placement["alone"] is True
+    assert results["a"].placement["ran_with"] == ["b"]
+    assert results["a"].placement["predicted"]["footprint_gib"] > 0
+    assert "cpu_cores" in results["a"].placement
+
+
+def test_bad_parallel_in_a_config_is_one_line(tmp_path, tiny_model):
+    with pytest.raises(ConfigError) as e:
+        _fake_config(tmp_path, tiny_model, parallel="lots")
+    assert "scheduler.parallel" in str(e.value) and "'lots'" in str(e.value) and "auto" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert _fake_config(tmp_path, tiny_model, parallel="auto").scheduler.parallel == "auto"
+    assert _fake_config(tmp_path, tiny_model, parallel="3").scheduler.parallel == 3
+
+
+def test_bad_parallel_flag_exits_2_naming_the_flag(tmp_path, tiny_model):
+    _fake_config(tmp_path, tiny_model)
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(tmp_path / "c.yaml"), "--parallel", "0"],
+                         capture_output=True, text=True, timeout=300, env=_env())
+    assert res.returncode == 2
+    assert res.stderr.strip() == ("evalsuite: error: --parallel: '0' is not allowed "
+                                  "(allowed: auto or a whole number >= 1)")
+
+
+def _answers(run: Path, variant: str) -> dict[str, str]:
+    out = {}
+    for f in sorted((run / variant / "samples").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            out[f"{f.stem}/{row['sample']['id']}"] = row["completion"]["text"]
+    return out
+
+
+@pytest.mark.engine
+def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
+    """Two variants on the real vLLM CPU engine, one after another and two at once: the same answer
+    to every item, the latency pass alone afterwards, and the plan beside the measured figures."""
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"batch_size": 4, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}},
+        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 6,
+                   "num_fewshot": 2},
+                  {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]}],
+        "latency": {"prompt_tokens": [64], "output_tokens": 8, "repeats": 1},
+        "tracking": {"enabled": False}}))
+    runs = {}
+    for label, extra in (("sequential", []), ("packed", ["--parallel", "2"])):
+        out = tmp_path / label
+        res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress", "-o", str(out),
+                              *extra], capture_output=True, text=True, timeout=900, env=_env())
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        (runs[label],) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    for variant in ("bf16", "kv_fp8"):
+        seq, packed = _answers(runs["sequential"], variant), _answers(runs["packed"], variant)
+        assert len(seq) == 12 + 4 + 1 and seq == packed
+        result = json.loads((runs["packed"] / variant / "result.json").read_text())
+        place = result["placement"]
+        assert result["status"] == "ok" and place["ran_with"] == [{"bf16": "kv_fp8", "kv_fp8": "bf16"}[variant]]
+        assert place["engine_alone"] is True and place["predicted"]["kv_cache_memory_bytes"] == 64 * 2**20
+        assert place["measured"]["kv_cache_gib"] == pytest.approx(place["predicted"]["kv_cache_gib"], rel=0.02)
+        names = {m["name"] for m in result["metrics"]}
+        assert {"mmlu/acc", "needle/acc", "latency/ttft_ms_p50"} <= names
+    sched = json.loads((runs["packed"] / "run.json").read_text())["env"]["scheduler"]
+    assert sched["parallel"] == 2 and sched["budget_gib"] > 0
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(REPO)}
