@@ -1,0 +1,130 @@
+"""One sweep run one variant after another and packed (`run --parallel`), side by side in one run.
+
+Both modes are `evalsuite run` as a user runs it, in a subprocess each, on the same config: the wall
+time of each command is what a user waits for, engine starts and preparation included. Tracking is
+off in both so MLflow does not enter the timing. The packed mode runs first: a warm compile cache or
+page cache then helps the sequential mode, so the speedup errs low. Answers are compared per item
+(`same_answers`: the share of items whose completion text is identical; latency rows are timings and
+left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
+floor a packed run's changes are read against.
+
+On a GPU, where a small model's engine start outweighs its work, packing overlaps the starts. On a
+CPU the engines split its cores between them, so the speedup is what overlapping the starts gains
+over slower work.
+
+    .venv/bin/python bench/sweep_wall.py CONFIG [--parallel auto|N] [--noise]
+    .venv/bin/python bench/sweep_wall.py --tiny                    # CPU, tiny model, 4 variants
+
+The last line printed is the RESULT line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def tiny_config(work: Path) -> Path:
+    from evalsuite.data.assets import default_cache_dir
+    from evalsuite.models.tiny import build_tiny_llama
+
+    model = build_tiny_llama(default_cache_dir() / "test-models" / "tiny-llama-seed0")
+    cfg = {
+        "model": {"path": str(model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"batch_size": 16, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "no_prefix": {"enable_prefix_caching": False},
+                     "bf16_again": {}},
+        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 10,
+                   "num_fewshot": 2},
+                  {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]}],
+    }
+    path = work / "sweep.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def wrapped(config: Path, out: Path) -> Path:
+    """The config with tracking off and runs under `out`, beside the config (relative paths in a
+    config resolve against its folder); removed afterwards."""
+    path = config.resolve().parent / f".{config.stem}-sweep_wall.yaml"
+    path.write_text(yaml.safe_dump({"include": config.name, "tracking": {"enabled": False}, "output_dir": str(out)}))
+    return path
+
+
+def run(config: Path, out: Path, parallel: str | None) -> tuple[float, Path]:
+    args = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(out)]
+    args += ["--parallel", parallel] if parallel else []
+    t0 = time.perf_counter()
+    res = subprocess.run(args, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{res.stderr[-3000:]}")
+    (run_dir,) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    return wall, run_dir
+
+
+def answers(run_dir: Path) -> dict[str, str]:
+    """variant/task/item -> completion text, the latency pass left out."""
+    out = {}
+    for f in run_dir.glob("*/samples/*.jsonl"):
+        if f.stem == "latency":
+            continue
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            out[f"{f.parent.parent.name}/{f.stem}/{row['sample']['id']}"] = row["completion"]["text"]
+    return out
+
+
+def same_share(a: dict[str, str], b: dict[str, str]) -> float:
+    return sum(a[k] == b.get(k) for k in a) / max(len(a), 1)
+
+
+def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None) -> str:
+    records = {name: json.loads((d / "run.json").read_text()) for name, d in (("sequential", seq), ("packed", packed))}
+    for name, rec in records.items():
+        for v in rec["variants"]:
+            place = v.get("placement") or {}
+            print(f"{name:10s} {v['variant']}: {v['status']}, {v['duration_s'] or 0:.1f} s (engine start "
+                  f"{v['engine'].get('startup_s') or 0:.1f} s), beside {place.get('ran_with', [])}")
+    ok = all(v["status"] == "ok" for rec in records.values() for v in rec["variants"])
+    a, b = answers(seq), answers(packed)
+    sched = records["packed"]["env"].get("scheduler", {})
+    print(f"packed with --parallel {parallel}: at most {sched.get('limit')} engines, budget {sched.get('budget_gib')} "
+          f"of {sched.get('memory_gib')} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
+    return (f"RESULT bench=sweep_wall variants={len(records['sequential']['variants'])} parallel={parallel} "
+            f"all_ok={int(ok)} sequential_s={seq_s:.1f} packed_s={packed_s:.1f} speedup={seq_s / packed_s:.3f} "
+            f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config", nargs="?", type=Path, help="A config with several variants.")
+    ap.add_argument("--parallel", default="auto", help="The packed mode's --parallel (default: auto).")
+    ap.add_argument("--noise", action="store_true", help="Run the sequential mode twice: the answers' noise floor.")
+    ap.add_argument("--tiny", action="store_true", help="The tiny random model on CPU.")
+    args = ap.parse_args()
+    if not args.config and not args.tiny:
+        ap.error("give CONFIG or --tiny")
+    work = Path(tempfile.mkdtemp(prefix="sweep_wall-"))
+    config = tiny_config(work) if args.tiny else wrapped(args.config, work)
+    try:
+        packed_s, packed = run(config, work / "packed", args.parallel)
+        seq_s, seq = run(config, work / "sequential", None)
+        noise = same_share(answers(seq), answers(run(config, work / "sequential-again", None)[1])) if args.noise else None
+    finally:
+        if not args.tiny:
+            config.unlink(missing_ok=True)
+    print(report(seq_s, seq, packed_s, packed, args.parallel, noise))
+
+
+if __name__ == "__main__":
+    main()
