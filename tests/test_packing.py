@@ -238,3 +238,15 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def test_on_ray_the_plan_becomes_fractions_of_a_gpu(tmp_path, tiny_model):
+    cfg = _fake_config(tmp_path, tiny_model, parallel=4)
+    cfg.variants["hub"] = cfg.variants["a"].model_copy(update={"model": "org/hub-only"})
+    shares = packing.ray_shares(cfg, dict(cfg.variants), [], {}, str(tiny_model), "NVIDIA H200", 139.8)
+    assert shares["a"][0] == 0.25  # the tiny model needs far less: at least 1/N of the card under parallel: N
+    assert shares["a"][1]["kv_cache_memory_bytes"] == 2**26 and 0 < shares["a"][1]["gpu_memory_utilization"] < 0.05
+    assert shares["hub"] == (1.0, {})  # no prediction: a whole GPU
+    cfg.scheduler.parallel = "auto"
+    assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "NVIDIA H200", 139.8)["a"][0] < 0.05
+    assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "", 0.0)["a"] == (1.0, {})

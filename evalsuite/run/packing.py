@@ -200,6 +200,14 @@ class _PackedRunner(Runner):
             return super()._quantized(*args)
 
 
+def packed_runner(cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Any,
+                  overrides: dict[str, Any]) -> Runner:
+    """A runner whose engines take `overrides` over the variant's own arguments (none: the plain runner)."""
+    if not overrides:
+        return Runner(cfg, run_dir, model_dir, ctx, progress)
+    return _PackedRunner(cfg, run_dir, model_dir, ctx, progress, overrides=overrides)
+
+
 @dataclass
 class _Slot:
     name: str
@@ -338,3 +346,26 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
     in_config_order(record, cfg)
     run_dir.write_run(record)
     return record
+
+
+def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]],
+               model_dir: str, gpu: str, gpu_gib: float) -> dict[str, tuple[float, dict[str, Any]]]:
+    """On Ray the same plan as fractions of a GPU: variant -> (num_gpus, engine arguments), a variant
+    asking for its footprint (plus the margin's share) of a `gpu_gib` card named `gpu` (the driver's:
+    the cluster's cards are taken to be alike), at least 1/N under `parallel: N`; a whole GPU for
+    one the planner cannot predict, one on several GPUs, or where the driver sees no GPU."""
+    tokens = pool_tokens(tasks, samples, cfg.engine.batch_size, cfg.engine.batch_tokens)
+    floor = 1 / cfg.scheduler.parallel if isinstance(cfg.scheduler.parallel, int) else 0.0
+    out: dict[str, tuple[float, dict[str, Any]]] = {}
+    for name, v in todo.items():
+        try:
+            p = predict_need(model_dir, v, gpu, gpu_gib, tokens) if gpu_gib else {}
+        except Exception:  # noqa: BLE001 - a planner gap: a whole GPU, as without packing
+            p = {}
+        if not p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
+            out[name] = (float(v.tensor_parallel_size * v.pipeline_parallel_size), {})
+            continue
+        share = min(1.0, max(floor, math.ceil(p["footprint_gib"] / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))
+        out[name] = (share, {"kv_cache_memory_bytes": p["kv_cache_memory_bytes"],
+                             "gpu_memory_utilization": round(min(0.95, p["footprint_gib"] * UTILIZATION_SLACK / gpu_gib), 4)})
+    return out

@@ -173,15 +173,16 @@ def _where() -> str:
 
 
 def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: bool, work: tuple, name: str,
-                     queue, digest: str) -> VariantResult:
-    """The body of one variant's Ray task: the local path's run_variant, on this node."""
-    from evalsuite.run.runner import Runner
+                     queue, digest: str, packed: dict[str, Any] | None = None) -> VariantResult:
+    """The body of one variant's Ray task: the local path's run_variant, on this node; `packed`:
+    the engine arguments that let it share a GPU (evalsuite.run.packing.ray_shares)."""
+    from evalsuite.run.packing import packed_runner
 
     progress = QueueProgress(queue, name)
     progress.node(_where())
     _check_node(Path(root), digest, model_dir, model_is_local)
     ctx, tasks, samples = work
-    runner = Runner(cfg, RunDir(Path(root)), model_dir, ctx, progress)
+    runner = packed_runner(cfg, RunDir(Path(root)), model_dir, ctx, progress, packed or {})
     variant = cfg.variants[name]
     if gpus(variant) > 1:  # inside a Ray task vLLM would otherwise consider a nested Ray executor
         runner.engine_defaults["distributed_executor_backend"] = "mp"
@@ -225,17 +226,29 @@ class _Fanout:
         has_gpus = any(n.get("GPU", 0) for n in alive)
         digest = config_digest(self.run_dir)
         remote = ray.remote(max_calls=1, max_retries=0)(run_variant_task)  # a crash is recorded, not retried
+        shares = self._shares(todo, model_dir, tasks, samples) if has_gpus and self.cfg.scheduler.parallel != 1 else {}
         for name, variant in todo.items():
             need = demand(variant, self.cfg.scheduler, has_gpus)
+            if name in shares:  # a fraction of a GPU, the packing plan's
+                need["GPU"] = shares[name][0]
             why = unplaceable(need, alive)
             if why:
                 self._record(failure(self.run_dir, name, variant, datetime.now(timezone.utc), EvalsuiteError(why)))
                 continue
             opts = {"num_cpus": need.pop("CPU", 0), "num_gpus": need.pop("GPU", 0), "resources": need,
                     "name": f"evalsuite:{name}"}
-            ref = remote.options(**opts).remote(self.cfg, str(self.run_dir.root), model_dir,
-                                                Path(model_dir).is_dir(), work, name, self.queue, digest)
+            ref = remote.options(**opts).remote(self.cfg, str(self.run_dir.root), model_dir, Path(model_dir).is_dir(),
+                                                work, name, self.queue, digest, shares.get(name, (0, {}))[1])
             self.pending[ref] = (name, datetime.now(timezone.utc))
+
+    def _shares(self, todo: dict[str, Variant], model_dir: str, tasks, samples) -> dict[str, tuple[float, dict]]:
+        from evalsuite.memory.cuda import device_memory_gib
+        from evalsuite.run.packing import ray_shares
+
+        shares = ray_shares(self.cfg, todo, tasks, samples, model_dir, self.record.env.get("device", ""),
+                            device_memory_gib()[0])
+        self.record.env["scheduler"]["gpu_shares"] = {n: s[0] for n, s in shares.items()}
+        return shares
 
     def wait(self) -> None:
         ray = self.ray
