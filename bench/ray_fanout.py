@@ -61,9 +61,10 @@ def wrapped(config: Path, out: Path) -> Path:
     return path
 
 
-def run(config: Path, variants: list[str], out: Path, ray: str | None) -> tuple[float, dict]:
+def run(config: Path, variants: list[str], out: Path, ray: str | None, extra: tuple[str, ...] = ()) -> tuple[float, dict]:
+    """`evalsuite run` in a subprocess: its wall time, and its run.json with the run folder as `dir`."""
     args = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(out)]
-    args += [a for v in variants for a in ("-V", v)] + (["--ray", ray] if ray else [])
+    args += [a for v in variants for a in ("-V", v)] + (["--ray", ray] if ray else []) + list(extra)
     t0 = time.perf_counter()
     res = subprocess.run(args, capture_output=True, text=True)
     wall = time.perf_counter() - t0

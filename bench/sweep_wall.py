@@ -22,54 +22,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ray_fanout  # noqa: E402  (its tiny config and config wrapper)
+
 
 def tiny_config(work: Path) -> Path:
-    from evalsuite.data.assets import default_cache_dir
-    from evalsuite.models.tiny import build_tiny_llama
-
-    model = build_tiny_llama(default_cache_dir() / "test-models" / "tiny-llama-seed0")
-    cfg = {
-        "model": {"path": str(model)},
-        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
-                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
-        "engine": {"batch_size": 16, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
-        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "no_prefix": {"enable_prefix_caching": False},
-                     "bf16_again": {}},
-        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 10,
-                   "num_fewshot": 2},
-                  {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]}],
-    }
+    """ray_fanout's tiny CPU config, widened to four variants and two tasks, without the latency pass
+    (it runs alone after the packed tasks, which would time two engine starts a variant)."""
+    cfg = yaml.safe_load(ray_fanout.tiny_config(work).read_text())
+    cfg["defaults"].update({"max_model_len": 2048, "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}})
+    cfg["engine"]["batch_size"] = 16
+    cfg["variants"] = {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "no_prefix": {"enable_prefix_caching": False},
+                       "bf16_again": {}}
+    cfg["tasks"].append({"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]})
+    cfg.pop("latency")
+    cfg["tracking"] = {"enabled": False}
     path = work / "sweep.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-def wrapped(config: Path, out: Path) -> Path:
-    """The config with tracking off and runs under `out`, beside the config (relative paths in a
-    config resolve against its folder); removed afterwards."""
-    path = config.resolve().parent / f".{config.stem}-sweep_wall.yaml"
-    path.write_text(yaml.safe_dump({"include": config.name, "tracking": {"enabled": False}, "output_dir": str(out)}))
-    return path
-
-
 def run(config: Path, out: Path, parallel: str | None) -> tuple[float, Path]:
-    args = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(out)]
-    args += ["--parallel", parallel] if parallel else []
-    t0 = time.perf_counter()
-    res = subprocess.run(args, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if res.returncode != 0:
-        sys.exit(f"{' '.join(args)} failed:\n{res.stderr[-3000:]}")
-    (run_dir,) = [p for p in out.iterdir() if (p / "run.json").exists()]
-    return wall, run_dir
+    wall, record = ray_fanout.run(config, [], out, None, ("--parallel", parallel) if parallel else ())
+    return wall, record["dir"]
 
 
 def answers(run_dir: Path) -> dict[str, str]:
@@ -115,7 +96,7 @@ def main() -> None:
     if not args.config and not args.tiny:
         ap.error("give CONFIG or --tiny")
     work = Path(tempfile.mkdtemp(prefix="sweep_wall-"))
-    config = tiny_config(work) if args.tiny else wrapped(args.config, work)
+    config = tiny_config(work) if args.tiny else ray_fanout.wrapped(args.config, work)
     try:
         packed_s, packed = run(config, work / "packed", args.parallel)
         seq_s, seq = run(config, work / "sequential", None)
