@@ -184,11 +184,15 @@ class Runner:
         except Exception:  # noqa: BLE001 - an unknown architecture has no floor; the run stands
             return []
 
+    def _engine_variant(self, variant: Variant) -> Variant:
+        """The variant with the engine arguments a scheduler adds under its own."""
+        if not self.engine_defaults:
+            return variant
+        return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
+
     def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
-        """The variant's engine, not yet started, with the arguments a scheduler adds under its own."""
-        if self.engine_defaults:
-            variant = variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
-        model, kwargs = engine_args(self.cfg, variant, model_dir)
+        """The variant's engine, not yet started."""
+        model, kwargs = engine_args(self.cfg, self._engine_variant(variant), model_dir)
         return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir)
 
     def _opened(self, name: str, variant: Variant) -> VariantResult:
