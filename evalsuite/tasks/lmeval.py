@@ -137,8 +137,10 @@ def _context(doc: dict[str, Any]) -> str | None:
     return first if isinstance(first, str) else None
 
 
-class LMEvalTask:
+class LMEvalTask(Task):
     """Drives the engine itself (`evaluate`), instead of the runner sending its samples."""
+
+    harness = True
 
     def __init__(self, cfg: LMEvalConfig, ctx: TaskContext):
         self.cfg, self.ctx, self.name = cfg, ctx, cfg.name

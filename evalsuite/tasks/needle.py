@@ -198,7 +198,7 @@ def rate(flags: list[bool], name: str) -> Metric:
     return Metric(name=name, value=mean, stderr=se, n=len(flags))
 
 
-class GridTask:
+class GridTask(Task):
     """A long-context task over a length x depth grid: one haystack token stream per seed."""
 
     heading: str | None = None  # a section heading the haystack repeats, if any

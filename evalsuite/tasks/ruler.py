@@ -111,7 +111,7 @@ def group_of(task: str, length: int) -> str:
     return f"{task}_len{length}"
 
 
-class RulerTaskRunner:
+class RulerTaskRunner(Task):
     """Builds the items once per run (the same for every variant), scores answers as lm-eval does."""
 
     def __init__(self, cfg: RulerConfig, ctx: TaskContext):

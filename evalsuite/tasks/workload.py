@@ -55,7 +55,7 @@ class WorkloadConfig(BaseModel):
         return WorkloadTask(self, ctx)
 
 
-class WorkloadTask:
+class WorkloadTask(Task):
     def __init__(self, cfg: WorkloadConfig, ctx: TaskContext):
         self.cfg, self.ctx = cfg, ctx
         self.name = cfg.name
