@@ -364,7 +364,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     from evalsuite.report.gate import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
-    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20)
+    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20, percentile=99)
     assert check.status == "warn" and "p99 from 20 samples (needs >= 100" in check.detail
     named = rules_file(tmp_path, {"rules": [{"metrics": ["latency/ttft_ms_p99", "latency/ttft_ms_p50/ctx*"],
                                              "max_growth_pct": 10}]})

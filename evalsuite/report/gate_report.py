@@ -60,8 +60,8 @@ def _row(c: Check) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
     bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
     metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
-    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.metric, c.baseline)} | "
-            f"{fmt_value(c.metric, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
+    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.value_unit, c.baseline)} | "
+            f"{fmt_value(c.value_unit, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
             f"{_p(c.p_adj)} | {c.detail.replace('|', '/')} |")
 
 

@@ -64,7 +64,7 @@ class LatencyTask(Task):
             out += latency_summary(values(scores), f"latency/{key}")
             for g in groups if len(groups) > 1 else []:
                 sub = [s for s in scores if s.group == g]
-                out += [Metric(name=f"{m.name}/ctx{g}", value=m.value, stderr=m.stderr, n=m.n)
+                out += [m.model_copy(update={"name": f"{m.name}/ctx{g}"})
                         for m in latency_summary(values(sub), f"latency/{key}")]
         return out
 
