@@ -15,7 +15,7 @@ from typing import Any
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
+from evalsuite.core.types import Completion, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
@@ -265,7 +265,8 @@ class Runner:
             t_task = time.perf_counter()
             scores = self.run_task(engine, name, task, samples[task.name])
             metrics += task.metrics(scores)
-            metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
+            metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
+                                  kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
 
 
