@@ -470,3 +470,14 @@ def test_a_control_the_run_never_measured_is_left_out(tmp_path):
     rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
     res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules))
     assert res.exit_code == 0 and "(control)" not in res.output, res.output
+
+
+def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
+    from evalsuite.report.gate import Check
+    from evalsuite.report.gate_report import _skipped
+
+    checks = [Check(c, "latency", m, "skip", "not in the baseline") for c in ("a", "b")
+              for m in ("latency/ttft_ms_p50", "latency/itl_ms_p50")]
+    checks.append(Check("b", "memory", "engine/required_gib", "skip", "measured differently"))
+    assert _skipped(checks, 2) == ["latency/ttft_ms_p50, latency/itl_ms_p50 for every candidate (not in the baseline)",
+                                   "engine/required_gib for `b` (measured differently)"]
