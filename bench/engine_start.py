@@ -75,9 +75,10 @@ def phases(log: Path) -> list[str]:
 
 
 def timed_start(cfg, variant: str, model_dir: str, cache: Path, log: Path) -> tuple[float, float]:
-    from evalsuite.run.runner import make_engine
+    from evalsuite.engine.factory import make_engine
+    from evalsuite.run.engine_args import engine_args
 
-    engine = make_engine(cfg, cfg.variants[variant], model_dir, log, cache)
+    engine = make_engine(cfg.engine, *engine_args(cfg, cfg.variants[variant], model_dir), log, cache)
     try:
         t0 = time.perf_counter()
         stats = engine.start()

@@ -118,7 +118,10 @@ def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
     """The bare side. evalsuite code only prepares (requests, engine arguments), untimed."""
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.run.config import load_config
-    from evalsuite.run.runner import load_tokenizer, make_engine, preflight, resolve_model
+    from evalsuite.engine.factory import make_engine
+    from evalsuite.run.engine_args import engine_args
+    from evalsuite.run.runner import preflight
+    from evalsuite.run.session import load_tokenizer, resolve_model
     from evalsuite.tasks.base import TaskContext
 
     cfg = load_config(config)
@@ -127,7 +130,7 @@ def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
     ctx = TaskContext(base_dir=config.parent, cache_dir=cache, seed=cfg.seed, tokenizer=load_tokenizer(cfg, model_dir),
                       max_model_len=cfg.variants["bf16"].max_model_len)
     tasks, samples = preflight(cfg, ctx)
-    spec = make_engine(cfg, cfg.variants["bf16"], model_dir, out.with_suffix(".unused"), cache)
+    spec = make_engine(cfg.engine, *engine_args(cfg, cfg.variants["bf16"], model_dir), out.with_suffix(".unused"), cache)
     os.environ.update(spec.env)
     from vllm import LLM
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from evalsuite.data.assets import default_cache_dir
 from evalsuite.run.config import load_config
-from evalsuite.run.runner import load_tokenizer, preflight, resolve_model
-from evalsuite.run.session import min_max_model_len
+from evalsuite.run.runner import preflight
+from evalsuite.run.session import load_tokenizer, min_max_model_len, resolve_model
 from evalsuite.tasks import TaskContext
 
 

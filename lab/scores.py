@@ -336,7 +336,7 @@ def records_config(config: Path):
 
 def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> None:
     from evalsuite.core.records import new_run_id
-    from evalsuite.run.runner import find_resumable
+    from evalsuite.run.resume import find_resumable
 
     found = find_resumable(output_dir, config.stem)
     if found is not None:

@@ -307,20 +307,22 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
                   for i, (g, t) in enumerate(rows)]
         items = {s.sample_id: {"value": s.value, "group": s.group, "target": s.target, "labels": {s.group}} for s in scores}
         per_task = [M.balanced_accuracy(g, f"legal/balanced_acc/{t}") for t, g in M.by_group(scores).items()]
-        return items, mean_over_tasks(per_task, "legal/balanced_acc").value, M.macro_accuracy(M.by_group(scores), "x").value
+        balanced = mean_over_tasks(per_task, "legal/balanced_acc")
+        return items, balanced, M.macro_accuracy(M.by_group(scores), "legal/acc_macro"), M.accuracy(scores, "legal/acc")
 
-    (b, b_bal, b_mac), (c, c_bal, c_mac) = variant(0.8), variant(0.7)
-    iv = stats.paired_interval(b, c, "legal/balanced_acc", (b_bal, c_bal), 0.95)
+    (b, bal, mac, acc), (c, c_bal_m, c_mac_m, _) = variant(0.8), variant(0.7)
+    b_bal, c_bal, b_mac, c_mac = bal.value, c_bal_m.value, mac.value, c_mac_m.value
+    iv = stats.paired_interval(b, c, bal, (b_bal, c_bal), 0.95)
     # balanced accuracy weighs items by task and label: an item-count McNemar p would test another metric
     assert iv is not None and iv.p_value is None and "paired over 300 items: paired bootstrap within 4 strata" in iv.method
     assert "McNemar" not in iv.method
-    plain = stats.paired_interval(b, c, "legal/acc", (np.mean([v["value"] for v in b.values()]),
+    plain = stats.paired_interval(b, c, acc, (np.mean([v["value"] for v in b.values()]),
                                                       np.mean([v["value"] for v in c.values()])), 0.95)
     assert plain is not None and plain.p_value is not None and "exact McNemar" in plain.method
     assert iv.low < c_bal - b_bal < iv.high
-    assert stats.paired_interval(b, c, "legal/acc_macro", (b_mac, c_mac), 0.95) is not None
-    assert stats.paired_interval(b, c, "legal/balanced_acc", (b_bal + 0.01, c_bal), 0.95) is None
-    one = stats.single_interval(c, "legal/balanced_acc", c_bal, 0.95)
+    assert stats.paired_interval(b, c, mac, (b_mac, c_mac), 0.95) is not None
+    assert stats.paired_interval(b, c, bal, (b_bal + 0.01, c_bal), 0.95) is None
+    one = stats.single_interval(c, bal, c_bal, 0.95)
     assert one is not None and one.method.startswith("bootstrap") and one.low < c_bal < one.high
 
 

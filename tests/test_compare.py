@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.report.compare import compare
-from evalsuite.report.names import is_unitless
-from evalsuite.stats.metrics import is_item_score
+from evalsuite.core.types import Metric, meaning_of_name
 from evalsuite.report.plots import context_series, front_labels, pareto_front, write_plots
 from tests.mlflow_server import build_run
 
@@ -126,7 +125,7 @@ def test_partial_variants_stay_off_the_front(tmp_path):
                           "mmlu/acc": [0.485, 0.46, 0.498]}, index=["bf16", "awq", "gguf"])
     assert front_labels(frame, "engine/weights_gib", "mmlu/acc", {"gguf"}, True) == ["awq", "bf16"]
     assert front_labels(frame, "engine/weights_gib", "mmlu/acc", set(), True) == ["gguf"]
-    made = write_plots(frame, ["mmlu/acc"], tmp_path)
+    made = write_plots(frame, ["mmlu/acc"], tmp_path, {})
     assert [p.name for p in made] == ["accuracy_vs_weights_gib.png"]
 
 
@@ -218,13 +217,21 @@ def test_context_series_and_units():
     frame = pd.DataFrame(columns=["needle/acc/len1024", "needle/acc/len4096", "latency/ttft_ms_p50/ctx512", "mmlu/acc"])
     assert context_series(frame) == {"needle/acc": {1024: "needle/acc/len1024", 4096: "needle/acc/len4096"},
                                      "latency/ttft_ms_p50": {512: "latency/ttft_ms_p50/ctx512"}}
-    assert is_unitless("mmlu/acc") and is_unitless("needle/acc/len1024") and is_unitless("mmlu/acc/abstract_algebra")
-    assert not any(map(is_unitless, ["engine/weights_gib", "latency/ttft_ms_p50", "mmlu/wall_s"]))
+
+    def recorded(name: str) -> Metric:  # a metric as a run folder from before metrics carried their meaning holds it
+        return Metric(name=name, value=0.5)
+
+    def in_points(name: str) -> bool:
+        return recorded(name).in_points
+
+    assert in_points("mmlu/acc") and in_points("needle/acc/len1024") and in_points("mmlu/acc/abstract_algebra")
+    assert not any(map(in_points, ["latency/ttft_ms_p50", "mmlu/wall_s"]))
     # a workload task's timings carry their unit before the statistic
-    assert not any(map(is_unitless, ["mixed/ttft_ms_p50", "mixed/itl_ms_mean", "sysprompt/e2e_ms_p90"]))
-    assert all(map(is_item_score, ["mmlu/acc", "needle/acc/len1024", "legal/balanced_acc", "mmlu/acc_macro"]))
-    assert not any(map(is_item_score, ["sysprompt/prefix_hit_rate", "needle/decoy_rate", "mmlu/acc_ci95_low",
-                                       "mixed/ttft_ms_p50", "engine/required_gib"]))
+    assert not any(map(in_points, ["mixed/ttft_ms_p50", "mixed/itl_ms_mean", "sysprompt/e2e_ms_p90"]))
+    assert all(recorded(n).item_score for n in ["mmlu/acc", "needle/acc/len1024", "legal/balanced_acc", "mmlu/acc_macro"])
+    assert not any(recorded(n).item_score for n in ["sysprompt/prefix_hit_rate", "needle/decoy_rate", "mmlu/acc_ci95_low",
+                                                    "mixed/ttft_ms_p50", "legal/argmax_balanced_acc"])
+    assert meaning_of_name("latency/ttft_ms_p99/ctx512")["percentile"] == 99
 
 
 def test_a_workloads_timings_get_no_interval_over_items(tmp_path):
@@ -272,8 +279,9 @@ def test_several_run_folders_side_by_side(tmp_path):
 
 
 def test_roofline_percentages_read_as_percent():
-    assert not is_unitless("roofline/ttft_pct_of_floor/ctx1024")
     from evalsuite.report.names import fmt_value
 
-    assert fmt_value("roofline/ttft_pct_of_floor/ctx1024", 131.4) == "131%"
-    assert fmt_value("mmlu/acc", 0.5) == "0.500"
+    recorded = Metric(name="roofline/ttft_pct_of_floor/ctx1024", value=131.4)
+    assert not recorded.in_points and recorded.unit == "%"
+    assert fmt_value(recorded.unit, 131.4) == "131%"
+    assert fmt_value("", 0.5) == "0.500"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.cuda import NvmlPeak
-from evalsuite.run.runner import without_shared_deltas
+from evalsuite.memory.sharing import without_shared_deltas
 
 
 class _Nvml:
@@ -92,7 +92,7 @@ def test_a_run_on_a_shared_device_records_it_and_withholds_the_graph_figure(tmp_
         return self._started.model_copy()
 
     monkeypatch.setattr(FakeEngine, "start", start_with_graphs)
-    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(3))
+    monkeypatch.setattr("evalsuite.memory.sharing.NvmlPeak", _shared_by(3))
     cfg = make_config(tmp_path, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
     assert code == 0, out
@@ -112,7 +112,7 @@ def test_a_run_cut_on_a_shared_device_still_says_it_was_shared(tmp_path, tiny_mo
     def cut(self, reqs, on_done=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("evalsuite.run.runner.NvmlPeak", _shared_by(2))
+    monkeypatch.setattr("evalsuite.memory.sharing.NvmlPeak", _shared_by(2))
     monkeypatch.setattr(FakeEngine, "generate", cut)
     cfg = make_config(tmp_path, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad", tracking=False)
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")

@@ -126,13 +126,14 @@ def _config(tmp_path: Path, model: str, variants: str = "{bf16: {}, awq: {model:
 
 
 def test_a_hf_model_with_a_revision_reaches_the_engine_for_its_own_variants_only(tmp_path):
-    from evalsuite.run.runner import make_engine, resolve_model
+    from evalsuite.run.engine_args import engine_args
+    from evalsuite.run.session import resolve_model
 
     cfg = load_config(_config(tmp_path, "{hf: org/m, revision: abc123}"))
     assert resolve_model(cfg, tmp_path, tmp_path) == "org/m" and cfg.model.source == "org/m"
-    base = make_engine(cfg, cfg.variants["bf16"], "org/m", tmp_path / "log").kwargs
+    _, base = engine_args(cfg, cfg.variants["bf16"], "org/m")
     assert base["revision"] == base["tokenizer_revision"] == "abc123"
-    assert "revision" not in make_engine(cfg, cfg.variants["awq"], "org/m", tmp_path / "log").kwargs  # its own repo
+    assert "revision" not in engine_args(cfg, cfg.variants["awq"], "org/m")[1]  # its own repo
 
 
 @pytest.mark.parametrize("model, message", [

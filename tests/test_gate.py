@@ -364,7 +364,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     from evalsuite.report.gate import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
-    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20)
+    check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20, percentile=99)
     assert check.status == "warn" and "p99 from 20 samples (needs >= 100" in check.detail
     named = rules_file(tmp_path, {"rules": [{"metrics": ["latency/ttft_ms_p99", "latency/ttft_ms_p50/ctx*"],
                                              "max_growth_pct": 10}]})
@@ -470,3 +470,14 @@ def test_a_control_the_run_never_measured_is_left_out(tmp_path):
     rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
     res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8", "--rules", str(rules))
     assert res.exit_code == 0 and "(control)" not in res.output, res.output
+
+
+def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
+    from evalsuite.report.gate import Check
+    from evalsuite.report.gate_report import _skipped
+
+    checks = [Check(c, "latency", m, "skip", "not in the baseline") for c in ("a", "b")
+              for m in ("latency/ttft_ms_p50", "latency/itl_ms_p50")]
+    checks.append(Check("b", "memory", "engine/required_gib", "skip", "measured differently"))
+    assert _skipped(checks, 2) == ["latency/ttft_ms_p50, latency/itl_ms_p50 for every candidate (not in the baseline)",
+                                   "engine/required_gib for `b` (measured differently)"]

@@ -147,21 +147,21 @@ def test_import_smollm2() -> None:
 
 def test_gguf_variant_gets_the_imported_folders_tokenizer_and_config(tmp_path: Path) -> None:
     from evalsuite.run.config import RunConfig
-    from evalsuite.run.runner import make_engine
+    from evalsuite.run.engine_args import engine_args
     from tests.test_bad_input import gguf_file
 
     q4 = str(gguf_file(tmp_path / "m.Q4_K_M.gguf"))
     cfg = RunConfig.model_validate({"model": {"path": "/models/imported"}, "variants": {
         "bf16": {}, "q4": {"model": q4, "max_model_len": 512},
         "own_tok": {"model": q4, "engine_args": {"tokenizer": "/tok"}}}})
-    engine = make_engine(cfg, cfg.variants["q4"], "/models/imported", tmp_path / "engine.log")
-    assert engine.model == q4
-    assert engine.kwargs["tokenizer"] == engine.kwargs["hf_config_path"] == "/models/imported"
-    assert engine.kwargs["max_model_len"] == 512
-    own = make_engine(cfg, cfg.variants["own_tok"], "/models/imported", tmp_path / "engine.log")
-    assert own.kwargs["tokenizer"] == "/tok" and own.kwargs["hf_config_path"] == "/models/imported"
-    plain = make_engine(cfg, cfg.variants["bf16"], "/models/imported", tmp_path / "engine.log")
-    assert plain.model == "/models/imported" and "hf_config_path" not in plain.kwargs
+    model, kwargs = engine_args(cfg, cfg.variants["q4"], "/models/imported")
+    assert model == q4
+    assert kwargs["tokenizer"] == kwargs["hf_config_path"] == "/models/imported"
+    assert kwargs["max_model_len"] == 512
+    _, own = engine_args(cfg, cfg.variants["own_tok"], "/models/imported")
+    assert own["tokenizer"] == "/tok" and own["hf_config_path"] == "/models/imported"
+    model, plain = engine_args(cfg, cfg.variants["bf16"], "/models/imported")
+    assert model == "/models/imported" and "hf_config_path" not in plain
     assert models.engine_model(None, "/m") == ("/m", {}) and models.engine_model("/awq", "/m") == ("/awq", {})
 
 

@@ -395,13 +395,13 @@ MIXTRAL = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14
 @pytest.mark.parametrize("config", [LLAMA_8B, QWEN_15B, GEMMA3_270M, MIXTRAL], ids=["llama", "qwen2", "gemma3", "mixtral"])
 def test_closed_form_counts_equal_the_built_model(config):
     """The planner's formula against the model transformers builds on the meta device (accelerate)."""
-    from evalsuite.memory.params import exact_param_counts
+    from tests.meta_counts import exact_param_counts
 
     c = param_counts(model_shape(config))
     assert exact_param_counts(config) == (c.embed, c.lm_head, c.linear, c.other)
 
 
 def test_exact_counts_of_an_unknown_architecture_are_none():
-    from evalsuite.memory.params import exact_param_counts
+    from tests.meta_counts import exact_param_counts
 
     assert exact_param_counts({"model_type": "no-such-model", "hidden_size": 8}) is None

@@ -205,7 +205,7 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
             pass
 
     monkeypatch.setattr("evalsuite.run.runner.unsupported_reason", lambda v: None)
-    monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda cfg, v, model_dir, log, *cache: FakeEngine(model_dir))
+    monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda launch, model, kwargs, log, cache: FakeEngine(model))
     res = _runner(tmp_path, model_dir).run_variant("awq", Variant(quantize="awq"), [], {})
     assert res.status == "ok", res.reason
     rec = res.settings["quantized"]

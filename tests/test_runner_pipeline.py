@@ -11,12 +11,12 @@ from evalsuite.core.types import Completion, Request, Sample, Score
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.runner import Runner
-from evalsuite.tasks import TaskContext
+from evalsuite.tasks import Task, TaskContext
 
 N, BATCH = 10, 2
 
 
-class EchoTask:
+class EchoTask(Task):
     """Scores a completion right when it echoes the sample id; optionally waits in score()."""
 
     name, batch_size = "echo", BATCH

@@ -235,8 +235,9 @@ def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
     shown = compare([(rd, None)], "bf16").paired[("fp8", "mmlu/acc")]  # two-sided 95%, points, cand - base
     rules = Rules.model_validate({"confidence": 0.975, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
     gated = accuracy_check(rules, rules.rules[0], "mmlu/acc", Pair(rd, base, rd, cand), "fp8")  # one-sided 97.5%
-    checked = check_stats.paired_interval(read_scores(rd, "bf16", "mmlu/acc"), read_scores(rd, "fp8", "mmlu/acc"),
-                                          "mmlu/acc", (base.metric("mmlu/acc").value, cand.metric("mmlu/acc").value), 0.95)
+    acc = base.metric("mmlu/acc")
+    checked = check_stats.paired_interval(read_scores(rd, "bf16", acc), read_scores(rd, "fp8", acc),
+                                          acc, (base.metric("mmlu/acc").value, cand.metric("mmlu/acc").value), 0.95)
     assert (shown.low, shown.high) == pytest.approx((-gated.high, -gated.low), abs=1e-9)
     assert (shown.low, shown.high) == pytest.approx((checked.low * 100, checked.high * 100), abs=1e-9)
     assert shown.low < -5.0 + 1e-9 < shown.high and shown.method == checked.method.split(": ")[1].split(" (")[0]
@@ -245,5 +246,5 @@ def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
     strat = accuracy_check(rules, rule, "mmlu/acc", Pair(rd, base, rd, cand), "fp8")
     from evalsuite.stats.paired import difference_interval, pairing
 
-    low, high, _ = difference_interval(pairing(rd, "bf16", rd, "fp8", "mmlu/acc", ["group"]), 0.95)
+    low, high, _ = difference_interval(pairing(rd, "bf16", rd, "fp8", acc, ["group"]), 0.95)
     assert (low * 100, high * 100) == pytest.approx((-strat.high, -strat.low), abs=1e-9)

@@ -22,6 +22,7 @@ from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
 from evalsuite.core.configfile import format_validation_error
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.types import MetricKind
 from evalsuite.core.units import GIB
 
 Verdict = Literal["held", "not held", "not measurable"]
@@ -69,19 +70,20 @@ class Context:
     where: str = ""  # claims.<i>.checks.<j>, for error messages
 
 
-def unit_of(kind: str, metric: str) -> str:
-    """The unit a measured quantity is shown in: the kind's, else the metric name's unit suffix."""
+def unit_of(kind: str, side: Measured) -> str:
+    """The unit a measured quantity is shown in: the kind's, else the metric's own."""
     if kind in ("ratio", "change_pct", "points"):
         return {"ratio": "x", "change_pct": "%", "points": "pt"}[kind]
-    name = split_at(metric)[0].rsplit("/", 1)[-1]
-    if name.endswith("_per_s"):
-        return "/s"
+    if side.record is not None:
+        return side.record.unit
+    # a planner field or an engine argument is no metric: its name is all that says its unit
+    name = split_at(side.metric)[0].rsplit("/", 1)[-1]
     return next((unit for part, unit in _UNITS if f"{part}_" in f"{name}_"), "")
 
 
-def is_score(metric: str) -> bool:
-    key = split_at(metric)[0]
-    return engine_field(key) is None and not key.startswith("latency/") and stats.strata_for(key) is not None
+def is_score(side: Measured) -> bool:
+    """A mean of per-item scores recorded by a run, which an interval over its items can be drawn for."""
+    return side.record is not None and side.record.item_score
 
 
 # ---------------------------------------------------------------- measuring one side
@@ -184,18 +186,19 @@ def quantity(kind: str, sides: list[Measured]) -> float:
             "difference": c - b, "points": (c - b) * 100}[kind]
 
 
-def central(metric: str) -> tuple[str, int | None] | None:
+def central(side: Measured) -> tuple[str, int | None] | None:
     """`latency/ttft_ms_p50@130000` -> (`latency/ttft_ms`, 130000): a timing's median or mean, split
     from its statistic; None for other metrics (a p90 has no interval from a mean)."""
-    key, tokens = split_at(metric)
-    if not key.endswith(("_p50", "_mean")) or unit_of("", metric) not in ("ms", "s", "/s"):
+    key, tokens = split_at(side.metric)
+    record = side.record
+    if record is None or record.kind != MetricKind.timing or not (record.percentile == 50 or key.endswith("_mean")):
         return None
     return key.removesuffix("_p50").removesuffix("_mean"), tokens
 
 
-def mean_of(metric: str) -> str | None:
+def mean_of(side: Measured) -> str | None:
     """The per-request mean beside a median timing (`latency/ttft_ms_p50@130000` -> `..._mean@130000`)."""
-    c = central(metric)
+    c = central(side)
     if c is None:
         return None
     key, tokens = c[0] + "_mean", c[1]
@@ -207,7 +210,7 @@ TIMED = ("ttft_ms", "itl_ms", "e2e_ms")  # the per-request timings a timed task'
 
 def paired_timings(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
     """Two variants' timing over the same requests: the paired interval from their samples."""
-    (key, tokens), other = central(sides[0].metric), central(sides[1].metric)
+    (key, tokens), other = central(sides[0]), central(sides[1])
     task, _, timed = key.partition("/")
     if timed not in TIMED or other != (key, tokens):
         return None
@@ -218,7 +221,7 @@ def paired_timings(check: Check, sides: list[Measured], confidence: float) -> st
 
 def timing_interval(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
     """Two variants' timings: paired over their requests, else Welch's interval on the recorded means."""
-    means = [mean_of(s.metric) for s in sides]
+    means = [mean_of(s) for s in sides]
     if None in means or any(s.found is None for s in sides):
         return None
     paired = paired_timings(check, sides, confidence)
@@ -228,8 +231,6 @@ def timing_interval(check: Check, sides: list[Measured], confidence: float) -> s
         records = [lookup(s.found, m)[1] for s, m in zip(sides, means)]
     except NotMeasurable:
         return None
-    if None in records:
-        return None
     return stats.welch_interval(check.effect.kind, records[0], records[1], confidence)
 
 
@@ -238,21 +239,21 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Int
     kind, conf = check.effect.kind, ctx.spec.confidence
     if check.source != "run":
         return None
-    if not all(is_score(s.metric) for s in sides):
+    if not all(is_score(s) for s in sides):
         return timing_interval(check, sides, conf) if kind in ("ratio", "change_pct", "difference") else None
     if kind not in ("value", "difference", "points"):
         return None
     if kind == "value":
         s = sides[0]
-        items = stats.items_for(s.found.run.rd.root, s.found.result.variant, s.metric)
-        return stats.single_interval(items, s.metric, s.value, conf) or stats.normal_interval(s.value, [s.record], conf)
+        items = stats.items_for(s.found.run.rd.root, s.found.result.variant, s.record)
+        return stats.single_interval(items, s.record, s.value, conf) or stats.normal_interval(s.value, [s.record], conf)
     b, c = sides
     scale = 100.0 if kind == "points" else 1.0
     iv = None
     if b.metric == c.metric:
-        iv = stats.paired_interval(stats.items_for(b.found.run.rd.root, b.found.result.variant, b.metric),
-                                   stats.items_for(c.found.run.rd.root, c.found.result.variant, c.metric),
-                                   b.metric, (b.value, c.value), conf)
+        iv = stats.paired_interval(stats.items_for(b.found.run.rd.root, b.found.result.variant, b.record),
+                                   stats.items_for(c.found.run.rd.root, c.found.result.variant, c.record),
+                                   b.record, (b.value, c.value), conf)
     iv = iv or stats.normal_interval(c.value - b.value, [b.record, c.record], conf)
     if iv is not None:
         iv.low, iv.high = iv.low * scale, iv.high * scale
@@ -261,7 +262,7 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Int
 
 def too_few(ctx: Context, sides: list[Measured]) -> str | None:
     for s in sides:
-        if s.record is not None and is_score(s.metric) and s.record.n is not None and s.record.n < ctx.spec.min_n:
+        if is_score(s) and s.record.n is not None and s.record.n < ctx.spec.min_n:
             return f"insufficient n: {s.label} {s.metric} has n={s.record.n} < min_n {ctx.spec.min_n}"
     return None
 
@@ -325,7 +326,7 @@ def evaluate_check(ctx: Context, check: Check) -> CheckResult:
         return out
     try:
         out.sides = measure_sides(ctx, check)
-        out.unit = unit_of(check.effect.kind, out.sides[0].metric)
+        out.unit = unit_of(check.effect.kind, out.sides[0])
         out.measured = quantity(check.effect.kind, out.sides)
         few = too_few(ctx, out.sides)
         if few:

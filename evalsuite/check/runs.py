@@ -106,14 +106,15 @@ def find_variant(runs: list[Run], ref: str) -> list[Found]:
 
 
 def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
-    """The number a metric address names in one variant, and its Metric record (None for engine stats)."""
+    """The number a metric address names in one variant, and its Metric record (an engine stat's as
+    engine/<field>)."""
     key, tokens = split_at(metric)
     fld = engine_field(key)
     if fld is not None:
         value = getattr(found.result.engine, fld)
         if value is None:
             raise NotMeasurable(f"{found.label}: the engine did not report {fld}")
-        return float(value), None
+        return float(value), found.result.measured()[f"engine/{fld}"]
     names = [f"{key}/ctx{tokens}", f"{key}/len{tokens}"] if tokens else [key]
     if tokens and _only_length(found.run.config, key) == tokens:
         names.append(key)

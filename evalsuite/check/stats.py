@@ -26,7 +26,7 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
-from evalsuite.stats.paired import difference_interval, item_interval, pair, read_scores, strata_for
+from evalsuite.stats.paired import difference_interval, item_interval, pair, read_scores
 from evalsuite.stats.significance import mcnemar_two_sided, stratum_weights
 
 
@@ -39,7 +39,7 @@ class Interval:
     p_value: float | None = None  # exact McNemar, two-sided, paired 0/1 scores weighed alike only
 
 
-def items_for(run_root: Path, variant: str, metric: str) -> dict[str, dict]:
+def items_for(run_root: Path, variant: str, metric: Metric) -> dict[str, dict]:
     """sample id -> {value, group, target, pred} behind `metric`; read without creating anything."""
     return read_scores(RunDir(run_root), variant, metric)
 
@@ -48,11 +48,11 @@ def _reproduces(value: float, recorded: float | None) -> bool:
     return recorded is not None and not math.isnan(recorded) and abs(value - recorded) < 1e-6
 
 
-def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: str, recorded: tuple[float, float],
+def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: Metric, recorded: tuple[float, float],
                     confidence: float) -> Interval | None:
     """Interval of candidate - baseline (score units) over shared items, or None where the items do not
     reproduce both recorded metrics."""
-    strata = strata_for(metric)
+    strata = metric.strata
     if strata is None:
         return None
     p = pair(base, cand, strata)
@@ -66,9 +66,9 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: str, r
     return Interval(low, high, how, p.n, p_value)
 
 
-def single_interval(items: dict[str, dict], metric: str, recorded: float, confidence: float) -> Interval | None:
+def single_interval(items: dict[str, dict], metric: Metric, recorded: float, confidence: float) -> Interval | None:
     """Interval of one variant's score: Wilson for unstratified 0/1 items, else a stratified bootstrap."""
-    strata = strata_for(metric)
+    strata = metric.strata
     if strata is None or len(items) < 2:
         return None
     rows = list(items.values())

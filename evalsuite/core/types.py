@@ -6,10 +6,12 @@ files written by another version.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -74,13 +76,113 @@ class Score(_Model):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
+class MetricKind(str, Enum):
+    """What a metric's number is: it decides which interval, test and display apply."""
+
+    proportion = "proportion"  # the mean of 0/1 per-item scores: a count of successes (Wilson, McNemar)
+    mean = "mean"  # a mean of per-item scores in [0, 1] (macro, balanced, partial credit), weighed by `strata`
+    timing = "timing"
+    memory = "memory"
+    quantity = "quantity"  # a count, rate or capacity: measured, not a mean of per-item scores
+    bound = "bound"  # one end of another metric's interval (`mmlu/acc_ci95_low`)
+
+
+Direction = Literal["higher", "lower"]
+
+
 class Metric(_Model):
-    """One number. `name` follows task/metric[/group]; units are suffixes (`_ms`, `_gib`)."""
+    """One number and what it means, both set by the task that makes it. `name` follows
+    task/metric[/group] with the unit as a suffix (`_ms`, `_gib`) for readers of the key alone;
+    what the number is lives in `kind`, `unit`, `direction` and `strata`, never read from the name."""
 
     name: str
     value: float
     stderr: float | None = None
     n: int | None = None
+    kind: MetricKind = MetricKind.quantity
+    unit: str = ""  # "" for a score or a fraction, whose changes read in points; else changes read in percent
+    direction: Direction | None = None  # which way is better; None where neither is
+    # how a mean of per-item scores weighs its items, as the levels of its nested mean: [] plain,
+    # ["group"] macro, ["group", "target"] balanced over groups; None: no interval over items exists
+    strata: list[str] | None = None
+    percentile: int | None = None  # q of a percentile statistic, which means something only with enough samples
+
+    @model_validator(mode="before")
+    @classmethod
+    def _recorded_before_kinds(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "kind" not in data and isinstance(data.get("name"), str):
+            return {**meaning_of_name(data["name"]), **data}
+        return data
+
+    @property
+    def task(self) -> str:
+        return task_of(self.name)
+
+    @property
+    def group(self) -> str | None:
+        """The group whose items the metric covers (`mmlu/acc/<group>`); None for the whole task."""
+        parts = self.name.split("/", 2)
+        return parts[2] if len(parts) > 2 else None
+
+    @property
+    def item_score(self) -> bool:
+        """A mean of the per-item scores the task's samples record: an interval over items exists."""
+        return self.strata is not None
+
+    @property
+    def in_points(self) -> bool:
+        """A unitless score or fraction: shown to three digits, its changes in points."""
+        return self.unit == ""
+
+    @property
+    def headline_score(self) -> bool:
+        """A task-level score, not an interval's bound: what a table shows a task by."""
+        return self.group is None and self.in_points and self.kind != MetricKind.bound
+
+
+def task_of(name: str) -> str:
+    """The task of a `task/metric[/group]` key."""
+    return name.split("/", 1)[0]
+
+
+_INTERVAL_BOUND = re.compile(r"_ci\d+_(low|high)$")
+_PERCENTILE = re.compile(r"_p(\d+)(/|$)")
+_STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")
+_SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricKind.memory),
+                 ("_ms", "ms", MetricKind.timing), ("_per_s", "/s", MetricKind.quantity),
+                 ("_s", "s", MetricKind.timing), ("_tokens", "tokens", MetricKind.quantity),
+                 ("_token", "per token", MetricKind.quantity), ("_blocks", "blocks", MetricKind.quantity))
+
+
+def meaning_of_name(name: str) -> dict[str, Any]:
+    """kind, unit, direction, strata and percentile of a metric known only by its name: one recorded
+    without them (a run folder written before metrics carried their meaning, a kept score file), or a
+    name that no record holds (a rule naming a metric the run lacks), from the naming conventions the
+    tasks follow. The one place a metric's name is read for its meaning."""
+    parts = name.split("/")
+    what = parts[1] if len(parts) > 1 else name
+    grouped = len(parts) > 2
+    pct = _PERCENTILE.search(name)
+    out: dict[str, Any] = {"percentile": int(pct[1]) if pct else None}
+    if _INTERVAL_BOUND.search(what):
+        return {**out, "kind": MetricKind.bound, "direction": "higher"}
+    base = _STATISTIC.sub("", what)
+    unit = next(((u, k) for suffix, u, k in _SUFFIX_UNITS if base.endswith(suffix)), None)
+    if "_pct" in what:
+        return {**out, "kind": MetricKind.quantity, "unit": "%"}
+    if unit is not None:
+        return {**out, "kind": unit[1], "unit": unit[0], "direction": "lower" if unit[1] != MetricKind.quantity else None}
+    if parts[0] in ("engine", "latency", "roofline"):
+        return {**out, "kind": MetricKind.quantity, "unit": "?"}
+    if what in ("acc", "exact_match"):
+        return {**out, "kind": MetricKind.proportion, "direction": "higher", "strata": []}
+    if what.startswith("balanced_acc"):
+        return {**out, "kind": MetricKind.mean, "direction": "higher", "strata": ["target"] if grouped else ["group", "target"]}
+    if what.endswith("_macro"):
+        return {**out, "kind": MetricKind.mean, "direction": "higher", "strata": [] if grouped else ["group"]}
+    if what == "score":
+        return {**out, "kind": MetricKind.mean, "direction": "higher", "strata": []}
+    return {**out, "kind": MetricKind.quantity}
 
 
 class EngineStats(_Model):
@@ -117,6 +219,38 @@ class EngineStats(_Model):
     source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed" | "withheld"
 
 
+_GIB, _LOWER, _HIGHER = "GiB", "lower", "higher"
+# What each numeric EngineStats field is, as `engine/<field>` metrics carry it: (kind, unit, direction)
+ENGINE_MEANING: dict[str, tuple[MetricKind, str, Direction | None]] = {
+    "startup_s": (MetricKind.timing, "s", _LOWER),
+    **{f: (MetricKind.memory, _GIB, _LOWER) for f in (
+        "weights_gib", "weights_loaded_gib", "peak_activation_gib", "cuda_graph_gib", "non_torch_gib",
+        "kv_used_peak_gib", "required_gib", "nvml_peak_gib", "reserved_gib")},
+    "kv_cache_gib": (MetricKind.memory, _GIB, _HIGHER),  # room for the KV cache: more is more capacity
+    "kv_cache_blocks": (MetricKind.quantity, "blocks", _HIGHER),
+    "kv_cache_tokens": (MetricKind.quantity, "tokens", _HIGHER),
+    "block_size": (MetricKind.quantity, "tokens per block", None),
+    "kv_bytes_per_token": (MetricKind.memory, "bytes", _LOWER),
+    "max_model_len": (MetricKind.quantity, "tokens per request", None),
+    "max_concurrency": (MetricKind.quantity, "requests", _HIGHER),
+    "kv_used_peak_blocks": (MetricKind.quantity, "blocks", None),
+    "num_preemptions": (MetricKind.quantity, "preemptions", _LOWER),
+    "prefix_cache_hit_rate": (MetricKind.quantity, "fraction", _HIGHER),
+    "gpu_count": (MetricKind.quantity, "GPUs", None),
+    "other_processes": (MetricKind.quantity, "processes", None),
+}
+
+
+def engine_metrics(engine: EngineStats) -> list[Metric]:
+    """The engine's numbers as `engine/<field>` metrics, each with its field's meaning."""
+    out = []
+    for key, value in engine.model_dump().items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            kind, unit, direction = ENGINE_MEANING[key]
+            out.append(Metric(name=f"engine/{key}", value=float(value), kind=kind, unit=unit, direction=direction))
+    return out
+
+
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`)
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 
@@ -142,6 +276,10 @@ class VariantResult(_Model):
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
+
+    def measured(self) -> dict[str, Metric]:
+        """Every number the variant produced by name: its metrics, then its engine's as engine/<field>."""
+        return {m.name: m for m in [*self.metrics, *engine_metrics(self.engine)]}
 
 
 class RunRecord(_Model):

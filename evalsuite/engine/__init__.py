@@ -1,10 +1,11 @@
-"""The Engine protocol and the factory that picks an implementation for a run.
+"""The Engine protocol, and the factory (evalsuite.engine.factory) that picks an implementation for a run.
 
 Two vLLM implementations share it: offline (vllm.LLM in a child process) and server
 (`vllm serve` on loopback, or an already running server); a third, fake, answers from a seeded
-hash for fast end-to-end tests. Tasks never know which.
+hash for fast end-to-end tests. Tasks never know which. The factory takes the model and vLLM's
+arguments as they are to be passed; what a config's variant asks for is the run's to work out.
 
-May import: core, memory.
+May import: core, memory, models.
 """
 
 from __future__ import annotations
@@ -48,3 +49,4 @@ def tensor_parallel_workaround(kwargs: dict[str, Any], env: Mapping[str, str]) -
     passes = dict(compilation.get("pass_config") or {})
     passes.setdefault("fuse_allreduce_rms", False)
     return {**kwargs, "compilation_config": {**compilation, "pass_config": passes}}
+

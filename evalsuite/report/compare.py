@@ -18,20 +18,21 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import VariantResult
+from evalsuite.core.types import Metric, VariantResult
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
     flat_metrics,
     fmt_delta,
     fmt_value,
-    is_unitless,
+    in_points,
+    meanings,
     primary_metrics,
     prop,
 )
 from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
 from evalsuite.stats.informative import task_marks
-from evalsuite.stats.metrics import accuracy_interval, is_interval_bound, is_item_score
+from evalsuite.stats.metrics import accuracy_interval
 from evalsuite.stats.paired import difference_interval, pairing, unpaired
 from evalsuite.stats.significance import two_sided
 
@@ -99,27 +100,28 @@ def metrics_frame(entries: list[Entry]) -> pd.DataFrame:
     return frame
 
 
-def delta_frame(frame: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def delta_frame(frame: pd.DataFrame, baseline: str, meaning: dict[str, Metric]) -> pd.DataFrame:
     """Candidate minus baseline: points (x100) for unitless scores, percent for quantities with units."""
     values = frame.drop(columns="status").apply(pd.to_numeric, errors="coerce")
     base = values.loc[baseline]
     out = pd.DataFrame(index=values.index, columns=values.columns, dtype=float)
     for col in values.columns:
-        if is_unitless(col):
+        if in_points(meaning, col):
             out[col] = (values[col] - base[col]) * 100
         else:
             out[col] = (values[col] - base[col]) / abs(base[col]) * 100 if base[col] else float("nan")
     return out
 
 
-def headline(frame: pd.DataFrame, primary: list[str], patterns: list[str] | None = None) -> list[str]:
+def headline(frame: pd.DataFrame, primary: list[str], meaning: dict[str, Metric],
+             patterns: list[str] | None = None) -> list[str]:
     """Rows worth a terminal: the tasks' primary metrics, then their other task-level scores, latency
     per prompt length (a median over mixed lengths is no latency), and the memory figures."""
     cols = [c for c in frame.columns if c != "status"]
     if patterns:
         return [c for c in cols if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
     scores = [c for c in primary if c in cols]
-    scores += [c for c in cols if c.count("/") == 1 and is_unitless(c) and not is_interval_bound(c) and c not in scores]
+    scores += [c for c in cols if c in meaning and meaning[c].headline_score and c not in scores]
     order = {f"{b}/ctx": i for i, b in enumerate(LATENCY_HEADLINE)}
     latency = [c for c in cols if c.rsplit("ctx", 1)[0] + "ctx" in order]
     latency = sorted(latency, key=lambda c: (order[c.rsplit("ctx", 1)[0] + "ctx"], int(c.rsplit("ctx", 1)[1])))
@@ -150,6 +152,11 @@ class Comparison:
     paired: dict[tuple[str, str], PairedDelta] = field(default_factory=dict)
     primary: list[str] = field(default_factory=list)  # per task, its primary metric
     marks: dict[str, str] = field(default_factory=dict)  # baseline's metric -> at chance / at ceiling
+    meaning: dict[str, Metric] = field(default_factory=dict)  # metric name -> what it is (names.meanings)
+
+    def unit(self, metric: str) -> str:
+        m = self.meaning.get(metric)
+        return m.unit if m else ""
 
     def runs(self) -> list[str]:
         return list(dict.fromkeys(e.run_dir.run_id for e in self.entries))
@@ -163,7 +170,7 @@ class Comparison:
 
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
-        lines = [fmt_value(metric, self.frame.at[label, metric])]
+        lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
         if lines[0] == "-":
             return lines
         ci = self.intervals.get((label, metric))
@@ -173,7 +180,7 @@ class Comparison:
             lines.append(self.marks[metric])
         if label != self.baseline:
             pd_ = self.paired.get((label, metric))
-            d = fmt_delta(metric, pd_.delta if pd_ else self.deltas.at[label, metric])
+            d = fmt_delta(self.unit(metric), pd_.delta if pd_ else self.deltas.at[label, metric])
             if d:
                 lines.append(d + ("‡" if pd_ and pd_.subset else ""))
             if pd_:
@@ -186,8 +193,9 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     base = pick_baseline(entries, baseline)
     frame = metrics_frame(entries)
     primary = primary_metrics([e.result for e in entries])
-    comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label),
-                            headline(frame, primary, patterns), primary=primary)
+    meaning = meanings([e.result for e in entries])
+    comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label, meaning),
+                            headline(frame, primary, meaning, patterns), primary=primary, meaning=meaning)
     add_intervals(comparison)
     rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
     comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
@@ -196,7 +204,7 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
 
 def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
-    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, metric)
+    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, base.result.metric(metric))
     if p.n == 0:
         test = unpaired(base.result.metric(metric), cand.result.metric(metric), two_sided(CONFIDENCE))
         if test is None:
@@ -215,7 +223,7 @@ def add_intervals(c: Comparison) -> None:
     """Intervals for every score of every variant; paired ones for the rows shown."""
     for e in c.entries:
         for m in e.result.metrics:
-            if is_item_score(m.name):
+            if m.item_score:
                 ci = accuracy_interval(m, CONFIDENCE)
                 if ci is not None:
                     c.intervals[(e.label, m.name)] = ci
@@ -224,7 +232,8 @@ def add_intervals(c: Comparison) -> None:
         if e is base or e.result.status not in ("ok", "partial"):
             continue
         for metric in c.columns:
-            if is_item_score(metric) and base.result.metric(metric) and e.result.metric(metric):
+            found = base.result.metric(metric)
+            if found and found.item_score and e.result.metric(metric):
                 found = _paired_delta(base, e, metric)
                 if found is not None:
                     c.paired[(e.label, metric)] = found

@@ -16,7 +16,6 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.report.compare import Comparison
-from evalsuite.report.names import is_unitless
 from evalsuite.report.plots import write_plots
 
 LEGEND = ("value (95% interval, Wilson for a proportion); delta vs baseline: points for scores, with the paired "
@@ -100,7 +99,7 @@ def to_csv(c: Comparison) -> str:
     for col in c.deltas.columns:
         extra[col] = list(c.frame[col])
         extra[f"{col} delta"] = list(c.deltas[col])
-        if is_unitless(col) and any((x, col) in c.intervals for x in c.frame.index):
+        if c.unit(col) == "" and any((x, col) in c.intervals for x in c.frame.index):
             extra[f"{col} ci95 low"] = [c.intervals.get((x, col), (math.nan,) * 2)[0] for x in c.frame.index]
             extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
         if any((x, col) in c.paired for x in c.frame.index):
@@ -134,16 +133,11 @@ def to_json(c: Comparison) -> str:
     return json.dumps({"baseline": c.baseline, "runs": c.runs(), "variants": variants}, indent=2) + "\n"
 
 
-def plain_cell(c: Comparison, label: str, metric: str) -> str:
-    """One line, for tests and logs."""
-    return " ".join(c.cell(label, metric))
-
-
 def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
     """compare.md, compare.csv and the PNG plots; the same set log_run attaches to the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv = out_dir / "compare.md", out_dir / "compare.csv"
     md.write_text(to_markdown(comparison))
     csv.write_text(to_csv(comparison))
-    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.intervals,
+    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.meaning, comparison.intervals,
                                   comparison.counts())]

@@ -34,13 +34,12 @@ prompt length, never pooled over lengths, and tail percentiles only with enough 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import VariantResult
+from evalsuite.core.types import Metric, MetricKind, VariantResult, meaning_of_name
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -52,7 +51,6 @@ from evalsuite.stats.significance import PairedTest, adjust, best_case_bound, it
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
 # what both sides answered is compared, and every check states its n.
 USABLE = ("ok", "partial")
-PERCENTILE = re.compile(r"_p(\d+)(/|$)")
 
 
 # uninformative: a check on a task whose baseline is at chance; a warning, never evidence
@@ -89,6 +87,7 @@ class Check:
     evidence: bool = False  # passed because the data show it, not because a too-small check was let through
     changed: int | None = None  # paired items whose answer changed
     noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
+    value_unit: str = ""  # the unit of baseline and value (the metric's own; "" for a score)
 
 
 # ---------------------------------------------------------------- paired accuracy
@@ -113,7 +112,8 @@ class _Tested:
 
 
 def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_Tested, Pairing]:
-    p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, metric, rule.strata or None)
+    p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
+                rule.strata or None)
     if p.n == 0 and p.n_base and p.n_cand:
         return _Tested(None, "no shared sample ids", f"the runs scored different items ({p.n_base} and {p.n_cand}, "
                        "no sample id in common): nothing to pair"), p
@@ -243,16 +243,16 @@ def _uninformative(rules: Rules, c: Check) -> None:
 
 
 def relative_check(rules: Rules, rule: Rule, metric: str, b: float, c: float | None, label: str,
-                   n: int | None = None) -> Check:
+                   n: int | None = None, percentile: int | None = None) -> Check:
+    """`percentile`: q where the metric is a percentile, which needs min_samples(q) samples."""
     limit = rule.limit_for(metric)
     growth = rule.kind == "max_growth_pct"
     if c is None or math.isnan(c):
         return Check(label, rule.label, metric, "fail", "missing in candidate", b, c, None, limit, "%")
-    pct = PERCENTILE.search(metric)
-    if pct and n is not None and n < min_samples(int(pct[1])):
-        need = min_samples(int(pct[1]))
+    if percentile and n is not None and n < min_samples(percentile):
+        need = min_samples(percentile)
         return Check(label, rule.label, metric, rules.insufficient_n,
-                     f"insufficient n: p{pct[1]} from {n} samples (needs >= {need}, 1/(1-q))", b, c, None, limit, "%")
+                     f"insufficient n: p{percentile} from {n} samples (needs >= {need}, 1/(1-q))", b, c, None, limit, "%")
     worse = (c - b) if growth else (b - c)
     change = worse / abs(b) * 100 if b else (0.0 if worse == 0 else math.copysign(math.inf, worse))
     failed = change > limit
@@ -278,10 +278,11 @@ def _measured_differently(metric: str, pair: Pair) -> str | None:
     return None
 
 
-def _pooled_latency(metric: str, names: set[str]) -> bool:
-    """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a median over mixed lengths."""
-    return metric.startswith("latency/") and metric.count("/") == 1 and any(
-        n.startswith(metric + "/ctx") for n in names)
+def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
+    """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a timing over mixed lengths."""
+    return m.kind == MetricKind.timing and m.group is None and any(
+        o.kind == MetricKind.timing and o.task == m.task and o.group is not None and o.name.startswith(m.name + "/")
+        for o in measured.values())
 
 
 def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check]:
@@ -290,19 +291,21 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
     if cand.status not in USABLE:
         status = "skip" if cand.status == "skipped" and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
-    bm, cm = flat_metrics(pair.base), flat_metrics(cand)
+    measured, cm = pair.base.measured(), flat_metrics(cand)
+    bm = {name: m.value for name, m in measured.items()}
     checks = []
     for metric, b in bm.items():
         rule = rules.rule_for(metric)
         if rule is None or b is None or math.isnan(b):
             continue
-        if _pooled_latency(metric, set(bm)):
+        if _pooled_timing(measured[metric], measured):
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
         elif rule.kind != "max_drop_points":
             m = cand.metric(metric) or pair.base.metric(metric)
-            checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None))
+            checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None,
+                                         measured[metric].percentile))
         elif pair.base.metric(metric) is None:
             checks.append(Check(label, rule.label, metric, "skip", "points rules apply to task metrics, not engine stats"))
         elif cand.metric(metric) is None:
@@ -314,10 +317,12 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
         for name in rule.metrics:
             if not any(ch in name for ch in "*?[") and name not in bm:
                 why = "not in the baseline"
-                pct = PERCENTILE.search(name)
-                if pct and int(pct[1]) > 50:
+                q = meaning_of_name(name)["percentile"]  # no record says what it is: its name is all there is
+                if q and q > 50:
                     why += " (a tail percentile q is recorded only with >= 1/(1-q) samples: p99 >= 100)"
                 checks.append(Check(label, rule.label, name, "skip", why))
+    for c in checks:
+        c.value_unit = measured[c.metric].unit if c.metric in measured else ""
     return checks
 
 

@@ -60,8 +60,8 @@ def _row(c: Check) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
     bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
     metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
-    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.metric, c.baseline)} | "
-            f"{fmt_value(c.metric, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
+    return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.value_unit, c.baseline)} | "
+            f"{fmt_value(c.value_unit, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
             f"{_p(c.p_adj)} | {c.detail.replace('|', '/')} |")
 
 
@@ -153,8 +153,25 @@ def to_markdown(report: GateReport) -> str:
     lines += _resolution(report)
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
-        lines += ["", "Not checked: " + "; ".join(f"`{c.candidate}` {c.metric} ({c.detail})" for c in skipped)]
+        lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]
     return "\n".join(lines) + "\n"
+
+
+def _skipped(checks: list[Check], n_candidates: int) -> list[str]:
+    """One entry per metric and reason, naming the candidates it applies to (or "every candidate"):
+    a rule naming latency figures that a run without a latency pass lacks would otherwise repeat
+    them for each candidate."""
+    who: dict[tuple[str, str], list[str]] = {}
+    for c in checks:
+        who.setdefault((c.metric, c.detail), []).append(c.candidate)
+    metrics: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (metric, why), cands in who.items():
+        metrics.setdefault((why, tuple(cands)), []).append(metric)
+    out = []
+    for (why, cands), names in metrics.items():
+        whom = "every candidate" if len(cands) == n_candidates > 1 else ", ".join(f"`{c}`" for c in cands)
+        out.append(f"{', '.join(names)} for {whom} ({why})")
+    return out
 
 
 def to_junit(report: GateReport) -> str:

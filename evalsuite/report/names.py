@@ -5,60 +5,48 @@ from __future__ import annotations
 import math
 import re
 
-from evalsuite.core.types import EngineStats, VariantResult
-from evalsuite.stats.metrics import is_interval_bound
+from evalsuite.core.types import Metric, VariantResult
 
-# Unit suffixes: a change in these reads best in percent; unitless scores read in points.
-UNIT_SUFFIXES = ("_s", "_ms", "_gib", "_tokens", "_blocks", "_per_s", "_token", "_bytes", "_pct")
-QUANTITY_PREFIXES = ("engine", "latency", "roofline")
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
 LATENCY_HEADLINE = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
 CONTEXT_GROUP = re.compile(r"^(?P<base>.+)/(?:len|ctx|length)(?P<n>\d+)$")
-
-
-def engine_metrics(engine: EngineStats) -> dict[str, float]:
-    out = {}
-    for key, value in engine.model_dump().items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[f"engine/{key}"] = float(value)
-    return out
+WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 
 
 def flat_metrics(result: VariantResult) -> dict[str, float]:
     """Every number a variant produced: its metrics, then its engine stats as engine/<field>."""
-    out = {m.name: m.value for m in result.metrics}
-    out.update(engine_metrics(result.engine))
+    return {name: m.value for name, m in result.measured().items()}
+
+
+def meanings(results: list[VariantResult]) -> dict[str, Metric]:
+    """Metric name -> the metric as first recorded among `results`: what each table row is."""
+    out: dict[str, Metric] = {}
+    for r in results:
+        for name, m in r.measured().items():
+            out.setdefault(name, m)
     return out
 
 
-STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")  # ttft_ms_p50: the unit comes before the statistic
+def in_points(meaning: dict[str, Metric], name: str) -> bool:
+    """A score or fraction (changes in points), as opposed to a quantity with a unit (in percent)."""
+    m = meaning.get(name)
+    return m is None or m.in_points
 
 
-def is_unitless(name: str) -> bool:
-    """Scores like mmlu/acc or needle/acc/len1024, as opposed to engine/, latency/, roofline/ or *_s,
-    *_gib, *_pct, *_ms_p50 (a workload task's TTFT)."""
-    parts = name.split("/")
-    if parts[0] in QUANTITY_PREFIXES:
-        return False
-    return not STATISTIC.sub("", parts[1] if len(parts) > 1 else parts[0]).endswith(UNIT_SUFFIXES)
-
-
-def fmt_value(name: str, value) -> str:
+def fmt_value(unit: str, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if name.endswith(("_tokens", "_blocks")):
+    if unit in WHOLE_UNITS:
         return f"{value:,.0f}"
-    if "_pct" in name.split("/")[1 if "/" in name else 0]:
+    if unit == "%":
         return f"{value:.0f}%"
-    if is_unitless(name):
-        return f"{value:.3f}"
-    return f"{value:.3f}" if name.endswith("_gib") else f"{value:.4g}"
+    return f"{value:.3f}" if unit in ("", "GiB") else f"{value:.4g}"
 
 
-def fmt_delta(name: str, delta) -> str:
+def fmt_delta(unit: str, delta) -> str:
     if delta is None or (isinstance(delta, float) and math.isnan(delta)):
         return ""
-    return f"{delta:+.1f} pt" if is_unitless(name) else f"{delta:+.1f}%"
+    return f"{delta:+.1f} pt" if unit == "" else f"{delta:+.1f}%"
 
 
 def prop(v: float) -> str:
@@ -73,15 +61,16 @@ def primary_metrics(results: list[VariantResult]) -> list[str]:
     record written before that field existed falls back to the first score each task logged.
     """
     names: list[str] = []
+    meaning = meanings(results)
     for v in results:
         saved = v.primary_metrics or _first_scores(v)
-        names += [n for n in saved if n not in names and is_unitless(n)]
+        names += [n for n in saved if n not in names and in_points(meaning, n)]
     return names
 
 
 def _first_scores(v: VariantResult) -> list[str]:
     seen: dict[str, str] = {}
     for m in v.metrics:
-        if m.name.count("/") == 1 and is_unitless(m.name) and not is_interval_bound(m.name):
-            seen.setdefault(m.name.split("/")[0], m.name)
+        if m.headline_score:
+            seen.setdefault(m.task, m.name)
     return list(seen.values())

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.report.names import is_unitless
+from evalsuite.core.types import Metric, task_of
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
-from evalsuite.report.plots import context_series, plot_heatmaps, plot_tradeoff, plot_vs_context
+from evalsuite.report.plots import context_series, plot_heatmaps, plot_tradeoff, plot_vs_context, score_bases
 
 
 @dataclass
@@ -56,10 +56,6 @@ def _num(v: float | None, fmt: str) -> str:
 
 def _kilo(n: int) -> str:
     return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
-
-
-def _task(metric: str) -> str:
-    return metric.split("/")[0]
 
 
 def delta_cell(row: Row, metric: str) -> str:
@@ -111,7 +107,7 @@ def decision_table(report: Report) -> Table:
     for r in report.rows:
         rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
-                     *(delta_cell(r, m) for m in report.primary), ", ".join(_task(m) for m in r.pareto) or "-"])
+                     *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
             "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
             "(‡: fewer items than the runs hold); Pareto: no other variant has both fewer weight GiB and a higher "
@@ -142,6 +138,15 @@ def merged_frame(report: Report) -> tuple[pd.DataFrame, dict[tuple[str, str], tu
             intervals.setdefault((names[label], metric), ci)
     order = [r.name for r in report.rows]
     return frame.reindex(order), intervals
+
+
+def merged_meaning(report: Report) -> dict[str, Metric]:
+    """What each metric of every part is (the first part that has it)."""
+    out: dict[str, Metric] = {}
+    for part in report.parts:
+        for name, m in part.comparison.meaning.items():
+            out.setdefault(name, m)
+    return out
 
 
 def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], float]]:
@@ -183,11 +188,12 @@ def task_table(report: Report, metric: str) -> Table:
 def task_sections(report: Report, out: Path) -> list[Section]:
     frame, intervals = merged_frame(report)
     series = context_series(frame)
+    scores = score_bases(series, merged_meaning(report))
     sections = []
     for metric in report.primary:
-        task = _task(metric)
+        task = task_of(metric)
         sec = Section(f"Task {task}", f"task-{safe_name(task)}", [task_table(report, metric)])
-        bases = [b for b in series if b.split("/")[0] == task and is_unitless(b)]
+        bases = [b for b in scores if task_of(b) == task]
         path = plot_vs_context(frame, bases, f"{task}: accuracy by context length (95% CI)",
                                out / f"context_{safe_name(task)}.png", intervals)
         if path:

@@ -15,7 +15,8 @@ import pandas as pd
 # Figure objects, not pyplot: rendered by Agg straight to PNG, no display, no global backend state.
 from matplotlib.figure import Figure
 
-from evalsuite.report.names import CONTEXT_GROUP, is_unitless
+from evalsuite.core.types import Metric
+from evalsuite.report.names import CONTEXT_GROUP, in_points
 
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
 
@@ -149,6 +150,11 @@ def context_series(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
     return out
 
 
+def score_bases(series: dict[str, dict[int, str]], meaning: dict[str, Metric]) -> list[str]:
+    """The base metrics of `series` whose per-length values are scores (in points), not timings."""
+    return [b for b, cols in series.items() if all(in_points(meaning, c) for c in cols.values())]
+
+
 def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Path,
                     intervals: Intervals | None = None) -> Path | None:
     """One panel per base metric, one line per variant (with 95% error bars where known), log2 context axis."""
@@ -179,13 +185,13 @@ def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Pat
     return _save(fig, path)
 
 
-def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, intervals: Intervals | None = None,
-                counts: dict[tuple[str, str], int] | None = None) -> list[Path]:
-    """`accuracy`: the tasks' primary metrics (evalsuite.report.names.primary_metrics); `counts`:
-    items per (variant, metric), which tell a partial variant's finished tasks from its cut ones."""
+def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, meaning: dict[str, Metric],
+                intervals: Intervals | None = None, counts: dict[tuple[str, str], int] | None = None) -> list[Path]:
+    """`accuracy`: the tasks' primary metrics (evalsuite.report.names.primary_metrics); `meaning`: what
+    each column is (names.meanings); `counts`: items per (variant, metric), which tell a partial
+    variant's finished tasks from its cut ones."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    series = context_series(frame)
-    acc_bases = [b for b in series if is_unitless(b)]
+    acc_bases = score_bases(context_series(frame), meaning)
     made = [
         plot_tradeoff(frame, accuracy, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
                       intervals, counts),

@@ -58,7 +58,7 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
         metrics += task.metrics(scores)
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
-        if getattr(task, "chance", None) is not None:
+        if task.chance is not None:
             result.chance.setdefault(task.primary_metric, task.chance)
         counts.append(f"{name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)

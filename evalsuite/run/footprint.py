@@ -126,7 +126,7 @@ def simulated_stats(measured: EngineStats, predicted: dict[str, Any]) -> EngineS
 
 def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:
     """Measured TTFT/ITL per context length as % of the device's floor (GPU runs only)."""
-    from evalsuite.core.types import Metric
+    from evalsuite.core.types import Metric, MetricKind
     from evalsuite.memory.devices import from_nvml_name
     from evalsuite.memory.roofline import roofline
 
@@ -144,9 +144,10 @@ def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: st
         itl_ms = by_name.get(f"latency/itl_ms_p50/ctx{ctx}")
         r = roofline(config, prompt_tokens=int(ctx), gpu=gpu, quantization=variant.quantization,
                      kv_cache_dtype=variant.kv_cache_dtype, measured_ttft_s=ttft_ms / 1000, measured_itl_ms=itl_ms)
-        out += [Metric(name=f"roofline/ttft_floor_ms/ctx{ctx}", value=r.ttft_floor_s * 1000),
-                Metric(name=f"roofline/itl_floor_ms/ctx{ctx}", value=r.itl_floor_ms),
-                Metric(name=f"roofline/ttft_pct_of_floor/ctx{ctx}", value=ttft_ms / (r.ttft_floor_s * 1000) * 100)]
+        floor, share = {"kind": MetricKind.timing, "unit": "ms"}, {"kind": MetricKind.quantity, "unit": "%", "direction": "lower"}
+        out += [Metric(name=f"roofline/ttft_floor_ms/ctx{ctx}", value=r.ttft_floor_s * 1000, **floor),
+                Metric(name=f"roofline/itl_floor_ms/ctx{ctx}", value=r.itl_floor_ms, **floor),
+                Metric(name=f"roofline/ttft_pct_of_floor/ctx{ctx}", value=ttft_ms / (r.ttft_floor_s * 1000) * 100, **share)]
         if itl_ms:
-            out.append(Metric(name=f"roofline/itl_pct_of_floor/ctx{ctx}", value=itl_ms / r.itl_floor_ms * 100))
+            out.append(Metric(name=f"roofline/itl_pct_of_floor/ctx{ctx}", value=itl_ms / r.itl_floor_ms * 100, **share))
     return out

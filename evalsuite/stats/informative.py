@@ -23,8 +23,8 @@ import itertools
 import json
 
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, VariantResult
-from evalsuite.stats.metrics import accuracy_interval, is_item_score
+from evalsuite.core.types import Metric, VariantResult, task_of
+from evalsuite.stats.metrics import accuracy_interval
 
 AT_CHANCE, AT_CEILING = "at chance", "at ceiling"
 CEILING = 0.95
@@ -33,10 +33,10 @@ _PEEK = 50  # sample lines read to count a task's choices
 
 def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -> float | None:
     """The score a guess gets on `metric`'s task; None where guessing scores ~0 or nothing says."""
-    task = metric.split("/")[0]
+    task = task_of(metric)
     declared = getattr(result, "chance", None) or {}
     for name, level in declared.items():
-        if name.split("/")[0] == task:
+        if task_of(name) == task:
             return float(level)
     if rd is None:
         return None
@@ -64,7 +64,7 @@ def mark(m: Metric | None, chance: float | None, margin: float = 0.0, ceiling: f
          confidence: float = 0.95) -> str | None:
     """`at chance`, `at ceiling` or None (informative) for one baseline score; margin and ceiling in
     score units."""
-    if m is None or not is_item_score(m.name):
+    if m is None or not m.item_score:
         return None
     ci = accuracy_interval(m, confidence)
     if ci is None:
@@ -82,7 +82,7 @@ def task_marks(result: VariantResult, rd: RunDir | None = None, ceiling: float =
     """Headline metric -> its mark, for the metrics that are at chance or at ceiling; `margins` by
     metric (the gate's limits, in score units) widen "at chance" as the gate does."""
     out = {}
-    for name in result.primary_metrics or [m.name for m in result.metrics if m.name.count("/") == 1]:
+    for name in result.primary_metrics or [m.name for m in result.metrics if m.group is None]:
         found = mark(result.metric(name), chance_level(result, name, rd), (margins or {}).get(name, 0.0), ceiling)
         if found:
             out[name] = found

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from statistics import NormalDist
 
-from evalsuite.core.types import Metric, Score
+from evalsuite.core.types import Metric, MetricKind, Score
 
 
 def mean_stderr(values: Sequence[float]) -> tuple[float, float | None]:
@@ -23,9 +22,15 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, math.sqrt(var / n)
 
 
-def accuracy(scores: Sequence[Score], name: str) -> Metric:
+def accuracy(scores: Sequence[Score], name: str, kind: MetricKind = MetricKind.proportion) -> Metric:
+    """The mean of per-item scores: a proportion for 0/1 scores, `MetricKind.mean` for partial credit."""
     mean, se = mean_stderr([s.value for s in scores])
-    return Metric(name=name, value=mean, stderr=se, n=len(scores))
+    return Metric(name=name, value=mean, stderr=se, n=len(scores), **score_meaning(kind, []))
+
+
+def score_meaning(kind: MetricKind, strata: list[str]) -> dict:
+    """The fields of a mean of per-item scores: higher is better, unitless, weighed by `strata`."""
+    return {"kind": kind, "unit": "", "direction": "higher", "strata": strata}
 
 
 def by_group(scores: Iterable[Score], key=lambda s: s.group) -> dict[str, list[Score]]:
@@ -39,16 +44,18 @@ def macro_accuracy(groups: dict[str, list[Score]], name: str) -> Metric:
     """Unweighted mean of per-group accuracies; stderr from the group accuracies' spread."""
     per_group = [sum(s.value for s in g) / len(g) for g in groups.values() if g]
     mean, se = mean_stderr(per_group)
-    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in groups.values()))
+    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in groups.values()),
+                  **score_meaning(MetricKind.mean, ["group"]))
 
 
-def balanced_accuracy(scores: Sequence[Score], name: str) -> Metric:
-    """Mean recall over the target classes (LegalBench's metric for Yes/No tasks)."""
+def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...] = ("target",)) -> Metric:
+    """Mean recall over the target classes (LegalBench's metric for Yes/No tasks); `strata` as the
+    paired tests weigh its items: ("group", "target") where its scores span several groups."""
     by_target = by_group(scores, key=lambda s: s.target)
     recalls = [sum(s.value for s in g) / len(g) for g in by_target.values() if g]
     value = sum(recalls) / len(recalls) if recalls else float("nan")
     se = _balanced_stderr(by_target)
-    return Metric(name=name, value=value, stderr=se, n=len(scores))
+    return Metric(name=name, value=value, stderr=se, n=len(scores), **score_meaning(MetricKind.mean, list(strata)))
 
 
 def _balanced_stderr(by_target: dict[str, list[Score]]) -> float | None:
@@ -72,50 +79,24 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-PROPORTIONS = ("acc", "exact_match")  # means of per-item scores in [0, 1]: Wilson applies
-
-
-def is_item_score(name: str) -> bool:
-    """A mean of the per-item scores a task's samples record (`mmlu/acc`, `legal/balanced_acc/x`): what an
-    interval over items can be drawn for. A task's other numbers (timings, prefix-hit or decoy rates)
-    are not means of those scores."""
-    parts = name.split("/")
-    if len(parts) < 2 or is_interval_bound(name):
-        return False
-    kind = parts[1]
-    return kind in PROPORTIONS or kind == "score" or kind.startswith("balanced_acc") or kind.endswith("_macro")
-
-
-def is_proportion(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) > 1 and parts[1] in PROPORTIONS
-
-
-INTERVAL_SUFFIX = re.compile(r"_ci\d+_(low|high)$")
-
-
-def is_interval_bound(name: str) -> bool:
-    """`mmlu/acc_ci95_low` and the like: bounds of another metric, not scores of their own."""
-    return bool(INTERVAL_SUFFIX.search(name.split("/")[1] if "/" in name else name))
-
-
 def min_samples(q: float) -> int:
     """Samples a percentile needs to mean something: the median any; a tail percentile q enough
     that at least one sample is expected beyond it, 1/(1 - q): p90 10, p99 100."""
     return 1 if q <= 50 else math.ceil(round(1 / (1 - q / 100), 9))
 
 
-def latency_summary(values: Sequence[float | None], prefix: str) -> list[Metric]:
-    """mean/p50/p90/p99 of a latency series, each percentile only with min_samples(q) samples;
-    `prefix` carries the unit, e.g. latency/ttft_ms."""
+def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms") -> list[Metric]:
+    """mean/p50/p90/p99 of a latency series in `unit`, each percentile only with min_samples(q)
+    samples; `prefix` names the unit too, e.g. latency/ttft_ms."""
     xs = [v for v in values if v is not None and not math.isnan(v)]
     if not xs:
         return []
     mean, se = mean_stderr(xs)
-    out = [Metric(name=f"{prefix}_mean", value=mean, stderr=se, n=len(xs))]
+    timing = {"kind": MetricKind.timing, "unit": unit, "direction": "lower"}
+    out = [Metric(name=f"{prefix}_mean", value=mean, stderr=se, n=len(xs), **timing)]
     for q in (50, 90, 99):
         if len(xs) >= min_samples(q):
-            out.append(Metric(name=f"{prefix}_p{q}", value=percentile(xs, q), n=len(xs)))
+            out.append(Metric(name=f"{prefix}_p{q}", value=percentile(xs, q), n=len(xs), percentile=q, **timing))
     return out
 
 
@@ -125,7 +106,7 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
     balanced means of several proportions, where no single count exists)."""
     from evalsuite.stats.significance import wilson  # scipy/statsmodels load only when intervals are wanted
 
-    if m.n and is_proportion(m.name) and 0 <= m.value <= 1:
+    if m.n and m.kind == MetricKind.proportion and 0 <= m.value <= 1:
         return wilson(m.value * m.n, m.n, confidence)
     if m.stderr is not None and not math.isnan(m.value):
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
@@ -139,10 +120,11 @@ def interval_metrics(metrics: Sequence[Metric], confidence: float = 0.95) -> lis
     tag = f"ci{round(confidence * 100)}"
     out = []
     for m in metrics:
-        if m.name.count("/") != 1 or not is_proportion(m.name):
+        if m.group is not None or m.kind != MetricKind.proportion:
             continue
         ci = accuracy_interval(m, confidence)
         if ci is not None:
-            out += [Metric(name=f"{m.name}_{tag}_low", value=ci[0], n=m.n),
-                    Metric(name=f"{m.name}_{tag}_high", value=ci[1], n=m.n)]
+            bound = {"n": m.n, "kind": MetricKind.bound, "direction": "higher"}
+            out += [Metric(name=f"{m.name}_{tag}_low", value=ci[0], **bound),
+                    Metric(name=f"{m.name}_{tag}_high", value=ci[1], **bound)]
     return out

@@ -3,7 +3,8 @@ reader, strata rule and paired test that gate, compare, check and scripts share.
 
 A metric `task/metric[/group]` is paired on the task's samples/<task>.jsonl in both runs,
 matched by sample id (only ids present in both count), restricted to the group's items, and
-stratified as the metric weighs items (macro: by group; balanced: by group, then by target).
+stratified as the metric weighs items (its `strata`, set by the task that made it: macro by group;
+balanced by group, then by target).
 """
 
 from __future__ import annotations
@@ -15,28 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric
-from evalsuite.stats.metrics import is_item_score, is_proportion
+from evalsuite.core.types import Metric, MetricKind
 from evalsuite.stats.significance import (PairedTest, paired_test, score_interval, smallest_cell, stratum_weights,
                                           two_sided, unpaired_test)
-
-
-def strata_for(metric: str) -> list[str] | None:
-    """How a metric weighs its items, as the strata of its nested mean; None when it is not a mean of
-    per-item scores (a timing, a rate), so no interval over items exists for it.
-
-    balanced_acc*: mean over groups (tasks) of the mean recall per target label; *_macro: mean over
-    groups; a metric restricted to one group (`task/metric/<group>`) drops the group level.
-    """
-    if not is_item_score(metric):
-        return None
-    parts = metric.split("/")
-    kind, grouped = parts[1], len(parts) > 2
-    if kind.startswith("balanced_acc"):
-        return ["target"] if grouped else ["group", "target"]
-    if kind.endswith("_macro"):
-        return [] if grouped else ["group"]
-    return []
 
 
 def item_labels(sample: dict, score: dict) -> set[str]:
@@ -70,12 +52,11 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
     return tuple(out)
 
 
-def read_scores(rd: RunDir, variant: str, metric: str) -> dict[str, dict]:
+def read_scores(rd: RunDir, variant: str, metric: Metric) -> dict[str, dict]:
     """sample id -> {value, group, target, pred} for the items behind `metric` (a sample id counts once,
     as RunDir.load_samples reads it)."""
-    parts = metric.split("/")
-    group = parts[2] if len(parts) > 2 else None
-    path = rd.root / variant / "samples" / f"{parts[0]}.jsonl"
+    group = metric.group
+    path = rd.root / variant / "samples" / f"{metric.task}.jsonl"
     if not path.exists():
         return {}
     st = path.stat()
@@ -133,15 +114,16 @@ def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pai
                    sum(_differs(base[s], cand[s]) for s in shared))
 
 
-def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: str,
+def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: Metric,
             strata: list[str] | None = None) -> Pairing:
-    strata = (strata_for(metric) or []) if strata is None else strata
+    """`metric`'s items in both variants, weighed by `strata` where given, else as the metric weighs them."""
+    strata = (metric.strata or []) if strata is None else strata
     return pair(read_scores(base_rd, base_variant, metric), read_scores(cand_rd, cand_variant, metric), strata)
 
 
 def unpaired(b: Metric | None, c: Metric | None, confidence: float) -> PairedTest | None:
     """Two proportions from their metrics alone, when they count whole items (0/1 scores)."""
-    if b is None or c is None or not b.n or not c.n or not is_proportion(b.name):
+    if b is None or c is None or not b.n or not c.n or b.kind != MetricKind.proportion:
         return None
     counts = [m.value * m.n for m in (b, c)]
     if any(abs(x - round(x)) > 1e-6 for x in counts):

@@ -1,12 +1,13 @@
-"""The task protocol: data -> samples; sample + completion -> score; scores -> metrics."""
+"""The task interface: data -> samples; sample + completion -> score; scores -> metrics; and what a task may declare beyond it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from evalsuite.core.types import Completion, Metric, Sample, Score
+from evalsuite.core.types import Completion, Metric, Request, Sample, Score
 
 
 @dataclass
@@ -21,27 +22,58 @@ class TaskContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@runtime_checkable
-class Task(Protocol):
+class Task:
+    """What the runner asks of every task: data -> samples; sample + completion -> score; scores -> metrics.
+
+    The optional capabilities are declared here with the values of a plain task, so the runner asks
+    each task the same questions and a task states only where it differs."""
+
     name: str
+    primary_metric: str  # the headline metric's full key, `task/metric`
+    # the headline's value for answers that ignore the item (1/k for k choices); None where no such
+    # level exists (generated answers); reports mark a task whose baseline is there as uninformative
+    chance: float | None = None
+    batch_size: int | None = None  # requests per engine call; None: the run's engine.batch_size
+    limited: bool = True  # `--limit` thins its items (a quick try); a timing pass keeps its design
+    # whether a `simulate: true` variant runs it: dense 16-bit kernels stand in for INT4 ones there,
+    # so a timing pass would measure the baseline's speed under the variant's name
+    runs_simulated: bool = True
+    # a harness that sends its own requests through evaluate() (lm-eval) instead of the runner
+    # sending samples(); its samples() are placeholders that name what it will evaluate
+    harness: bool = False
 
-    def samples(self) -> list[Sample]: ...
+    def samples(self) -> list[Sample]:
+        raise NotImplementedError
 
-    def score(self, sample: Sample, completion: Completion) -> Score: ...
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        raise NotImplementedError
 
-    def metrics(self, scores: list[Score]) -> list[Metric]: ...
+    def metrics(self, scores: list[Score]) -> list[Metric]:
+        raise NotImplementedError
+
+    def warmup_request(self) -> Request | None:
+        """A request sent before the first batch so that first-request overheads stay out of timings."""
+        return None
+
+    def calibration_samples(self) -> list[Sample]:
+        """Items answered before the test items, whose scores calibrate() fits the scoring to."""
+        return []
+
+    def calibrate(self, scores: Sequence[Score]) -> None:
+        """Fit the scoring to the calibration items' scores."""
+
+    def evaluate(self, engine: Any, tokenizer: Any, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
+        """A harness's own run over the engine; `record` takes its rows as they are to be kept."""
+        raise NotImplementedError(f"{self.name}: not a harness")
 
 
-class DatasetTask:
+class DatasetTask(Task):
     """A task over a data set: built from its config, samples loaded once on first use.
 
     Subclasses set `metric` (the headline metric's name under the task) and implement _build().
     """
 
     metric = "acc"
-    # the headline's value for answers that ignore the item (1/k for k choices); None where no such
-    # level exists (generated answers); reports mark a task whose baseline is there as uninformative
-    chance: float | None = None
 
     def __init__(self, cfg: Any, ctx: TaskContext):
         self.cfg, self.ctx = cfg, ctx

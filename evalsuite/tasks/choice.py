@@ -34,7 +34,7 @@ from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import mean_stderr
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 TOP_K = 20
 LETTERS = ("A", "B", "C", "D")
@@ -122,7 +122,8 @@ def choice_rates(scores: Sequence[Score], prefix: str) -> list[Metric]:
     out = []
     for i, what in enumerate(("no_choice_rate", "tie_rate")):
         mean, se = mean_stderr([float(f[i]) for f in flags])
-        out.append(Metric(name=f"{prefix}/{what}", value=mean, stderr=se, n=len(flags)))
+        out.append(Metric(name=f"{prefix}/{what}", value=mean, stderr=se, n=len(flags), kind=MetricKind.quantity,
+                          direction="lower"))
     return out
 
 

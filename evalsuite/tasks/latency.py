@@ -11,6 +11,7 @@ import random
 
 from evalsuite.stats.metrics import latency_summary
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.tasks.base import Task
 
 
 def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
@@ -21,10 +22,12 @@ def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
     return Score(sample_id=sample.id, task=task, value=1.0, pred="", target="", group=sample.group, extra=extra)
 
 
-class LatencyTask:
+class LatencyTask(Task):
     name = "latency"
     primary_metric = "latency/ttft_ms_p50"
-    batch_size = 1
+    batch_size = 1  # one user's view: no request queues behind another
+    limited = False  # its lengths x repeats are the measurement's design, not items to thin
+    runs_simulated = False
 
     def __init__(self, prompt_tokens: list[int], output_tokens: int, repeats: int, tokenizer, seed: int = 0):
         self.prompt_tokens, self.output_tokens, self.repeats = prompt_tokens, output_tokens, repeats
@@ -61,7 +64,7 @@ class LatencyTask:
             out += latency_summary(values(scores), f"latency/{key}")
             for g in groups if len(groups) > 1 else []:
                 sub = [s for s in scores if s.group == g]
-                out += [Metric(name=f"{m.name}/ctx{g}", value=m.value, stderr=m.stderr, n=m.n)
+                out += [m.model_copy(update={"name": f"{m.name}/ctx{g}"})
                         for m in latency_summary(values(sub), f"latency/{key}")]
         return out
 

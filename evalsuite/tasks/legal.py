@@ -39,12 +39,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsuite.data.tables import check_names, hub_reachable, read_records, resolve_dir
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group
+from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, score_meaning
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
 from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice, target_delimiter)
 from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScoring, argmax_value, thresholded
-from evalsuite.core.types import Completion, Metric, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Sample, Score
 
 HUB_ID = "nguha/legalbench"
 LABELS = ["Yes", "No"]
@@ -238,17 +238,20 @@ class LegalTask(ThresholdScoring, DatasetTask):
         return balanced_metrics(scores, self.name)
 
 
+OVER_GROUPS = ("group", "target")  # a balanced accuracy over the task's groups: per group, then per label
+
+
 def balanced_metrics(scores: list[Score], p: str, grouped: bool = True) -> list[Metric]:
     """`{p}/balanced_acc` (the mean over groups of balanced accuracy, from the items' recorded
     values, so it follows the scoring they were judged by), `{p}/acc`, one balanced accuracy per
     group, the choice rates, and beside a thresholded headline `{p}/argmax_balanced_acc` from the
-    recorded log-probabilities. Named so, not `balanced_acc_argmax`: a `balanced_acc*` name is read
-    as a mean of the items' values (paired tests, intervals), and those are the thresholded ones."""
+    recorded log-probabilities. The argmax headline is no mean of the items' recorded values (those
+    are the thresholded ones), so it has no strata: no paired test or interval over items is drawn for it."""
     head, per = _headline(scores, f"{p}/balanced_acc", grouped)
     out = [head, accuracy(scores, f"{p}/acc"), *per]
     if thresholded(scores, p):
         argmax = [argmax_value(s) for s in scores if s.extra.get("logprobs")]
-        out.append(_headline(argmax, f"{p}/argmax_balanced_acc", grouped)[0])
+        out.append(_headline(argmax, f"{p}/argmax_balanced_acc", grouped)[0].model_copy(update={"strata": None}))
     return out + choice_rates(scores, p)
 
 
@@ -256,7 +259,7 @@ def _headline(scores: list[Score], name: str, grouped: bool) -> tuple[Metric, li
     """(the mean over groups of balanced accuracy, or one balanced accuracy without groups; the
     groups' own)."""
     per = [balanced_accuracy(g, f"{name}/{t}") for t, g in by_group(scores).items()] if grouped else []
-    return (mean_over_tasks(per, name) if per else balanced_accuracy(scores, name)), per
+    return (mean_over_tasks(per, name) if per else balanced_accuracy(scores, name, OVER_GROUPS)), per
 
 
 def label_quotas(counts: dict[str, int], limit: int) -> dict[str, int]:
@@ -293,10 +296,11 @@ def mean_over_tasks(per_task: list[Metric], name: str) -> Metric:
     Its stderr is the sampling error of that mean for this fixed set of tasks (per-task
     errors combined), which is what matters when two variants run the same tasks.
     """
+    meaning = score_meaning(MetricKind.mean, list(OVER_GROUPS))
     if not per_task:
-        return Metric(name=name, value=float("nan"), n=0)
+        return Metric(name=name, value=float("nan"), n=0, **meaning)
     k = len(per_task)
     value = sum(m.value for m in per_task) / k
     ses = [m.stderr for m in per_task]
     se = math.sqrt(sum(s * s for s in ses)) / k if all(s is not None for s in ses) else None
-    return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task))
+    return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task), **meaning)

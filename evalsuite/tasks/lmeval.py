@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 
 class LMEvalConfig(BaseModel):
@@ -79,6 +79,11 @@ def task_manager(cfg: LMEvalConfig, base_dir: Path):
     return _indexed(include)
 
 
+# lm-eval's aggregates: a mean per document for most, corpus-level for some (perplexity, BLEU), so no
+# interval over the recorded items is drawn for them (strata None), and no direction is assumed
+LM_EVAL_MEANING = {"kind": MetricKind.mean, "unit": ""}
+
+
 def metric_key(prefix: str, task: str, metric: str, filt: str) -> str:
     """`prefix/task/metric[/filter]`, in the characters MLflow accepts ("none" filters dropped)."""
     parts = [prefix, task, metric] + ([] if filt == "none" else [filt])
@@ -105,7 +110,7 @@ def results_metrics(prefix: str, results: dict[str, Any], order: list[str]) -> l
             metric, filt = key.split(",", 1)
             stderr = _number(row.get(f"{metric}_stderr,{filt}"))
             out.append(Metric(name=metric_key(prefix, task, metric, filt), value=float(value),
-                              stderr=None if stderr is None or math.isnan(stderr) else stderr, n=n))
+                              stderr=None if stderr is None or math.isnan(stderr) else stderr, n=n, **LM_EVAL_MEANING))
     return out
 
 
@@ -137,8 +142,10 @@ def _context(doc: dict[str, Any]) -> str | None:
     return first if isinstance(first, str) else None
 
 
-class LMEvalTask:
+class LMEvalTask(Task):
     """Drives the engine itself (`evaluate`), instead of the runner sending its samples."""
+
+    harness = True
 
     def __init__(self, cfg: LMEvalConfig, ctx: TaskContext):
         self.cfg, self.ctx, self.name = cfg, ctx, cfg.name
@@ -200,5 +207,5 @@ class LMEvalTask:
         out = []
         for key, values in series.items():
             mean, se = mean_stderr(values)
-            out.append(Metric(name=key, value=mean, stderr=se, n=len(values)))
+            out.append(Metric(name=key, value=mean, stderr=se, n=len(values), **LM_EVAL_MEANING))
         return out

@@ -62,7 +62,7 @@ from evalsuite.data.haystack import (TokenHaystack, encode, english_prose, load_
                                 splice)
 from evalsuite.stats.metrics import accuracy, mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 Schedule = Literal["shared_prefix", "naive"]
 
@@ -195,10 +195,10 @@ def needle_value(found: int, asked: int, extra: int, scoring: str) -> float:
 
 def rate(flags: list[bool], name: str) -> Metric:
     mean, se = mean_stderr([float(f) for f in flags])
-    return Metric(name=name, value=mean, stderr=se, n=len(flags))
+    return Metric(name=name, value=mean, stderr=se, n=len(flags), kind=MetricKind.quantity, direction="lower")
 
 
-class GridTask:
+class GridTask(Task):
     """A long-context task over a length x depth grid: one haystack token stream per seed."""
 
     heading: str | None = None  # a section heading the haystack repeats, if any
@@ -343,7 +343,8 @@ def grid_metrics(name: str, scores: list[Score]) -> list[Metric]:
     known = [s for s in scores if s.extra.get("cached_prompt_tokens") is not None]
     if known:
         uncached = sum(s.extra["prompt_tokens"] - s.extra["cached_prompt_tokens"] for s in known)
-        out.append(Metric(name=f"{name}/uncached_prompt_tokens", value=float(uncached), n=len(known)))
+        tokens = {"n": len(known), "kind": MetricKind.quantity, "unit": "tokens"}
+        out.append(Metric(name=f"{name}/uncached_prompt_tokens", value=float(uncached), **tokens))
         total = sum(s.extra["prompt_tokens"] for s in known)
-        out.append(Metric(name=f"{name}/prompt_tokens", value=float(total), n=len(known)))
+        out.append(Metric(name=f"{name}/prompt_tokens", value=float(total), **tokens))
     return out

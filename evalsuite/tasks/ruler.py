@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.needle import check_distinct, check_fits, check_lengths
@@ -111,7 +111,7 @@ def group_of(task: str, length: int) -> str:
     return f"{task}_len{length}"
 
 
-class RulerTaskRunner:
+class RulerTaskRunner(Task):
     """Builds the items once per run (the same for every variant), scores answers as lm-eval does."""
 
     def __init__(self, cfg: RulerConfig, ctx: TaskContext):
@@ -215,9 +215,10 @@ class RulerTaskRunner:
             by_task[task].append(s)
             by_cell[(task, length)].append(s)
         head = f"{self.name}/score"
-        out = [accuracy(scores, head)]
-        out += [accuracy(g, f"{head}/len{n}") for n, g in sorted(by_len.items())]
-        out += [accuracy(by_task[t], f"{head}/{t}") for t in ALL_TASKS if t in by_task]
-        out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}")
+        partial = MetricKind.mean  # partial credit: a multi-value item scores the share of values found
+        out = [accuracy(scores, head, partial)]
+        out += [accuracy(g, f"{head}/len{n}", partial) for n, g in sorted(by_len.items())]
+        out += [accuracy(by_task[t], f"{head}/{t}", partial) for t in ALL_TASKS if t in by_task]
+        out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}", partial)
                 for n in sorted(by_len) for t in ALL_TASKS if (t, n) in by_cell]
         return out

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsuite.stats.metrics import latency_summary
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.latency import timing_score
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 
 class WorkloadConfig(BaseModel):
@@ -55,7 +55,7 @@ class WorkloadConfig(BaseModel):
         return WorkloadTask(self, ctx)
 
 
-class WorkloadTask:
+class WorkloadTask(Task):
     def __init__(self, cfg: WorkloadConfig, ctx: TaskContext):
         self.cfg, self.ctx = cfg, ctx
         self.name = cfg.name
@@ -91,16 +91,17 @@ class WorkloadTask:
         known = [s.extra for s in scores if s.extra.get("cached_prompt_tokens") is not None]
         if known:
             prompt = sum(e["prompt_tokens"] for e in known)
-            out.append(Metric(name=f"{name}/prefix_hit_rate", n=len(known),
+            out.append(Metric(name=f"{name}/prefix_hit_rate", n=len(known), kind=MetricKind.quantity, direction="higher",
                               value=sum(e["cached_prompt_tokens"] for e in known) / prompt if prompt else 0.0))
         ideal = (c.requests - 1) * c.shared_prefix_tokens / (c.requests * c.prompt_tokens)
-        out.append(Metric(name=f"{name}/prefix_hit_rate_max", value=ideal, n=n))
+        out.append(Metric(name=f"{name}/prefix_hit_rate_max", value=ideal, n=n, kind=MetricKind.quantity))
         demand = c.shared_prefix_tokens + c.requests * (c.prompt_tokens - c.shared_prefix_tokens + c.output_tokens)
-        out.append(Metric(name=f"{name}/demand_tokens", value=float(demand), n=n))
+        out.append(Metric(name=f"{name}/demand_tokens", value=float(demand), n=n, kind=MetricKind.quantity, unit="tokens"))
         for key in ("ttft_ms", "itl_ms", "e2e_ms"):
             out += latency_summary([s.extra.get(key) for s in scores], f"{name}/{key}")
         ends = [s.extra["e2e_ms"] for s in scores if s.extra.get("e2e_ms")]
         if ends:
             generated = sum(s.extra.get("output_tokens") or 0 for s in scores)
-            out.append(Metric(name=f"{name}/output_tok_per_s", value=generated / (max(ends) / 1000), n=n))
+            out.append(Metric(name=f"{name}/output_tok_per_s", value=generated / (max(ends) / 1000), n=n,
+                              kind=MetricKind.quantity, unit="/s", direction="higher"))
         return out

@@ -1,8 +1,8 @@
-"""Exact parameter counts from a model's config.json, by building the model on the meta device.
+"""Exact parameter counts from a model's config.json, by building the model on the meta device: the
+oracle tests/test_planner.py checks the planner's closed-form counts against.
 
 accelerate's init_empty_weights + transformers' AutoModelForCausalLM.from_config allocate nothing,
-so even a 70B model is counted in about a second; the planner's closed-form counts are checked
-against these (tests/test_planner.py) and fall back to them for architectures transformers lacks.
+so even a 70B model is counted in about a second.
 """
 
 from __future__ import annotations

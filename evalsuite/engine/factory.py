@@ -1,0 +1,40 @@
+"""make_engine: the Engine implementation a run's `engine:` section names, not yet started."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from evalsuite.core.env import platform_name
+from evalsuite.engine import Engine, tensor_parallel_workaround
+from evalsuite.models.compile_cache import engine_env
+
+
+class Launch(Protocol):
+    """How a run starts its engines: a run config's `engine:` section has these."""
+
+    mode: str  # offline, server or fake
+    base_url: str | None  # server: attach to this running server instead of starting one
+    startup_timeout_s: float
+    env: Mapping[str, str]  # the engine's environment variables, over the compile-cache placement
+
+
+def make_engine(launch: Launch, model: str, kwargs: dict[str, Any], log_path: Path, cache_dir: Path) -> Engine:
+    """An engine, not yet started, that loads `model` with vLLM arguments `kwargs`; it logs to
+    `log_path` and keeps vLLM's compile caches under `cache_dir`."""
+    if launch.mode == "fake":
+        from evalsuite.engine.fake import FakeEngine
+
+        return FakeEngine(model, kwargs, log_path)
+    kwargs = tensor_parallel_workaround(kwargs, {**os.environ, **launch.env})
+    env = engine_env(kwargs, dict(launch.env), cache_dir, platform_name())
+    if launch.mode == "server":
+        from evalsuite.engine.server import ServerEngine
+
+        return ServerEngine(model, kwargs, log_path, env=env, base_url=launch.base_url,
+                            startup_timeout_s=launch.startup_timeout_s)
+    from evalsuite.engine.offline import OfflineEngine
+
+    return OfflineEngine(model, kwargs, log_path, env=env, startup_timeout_s=launch.startup_timeout_s)

@@ -1,0 +1,69 @@
+"""`evalsuite run --resume`: which run folder a config continues, and which of its variants are left to run.
+
+A resumed run continues the latest folder of the same config, refused when the config changed
+since; a variant is left as recorded when it was skipped or scored every item of this config, and
+run again otherwise (the runner then asks only for the items it has no record of).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.records import RunDir, create_run_dir
+from evalsuite.core.types import Sample, VariantResult
+from evalsuite.run.config import RunConfig, Variant
+from evalsuite.run.progress import console
+from evalsuite.tasks import Task
+
+
+def find_resumable(output_dir: Path, stem: str) -> RunDir | None:
+    """The latest run folder of the config named `stem` under `output_dir`."""
+    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if (p / "run.json").exists())
+    return RunDir(candidates[-1]) if candidates else None
+
+
+def open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
+    """The folder the run writes: a new one, or with `resume` the one it continues."""
+    if resume:
+        found = find_resumable(out, config_path.stem)
+        if found is None:
+            raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
+        if found.read_config() != resolved:
+            raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
+        return found
+    return create_run_dir(out, config_path.stem)
+
+
+def to_run(cfg: RunConfig, run_dir: RunDir, tasks: list[Task], samples: dict[str, list[Sample]],
+           resume: bool) -> tuple[dict[str, Variant], list[VariantResult]]:
+    """The variants left to run, in the config's order, and the results --resume leaves as
+    recorded, each said in one line."""
+    todo, kept = {}, []
+    for name, variant in cfg.variants.items():
+        prev = run_dir.load_result(name) if resume else None
+        if finished(prev, run_dir, variant, tasks, samples):
+            if prev.status != "skipped":
+                console.print(f"{name}: every item of this config is scored; left as recorded ({prev.status})")
+            kept.append(prev)
+        else:
+            todo[name] = variant
+    return todo, kept
+
+
+def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, tasks: list[Task],
+             samples: dict[str, list[Sample]]) -> bool:
+    """Whether --resume leaves a variant as recorded: skipped, or `ok` with a score for every item
+    of this config. `ok` alone is not enough: the folder's scores may come from a smaller grid than
+    this config's (a config edited between runs, or per-item scores imported from another run)."""
+    if prev is None or prev.status == "skipped":
+        return prev is not None
+    if prev.status != "ok":
+        return False
+    for t in tasks:
+        if t.harness or (variant.simulate and not t.runs_simulated):
+            continue  # a harness keeps its own items; a simulated variant never runs this task
+        have = {r["sample"]["id"] for r in run_dir.load_samples(prev.variant, t.name)}
+        if any(s.id not in have for s in samples[t.name]):
+            return False
+    return True
