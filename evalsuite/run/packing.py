@@ -31,7 +31,7 @@ from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import _planner_gpu, plan_inputs
 from evalsuite.run.progress import Progress, console
-from evalsuite.run.runner import Runner, _put, in_config_order, preflight, prompt_tokens, to_run
+from evalsuite.run.runner import Runner, in_config_order, left_to_run, prompt_tokens, put_result
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
@@ -301,7 +301,7 @@ class PackedRun:
                         neighbours[slot.name] = set()
                         continue
                     results[slot.name] = result
-                    _put(self.record, result)
+                    put_result(self.record, result)
                     self.run_dir.write_run(self.record)
         return results
 
@@ -330,8 +330,7 @@ def merged(packed: VariantResult, alone: VariantResult) -> VariantResult:
 def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
                    progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with engines packed on the device, then the alone passes."""
-    tasks, samples = preflight(cfg, ctx)
-    todo = to_run(cfg, run_dir, record, tasks, samples, resume)
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
     packed_tasks, alone_tasks = split_alone(cfg, tasks)
     results = PackedRun(cfg, run_dir, record, model_dir, ctx, progress).run(todo, packed_tasks or tasks, samples)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
@@ -341,7 +340,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
             continue
         result = merged(first, runner.run_variant(name, cfg.variants[name], alone_tasks, samples))
         run_dir.write_result(result)
-        _put(record, result)
+        put_result(record, result)
         run_dir.write_run(record)
     in_config_order(record, cfg)
     run_dir.write_run(record)
