@@ -20,7 +20,7 @@ from evalsuite.core.settings import allowed_values, extra
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
 from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
-from evalsuite.memory.planner import Plan, PlanSettings, plan
+from evalsuite.memory.planner import Plan, PlanSettings, plan, plan_settings
 from evalsuite.memory.roofline import Roofline, roofline
 
 
@@ -78,6 +78,7 @@ def plan_command(source: str, revision: str | None, variant: list[str], as_json:
 
         plan_config(config_path(Path(source)), variant, given["gpu"], given.get("device_memory_gib"), as_json)
         return
+    plan_settings(given)  # a bad option is the command line's, not the model file's
     cfg_file, config = model_config(source, revision)
     try:
         p = plan(config, **given)

@@ -105,6 +105,10 @@ def _setting_error(err: dict) -> str:
     allowed = allowed_values(field.annotation) if field else ()
     if allowed:
         return f"{flag}: unknown {err['input']!r}; allowed: {', '.join(map(str, allowed))}"
+    bound = (err.get("ctx") or {})
+    if err["type"] in ("greater_than", "greater_than_equal"):
+        above = "above" if err["type"] == "greater_than" else "at least"
+        return f"{flag}: {err['input']!r}; allowed: {above} {bound.get('gt', bound.get('ge'))}"
     return f"{flag}: {err['msg'].replace('Value error, ', '')}, got {err['input']!r}"
 
 

@@ -10,16 +10,9 @@
 # The 64K/128K lanes wait for their items (~5 minutes on 16 cores), built once while the short lanes run.
 # Carrying, start and polls: as qwen-1.5b-ruler.sh.
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-rest.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-T0=$1 B=$2
-M=${END_MARGIN_S:-150}
-DL=$((T0 + B - M))
-S=lab/configs/h200/qwen-1.5b-ruler.yaml
-L=lab/configs/h200/qwen-1.5b-ruler-128k.yaml
+source "$(dirname "$0")/ruler-common.sh" "$@"
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b
 I=runs/h200/items
-mkdir -p $I && bash lab/device.sh py lab/ruler_items.py $S > $I/items-short.log 2>&1
 wait_long="while [ ! -f $I/long.done ]; do sleep 5; done"
 bash lab/lanes.sh $DL "py items lab/ruler_items.py $L; touch $I/long.done" \
   "seed $D/scores-ruler $S r4 kv_int8_per_token_head; run $S r4 kv_int8_per_token_head" \

@@ -11,15 +11,8 @@
 # Carrying, start and polls: as lab/plans/qwen-1.5b-yarn-rest.sh describes (slim.sh aside, pack.sh,
 # the kit, .gpu/carry with `device.sh prepare`, the model's pieces, then the start call).
 # Usage (lab/ruler_items.py builds the items; lanes.sh runs the rest): setsid nohup bash lab/plans/qwen-1.5b-ruler.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-T0=$1 B=$2
-M=${END_MARGIN_S:-150}
-DL=$((T0 + B - M))
-S=lab/configs/h200/qwen-1.5b-ruler.yaml
-L=lab/configs/h200/qwen-1.5b-ruler-128k.yaml
-# The 4K-32K items first, once, on every core (a run builds what the cache lacks, and four runs at once
-# would each build them); the 64K/128K ones in a lane of their own while the card runs the short ones.
-mkdir -p runs/h200/items && bash lab/device.sh py lab/ruler_items.py $S > runs/h200/items/items-short.log 2>&1
+source "$(dirname "$0")/ruler-common.sh" "$@"
+# The 4K-32K items were built once, on every core (a run builds what the cache lacks, and four runs at
+# once would each build them); the 64K/128K ones in a lane of their own while the card runs the short ones.
 bash lab/lanes.sh $DL "py items lab/ruler_items.py $L" "run $S r1 bf16 fp8; run $L r1l bf16" "run $S r2 awq kv_fp8" \
   "run $S r3 kv_fp8_skip_layers_0_1; run $L r3l kv_fp8_skip_layers_0_1" "run $S r4 kv_int8_per_token_head"
