@@ -360,7 +360,8 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
     assert res.exit_code == 1
     assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
-    assert "latency/ttft_ms_p50 (pooled over prompt lengths; judged per length)" in res.output
+    assert "latency/ttft_ms_p50 for `fp8` (pooled over prompt lengths; judged per length)" in res.output
+    assert "ruler/score" not in res.output  # a rule's metric of a task the baseline never ran is no finding
     from evalsuite.report.gate import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
@@ -369,7 +370,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     named = rules_file(tmp_path, {"rules": [{"metrics": ["latency/ttft_ms_p99", "latency/ttft_ms_p50/ctx*"],
                                              "max_growth_pct": 10}]})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(named))
-    assert "latency/ttft_ms_p99 (not in the baseline (a tail percentile q is recorded only with" in res.output
+    assert "latency/ttft_ms_p99 for `fp8` (not in the baseline (a tail percentile q is recorded only with" in res.output
 
 
 def test_plan_states_what_n_resolves(tmp_path):
@@ -481,3 +482,25 @@ def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
     checks.append(Check("b", "memory", "engine/required_gib", "skip", "measured differently"))
     assert _skipped(checks, 2) == ["latency/ttft_ms_p50, latency/itl_ms_p50 for every candidate (not in the baseline)",
                                    "engine/required_gib for `b` (measured differently)"]
+
+
+def test_the_same_gate_asked_twice_is_computed_once_and_again_when_a_record_changes(tmp_path, monkeypatch):
+    from evalsuite.core.records import RunDir
+    from evalsuite.report import gate as gate_mod
+    from evalsuite.report.gate import Side, load_rules, run_gate
+
+    run = build_run(tmp_path / "runs", "20250101-000000-all", {"bf16": {}, "fp8": {"weights_gib": 0.5}}, baseline="bf16")
+    calls = []
+    real = gate_mod.evaluate
+    monkeypatch.setattr(gate_mod, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rules, rd = load_rules(DEFAULT_RULES), RunDir(run)
+    first = run_gate(Side(rd, "bf16"), [Side(rd)], rules, str(DEFAULT_RULES))
+    first.checks.clear()  # a caller's changes stay its own
+    again = run_gate(Side(rd, "bf16"), [Side(rd)], load_rules(DEFAULT_RULES), str(DEFAULT_RULES))
+    assert len(calls) == 1 and again.checks and again.verdicts() == {"fp8": "passed"}
+    record = run / "run.json"
+    text = record.read_text()
+    assert text.count('"weights_gib": 0.5') == 1
+    record.write_text(text.replace('"weights_gib": 0.5', '"weights_gib": 2.0'))
+    changed = run_gate(Side(rd, "bf16"), [Side(rd)], rules, str(DEFAULT_RULES))
+    assert len(calls) == 2 and changed.verdicts() == {"fp8": "failed"}

@@ -33,13 +33,14 @@ prompt length, never pooled over lengths, and tail percentiles only with enough 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, MetricKind, VariantResult, meaning_of_name
+from evalsuite.core.types import Metric, MetricKind, VariantResult, meaning_of_name, task_of
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -313,9 +314,10 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
                                 unit="pt"))
         else:
             checks.append(accuracy_check(rules, rule, metric, pair, label, baseline_mark(rules, rule, metric, pair)))
-    for rule in rules.rules:  # a metric named outright (no wildcard) that the baseline lacks is worth a line
+    tasks = {task_of(m) for m in bm}
+    for rule in rules.rules:  # a metric named outright that the baseline lacks, of a task it ran, is worth a line
         for name in rule.metrics:
-            if not any(ch in name for ch in "*?[") and name not in bm:
+            if not any(ch in name for ch in "*?[") and name not in bm and task_of(name) in tasks:
                 why = "not in the baseline"
                 q = meaning_of_name(name)["percentile"]  # no record says what it is: its name is all there is
                 if q and q > 50:
@@ -448,9 +450,34 @@ def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
     return [Side(baseline.run_dir, str(n)) for n in names if str(n) in measured]
 
 
+_LAST: dict[tuple, GateReport] = {}
+
+
 def run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
              controls: list[Side] | None = None) -> GateReport:
-    """Each candidate variant (and control) against the baseline; names are run:variant only where they clash."""
+    """Each candidate variant (and control) against the baseline; names are run:variant only where they clash.
+    The end of `evalsuite run` asks twice for the same verdicts (the summary's gate column, then the
+    report page), and on a large run each paired test is seconds: the last answer is kept, keyed on
+    the sides, the rules and the records' modification times, and handed out as a copy."""
+    key = _gate_key(baseline, candidates, rules, rules_path, controls)
+    if key not in _LAST:
+        _LAST.clear()
+        _LAST[key] = _run_gate(baseline, candidates, rules, rules_path, controls)
+    return copy.deepcopy(_LAST[key])
+
+
+def _gate_key(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
+              controls: list[Side] | None) -> tuple:
+    sides = [baseline, *candidates, *(controls or [])]
+    roots = {s.run_dir.root.resolve() for s in sides}
+    files = [f for r in sorted(roots) for pattern in ("run.json", "*/result.json", "*/samples/*.jsonl")
+             for f in sorted(r.glob(pattern))]
+    return (tuple((str(s.run_dir.root.resolve()), s.variant) for s in sides), len(candidates),
+            rules.model_dump_json(), rules_path, tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+
+
+def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
+              controls: list[Side] | None) -> GateReport:
     base = baseline_variant(baseline.run_dir, baseline.variant)
     entries = [(baseline.run_dir, base)]
     ctrl = control_sides(baseline, controls)

@@ -134,7 +134,9 @@ def _part(rd: RunDir, only: set[str] | None, base: str, rules: Rules, rules_path
     candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
     if has_base and candidates:
         try:
-            part.gate = run_gate(Side(rd, base), [Side(rd, c) for c in candidates], rules, rules_path)
+            # the whole folder as the run summary asks for it (its verdicts, the same gate), else the variants picked
+            sides = [Side(rd)] if only is None else [Side(rd, c) for c in candidates]
+            part.gate = run_gate(Side(rd, base), sides, rules, rules_path)
         except ConfigError:
             part.gate = None  # no metric of this folder matched a rule: figures without a verdict
     return part

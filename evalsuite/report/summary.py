@@ -79,7 +79,7 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
     try:
-        report = run_gate(Side(rd, base), [Side(rd)], rules, "the shipped default")
+        report = run_gate(Side(rd, base), [Side(rd)], rules, str(default_rules_path()))
     except ConfigError:
         return {}, {}
     marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
