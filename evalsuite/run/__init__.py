@@ -1,1 +1,1 @@
-"""Running a config: the config schema, the variant loop (runner), resume, a variant's engine arguments, scheduler, session, finishing, predicted memory. May import: core, stats, data, memory, models, engine, tasks, report."""
+"""Running a config: the config schema, the variant loop (runner), resume, a variant's engine arguments, packing engines side by side, the Ray scheduler, session, finishing, predicted memory. May import: core, stats, data, memory, models, engine, tasks, report."""
