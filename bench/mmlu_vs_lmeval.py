@@ -73,15 +73,16 @@ def build_items(args, model_dir: str):
 
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.tasks.base import TaskContext
-    from evalsuite.tasks.mmlu import SUBJECTS, MMLUConfig, open_source
+    from evalsuite.tasks.spec import ChoiceConfig, load_definition, open_rows
 
     ctx = TaskContext(base_dir=Path.cwd(), cache_dir=default_cache_dir(), seed=args.seed,
                       tokenizer=AutoTokenizer.from_pretrained(model_dir), max_model_len=args.max_model_len)
-    cfg = MMLUConfig(num_fewshot=args.shots, limit_per_subject=math.ceil(args.items / len(SUBJECTS)),
-                     data_dir=args.data_dir)
+    subjects = load_definition("mmlu").groups
+    cfg = ChoiceConfig(type="mmlu", num_fewshot=args.shots, limit=math.ceil(args.items / len(subjects)),
+                       data_dir=args.data_dir)
     task = cfg.build(ctx)
     items = pick_items(task.samples(), args.items, args.seed)
-    _, load, _ = open_source(cfg, ctx)
+    _, load, _ = open_rows(cfg, ctx)
     return task, items, load
 
 

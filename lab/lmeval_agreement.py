@@ -16,7 +16,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from evalsuite.data.assets import default_cache_dir
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.mmlu import MMLUConfig, open_source
+from evalsuite.tasks.spec import ChoiceConfig, open_rows
 
 LETTERS = "ABCD"
 
@@ -28,7 +28,7 @@ def main(work: Path, scores: Path) -> None:
             r = json.loads(line)
             ours[r["sample_id"]] = r
     ctx = TaskContext(base_dir=Path.cwd(), cache_dir=default_cache_dir(), seed=0, tokenizer=None, max_model_len=4096)
-    _, load, _ = open_source(MMLUConfig(), ctx)
+    _, load, _ = open_rows(ChoiceConfig(type="mmlu"), ctx)
     lme = json.loads((work / "lmeval.json").read_text())
     n = agree = ties = acc_l = acc_e = 0
     for task, rows in lme["samples"].items():

@@ -194,9 +194,10 @@ def _sample_meta(task: str, group: str | None) -> dict:
     """The sample fields a metric's group may name that a Score does not carry: MMLU's category."""
     if task != "mmlu" or group is None:
         return {}
-    from evalsuite.tasks.mmlu import SUBJECTS
+    from evalsuite.tasks.spec import load_definition
 
-    return {"category": SUBJECTS[group]} if group in SUBJECTS else {}
+    subjects = load_definition("mmlu").categories
+    return {"category": subjects[group]} if group in subjects else {}
 
 
 def _diff(data: dict, variant: str, task: str, baseline: str) -> str:

@@ -68,7 +68,7 @@ CASES = [
     ("negative_limit", GOOD.replace("limit_per_subject: 1", "limit_per_subject: -3"),
      ["limit_per_subject", "greater than or equal to 1", "-3"]),
     ("unknown_subject", GOOD.replace("[anatomy]", "[anatomy, astronmy]"),
-     ["tasks.mmlu.subjects", "'astronmy'", "did you mean 'astronomy'", "allowed:"]),
+     ["tasks.0.mmlu.subjects", "'astronmy'", "did you mean 'astronomy'", "allowed:"]),
     ("needle_too_long", GOOD.replace("[512, 1024]", "[512, 4096]"),
      ["tasks.needle.lengths", "[4096]", "variants.small.max_model_len 1024"]),
     ("latency_too_long", GOOD.replace("prompt_tokens: [256]", "prompt_tokens: [1020]"),

@@ -297,7 +297,7 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
     import random
 
     from evalsuite.check import stats
-    from evalsuite.tasks.legal import mean_over_tasks
+    from evalsuite.tasks.balanced import mean_over_tasks
 
     rng = random.Random(1)
     rows = [("t1" if i % 3 else "t2", "Yes" if i % 4 else "No") for i in range(300)]

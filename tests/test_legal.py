@@ -1,20 +1,20 @@
+"""`type: legal`: LegalBench's CUAD tasks as evalsuite/tasks/defs/legalbench_cuad.yaml defines them,
+under the name `legal`: LegalBench's own prompts, label-stratified subsets, Yes/No scoring."""
+
+import functools
 from pathlib import Path
 
 import pytest
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import Completion, Score
-from evalsuite.data.tables import read_records
-from evalsuite.tasks import legal as legal_mod
+from evalsuite.data.tables import label_quotas, read_records, stratified_subset
+from evalsuite.tasks import sources
 from evalsuite.tasks.base import TaskContext
-from evalsuite.tasks.legal import (
-    LegalConfig,
-    build_template,
-    fill_template,
-    instruction_of,
-    label_quotas,
-    stratified_subset,
-)
+from evalsuite.tasks.spec import ChoiceConfig, Renderer, load_definition
+
+LegalConfig = functools.partial(ChoiceConfig, type="legal")  # as a run config's `- type: legal` block
+SPEC = load_definition("legal")
 
 CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"  # shipped in the repository
 
@@ -35,17 +35,20 @@ def test_base_prompt_with_text_substituted(tmp_path):
     assert s.id == "anti_assignment/test/3" and s.group == "anti_assignment" and s.choices == ["Yes", "No"]
 
 
-def test_base_prompts_are_instruction_plus_all_train_examples():
-    """Why building from train.tsv is faithful: it reproduces every base prompt exactly."""
-    for folder in sorted(p for p in CUAD.iterdir() if p.is_dir()):
+def test_definition_rebuilds_every_base_prompt():
+    """Why the definition is faithful: its instruction and every train.tsv example give each base prompt exactly."""
+    render = Renderer(SPEC)
+    folders = sorted(p for p in CUAD.iterdir() if p.is_dir())
+    assert [f.name for f in folders] == SPEC.groups
+    for folder in folders:
         base = (folder / "base_prompt.txt").read_text()
-        assert build_template(instruction_of(base, folder.name), read_records(folder / "train.tsv")) == base, folder.name
+        assert render.build(folder.name, {"text": "{{text}}"}, read_records(folder / "train.tsv")) == base, folder.name
 
 
 def test_fewer_shots_keep_the_instruction(tmp_path):
     task = LegalConfig(data_dir=str(CUAD), tasks=["governing_law"], num_fewshot=2, limit_per_task=1).build(_ctx(tmp_path))
     prompt = task.samples()[0].request.prompt
-    instruction = instruction_of((CUAD / "governing_law/base_prompt.txt").read_text(), "governing_law")
+    instruction = SPEC.instructions["governing_law"]
     assert prompt.startswith(instruction + "\n\nClause: ") and prompt.count("Clause: ") == 3
     zero = LegalConfig(data_dir=str(CUAD), tasks=["governing_law"], num_fewshot=0, limit_per_task=1).build(_ctx(tmp_path))
     assert zero.samples()[0].request.prompt.count("Clause: ") == 1
@@ -104,29 +107,35 @@ def _write_task(root, name, labels):
 
 
 def test_limit_per_task_draws_label_stratified(tmp_path):
-    _write_task(tmp_path / "data", "skewed", ["Yes"] * 3 + ["No"] * 27)
-    _write_task(tmp_path / "data", "even", ["Yes", "No"] * 10)
+    _write_task(tmp_path / "data", "exclusivity", ["Yes"] * 3 + ["No"] * 27)
+    _write_task(tmp_path / "data", "governing_law", ["Yes", "No"] * 10)
 
     def targets(seed, tasks=None):
         samples = LegalConfig(data_dir="data", limit_per_task=6, tasks=tasks).build(_ctx(tmp_path, seed=seed)).samples()
         return [(s.id, s.target) for s in samples]
 
     first = targets(0)
-    assert sorted(t for i, t in first if i.startswith("skewed/")) == ["No"] * 3 + ["Yes"] * 3
-    assert sorted(t for i, t in first if i.startswith("even/")) == ["No"] * 3 + ["Yes"] * 3
+    assert sorted(t for i, t in first if i.startswith("exclusivity/")) == ["No"] * 3 + ["Yes"] * 3
+    assert sorted(t for i, t in first if i.startswith("governing_law/")) == ["No"] * 3 + ["Yes"] * 3
     assert targets(0) == first and targets(1) != first
-    assert targets(0, ["skewed"]) == [x for x in first if x[0].startswith("skewed/")]
+    assert targets(0, ["exclusivity"]) == [x for x in first if x[0].startswith("exclusivity/")]
 
 
 def test_bad_label_is_a_config_error(tmp_path):
-    _write_task(tmp_path / "data", "odd", ["Yes", "Maybe"])
-    with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir: odd/test: label 'Maybe'"):
+    _write_task(tmp_path / "data", "exclusivity", ["Yes", "Maybe"])
+    with pytest.raises(ConfigError, match=r"tasks\.legal: .*data: exclusivity/test/1: target .* \['Yes', 'No'\]"):
         LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
 
 
-def test_unknown_task_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"tasks\.legal\.tasks.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
-        LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"]).build(_ctx(tmp_path)).samples()
+def test_a_folder_without_the_definitions_tasks_is_a_config_error(tmp_path):
+    _write_task(tmp_path / "data", "my_clause", ["Yes", "No"])
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.groups: not in .*data: affiliate_license_licensee"):
+        LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
+
+
+def test_unknown_task_is_refused_with_the_key_given():
+    with pytest.raises(ValueError, match=r"tasks\n.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
+        LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"])
 
 
 def test_legalbench_spelling_names_the_same_task(tmp_path):
@@ -134,27 +143,22 @@ def test_legalbench_spelling_names_the_same_task(tmp_path):
     assert {s.group for s in task.samples()} == {"anti_assignment"}
 
 
-def test_answer_column_and_no_base_prompt(tmp_path):
-    folder = tmp_path / "data" / "my_clause"
+def test_answer_column_in_any_case(tmp_path):
+    """The hub's copy names the label `answer`; LegalBench's files write it in any case."""
+    folder = tmp_path / "data" / "governing_law"
     folder.mkdir(parents=True)
     (folder / "train.tsv").write_text("answer\ttext\nyes\tA clause.\nNo\tAnother.\n")
     (folder / "test.tsv").write_text("index\tanswer\ttext\n0\tNo\tNone\n1\tYes\tIt says {{x}}.\n")
     samples = LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
     assert [s.target for s in samples] == ["No", "Yes"]
     assert samples[0].request.prompt == (
-        "Does the clause below contain a my clause provision? Answer Yes or No.\n\n"
+        SPEC.instructions["governing_law"] + "\n\n"
         "Clause: A clause.\nLabel: Yes\n\nClause: Another.\nLabel: No\n\nClause: None\nLabel:")
     assert samples[1].request.prompt.endswith("Clause: It says {{x}}.\nLabel:")
 
 
-def test_template_placeholder_without_column():
-    with pytest.raises(ValueError, match="missing"):
-        fill_template("Q: {{missing}}", {"text": "t"})
-
-
 def test_bundled_copy_is_the_default(tmp_path, monkeypatch):
-    monkeypatch.setattr(legal_mod, "hub_reachable", lambda: pytest.fail("the hub was asked"))
-    assert legal_mod.bundled_dir() == CUAD
+    monkeypatch.setattr(sources, "hub_reachable", lambda: pytest.fail("the hub was asked"))
     task = LegalConfig(tasks=["governing_law"], limit_per_task=2).build(_ctx(tmp_path))
     samples = task.samples()
     assert task.source == str(CUAD) and [s.group for s in samples] == ["governing_law"] * 2
@@ -169,11 +173,9 @@ def test_bundled_copy_is_complete_and_attributed():
     assert "The Atticus Project" in (CUAD / "ATTRIBUTION").read_text()
 
 
-def test_no_data_dir_no_bundled_copy_and_no_hub(tmp_path, monkeypatch):
-    monkeypatch.setattr(legal_mod, "hub_reachable", lambda: False)
-    monkeypatch.setattr(legal_mod, "bundled_dir", lambda: tmp_path / "absent")
-    with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir"):
-        LegalConfig().build(_ctx(tmp_path)).samples()
+def test_data_dir_that_is_no_folder(tmp_path):
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.data_dir: .*absent is not a folder"):
+        LegalConfig(data_dir="absent").build(_ctx(tmp_path)).samples()
 
 
 def test_chat_needs_a_template(tmp_path):
@@ -218,3 +220,28 @@ def test_balanced_accuracy_per_task_and_mean(tmp_path):
     assert m["legal/balanced_acc"].value == pytest.approx((b1 + b2) / 2) and m["legal/balanced_acc"].n == 7
     assert m["legal/acc"].value == pytest.approx(4 / 7)
     assert task.primary_metric == "legal/balanced_acc"
+
+
+class _ChatTok:
+    chat_template = "x"
+
+    def __init__(self):
+        self.calls = []
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        self.calls.append(messages)
+        return [len(self.calls)]
+
+
+def test_chat_turns_and_the_bare_labels(tmp_path):
+    """As lm-eval's --apply_chat_template: the instruction is the system turn, the examples and the
+    clause one user turn; after the assistant turn opens, the answer is the bare "Yes" or "No"."""
+    tok = _ChatTok()
+    task = LegalConfig(tasks=["governing_law"], limit_per_task=1, chat=True).build(_ctx(tmp_path, tokenizer=tok))
+    (s,) = task.samples()
+    assert s.request.prompt is None and s.request.prompt_token_ids
+    system, user = tok.calls[-1]
+    assert system == {"role": "system", "content": SPEC.instructions["governing_law"] + "\n\n"}
+    assert user["role"] == "user" and user["content"].startswith("Clause: ") and user["content"].endswith("\nLabel:")
+    task.thresholds = {"governing_law": 0.0}
+    assert task.score(s, Completion(text="No", top_logprobs=[{"No": -0.1, " Yes": -0.2}])).pred == "No"

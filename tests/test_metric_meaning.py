@@ -11,7 +11,7 @@ from evalsuite.core import types
 from evalsuite.core.types import Completion, EngineStats, Metric, MetricKind, Score, VariantResult
 from evalsuite.stats import metrics as M
 from evalsuite.tasks import TaskContext
-from evalsuite.tasks.legal import balanced_metrics
+from evalsuite.tasks.balanced import balanced_metrics
 from evalsuite.tasks.lmeval import results_metrics
 from evalsuite.tasks.needle import grid_metrics
 from evalsuite.tasks.workload import WorkloadConfig

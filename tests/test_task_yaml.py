@@ -1,8 +1,8 @@
 """Tasks as data: the definitions in evalsuite/tasks/defs/*.yaml, their prompts, scoring and metrics.
 
-MMLU's definition must give lm-eval's prompts byte for byte (tests/test_mmlu.py compares
-evalsuite.tasks.mmlu, which renders from the same definition, with lm-eval itself); CUAD's must
-give LegalBench's prompts and the `legal` task's scores and metrics.
+MMLU's definition must give lm-eval's prompts byte for byte (tests/test_mmlu.py compares them with
+lm-eval itself); CUAD's LegalBench's (tests/test_legal.py). tests/test_task_golden.py holds both,
+under their run-config names `mmlu` and `legal`, to the items and prompts of the kept results.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from evalsuite.run.config import RunConfig, format_validation_error
 from evalsuite.core.errors import ConfigError
-from evalsuite.tasks import ChoiceConfig, LegalConfig, MMLUConfig, TaskContext
+from evalsuite.tasks import ChoiceConfig, TaskContext
 from evalsuite.tasks import spec as specmod
 from evalsuite.tasks.spec import ChoiceTaskDef, defined_tasks, load_definition
 from evalsuite.core.types import Completion
@@ -53,28 +53,18 @@ def test_unknown_key_in_a_definition_is_one_line(tmp_path, monkeypatch):
     assert "\n" not in msg and "boolq.yaml" in msg and "promt: unknown key" in msg and "prompt" in msg
 
 
-def test_mmlu_definition_gives_the_mmlu_tasks_prompts(tmp_path):
-    """The generic engine over evalsuite/tasks/defs/mmlu.yaml and `type: mmlu` over the same rows: same items, bytes."""
-    from evalsuite.data.assets import mmlu_dir
-
-    c = ctx(tmp_path)
-    generic = ChoiceConfig(type="mmlu", limit=2).build(c).samples()
-    python = MMLUConfig(limit_per_subject=2, data_dir=str(mmlu_dir(c.cache_dir))).build(c).samples()
-    assert len(generic) == len(python) == 2 * 57
-    for g, p in zip(generic, python, strict=True):
-        assert (g.id, g.request.prompt, g.target, g.group, g.choices) == (p.id, p.request.prompt, p.target, p.group, p.choices)
-
-
-def test_cuad_definition_scores_as_the_legal_task(tmp_path):
+def test_an_alias_is_the_same_definition_under_its_own_name(tmp_path):
+    """`type: legal` is legalbench_cuad.yaml: the same items, prompts, scores and metrics, keyed `legal/...`."""
     c = ctx(tmp_path)
     tasks = ["governing_law", "anti_assignment"]
-    generic_task = ChoiceConfig(type="legalbench_cuad", groups=tasks).build(c)
-    legal_task = LegalConfig(tasks=tasks).build(c)
+    generic_task = ChoiceConfig(type="legalbench_cuad", groups=tasks, limit=6).build(c)
+    legal_task = ChoiceConfig(type="legal", tasks=tasks, limit_per_task=6).build(c)
+    assert legal_task.name == "legal" and generic_task.name == "legalbench_cuad"
     generic, legal = generic_task.samples(), legal_task.samples()
-    assert [(s.request.prompt, s.target, s.group) for s in generic] == [(s.request.prompt, s.target, s.group) for s in legal]
+    assert [(s.id, s.request.prompt, s.target, s.group) for s in generic] == [
+        (s.id, s.request.prompt, s.target, s.group) for s in legal]
     calibration = generic_task.calibration_samples()
-    assert [(s.id, s.request.prompt, s.target, s.meta) for s in calibration] == [
-        (s.id, s.request.prompt, s.target, s.meta) for s in legal_task.calibration_samples()]
+    assert [(s.id, s.request.prompt) for s in calibration] == [(s.id, s.request.prompt) for s in legal_task.calibration_samples()]
     answered = completions(len(calibration), [" Yes", " no", "Yes", " A"], seed=1)
     for task in (generic_task, legal_task):
         task.calibrate([task.score(s, d) for s, d in zip(calibration, answered)])
@@ -85,6 +75,13 @@ def test_cuad_definition_scores_as_the_legal_task(tmp_path):
     assert gm.keys() == lm.keys()
     for k in gm:
         assert (gm[k].value, gm[k].stderr, gm[k].n) == pytest.approx((lm[k].value, lm[k].stderr, lm[k].n), nan_ok=True), k
+
+
+def test_old_keys_and_new_ones_together_are_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="subjects"):
+        ChoiceConfig(type="mmlu", groups=["anatomy"], subjects=["virology"])
 
 
 @pytest.mark.parametrize("name", OLMO_TASKS)
@@ -111,7 +108,7 @@ def test_run_config_names_tasks_and_overrides_fields():
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
                                     "tasks": ["mmlu", "arc_challenge", {"type": "boolq", "limit": 50, "name": "bq"}]})
     mmlu, arc, boolq = cfg.tasks
-    assert isinstance(mmlu, MMLUConfig) and isinstance(arc, ChoiceConfig) and arc.name == "arc_challenge"
+    assert isinstance(mmlu, ChoiceConfig) and isinstance(arc, ChoiceConfig) and arc.name == "arc_challenge"
     assert (boolq.type, boolq.name, boolq.limit) == ("boolq", "bq", 50)
 
 

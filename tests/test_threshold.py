@@ -16,12 +16,16 @@ import yaml
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.types import Completion, Sample, Score, VariantResult
 from evalsuite.data.tables import read_records
-from evalsuite.tasks import ChoiceConfig, LegalConfig, TaskContext
+from evalsuite.tasks import ChoiceConfig, TaskContext
 from evalsuite.tasks.choice import choice_request
-from evalsuite.tasks.legal import build_template, fill_template, instruction_of
+from evalsuite.tasks.spec import Renderer, load_definition
 from evalsuite.tasks.threshold import (apply_threshold, argmax_value, decide, fit_threshold, fit_thresholds, margin)
 
 CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"
+
+
+def LegalConfig(**kw) -> ChoiceConfig:  # noqa: N802 - a run config's `- type: legal` block
+    return ChoiceConfig(type="legal", **kw)
 
 
 def _ctx(tmp_path: Path) -> TaskContext:
@@ -101,12 +105,12 @@ def test_thresholds_per_group_from_calibration_scores():
 def test_calibration_prompts_leave_their_own_example_out(tmp_path):
     task = LegalConfig(data_dir=str(CUAD), tasks=["anti_assignment"], limit_per_task=2).build(_ctx(tmp_path))
     train = read_records(CUAD / "anti_assignment/train.tsv")
-    instruction = instruction_of((CUAD / "anti_assignment/base_prompt.txt").read_text(), "anti_assignment")
+    render = Renderer(load_definition("legal"))
     calibration = task.calibration_samples()
     assert [s.id for s in calibration] == [f"anti_assignment/train/{i}" for i in range(len(train))]
     for i, s in enumerate(calibration):
         others = [r for j, r in enumerate(train) if j != i]
-        assert s.request.prompt == fill_template(build_template(instruction, others), train[i])
+        assert s.request.prompt == render.build("anti_assignment", train[i], others)
         own = f"Clause: {train[i]['text']}\nLabel: {train[i]['label']}"
         assert own not in s.request.prompt and s.request.prompt.count("\nLabel:") == len(train)
         assert s.meta == {"calibration": True} and s.target == train[i]["label"]

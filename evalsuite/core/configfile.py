@@ -165,7 +165,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
             candidates = _inner_models(owner.model_fields[part].annotation)
         else:  # a discriminated union puts its tag in loc (e.g. 'mmlu'); a dict puts its key there
             tagged = [c for c in candidates if getattr(c.model_fields.get("type"), "default", None) == part]
-            candidates = tagged or candidates
+            # a tag no model fixes as its default names a task definition: the model whose type is free
+            free = [c for c in candidates if "type" in c.model_fields and c.model_fields["type"].is_required()]
+            candidates = tagged or free or candidates
     fields = candidates[0].model_fields if candidates else None
     return sorted(fields) if fields else None
 

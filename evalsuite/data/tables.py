@@ -1,4 +1,4 @@
-"""Shared data plumbing for tasks: is the hub reachable, table files, seeded subsampling."""
+"""Shared data plumbing for tasks: is the hub reachable, table files, seeded and label-stratified subsampling."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import random
 import socket
 import threading
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -87,6 +88,36 @@ def seeded_subset(n: int, limit: int | None, seed: int, stratum: str) -> list[in
         return list(range(n))
     rng = random.Random(f"{seed}:{stratum}")
     return sorted(rng.sample(range(n), limit))
+
+
+def label_quotas(counts: dict[str, int], limit: int) -> dict[str, int]:
+    """Items to draw per label: equal shares of `limit`, a label short of its share giving the
+    rest to the others; an odd item goes to the larger label (then the later name)."""
+    quotas, left = {}, limit
+    order = sorted(counts, key=lambda label: (counts[label], label))
+    for i, label in enumerate(order):
+        quotas[label] = min(counts[label], left // (len(order) - i))
+        left -= quotas[label]
+    return quotas
+
+
+def stratified_subset(labels: list[str], limit: int | None, seed: int, stratum: str) -> list[int]:
+    """Indices of `limit` items with the labels as even as they allow, in their original order.
+
+    Equal counts per label, not proportional ones: a balanced accuracy is the mean of the labels'
+    recalls, so its standard error is smallest with the same n behind each recall, and a subset
+    of two or more items never loses a label. Seeded per stratum and label, so a stratum's pick
+    does not change when other strata are added or filtered out.
+    """
+    if limit is None or limit >= len(labels):
+        return list(range(len(labels)))
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_label[label].append(i)
+    quotas = label_quotas({k: len(v) for k, v in by_label.items()}, limit)
+    picked = [i for label, idx in sorted(by_label.items())
+              for i in random.Random(f"{seed}:{stratum}:{label}").sample(idx, quotas[label])]
+    return sorted(picked)
 
 
 def check_names(given: list[str], allowed: list[str], key: str, what: str) -> None:

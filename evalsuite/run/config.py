@@ -14,7 +14,6 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
-from evalsuite.data.tables import check_names
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
@@ -279,19 +278,11 @@ def variant_max_len(v: Variant) -> int | None:
 
 
 def check_semantics(cfg: RunConfig) -> list[str]:
-    """What field-by-field validation cannot see: names checked against the task's own list,
-    lengths against each variant's max_model_len. Found here so `validate` refuses them too."""
-    from evalsuite.tasks import MMLUConfig
-    from evalsuite.tasks.mmlu import SUBJECTS
-
+    """What field-by-field validation cannot see: the engine's arguments, and lengths against each
+    variant's max_model_len. Found here so `validate` refuses them too."""
     problems = engine_problems(cfg.variants, cfg.engine.env, cfg.engine.unsafe_engine_args)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
-        if isinstance(task, MMLUConfig) and task.subjects is not None:
-            try:
-                check_names(task.subjects, list(SUBJECTS), f"tasks.{task.name}.subjects", "subject")
-            except ConfigError as e:
-                problems.append(str(e))
         lengths = getattr(task, "lengths", None) or []
         problems += _too_long(f"tasks.{task.name}.lengths", lengths, 0, limits)
     if cfg.latency is not None:

