@@ -98,7 +98,8 @@ def test_readers_take_the_prompt_length_from_the_metric(monkeypatch, tmp_path):
     assert series["needle/acc"] == {1024: "needle/acc/len1024", 2048: "needle/acc/len2048"}
     assert series["latency/ttft_ms_p50"] == {512: "latency/ttft_ms_p50/ctx512", 2048: "latency/ttft_ms_p50/ctx2048"}
     assert [c for c in headline(frame, [], meaning) if c.startswith("latency/")] == [
-        "latency/ttft_ms_p50/ctx512", "latency/ttft_ms_p50/ctx2048", "latency/itl_ms_p50/ctx512", "latency/itl_ms_p50/ctx2048"]
+        "latency/ttft_ms_p50/ctx512", "latency/ttft_ms_p50/ctx2048",
+        "latency/itl_ms_p50/ctx512", "latency/itl_ms_p50/ctx2048"]
     record = RunRecord(run_id="r", model="m", variants=[VariantResult(variant="bf16", status="ok", metrics=made)])
     columns = [c.header for c in table(record).columns]
     assert "TTFT p50 ms @2,048" in columns and "ITL p50 ms @2,048" in columns

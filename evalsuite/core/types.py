@@ -185,7 +185,8 @@ def meaning_of_name(name: str) -> dict[str, Any]:
     what = parts[1] if len(parts) > 1 else name
     grouped = len(parts) > 2
     pct = _PERCENTILE.search(name)
-    out: dict[str, Any] = {"percentile": int(pct[1]) if pct else None, **_position_of(name.split("/", 2)[2] if grouped else "")}
+    position = _position_of(name.split("/", 2)[2]) if grouped else {}
+    out: dict[str, Any] = {"percentile": int(pct[1]) if pct else None, **position}
     if _INTERVAL_BOUND.search(what):
         return {**out, "kind": MetricKind.bound, "direction": "higher"}
     base = _STATISTIC.sub("", what)

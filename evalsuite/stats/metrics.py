@@ -27,7 +27,8 @@ def accuracy(scores: Sequence[Score], name: str, kind: MetricKind = MetricKind.p
     """The mean of per-item scores: a proportion for 0/1 scores, `MetricKind.mean` for partial credit;
     `length` (and `depth`) where the scores are one prompt length's (one grid cell's)."""
     mean, se = mean_stderr([s.value for s in scores])
-    return Metric(name=name, value=mean, stderr=se, n=len(scores), length=length, depth=depth, **score_meaning(kind, []))
+    return Metric(name=name, value=mean, stderr=se, n=len(scores), length=length, depth=depth,
+                  **score_meaning(kind, []))
 
 
 def score_meaning(kind: MetricKind, strata: list[str]) -> dict:

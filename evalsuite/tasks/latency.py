@@ -84,6 +84,6 @@ def _timing(key: str):
 
 
 # metric key -> how to read its values from a list of scores, and their unit
-SERIES = {"ttft_ms": (_timing("ttft_ms"), "ms"), "itl_ms": (_timing("itl_ms"), "ms"), "e2e_ms": (_timing("e2e_ms"), "ms"),
-          "decode_tok_per_s": (_decode, "/s"), "prefill_tok_per_s": (_prefill, "/s")}
+SERIES = {"ttft_ms": (_timing("ttft_ms"), "ms"), "itl_ms": (_timing("itl_ms"), "ms"),
+          "e2e_ms": (_timing("e2e_ms"), "ms"), "decode_tok_per_s": (_decode, "/s"), "prefill_tok_per_s": (_prefill, "/s")}
 RATES = ("/s",)  # tokens per second: more is faster
