@@ -117,7 +117,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
                 cell = [Score(sample_id=f"n{length}-{i}", task="needle", value=float(i >= round((1 - acc) * 10)),
                               pred="", target="7", group=f"len{length}_depth50", extra={"length": length})
                         for i in range(10)]
-                result.metrics.append(M.accuracy(cell, f"needle/acc/len{length}"))
+                result.metrics.append(M.accuracy(cell, f"needle/acc/len{length}", length=length))
                 needle += cell
             if needle:
                 rd.append_samples(name, "needle", [{"sample": {"id": s.sample_id}, "completion": {},

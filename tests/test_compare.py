@@ -177,7 +177,8 @@ def test_context_plot_has_one_legend_below_its_panels(tmp_path, monkeypatch):
     figs = []
     real = plots._save
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or real(fig, path))
-    assert plots.plot_vs_context(frame, ["needle/acc", "legal_long/acc"], "t", tmp_path / "c.png") is not None
+    bases = ["needle/acc", "legal_long/acc"]
+    assert plots.plot_vs_context(frame, recorded_meaning(frame), bases, "t", tmp_path / "c.png") is not None
     (fig,) = figs
     assert [ax.get_legend() for ax in fig.axes] == [None, None]
     (legend,) = fig.legends
@@ -199,7 +200,7 @@ def test_context_plot_tells_many_variants_apart(tmp_path, monkeypatch):
     figs = []
     real = plots._save
     monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or real(fig, path))
-    plots.plot_vs_context(frame, ["needle/acc", "legal_long/acc"], "t", tmp_path / "c.png")
+    plots.plot_vs_context(frame, recorded_meaning(frame), ["needle/acc", "legal_long/acc"], "t", tmp_path / "c.png")
     looks = [[(to_hex(c.lines[0].get_color()), c.lines[0].get_marker()) for c in ax.containers]
              for ax in figs[0].axes]
     assert len(set(looks[0])) == 14 and looks[0] == looks[1]
@@ -213,13 +214,20 @@ def test_pareto_front():
     assert pareto_front([(100, 0.9), (200, 0.8), (50, 0.85)], x_lower_is_better=False) == [0, 1]
 
 
-def test_context_series_and_units():
-    frame = pd.DataFrame(columns=["needle/acc/len1024", "needle/acc/len4096", "latency/ttft_ms_p50/ctx512", "mmlu/acc"])
-    assert context_series(frame) == {"needle/acc": {1024: "needle/acc/len1024", 4096: "needle/acc/len4096"},
-                                     "latency/ttft_ms_p50": {512: "latency/ttft_ms_p50/ctx512"}}
+def recorded(name: str) -> Metric:  # a metric as a run folder from before metrics carried their meaning holds it
+    return Metric(name=name, value=0.5)
 
-    def recorded(name: str) -> Metric:  # a metric as a run folder from before metrics carried their meaning holds it
-        return Metric(name=name, value=0.5)
+
+def recorded_meaning(frame: pd.DataFrame) -> dict[str, Metric]:
+    return {c: recorded(c) for c in frame.columns if c != "status"}
+
+
+def test_context_series_and_units():
+    frame = pd.DataFrame(columns=["needle/acc/len1024", "needle/acc/len4096", "latency/ttft_ms_p50/ctx512", "mmlu/acc",
+                                  "needle/acc/len1024_depth50", "ruler/score/vt_len1024"])
+    assert context_series(frame, recorded_meaning(frame)) == {
+        "needle/acc": {1024: "needle/acc/len1024", 4096: "needle/acc/len4096"},
+        "latency/ttft_ms_p50": {512: "latency/ttft_ms_p50/ctx512"}}
 
     def in_points(name: str) -> bool:
         return recorded(name).in_points

@@ -146,27 +146,27 @@ def test_samples_ids_groups_and_budgets(built, tiny_tokenizer):
 
 
 def test_metrics_named_as_ruler_and_paired_on_the_right_items(built):
-    from evalsuite.report.names import CONTEXT_GROUP
     from evalsuite.report.tracking import sanitize
-    from evalsuite.stats.paired import item_labels
+    from evalsuite.stats.paired import covers, item_labels, item_length
 
     task, samples = built
     scores = [task.score(s, Completion(text=s.meta["answers"][0] if i % 2 else "no idea"))
               for i, s in enumerate(samples)]
     metrics = {m.name: m for m in task.metrics(scores)}
     assert metrics["ruler/score/len3072"].n == len(samples) and metrics["ruler/score/len3072"].stderr
-    assert CONTEXT_GROUP.match("ruler/score/len3072")
+    assert metrics["ruler/score/len3072"].length == 3072 and metrics["ruler/score/vt_len3072"].length is None
     cell = metrics["ruler/score/niah_single_1_len3072"]
     assert cell.n == 2 and cell.value == 0.5
     assert metrics["ruler/score/niah_multivalue_len3072"].value == pytest.approx(0.125)  # 1 of 4 values, once
     assert metrics["ruler/score/vt"].n == 2 and "ruler/score" in metrics
     for name in metrics:
         assert sanitize(name) == name and metrics[name].item_score and metrics[name].kind == "mean", name
-    # the paired test reads a metric's last part as a label of the items behind it
+    # the paired test takes a length's items by their recorded length, a task's by their labels
     rows = [(s.model_dump(), sc.model_dump()) for s, sc in zip(samples, scores)]
     for label, expected in (("len3072", len(samples)), ("niah_single_1", 2), ("niah_single_1_len3072", 2),
                             ("vt_len3072", 2), ("niah_multikey_1", 2)):
-        assert sum(label in item_labels(s, sc) for s, sc in rows) == expected, label
+        metric = metrics[f"ruler/score/{label}"]
+        assert sum(covers(metric, item_labels(s, sc), item_length(s, sc)) for s, sc in rows) == expected, label
 
 
 def test_items_are_kept_and_served_from_the_cache(built, tiny_tokenizer, monkeypatch):

@@ -115,15 +115,16 @@ def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
         if value is None:
             raise NotMeasurable(f"{found.label}: the engine did not report {fld}")
         return float(value), found.result.measured()[f"engine/{fld}"]
-    names = [f"{key}/ctx{tokens}", f"{key}/len{tokens}"] if tokens else [key]
-    if tokens and _only_length(found.run.config, key) == tokens:
+    names = [f"{key}/ctx{tokens}", f"{key}/len{tokens}"] if tokens else [key]  # what a miss names
+    whole = not tokens or _only_length(found.run.config, key) == tokens
+    if tokens and whole:
         names.append(key)
-    for name in names:
-        m = found.result.metric(name)
-        if m is not None:
-            if math.isnan(m.value):
-                raise NotMeasurable(f"{found.label}: {name} is NaN (no items scored)")
-            return m.value, m
+    m = next((m for m in found.result.metrics if tokens and m.base == key and m.length == tokens and m.depth is None),
+             found.result.metric(key) if whole else None)
+    if m is not None:
+        if math.isnan(m.value):
+            raise NotMeasurable(f"{found.label}: {m.name} is NaN (no items scored)")
+        return m.value, m
     have = [m.name for m in found.result.metrics]
     near = difflib.get_close_matches(names[0], have, n=3, cutoff=0.6)
     hint = f" (nearest: {', '.join(near)})" if near else ""

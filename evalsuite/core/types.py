@@ -106,11 +106,15 @@ class Metric(_Model):
     # ["group"] macro, ["group", "target"] balanced over groups; None: no interval over items exists
     strata: list[str] | None = None
     percentile: int | None = None  # q of a percentile statistic, which means something only with enough samples
+    # the prompt length in tokens of one length's figure, over all else the task varies (`needle/acc/len4096`,
+    # `latency/ttft_ms_p50/ctx512`): a point of a series over lengths; with `depth`, one cell of a grid
+    length: int | None = None
+    depth: int | None = None  # where in the prompt a grid cell's needle sits, in percent
 
     @model_validator(mode="before")
     @classmethod
-    def _recorded_before_kinds(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "kind" not in data and isinstance(data.get("name"), str):
+    def _recorded_before_meanings(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("name"), str) and _recorded_without_meaning(data):
             return {**meaning_of_name(data["name"]), **data}
         return data
 
@@ -123,6 +127,11 @@ class Metric(_Model):
         """The group whose items the metric covers (`mmlu/acc/<group>`); None for the whole task."""
         parts = self.name.split("/", 2)
         return parts[2] if len(parts) > 2 else None
+
+    @property
+    def base(self) -> str:
+        """The `task/metric` a per-group metric is a part of; its own name for a task-level one."""
+        return self.name.rsplit("/", 1)[0] if self.group is not None else self.name
 
     @property
     def item_score(self) -> bool:
@@ -140,6 +149,17 @@ class Metric(_Model):
         return self.group is None and self.in_points and self.kind != MetricKind.bound
 
 
+# every field a record holds once written (a dump writes them all), but for the prompt position added last
+_BEFORE_LENGTH = {"name", "value", "stderr", "n", "kind", "unit", "direction", "strata", "percentile"}
+
+
+def _recorded_without_meaning(data: dict) -> bool:
+    """Written before metrics carried their kind, or before they carried their length: a record whose
+    task said neither is read for them from its name. A metric made in code names what it sets and never
+    all of the fields at once."""
+    return "kind" not in data or ("length" not in data and _BEFORE_LENGTH <= data.keys())
+
+
 def task_of(name: str) -> str:
     """The task of a `task/metric[/group]` key."""
     return name.split("/", 1)[0]
@@ -148,6 +168,8 @@ def task_of(name: str) -> str:
 _INTERVAL_BOUND = re.compile(r"_ci\d+_(low|high)$")
 _PERCENTILE = re.compile(r"_p(\d+)(/|$)")
 _STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")
+_AT_LENGTH = re.compile(r"^(?:len|ctx|length)(\d+)$")
+_GRID_CELL = re.compile(r"^len(\d+)_depth(\d+)$")
 _SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricKind.memory),
                  ("_ms", "ms", MetricKind.timing), ("_per_s", "/s", MetricKind.quantity),
                  ("_s", "s", MetricKind.timing), ("_tokens", "tokens", MetricKind.quantity),
@@ -155,7 +177,7 @@ _SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricK
 
 
 def meaning_of_name(name: str) -> dict[str, Any]:
-    """kind, unit, direction, strata and percentile of a metric known only by its name: one recorded
+    """kind, unit, direction, strata, percentile, length and depth of a metric known only by its name: one recorded
     without them (a run folder written before metrics carried their meaning, a kept score file), or a
     name that no record holds (a rule naming a metric the run lacks), from the naming conventions the
     tasks follow. The one place a metric's name is read for its meaning."""
@@ -163,7 +185,8 @@ def meaning_of_name(name: str) -> dict[str, Any]:
     what = parts[1] if len(parts) > 1 else name
     grouped = len(parts) > 2
     pct = _PERCENTILE.search(name)
-    out: dict[str, Any] = {"percentile": int(pct[1]) if pct else None}
+    position = _position_of(name.split("/", 2)[2]) if grouped else {}
+    out: dict[str, Any] = {"percentile": int(pct[1]) if pct else None, **position}
     if _INTERVAL_BOUND.search(what):
         return {**out, "kind": MetricKind.bound, "direction": "higher"}
     base = _STATISTIC.sub("", what)
@@ -183,6 +206,15 @@ def meaning_of_name(name: str) -> dict[str, Any]:
     if what == "score":
         return {**out, "kind": MetricKind.mean, "direction": "higher", "strata": []}
     return {**out, "kind": MetricKind.quantity}
+
+
+def _position_of(group: str) -> dict[str, int]:
+    """length (and depth) of a per-length group (`len4096`, `ctx512`) or grid cell (`len4096_depth50`)."""
+    if m := _AT_LENGTH.match(group):
+        return {"length": int(m[1])}
+    if m := _GRID_CELL.match(group):
+        return {"length": int(m[1]), "depth": int(m[2])}
+    return {}
 
 
 class EngineStats(_Model):

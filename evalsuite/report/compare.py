@@ -122,9 +122,9 @@ def headline(frame: pd.DataFrame, primary: list[str], meaning: dict[str, Metric]
         return [c for c in cols if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
     scores = [c for c in primary if c in cols]
     scores += [c for c in cols if c in meaning and meaning[c].headline_score and c not in scores]
-    order = {f"{b}/ctx": i for i, b in enumerate(LATENCY_HEADLINE)}
-    latency = [c for c in cols if c.rsplit("ctx", 1)[0] + "ctx" in order]
-    latency = sorted(latency, key=lambda c: (order[c.rsplit("ctx", 1)[0] + "ctx"], int(c.rsplit("ctx", 1)[1])))
+    per_length = {c: meaning[c] for c in cols if c in meaning and meaning[c].length is not None}
+    latency = [c for c, m in per_length.items() if m.base in LATENCY_HEADLINE and m.depth is None]
+    latency = sorted(latency, key=lambda c: (LATENCY_HEADLINE.index(per_length[c].base), per_length[c].length))
     latency = latency or [c for c in LATENCY_HEADLINE if c in cols]
     return scores + latency + [c for c in ENGINE_HEADLINE if c in cols]
 

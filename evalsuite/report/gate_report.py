@@ -6,6 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from evalsuite.core.types import task_of
 from evalsuite.report.gate import Check, GateReport
 from evalsuite.report.rules import Rules, decision_rule
 from evalsuite.report.names import fmt_value
@@ -127,7 +128,7 @@ def _noise(report: GateReport) -> list[str]:
     by_task: dict[str, str] = {}  # one column a task: its metrics share the same items and answers
     for m in dict.fromkeys(m for s in shares.values() for m in s):
         if m.count("/") == 1:
-            by_task.setdefault(m.split("/")[0], m)
+            by_task.setdefault(task_of(m), m)
     metrics = list(by_task.values())
     if not metrics:
         return []

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 
 from evalsuite.core.types import Metric, VariantResult
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
 LATENCY_HEADLINE = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
-CONTEXT_GROUP = re.compile(r"^(?P<base>.+)/(?:len|ctx|length)(?P<n>\d+)$")
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 
 

@@ -17,7 +17,8 @@ import pandas as pd
 
 from evalsuite.core.types import Metric, task_of
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
-from evalsuite.report.plots import context_series, plot_heatmaps, plot_tradeoff, plot_vs_context, score_bases
+from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
+                                   score_bases)
 
 
 @dataclass
@@ -150,17 +151,18 @@ def merged_meaning(report: Report) -> dict[str, Metric]:
 
 
 def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], float]]:
-    """variant -> (length, depth) -> accuracy, from the samples' `len<N>_depth<D>` groups."""
-    cell = re.compile(r"^len(\d+)_depth(\d+)$")
+    """variant -> (length, depth) -> accuracy, from the cell each grid task's score records (its extra's
+    length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
         if e.result.variant in out or e.result.status not in ("ok", "partial"):
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):
-            m = cell.match(str((row.get("score") or {}).get("group")))
-            if m:
-                sums.setdefault((int(m[1]), int(m[2])), []).append(float(row["score"]["value"]))
+            score = row.get("score") or {}
+            cell = tuple((score.get("extra") or {}).get(k) for k in ("length", "depth"))
+            if all(isinstance(x, int) for x in cell):
+                sums.setdefault(cell, []).append(float(score["value"]))
         if sums:
             out[e.result.variant] = {k: sum(v) / len(v) for k, v in sums.items()}
     return out
@@ -187,14 +189,14 @@ def task_table(report: Report, metric: str) -> Table:
 
 def task_sections(report: Report, out: Path) -> list[Section]:
     frame, intervals = merged_frame(report)
-    series = context_series(frame)
-    scores = score_bases(series, merged_meaning(report))
+    meaning = merged_meaning(report)
+    scores = score_bases(context_series(frame, meaning), meaning)
     sections = []
     for metric in report.primary:
         task = task_of(metric)
         sec = Section(f"Task {task}", f"task-{safe_name(task)}", [task_table(report, metric)])
         bases = [b for b in scores if task_of(b) == task]
-        path = plot_vs_context(frame, bases, f"{task}: accuracy by context length (95% CI)",
+        path = plot_vs_context(frame, meaning, bases, f"{task}: accuracy by context length (95% CI)",
                                out / f"context_{safe_name(task)}.png", intervals)
         if path:
             sec.blocks.append(Figure(path, f"{task}: accuracy by context length, 95% intervals"))
@@ -254,7 +256,7 @@ def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
     for path, caption in (
         (plot_tradeoff(frame, report.primary, "engine/weights_gib", "weights GiB", True, out / "accuracy_vs_weights.png",
                        intervals), "accuracy against weights, the Pareto front ringed"),
-        (plot_vs_context(frame, ["latency/ttft_ms_p50", "latency/itl_ms_p50"], "latency by prompt length",
+        (plot_vs_context(frame, merged_meaning(report), LATENCY_BASES, "latency by prompt length",
                          out / "latency.png"), "TTFT and ITL p50 by prompt length"),
     ):
         if path:

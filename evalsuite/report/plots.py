@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from evalsuite.core.types import Metric
-from evalsuite.report.names import CONTEXT_GROUP, in_points
+from evalsuite.report.names import in_points
 
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
 
@@ -140,13 +140,14 @@ def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label:
     return _save(fig, path)
 
 
-def context_series(frame: pd.DataFrame) -> dict[str, dict[int, str]]:
-    """base metric -> {context length: column}, from names like needle/acc/len1024 or .../ctx512."""
+def context_series(frame: pd.DataFrame, meaning: dict[str, Metric]) -> dict[str, dict[int, str]]:
+    """base metric -> {context length: column}, over the columns whose metric is one prompt length's
+    figure (`meaning`: what each column is; needle/acc/len1024, latency/ttft_ms_p50/ctx512)."""
     out: dict[str, dict[int, str]] = {}
     for col in frame.columns:
-        m = CONTEXT_GROUP.match(str(col))
-        if m:
-            out.setdefault(m["base"], {})[int(m["n"])] = col
+        m = meaning.get(col)
+        if m is not None and m.length is not None and m.depth is None:
+            out.setdefault(m.base, {})[m.length] = col
     return out
 
 
@@ -155,10 +156,11 @@ def score_bases(series: dict[str, dict[int, str]], meaning: dict[str, Metric]) -
     return [b for b, cols in series.items() if all(in_points(meaning, c) for c in cols.values())]
 
 
-def plot_vs_context(frame: pd.DataFrame, bases: list[str], title: str, path: Path,
+def plot_vs_context(frame: pd.DataFrame, meaning: dict[str, Metric], bases: list[str], title: str, path: Path,
                     intervals: Intervals | None = None) -> Path | None:
-    """One panel per base metric, one line per variant (with 95% error bars where known), log2 context axis."""
-    series = context_series(frame)
+    """One panel per base metric, one line per variant (with 95% error bars where known), log2 context
+    axis; `meaning`: what each column is."""
+    series = context_series(frame, meaning)
     bases = [b for b in bases if b in series]
     if not bases:
         return None
@@ -191,15 +193,15 @@ def write_plots(frame: pd.DataFrame, accuracy: list[str], out_dir: Path, meaning
     each column is (names.meanings); `counts`: items per (variant, metric), which tell a partial
     variant's finished tasks from its cut ones."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    acc_bases = score_bases(context_series(frame), meaning)
+    acc_bases = score_bases(context_series(frame, meaning), meaning)
     made = [
         plot_tradeoff(frame, accuracy, "engine/weights_gib", "weights GiB", True, out_dir / "accuracy_vs_weights_gib.png",
                       intervals, counts),
         plot_tradeoff(frame, accuracy, "engine/kv_cache_tokens", "KV cache capacity (tokens)", False,
                       out_dir / "accuracy_vs_kv_tokens.png", intervals, counts),
-        plot_vs_context(frame, acc_bases, "accuracy vs context length (95% CI)", out_dir / "accuracy_vs_context.png",
-                        intervals),
-        plot_vs_context(frame, LATENCY_BASES, "latency vs context length", out_dir / "latency_vs_context.png"),
+        plot_vs_context(frame, meaning, acc_bases, "accuracy vs context length (95% CI)",
+                        out_dir / "accuracy_vs_context.png", intervals),
+        plot_vs_context(frame, meaning, LATENCY_BASES, "latency vs context length", out_dir / "latency_vs_context.png"),
     ]
     return [p for p in made if p is not None]
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import load_model
+from evalsuite.core.types import task_of
 from evalsuite.stats.informative import CEILING
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
@@ -56,7 +57,7 @@ class Rule(BaseModel):
         return hit and not any(fnmatch.fnmatchcase(metric, p) for p in self.exclude)
 
     def limit_for(self, metric: str) -> float:
-        return self.tasks.get(metric.split("/")[0], getattr(self, self.kind))
+        return self.tasks.get(task_of(metric), getattr(self, self.kind))
 
 
 class Rules(BaseModel):

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.core.types import Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.names import primary_metrics
@@ -24,14 +24,21 @@ ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", 
 LATENCY_COLUMNS = [("latency/ttft_ms_p50", "TTFT p50 ms", "{:.1f}"), ("latency/itl_ms_p50", "ITL p50 ms", "{:.2f}")]
 
 
-def latency_columns(record: RunRecord) -> list[tuple[str, str, str]]:
-    """TTFT/ITL at the longest prompt measured: a median over mixed lengths means nothing."""
-    lengths = {int(m.name.rsplit("ctx", 1)[1]) for v in record.variants for m in v.metrics
-               if m.name.startswith("latency/ttft_ms_p50/ctx")}
+def latency_columns(record: RunRecord) -> list[tuple[str, int | None, str, str]]:
+    """(metric, prompt length, label, format): TTFT/ITL at the longest prompt measured, since a median
+    over mixed lengths means nothing; the pooled figure where the run measured one length."""
+    lengths = {m.length for v in record.variants for m in v.metrics
+               if m.base == LATENCY_COLUMNS[0][0] and m.length is not None}
     if not lengths:
-        return LATENCY_COLUMNS
+        return [(key, None, label, fmt) for key, label, fmt in LATENCY_COLUMNS]
     n = max(lengths)
-    return [(f"{key}/ctx{n}", f"{label} @{n:,}", fmt) for key, label, fmt in LATENCY_COLUMNS]
+    return [(key, n, f"{label} @{n:,}", fmt) for key, label, fmt in LATENCY_COLUMNS]
+
+
+def _at_length(v: VariantResult, base: str, length: int | None) -> Metric | None:
+    if length is None:
+        return v.metric(base)
+    return next((m for m in v.metrics if m.base == base and m.length == length and m.depth is None), None)
 
 
 def _fmt(value, fmt: str) -> str:
@@ -40,7 +47,7 @@ def _fmt(value, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, str]],
+def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | None, str, str]],
          marks: dict[str, str]) -> list[str]:
     cells = [v.variant, {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
     if v.settings.get("simulated"):
@@ -51,8 +58,8 @@ def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, str, st
         cells.append("-" if m is None else f"{m.value:.3f}" + (f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
                      + (escape(f" [{marks[name]}]") if name in marks else ""))
     cells += [_fmt(getattr(v.engine, key), fmt) for key, _, fmt in ENGINE_COLUMNS]
-    for name, _, fmt in latency:
-        m = v.metric(name)
+    for base, length, _, fmt in latency:
+        m = _at_length(v, base, length)
         cells.append(_fmt(m.value if m else None, fmt))
     return cells
 
@@ -64,7 +71,7 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
               "proportion) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
               caption_justify="left")
     gate_col = ["gate"] if verdicts else []
-    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[1] for c in latency], *gate_col]:
+    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency], *gate_col]:
         t.add_column(col, overflow="fold")
     for v in record.variants:
         t.add_row(*_row(v, acc, latency, marks or {}), *([verdicts.get(v.variant, "baseline")] if verdicts else []))

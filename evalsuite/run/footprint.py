@@ -135,16 +135,16 @@ def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: st
     if gpu is None or not path.exists():
         return []
     config = json.loads(path.read_text())
-    by_name = {m.name: m.value for m in metrics}
+    at_length = {(m.base, m.length): m.value for m in metrics if m.length is not None and m.depth is None}
     out = []
-    for name, ttft_ms in by_name.items():
-        if not name.startswith("latency/ttft_ms_p50/ctx"):
+    for (base, ctx), ttft_ms in at_length.items():
+        if base != "latency/ttft_ms_p50":
             continue
-        ctx = name.rsplit("ctx", 1)[1]
-        itl_ms = by_name.get(f"latency/itl_ms_p50/ctx{ctx}")
-        r = roofline(config, prompt_tokens=int(ctx), gpu=gpu, quantization=variant.quantization,
+        itl_ms = at_length.get(("latency/itl_ms_p50", ctx))
+        r = roofline(config, prompt_tokens=ctx, gpu=gpu, quantization=variant.quantization,
                      kv_cache_dtype=variant.kv_cache_dtype, measured_ttft_s=ttft_ms / 1000, measured_itl_ms=itl_ms)
-        floor, share = {"kind": MetricKind.timing, "unit": "ms"}, {"kind": MetricKind.quantity, "unit": "%", "direction": "lower"}
+        floor = {"kind": MetricKind.timing, "unit": "ms", "length": ctx}
+        share = {"kind": MetricKind.quantity, "unit": "%", "direction": "lower", "length": ctx}
         out += [Metric(name=f"roofline/ttft_floor_ms/ctx{ctx}", value=r.ttft_floor_s * 1000, **floor),
                 Metric(name=f"roofline/itl_floor_ms/ctx{ctx}", value=r.itl_floor_ms, **floor),
                 Metric(name=f"roofline/ttft_pct_of_floor/ctx{ctx}", value=ttft_ms / (r.ttft_floor_s * 1000) * 100, **share)]

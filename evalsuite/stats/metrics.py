@@ -22,10 +22,13 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, math.sqrt(var / n)
 
 
-def accuracy(scores: Sequence[Score], name: str, kind: MetricKind = MetricKind.proportion) -> Metric:
-    """The mean of per-item scores: a proportion for 0/1 scores, `MetricKind.mean` for partial credit."""
+def accuracy(scores: Sequence[Score], name: str, kind: MetricKind = MetricKind.proportion,
+             length: int | None = None, depth: int | None = None) -> Metric:
+    """The mean of per-item scores: a proportion for 0/1 scores, `MetricKind.mean` for partial credit;
+    `length` (and `depth`) where the scores are one prompt length's (one grid cell's)."""
     mean, se = mean_stderr([s.value for s in scores])
-    return Metric(name=name, value=mean, stderr=se, n=len(scores), **score_meaning(kind, []))
+    return Metric(name=name, value=mean, stderr=se, n=len(scores), length=length, depth=depth,
+                  **score_meaning(kind, []))
 
 
 def score_meaning(kind: MetricKind, strata: list[str]) -> dict:
@@ -85,14 +88,15 @@ def min_samples(q: float) -> int:
     return 1 if q <= 50 else math.ceil(round(1 / (1 - q / 100), 9))
 
 
-def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms") -> list[Metric]:
-    """mean/p50/p90/p99 of a latency series in `unit`, each percentile only with min_samples(q)
-    samples; `prefix` names the unit too, e.g. latency/ttft_ms."""
+def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms", rate: bool = False) -> list[Metric]:
+    """mean/p50/p90/p99 of a latency series in `unit` (a rate's, higher better, where `rate`), each
+    percentile only with min_samples(q) samples; `prefix` names the unit too, e.g. latency/ttft_ms."""
     xs = [v for v in values if v is not None and not math.isnan(v)]
     if not xs:
         return []
     mean, se = mean_stderr(xs)
-    timing = {"kind": MetricKind.timing, "unit": unit, "direction": "lower"}
+    timing = ({"kind": MetricKind.quantity, "unit": unit, "direction": "higher"} if rate
+              else {"kind": MetricKind.timing, "unit": unit, "direction": "lower"})
     out = [Metric(name=f"{prefix}_mean", value=mean, stderr=se, n=len(xs), **timing)]
     for q in (50, 90, 99):
         if len(xs) >= min_samples(q):

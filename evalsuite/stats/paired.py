@@ -2,7 +2,8 @@
 reader, strata rule and paired test that gate, compare, check and scripts share.
 
 A metric `task/metric[/group]` is paired on the task's samples/<task>.jsonl in both runs,
-matched by sample id (only ids present in both count), restricted to the group's items, and
+matched by sample id (only ids present in both count), restricted to the group's items (those of
+its prompt length, for one length's figure), and
 stratified as the metric weighs items (its `strata`, set by the task that made it: macro by group;
 balanced by group, then by target).
 """
@@ -10,6 +11,7 @@ balanced by group, then by target).
 from __future__ import annotations
 
 import functools
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,15 +34,28 @@ def item_labels(sample: dict, score: dict) -> set[str]:
     labels = {group, *("_".join(parts[:i]) for i in range(1, len(parts)))}
     for d in (sample.get("meta") or {}, score.get("extra") or {}):
         labels |= {str(v) for v in d.values() if isinstance(v, str)}
-        if isinstance(d.get("length"), int):
-            labels |= {f"len{d['length']}", f"ctx{d['length']}"}
     return labels
 
 
+def item_length(sample: dict, score: dict) -> int | None:
+    """The item's prompt length as its task recorded it (the sample's meta or the score's extra)."""
+    return next((d["length"] for d in (sample.get("meta") or {}, score.get("extra") or {})
+                 if isinstance(d.get("length"), int)), None)
+
+
+def covers(metric: Metric, labels: Set[str], length: int | None) -> bool:
+    """Whether an item (its `item_labels` and `item_length`) is one of those behind `metric`."""
+    if metric.group is None:
+        return True
+    per_length = metric.length is not None and metric.depth is None
+    return (per_length and length == metric.length) or metric.group in labels
+
+
 @functools.lru_cache(maxsize=16)
-def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, object, object, object, frozenset], ...]:
-    """(id, value, group, target, prediction, labels) per scored line; cached per file version, because
-    one task's file serves many metrics (per length, per group) and many candidates."""
+def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, object, object, object, frozenset,
+                                                                 int | None], ...]:
+    """(id, value, group, target, prediction, labels, length) per scored line; cached per file version,
+    because one task's file serves many metrics (per length, per group) and many candidates."""
     variant_dir, task = Path(path).parent.parent, Path(path).stem
     out = []
     for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task):
@@ -48,21 +63,20 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
         sid = sample.get("id") or score.get("sample_id")
         if sid is not None and isinstance(score.get("value"), (int, float)):
             out.append((sid, float(score["value"]), score.get("group"), score.get("target"), score.get("pred"),
-                        frozenset(item_labels(sample, score))))
+                        frozenset(item_labels(sample, score)), item_length(sample, score)))
     return tuple(out)
 
 
 def read_scores(rd: RunDir, variant: str, metric: Metric) -> dict[str, dict]:
     """sample id -> {value, group, target, pred} for the items behind `metric` (a sample id counts once,
     as RunDir.load_samples reads it)."""
-    group = metric.group
     path = rd.root / variant / "samples" / f"{metric.task}.jsonl"
     if not path.exists():
         return {}
     st = path.stat()
     return {sid: {"value": v, "group": g, "target": t, "pred": pred}
-            for sid, v, g, t, pred, labels in _items(str(path), st.st_mtime_ns, st.st_size)
-            if group is None or group in labels}
+            for sid, v, g, t, pred, labels, length in _items(str(path), st.st_mtime_ns, st.st_size)
+            if covers(metric, labels, length)}
 
 
 @dataclass

@@ -60,12 +60,12 @@ class LatencyTask(Task):
         (`.../ctx<N>`): a median over mixed lengths describes no request anyone sends."""
         groups = sorted({s.group for s in scores}, key=lambda g: int(g or 0))
         out: list[Metric] = []
-        for key, values in SERIES.items():
-            out += latency_summary(values(scores), f"latency/{key}")
+        for key, (values, unit) in SERIES.items():
+            out += latency_summary(values(scores), f"latency/{key}", unit, rate=unit in RATES)
             for g in groups if len(groups) > 1 else []:
                 sub = [s for s in scores if s.group == g]
-                out += [m.model_copy(update={"name": f"{m.name}/ctx{g}"})
-                        for m in latency_summary(values(sub), f"latency/{key}")]
+                out += [m.model_copy(update={"name": f"{m.name}/ctx{g}", "length": int(g)})
+                        for m in latency_summary(values(sub), f"latency/{key}", unit, rate=unit in RATES)]
         return out
 
 
@@ -83,6 +83,7 @@ def _timing(key: str):
     return lambda scores: [s.extra.get(key) for s in scores]
 
 
-# metric key -> how to read its values from a list of scores
-SERIES = {"ttft_ms": _timing("ttft_ms"), "itl_ms": _timing("itl_ms"), "e2e_ms": _timing("e2e_ms"),
-          "decode_tok_per_s": _decode, "prefill_tok_per_s": _prefill}
+# metric key -> how to read its values from a list of scores, and their unit
+SERIES = {"ttft_ms": (_timing("ttft_ms"), "ms"), "itl_ms": (_timing("itl_ms"), "ms"),
+          "e2e_ms": (_timing("e2e_ms"), "ms"), "decode_tok_per_s": (_decode, "/s"), "prefill_tok_per_s": (_prefill, "/s")}
+RATES = ("/s",)  # tokens per second: more is faster

@@ -338,8 +338,8 @@ def grid_metrics(name: str, scores: list[Score]) -> list[Metric]:
     for s in scores:
         by_len[s.extra["length"]].append(s)
         by_cell[(s.extra["length"], s.extra["depth"])].append(s)
-    out += [accuracy(g, f"{name}/acc/len{n}") for n, g in sorted(by_len.items())]
-    out += [accuracy(g, f"{name}/acc/{cell_group(n, d)}") for (n, d), g in sorted(by_cell.items())]
+    out += [accuracy(g, f"{name}/acc/len{n}", length=n) for n, g in sorted(by_len.items())]
+    out += [accuracy(g, f"{name}/acc/{cell_group(n, d)}", length=n, depth=d) for (n, d), g in sorted(by_cell.items())]
     known = [s for s in scores if s.extra.get("cached_prompt_tokens") is not None]
     if known:
         uncached = sum(s.extra["prompt_tokens"] - s.extra["cached_prompt_tokens"] for s in known)

@@ -217,7 +217,7 @@ class RulerTaskRunner(Task):
         head = f"{self.name}/score"
         partial = MetricKind.mean  # partial credit: a multi-value item scores the share of values found
         out = [accuracy(scores, head, partial)]
-        out += [accuracy(g, f"{head}/len{n}", partial) for n, g in sorted(by_len.items())]
+        out += [accuracy(g, f"{head}/len{n}", partial, length=n) for n, g in sorted(by_len.items())]
         out += [accuracy(by_task[t], f"{head}/{t}", partial) for t in ALL_TASKS if t in by_task]
         out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}", partial)
                 for n in sorted(by_len) for t in ALL_TASKS if (t, n) in by_cell]
