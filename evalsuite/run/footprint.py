@@ -26,7 +26,7 @@ GGUF_KEYS = ("kv_bytes_per_token", "kv_bytes_per_block", "block_size", "max_mode
 GGUF_POOL_KEYS = ("kv_capacity_tokens", "kv_cache_blocks", "kv_cache_gib", "max_concurrency")
 
 
-def _planner_gpu(device: str | None) -> str:
+def planner_gpu(device: str | None) -> str:
     """The planner's device key: the GPU's name, or cpu when the engine runs on the CPU."""
     from evalsuite.memory.devices import from_nvml_name
 
@@ -69,7 +69,7 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
     kv_bytes = variant.vllm_kwargs().get("kv_cache_memory_bytes")
-    gpu = _planner_gpu(device)
+    gpu = planner_gpu(device)
     mem = psutil.virtual_memory().total / GIB if gpu == "cpu" else None  # vLLM-CPU budgets against host RAM
     inputs = {**plan_inputs(variant), "max_model_len": stats.max_model_len or variant.max_model_len,
               "block_size": stats.block_size or variant.block_size}

@@ -29,17 +29,21 @@ from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.core.units import GIB
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
-from evalsuite.run.footprint import _planner_gpu, plan_inputs
+from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.runner import Runner, in_config_order, left_to_run, prompt_tokens, put_result
 from evalsuite.tasks import Task, TaskContext
-from evalsuite.tasks.latency import LatencyTask
 
 # Words of an engine's failure that say it found too little memory at start (vLLM's checks, CUDA's
 # and the CPU backend's errors, the kernel's OOM killer ending the child).
 MEMORY_WORDS = ("out of memory", "outofmemory", "memoryerror", "free memory", "available memory",
                 "memory utilization", "kv cache", "not enough memory", "signal 9", "sigkill", "-9")
 UTILIZATION_SLACK = 1.05  # vLLM compares utilization x total with free memory at start: a little above the need
+
+
+def utilization(footprint_gib: float, total_gib: float) -> float:
+    """The gpu_memory_utilization an engine of this footprint asks for to start beside others."""
+    return round(min(0.95, footprint_gib * UTILIZATION_SLACK / total_gib), 4)
 
 
 def parallel_flag(value: str) -> str | int:
@@ -60,7 +64,7 @@ def pool_tokens(tasks: list[Task], samples: dict[str, list[Sample]], batch_size:
         reqs = [s.request for s in samples.get(t.name, [])]
         if not reqs:
             continue
-        size = getattr(t, "batch_size", None) or batch_size
+        size = t.batch_size or batch_size
         longest = max(prompt_tokens(r) + r.max_tokens for r in reqs)
         out = max(r.max_tokens for r in reqs)
         need = max(need, min(longest * size, batch_tokens + size * out), longest)
@@ -77,20 +81,19 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
         return {}
     config = json.loads(path.read_text())
     fixed = variant.vllm_kwargs().get("kv_cache_memory_bytes")
-    p = plan(config, **plan_inputs(variant), gpu=_planner_gpu(device), device_memory_gib=memory_gib,
+    p = plan(config, **plan_inputs(variant), gpu=planner_gpu(device), device_memory_gib=memory_gib,
              kv_cache_memory_gib=(fixed or 0) / GIB)
     if not fixed:
         blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
         fixed = blocks * p.kv_bytes_per_block
-    parts = {"weights_gib": p.weights_gib, "activation_gib": p.activation_gib, "cuda_graph_gib": p.cuda_graph_gib,
-             "non_torch_gib": p.non_torch_gib, "kv_cache_gib": fixed / GIB}
+    parts = {**{k: getattr(p, k) for k in FOOTPRINT_PARTS}, "kv_cache_gib": fixed / GIB}
     return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
             "kv_cache_memory_bytes": int(fixed)}
 
 
-# EngineStats field <- the prediction's key of the same part
-MEASURED_PARTS = {"weights_gib": "weights_gib", "kv_cache_gib": "kv_cache_gib", "peak_activation_gib": "activation_gib",
-                  "cuda_graph_gib": "cuda_graph_gib", "non_torch_gib": "non_torch_gib"}
+FOOTPRINT_PARTS = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
+# EngineStats field <- the prediction's key of the same part, from footprint's one table of them
+MEASURED_PARTS = {f: k for f, k in SIMULATED_FIELDS.items() if k in FOOTPRINT_PARTS}
 
 
 def measured(result: VariantResult) -> dict[str, float]:
@@ -225,7 +228,7 @@ class PackedRun:
                  progress: Progress):
         self.cfg, self.run_dir, self.record, self.model_dir = cfg, run_dir, record, model_dir
         self.ctx, self.progress = ctx, progress
-        self.cpu = _planner_gpu(record.env.get("device")) == "cpu"
+        self.cpu = planner_gpu(record.env.get("device")) == "cpu"
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         self.total_gib, self.budget_gib = capacity(self.cpu, cfg.scheduler.margin)
         self.predicted: dict[str, dict[str, Any]] = {}
@@ -254,8 +257,7 @@ class PackedRun:
         if p.get("kv_cache_memory_bytes") and not alone:
             overrides["kv_cache_memory_bytes"] = p["kv_cache_memory_bytes"]
             if not self.cpu:
-                overrides["gpu_memory_utilization"] = round(min(0.95, p["footprint_gib"] * UTILIZATION_SLACK
-                                                                / self.total_gib), 4)
+                overrides["gpu_memory_utilization"] = utilization(p["footprint_gib"], self.total_gib)
         slot = _Slot(name, overrides, dict(self.cfg.engine.env), sorted(set(packer.running) - {name}))
         if self.cpu and "VLLM_CPU_OMP_THREADS_BIND" not in slot.env and self.slices and not alone:
             slot.cores = self.slices.pop(0)
@@ -310,7 +312,7 @@ def split_alone(cfg: RunConfig, tasks: list[Task]) -> tuple[list[Task], list[Tas
     """(tasks run packed, tasks run afterwards with each engine alone)."""
     if not cfg.scheduler.latency_alone:
         return tasks, []
-    return [t for t in tasks if not isinstance(t, LatencyTask)], [t for t in tasks if isinstance(t, LatencyTask)]
+    return [t for t in tasks if not t.timed_alone], [t for t in tasks if t.timed_alone]
 
 
 def merged(packed: VariantResult, alone: VariantResult) -> VariantResult:
@@ -366,5 +368,5 @@ def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samp
             continue
         share = min(1.0, max(floor, math.ceil(p["footprint_gib"] / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))
         out[name] = (share, {"kv_cache_memory_bytes": p["kv_cache_memory_bytes"],
-                             "gpu_memory_utilization": round(min(0.95, p["footprint_gib"] * UTILIZATION_SLACK / gpu_gib), 4)})
+                             "gpu_memory_utilization": utilization(p["footprint_gib"], gpu_gib)})
     return out

@@ -38,6 +38,9 @@ class Task:
     # whether a `simulate: true` variant runs it: dense 16-bit kernels stand in for INT4 ones there,
     # so a timing pass would measure the baseline's speed under the variant's name
     runs_simulated: bool = True
+    # a timing pass: with engines packed side by side (`run --parallel`) it runs afterwards, its
+    # engine alone on the device, or its timings would include the neighbours' work
+    timed_alone: bool = False
     # a harness that sends its own requests through evaluate() (lm-eval) instead of the runner
     # sending samples(); its samples() are placeholders that name what it will evaluate
     harness: bool = False

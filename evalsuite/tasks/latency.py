@@ -28,6 +28,7 @@ class LatencyTask(Task):
     batch_size = 1  # one user's view: no request queues behind another
     limited = False  # its lengths x repeats are the measurement's design, not items to thin
     runs_simulated = False
+    timed_alone = True
 
     def __init__(self, prompt_tokens: list[int], output_tokens: int, repeats: int, tokenizer, seed: int = 0):
         self.prompt_tokens, self.output_tokens, self.repeats = prompt_tokens, output_tokens, repeats
