@@ -4,6 +4,7 @@ equal to a sequential run's on the real vLLM CPU engine."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -232,6 +233,58 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         assert {"mmlu/acc", "needle/acc", "latency/ttft_ms_p50"} <= names
     sched = json.loads((runs["packed"] / "run.json").read_text())["env"]["scheduler"]
     assert sched["parallel"] == 2 and sched["budget_gib"] > 0
+
+
+def _rows(run: Path, variant: str) -> list[dict]:
+    path = run / variant / "samples" / "mmlu.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+@pytest.mark.engine
+def test_ctrl_c_ends_a_packed_runs_engines_at_once_and_resume_finishes(tmp_path, tiny_model):
+    """Ctrl-C reaches only the main thread: the variants' threads must not finish their tasks first.
+    Both engines end, both variants are `partial` with what they recorded, and --resume completes them."""
+    import psutil
+
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"batch_size": 1, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": {"a": {}, "b": {}},
+        # far more items than the seconds an interrupt may take: a run that waited for them would finish
+        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy"],
+                   "limit_per_subject": 100, "num_fewshot": 5}],
+        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
+    run_ = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress", "--parallel", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env())
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and run_.poll() is None:
+        runs = [p for p in (tmp_path / "runs").glob("*") if (p / "run.json").exists()]
+        if runs and all(_rows(runs[0], v) for v in ("a", "b")):
+            break
+        time.sleep(0.05)
+    assert run_.poll() is None, run_.stderr.read()[-3000:]
+    engines = psutil.Process(run_.pid).children(recursive=True)
+    run_.send_signal(signal.SIGINT)
+    assert run_.wait(timeout=120) == 130, run_.stderr.read()[-3000:]
+    _, alive = psutil.wait_procs(engines, timeout=30)
+    assert not alive, f"engines left running: {[p.pid for p in alive]}"
+    run = runs[0]
+    n = 100 + 100 + 100
+    record = {v["variant"]: v for v in json.loads((run / "run.json").read_text())["variants"]}
+    for v in ("a", "b"):
+        assert record[v]["status"] == "partial", record[v]
+        assert 0 < len(_rows(run, v)) < n, "the interrupt waited for the variant to finish"
+
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress", "--parallel", "2",
+                          "--resume"], capture_output=True, text=True, timeout=900, env=_env())
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    record = {v["variant"]: v for v in json.loads((run / "run.json").read_text())["variants"]}
+    for v in ("a", "b"):
+        ids = [r["sample"]["id"] for r in _rows(run, v)]
+        assert record[v]["status"] == "ok" and len(ids) == len(set(ids)) == n
 
 
 def _env() -> dict[str, str]:

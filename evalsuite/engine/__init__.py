@@ -10,7 +10,7 @@ May import: core, memory, models.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from evalsuite.core.types import Completion, EngineStats, Request
@@ -29,6 +29,17 @@ class Engine(Protocol):
     def close(self, wait: bool = True) -> None:
         """End the engine and everything it started. wait=False ends it at once: an interrupted run's
         engine is mid-batch and would not answer a polite shutdown (which then waits ~a minute)."""
+
+
+def answers(engine: Engine, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+    """Each batch's completions in order. An engine that takes the next batch while it answers the
+    current one (`pipelined`, the offline engine) gets it ahead; the others get one batch a call."""
+    pipelined = getattr(engine, "pipelined", None)
+    if pipelined is not None:
+        yield from pipelined(batches)
+        return
+    for requests in batches:
+        yield engine.generate(requests)
 
 
 class EngineFailed(RuntimeError):

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,8 @@ class OfflineEngine:
         self._proc: mp.Process | None = None
         self._conn = None
         self._stats = EngineStats()
+        self._closing = threading.Lock()
+        self._unread = 0  # answers to batches sent ahead that a caller stopped waiting for
 
     def start(self) -> EngineStats:
         from evalsuite.engine.vllm_offline import worker_main
@@ -168,9 +170,11 @@ class OfflineEngine:
     def _recv(self, timeout: float, what: str):
         deadline = time.monotonic() + timeout
         while not connection.wait([self._conn], 1.0):  # a message to read, or 1 s passed
-            if not self._proc.is_alive():
+            proc = self._proc  # close() from another thread (a packed run's interrupt) may clear it
+            if proc is None or not proc.is_alive():
+                code = proc.exitcode if proc is not None else "closed"
                 raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what} "
-                                                  f"(exit code {self._proc.exitcode})"))
+                                                  f"(exit code {code})"))
             if time.monotonic() > deadline:
                 raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
         try:
@@ -179,9 +183,18 @@ class OfflineEngine:
             raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what}")) from None
 
     def _call(self, msg: tuple, what: str, timeout: float = 24 * 3600):
+        self._send(msg)
+        return self._answer(what, timeout)
+
+    def _send(self, msg: tuple) -> None:
         if self._proc is None:
             raise EngineFailed("engine not started")
+        while self._unread:  # the pipe answers in order: an abandoned stream's answers come first
+            self._recv(24 * 3600, "generation")
+            self._unread -= 1
         self._conn.send(msg)
+
+    def _answer(self, what: str, timeout: float = 24 * 3600):
         kind, payload = self._recv(timeout, what)
         if kind == "error":  # vLLM's client error only says "see above": then the log has the cause
             generic = any(g in payload for g in _GENERIC)
@@ -197,6 +210,31 @@ class OfflineEngine:
             on_done(len(requests))
         return completions
 
+    def pipelined(self, batches: Iterable[list[Request]], ahead: int = 1) -> Iterator[list[Completion]]:
+        """Each batch's completions in order, with `ahead` more batches already sent, so that the
+        engine starts the next one as soon as it ends the current one: the requests' crossing and the
+        caller's work on the answers (scoring, records) happen while the engine works."""
+        todo = iter(batches)
+        sent = 0
+
+        def send_next() -> int:
+            reqs = next(todo, None)
+            if reqs is None:
+                return 0
+            self._send(("generate", reqs))
+            return 1
+
+        try:
+            for _ in range(ahead + 1):
+                sent += send_next()
+            while sent:
+                completions = self._answer("generation")
+                sent -= 1
+                sent += send_next()
+                yield completions
+        finally:
+            self._unread += sent
+
     def stats(self) -> EngineStats:
         vals = self._call(("metrics",), "metrics", timeout=120)
         s = self._stats.model_copy(deep=True)
@@ -208,6 +246,10 @@ class OfflineEngine:
         return with_kv_peak(s, vals.get("kv_usage_peak"))
 
     def close(self, wait: bool = True) -> None:
+        with self._closing:  # the owner's thread and a packed run's interrupt may both close it
+            self._close(wait)
+
+    def _close(self, wait: bool) -> None:
         if self._proc is None:
             return
         tree = _process_tree(self._proc.pid)  # before the child exits and orphans its children

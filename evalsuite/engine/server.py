@@ -18,6 +18,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -117,6 +118,7 @@ class ServerEngine:
         self._served: str | None = None
         self._stats = EngineStats()
         self._http = requests.Session()
+        self._closing = threading.Lock()
         self._api_key = os.environ.get("VLLM_API_KEY") if base_url else secrets.token_urlsafe(32)
         if self._api_key:
             self._http.headers["Authorization"] = f"Bearer {self._api_key}"
@@ -239,6 +241,10 @@ class ServerEngine:
         return stats_from_metrics(self._metrics(), self._stats)
 
     def close(self, wait: bool = True) -> None:
+        with self._closing:  # the owner's thread and a packed run's interrupt may both close it
+            self._close(wait)
+
+    def _close(self, wait: bool) -> None:
         self._http.close()
         if self._proc is None:
             return

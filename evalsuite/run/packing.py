@@ -27,6 +27,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.core.units import GIB
+from evalsuite.engine import Engine
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
@@ -184,15 +185,47 @@ def capacity(cpu: bool, margin: float) -> tuple[float, float]:
 
 # -- the run -----------------------------------------------------------------------------------------
 
+class Interrupt:
+    """A packed run's Ctrl-C, which only the main thread receives: it ends every engine its
+    runners started, at once, and refuses any engine started afterwards, so that each variant's
+    thread stops within seconds instead of finishing its tasks."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._engines: list[Engine] = []
+
+    def register(self, engine: Engine) -> None:
+        with self._lock:
+            if self.event.is_set():
+                raise KeyboardInterrupt
+            self._engines.append(engine)
+
+    def now(self) -> None:
+        with self._lock:
+            self.event.set()
+            engines = list(self._engines)
+        for engine in engines:
+            engine.close(wait=False)
+
+
 class _PackedRunner(Runner):
     """The runner, with engine arguments of the plan over the variant's own (the fixed KV pool and
-    the utilization that lets vLLM start beside others), and quantized checkpoints built one at a time."""
+    the utilization that lets vLLM start beside others), quantized checkpoints built one at a time,
+    and its engines ended by the run's interrupt."""
 
     build_lock = threading.Lock()
 
-    def __init__(self, *args: Any, overrides: dict[str, Any]):
+    def __init__(self, *args: Any, overrides: dict[str, Any], interrupt: Interrupt | None = None):
         super().__init__(*args)
         self.overrides = overrides
+        self.interrupt = interrupt or Interrupt()
+        self.stopping = self.interrupt.event
+
+    def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
+        engine = super()._engine(name, variant, model_dir)
+        self.interrupt.register(engine)
+        return engine
 
     def _engine_variant(self, variant: Variant) -> Variant:
         v = super()._engine_variant(variant)
@@ -232,6 +265,7 @@ class PackedRun:
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         self.total_gib, self.budget_gib = capacity(self.cpu, cfg.scheduler.margin)
         self.predicted: dict[str, dict[str, Any]] = {}
+        self.interrupt = Interrupt()
 
     def plan(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> Packer:
         tokens = pool_tokens(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
@@ -266,7 +300,8 @@ class PackedRun:
 
     def _run_slot(self, slot: _Slot, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         cfg = self.cfg.model_copy(update={"engine": self.cfg.engine.model_copy(update={"env": slot.env})})
-        runner = _PackedRunner(cfg, self.run_dir, self.model_dir, self.ctx, self.progress, overrides=slot.overrides)
+        runner = _PackedRunner(cfg, self.run_dir, self.model_dir, self.ctx, self.progress, overrides=slot.overrides,
+                               interrupt=self.interrupt)
         return runner.run_variant(slot.name, self.cfg.variants[slot.name], tasks, samples)
 
     def _placed(self, result: VariantResult, slot: _Slot, ran_with: set[str]) -> VariantResult:
@@ -281,31 +316,41 @@ class PackedRun:
     def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
         packer = self.plan(todo, tasks, samples)
         results: dict[str, VariantResult] = {}
+        with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
+            try:
+                self._drive(pool, packer, tasks, samples, results)
+            except KeyboardInterrupt:  # leaving the pool waits for its threads: end their engines first
+                console.print("interrupted: ending the running engines; rerun with --resume")
+                self.interrupt.now()
+                raise
+        return results
+
+    def _drive(self, pool: ThreadPoolExecutor, packer: Packer, tasks: list[Task], samples: dict[str, list[Sample]],
+               results: dict[str, VariantResult]) -> None:
+        """Start variants while the plan lets them, record each as it ends, until none is left."""
         live: dict[Future, _Slot] = {}
         neighbours: dict[str, set[str]] = {}
-        with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
-            while packer.pending or live:
-                for name in packer.start():
-                    slot = self._slot(name, packer)
-                    neighbours[name] = set(slot.beside)
-                    for other in slot.beside:
-                        neighbours.setdefault(other, set()).add(name)
-                    live[pool.submit(self._run_slot, slot, tasks, samples)] = slot
-                finished, _ = wait(list(live), return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    slot = live.pop(fut)
-                    packer.done(slot.name)
-                    if slot.cores:
-                        self.slices.append(slot.cores)
-                    result = self._placed(fut.result(), slot, neighbours.get(slot.name, set()))
-                    if neighbours.get(slot.name) and out_of_memory(result) and packer.retry_alone(slot.name):
-                        console.print(f"{slot.name}: engine ran out of memory beside others; retrying it alone")
-                        neighbours[slot.name] = set()
-                        continue
-                    results[slot.name] = result
-                    put_result(self.record, result)
-                    self.run_dir.write_run(self.record)
-        return results
+        while packer.pending or live:
+            for name in packer.start():
+                slot = self._slot(name, packer)
+                neighbours[name] = set(slot.beside)
+                for other in slot.beside:
+                    neighbours.setdefault(other, set()).add(name)
+                live[pool.submit(self._run_slot, slot, tasks, samples)] = slot
+            finished, _ = wait(list(live), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                slot = live.pop(fut)
+                packer.done(slot.name)
+                if slot.cores:
+                    self.slices.append(slot.cores)
+                result = self._placed(fut.result(), slot, neighbours.get(slot.name, set()))
+                if neighbours.get(slot.name) and out_of_memory(result) and packer.retry_alone(slot.name):
+                    console.print(f"{slot.name}: engine ran out of memory beside others; retrying it alone")
+                    neighbours[slot.name] = set()
+                    continue
+                results[slot.name] = result
+                put_result(self.record, result)
+                self.run_dir.write_run(self.record)
 
 
 def split_alone(cfg: RunConfig, tasks: list[Task]) -> tuple[list[Task], list[Task]]:

@@ -7,6 +7,7 @@ always recomputed from the records.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, VariantResult
-from evalsuite.engine import Engine, EngineFailed
+from evalsuite.engine import Engine, EngineFailed, answers
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
 from evalsuite.models.checkpoint import is_gguf
@@ -75,6 +76,9 @@ class Runner:
         self.cfg, self.run_dir, self.model_dir, self.ctx, self.progress = cfg, run_dir, model_dir, ctx, progress
         self.device = envmod.device_name()
         self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds under the variant's own
+        # Set from another thread when the whole run is interrupted and that thread ends this runner's
+        # engine: what the engine raises then is the interrupt's, not the variant's failure.
+        self.stopping = threading.Event()
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         if task.harness:
@@ -99,10 +103,13 @@ class Runner:
         # so an interrupted run still writes every answer it received.
         # Progress stays on this thread: under Ray it is a call to the driver, and that call is how a
         # worker whose driver died learns it.
+        # The engine gets the next batch before this one is recorded (engine.answers), so it never
+        # waits for the pipe either.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-record") as pool:
             recording = None
-            for batch in batches(todo, size, self.cfg.engine.batch_tokens):
-                completions = engine.generate([s.request for s in batch])
+            chunks = list(batches(todo, size, self.cfg.engine.batch_tokens))
+            for batch, completions in zip(chunks, answers(engine, ([s.request for s in b] for b in chunks)),
+                                          strict=True):
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
                 recording = pool.submit(self._record, variant, name, task, batch, completions, done)
@@ -227,11 +234,16 @@ class Runner:
         with DeviceWatch(variant.gpu_memory_utilization) as device:
             try:
                 self._run_on(engine, device, name, variant, model_dir, tasks, samples, result)
-            except EngineFailed as e:
-                result.status, result.reason = "failed", str(e)
             except KeyboardInterrupt:
                 interrupted = True
                 raise
+            except Exception as e:
+                if self.stopping.is_set():
+                    interrupted = True
+                    raise KeyboardInterrupt from e
+                if not isinstance(e, EngineFailed):
+                    raise
+                result.status, result.reason = "failed", str(e)
             finally:
                 engine.close(wait=not interrupted)
                 if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
