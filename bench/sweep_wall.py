@@ -12,7 +12,7 @@ On a GPU, where a small model's engine start outweighs its work, packing overlap
 CPU the engines split its cores between them, so the speedup is what overlapping the starts gains
 over slower work.
 
-    .venv/bin/python bench/sweep_wall.py CONFIG [--parallel auto|N] [--noise]
+    .venv/bin/python bench/sweep_wall.py CONFIG [-V VARIANT ...] [--parallel auto|N] [--noise]
     .venv/bin/python bench/sweep_wall.py --tiny                    # CPU, tiny model, 4 variants
 
 The last line printed is the RESULT line.
@@ -48,8 +48,8 @@ def tiny_config(work: Path) -> Path:
     return path
 
 
-def run(config: Path, out: Path, parallel: str | None) -> tuple[float, Path]:
-    wall, record = ray_fanout.run(config, [], out, None, ("--parallel", parallel) if parallel else ())
+def run(config: Path, out: Path, parallel: str | None, variants: list[str] = ()) -> tuple[float, Path]:
+    wall, record = ray_fanout.run(config, list(variants), out, None, ("--parallel", parallel) if parallel else ())
     return wall, record["dir"]
 
 
@@ -92,15 +92,18 @@ def main() -> None:
     ap.add_argument("--parallel", default="auto", help="The packed mode's --parallel (default: auto).")
     ap.add_argument("--noise", action="store_true", help="Run the sequential mode twice: the answers' noise floor.")
     ap.add_argument("--tiny", action="store_true", help="The tiny random model on CPU.")
+    ap.add_argument("-V", "--variant", action="append", default=[], dest="variants",
+                    help="Run only this variant of CONFIG (repeatable), as `evalsuite run -V`.")
     args = ap.parse_args()
     if not args.config and not args.tiny:
         ap.error("give CONFIG or --tiny")
     work = Path(tempfile.mkdtemp(prefix="sweep_wall-"))
     config = tiny_config(work) if args.tiny else ray_fanout.wrapped(args.config, work)
     try:
-        packed_s, packed = run(config, work / "packed", args.parallel)
-        seq_s, seq = run(config, work / "sequential", None)
-        noise = same_share(answers(seq), answers(run(config, work / "sequential-again", None)[1])) if args.noise else None
+        packed_s, packed = run(config, work / "packed", args.parallel, args.variants)
+        seq_s, seq = run(config, work / "sequential", None, args.variants)
+        again = run(config, work / "sequential-again", None, args.variants)[1] if args.noise else None
+        noise = same_share(answers(seq), answers(again)) if again else None
     finally:
         if not args.tiny:
             config.unlink(missing_ok=True)

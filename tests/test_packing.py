@@ -198,22 +198,27 @@ def _answers(run: Path, variant: str) -> dict[str, str]:
     return out
 
 
+def _real_sweep(tmp_path: Path, model: Path, batch_size: int, variants: dict, tasks: list, **extra) -> Path:
+    """A config for the tiny model on the real vLLM CPU engine, each engine with a 64 MiB KV pool."""
+    cfg = tmp_path / "sweep.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(model)},
+        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
+                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
+        "engine": {"batch_size": batch_size, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+        "variants": variants, "tasks": tasks, "tracking": {"enabled": False}, **extra}))
+    return cfg
+
+
 @pytest.mark.engine
 def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
     """Two variants on the real vLLM CPU engine, one after another and two at once: the same answer
     to every item, the latency pass alone afterwards, and the plan beside the measured figures."""
-    cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "model": {"path": str(tiny_model)},
-        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
-                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
-        "engine": {"batch_size": 4, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
-        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}},
-        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 6,
-                   "num_fewshot": 2},
-                  {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]}],
-        "latency": {"prompt_tokens": [64], "output_tokens": 8, "repeats": 1},
-        "tracking": {"enabled": False}}))
+    cfg = _real_sweep(tmp_path, tiny_model, 4, {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}},
+                      [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy"], "limit_per_subject": 6,
+                        "num_fewshot": 2},
+                       {"type": "needle", "lengths": [512, 1024], "depths": [0.0, 1.0]}],
+                      latency={"prompt_tokens": [64], "output_tokens": 8, "repeats": 1})
     runs = {}
     for label, extra in (("sequential", []), ("packed", ["--parallel", "2"])):
         out = tmp_path / label
@@ -246,17 +251,10 @@ def test_ctrl_c_ends_a_packed_runs_engines_at_once_and_resume_finishes(tmp_path,
     Both engines end, both variants are `partial` with what they recorded, and --resume completes them."""
     import psutil
 
-    cfg = tmp_path / "sweep.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "model": {"path": str(tiny_model)},
-        "defaults": {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True,
-                     "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
-        "engine": {"batch_size": 1, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
-        "variants": {"a": {}, "b": {}},
-        # far more items than the seconds an interrupt may take: a run that waited for them would finish
-        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy"],
-                   "limit_per_subject": 100, "num_fewshot": 5}],
-        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
+    # far more items than the seconds an interrupt may take: a run that waited for them would finish
+    cfg = _real_sweep(tmp_path, tiny_model, 1, {"a": {}, "b": {}},
+                      [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy"],
+                        "limit_per_subject": 100, "num_fewshot": 5}], output_dir=str(tmp_path / "runs"))
     run_ = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress", "--parallel", "2"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env())
     deadline = time.monotonic() + 600
