@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from evalsuite.core.types import EngineStats
@@ -51,6 +53,26 @@ def test_alone_shared_and_unknown():
     assert _sampled([[(me, 2**30)], [(other, 2**30)]]).other_processes() == 0
     # a PID namespace that hides our own PIDs: NVML cannot tell, so it says nothing
     assert _sampled([[(other, 2**30)]]).other_processes() is None
+
+
+def test_packed_engines_of_one_process_are_each_others_other_processes():
+    """`run --parallel` starts every engine from one evalsuite process: each engine's own tree is
+    "ours", so the neighbour counts as another process and its bytes are not this engine's peak."""
+    a, b = (subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2))
+    try:
+        devices = [[(a.pid, 2**30), (b.pid, 3 * 2**30)]]
+        peak = NvmlPeak(root=lambda: a.pid)
+        peak.nv = _Nvml(devices)
+        peak._sample()
+        assert peak.other_processes() == 1 and peak.peak_gib() == 1.0
+        before_start = NvmlPeak(root=lambda: None)
+        before_start.nv = _Nvml(devices)
+        before_start._sample()
+        assert before_start.other_processes() is None  # nothing of the engine's seen yet
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
 
 
 def test_shared_device_withholds_the_free_memory_deltas():

@@ -26,6 +26,11 @@ class Engine(Protocol):
     def stats(self) -> EngineStats:
         """Engine stats after the workload (peak KV used, preemptions) merged with start()'s."""
 
+    @property
+    def pid(self) -> int | None:
+        """The process the engine runs in (its tree is the engine: core, workers), once started;
+        None where it is not a child of this process (an already running server, the fake)."""
+
     def close(self, wait: bool = True) -> None:
         """End the engine and everything it started. wait=False ends it at once: an interrupted run's
         engine is mid-batch and would not answer a polite shutdown (which then waits ~a minute)."""

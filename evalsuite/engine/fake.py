@@ -124,5 +124,7 @@ class FakeEngine:
                                        "kv_used_peak_gib": peak_blocks * BLOCK_SIZE * (base.kv_bytes_per_token or 0) / GIB,
                                        "prefix_cache_hit_rate": 0.0})
 
+    pid = None  # no process of its own
+
     def close(self, wait: bool = True) -> None:
         self._started = None

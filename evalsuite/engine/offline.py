@@ -235,6 +235,11 @@ class OfflineEngine:
         finally:
             self._unread += sent
 
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
     def stats(self) -> EngineStats:
         vals = self._call(("metrics",), "metrics", timeout=120)
         s = self._stats.model_copy(deep=True)

@@ -237,6 +237,11 @@ class ServerEngine:
             on_done(len(requests_))
         return out
 
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
     def stats(self) -> EngineStats:
         return stats_from_metrics(self._metrics(), self._stats)
 

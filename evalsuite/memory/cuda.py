@@ -6,7 +6,9 @@ it is recorded only as a cross-check: the peak of the engine's processes and of 
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 
 import psutil
 
@@ -40,11 +42,14 @@ def device_memory_gib(index: int = 0) -> tuple[float, float]:
 
 
 class NvmlPeak:
-    """Samples device memory used and the bytes held by our own process tree, keeping peaks, and
-    how many other processes shared a device with our tree."""
+    """Samples device memory used and the bytes held by our process tree (the engine's, given
+    `root`), keeping peaks, and how many other processes shared a device with that tree."""
 
-    def __init__(self, interval_s: float = 0.1):
+    def __init__(self, interval_s: float = 0.1, root: Callable[[], int | None] | None = None):
         self.nv = _nvml()
+        # whose process tree is "ours": the engine's own process where it has one, so that engines
+        # this process runs side by side (run --parallel) count as each other's other processes
+        self.root = root
         self.interval_s = interval_s
         self.device_peak = 0
         self.tree_peak = 0
@@ -54,8 +59,14 @@ class NvmlPeak:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _tree_pids(self) -> set[int]:
-        me = psutil.Process()
-        return {me.pid, *(p.pid for p in me.children(recursive=True))}
+        pid = self.root() if self.root else os.getpid()
+        if pid is None:  # the engine's process is not started yet
+            return set()
+        try:
+            root = psutil.Process(pid)
+            return {pid, *(p.pid for p in root.children(recursive=True))}
+        except psutil.NoSuchProcess:
+            return set()
 
     def _sample(self) -> None:
         pids = self._tree_pids()

@@ -8,6 +8,8 @@ process on the device the drop is partly that process's, so those figures are wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.cuda import NvmlPeak, device_total_gib
 
@@ -32,9 +34,11 @@ def without_shared_deltas(stats: EngineStats, others_at_start: int | None) -> En
 class DeviceWatch:
     """NVML over one engine's life, entered before the engine starts and left once it is closed."""
 
-    def __init__(self, gpu_memory_utilization: float | None):
+    def __init__(self, gpu_memory_utilization: float | None, root: Callable[[], int | None] | None = None):
+        """`root`: the engine's process id once it has one (its tree is the engine); without it,
+        this process's tree."""
         self.gpu_memory_utilization = gpu_memory_utilization or 0.9  # vLLM's default
-        self.nvml = NvmlPeak()
+        self.nvml = NvmlPeak(root=root)
         self.others_at_start: int | None = None
 
     def __enter__(self) -> DeviceWatch:

@@ -231,7 +231,7 @@ class Runner:
         t0 = time.perf_counter()
         engine = self._engine(name, variant, model_dir)
         interrupted = False
-        with DeviceWatch(variant.gpu_memory_utilization) as device:
+        with DeviceWatch(variant.gpu_memory_utilization, root=lambda: engine.pid) as device:
             try:
                 self._run_on(engine, device, name, variant, model_dir, tasks, samples, result)
             except KeyboardInterrupt:
