@@ -142,7 +142,7 @@ def next_pause(elapsed_s: float, read_s: float, interval_s: float, budget: float
 
 
 class KVPeak:
-    """Samples the engine's KV-usage gauge while a batch runs; the gauge itself holds only 'now'.
+    """Samples the engine's KV-usage gauge over the engine's life; the gauge itself holds only 'now'.
 
     Each wake-up takes the GIL from the engine's own loop: `llm.get_metrics()` every 20 ms made a
     CPU engine's batch 12% slower, and even a microsecond read of the gauge alone every 20 ms 5-8%
@@ -150,6 +150,9 @@ class KVPeak:
     the gauge's collector, every 20 ms for a batch's first 0.2 s (short batches keep their peak) and
     then every tenth of the time elapsed, at least `budget` times a read's duration and at most
     max_pause_s apart: about 1% of a long batch, with the peak resolved to ~10% of its duration.
+    One thread for the engine's life, told of each batch by `begin()`: a thread started per batch
+    waited for the GIL at every start, 20-50 ms a batch while the previous batch's answers were
+    converted beside it.
     """
 
     def __init__(self, llm, interval_s: float = 0.02, budget: float = 100.0, max_pause_s: float = 1.0,
@@ -157,7 +160,9 @@ class KVPeak:
         self.llm, self.interval_s, self.budget, self.max_pause_s = llm, interval_s, budget, max_pause_s
         self.peak, self.reads = 0.0, 0
         self._registry = registry
+        self._begun = time.perf_counter()
         self._stop = threading.Event()
+        self._kick = threading.Event()  # a batch began (or the sampler ends): its schedule restarts
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _read(self) -> float:
@@ -176,8 +181,12 @@ class KVPeak:
 
             self._registry = REGISTRY
         self._gauges = self._registry.restricted_registry(list(_KV_GAUGES))
-        start, pause = time.perf_counter(), self.interval_s
-        while not self._stop.wait(pause):
+        pause = self.interval_s
+        while not self._stop.is_set():
+            if self._kick.wait(pause):
+                self._kick.clear()
+                pause = self.interval_s
+                continue
             t0 = time.perf_counter()
             try:
                 self.peak = max(self.peak, self._read())
@@ -185,14 +194,21 @@ class KVPeak:
             except Exception:  # a registry read racing a write is retried next tick
                 pass
             t1 = time.perf_counter()
-            pause = next_pause(t1 - start, t1 - t0, self.interval_s, self.budget, self.max_pause_s)
+            pause = next_pause(t1 - self._begun, t1 - t0, self.interval_s, self.budget, self.max_pause_s)
+
+    def begin(self) -> None:
+        """A batch starts now: read often again, then back off with its elapsed time."""
+        self._begun = time.perf_counter()
+        self._kick.set()
 
     def __enter__(self):
+        self._begun = time.perf_counter()
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
+        self._kick.set()
         self._thread.join()
 
 
@@ -228,20 +244,18 @@ def _serve(conn, llm, startup_s: float) -> None:
     an MMLU item, bench/request_transfer.py). One sending thread keeps the replies in order."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_read_ahead, args=(conn, inbox), daemon=True, name="evalsuite-inbox").start()
-    peak = 0.0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-outbox") as outbox:
+    with KVPeak(llm) as kv, ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-outbox") as outbox:
         while True:
             msg = inbox.get()
             op = msg[0]
             if op == "generate":
-                with KVPeak(llm) as kv:
-                    results = llm.generate(msg[1], msg[2], use_tqdm=False)
-                peak = max(peak, kv.peak)
+                kv.begin()
+                results = llm.generate(msg[1], msg[2], use_tqdm=False)
                 outbox.submit(_reply, conn, results)
             elif op == "refused":
                 outbox.submit(conn.send, ("error", msg[1]))
             elif op == "metrics":
-                outbox.submit(conn.send, ("ok", {**_metric_values(llm), "kv_usage_peak": peak}))
+                outbox.submit(conn.send, ("ok", {**_metric_values(llm), "kv_usage_peak": kv.peak}))
             elif op == "close":
                 break
     _shutdown(llm)
