@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from datetime import datetime, timezone
 from typing import Any
 
@@ -105,11 +106,12 @@ class Runner:
         # worker whose driver died learns it.
         # The engine gets the next batch before this one is recorded (engine.answers), so it never
         # waits for the pipe either.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-record") as pool:
+        chunks = list(batches(todo, size, self.cfg.engine.batch_tokens))
+        stream = answers(engine, ([s.request for s in b] for b in chunks))
+        # closed at once on a scoring error: the answer to the batch sent ahead is then not taken for a later call's
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-record") as pool, closing(stream):
             recording = None
-            chunks = list(batches(todo, size, self.cfg.engine.batch_tokens))
-            for batch, completions in zip(chunks, answers(engine, ([s.request for s in b] for b in chunks)),
-                                          strict=True):
+            for batch, completions in zip(chunks, stream, strict=True):
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
                 recording = pool.submit(self._record, variant, name, task, batch, completions, done)
