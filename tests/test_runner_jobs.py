@@ -168,7 +168,7 @@ class _Nvml:
 
 
 def test_a_shared_device_withholds_the_start_deltas_and_counts_its_tenants(monkeypatch):
-    monkeypatch.setattr(sharing, "NvmlPeak", lambda: _Nvml([2, 3]))
+    monkeypatch.setattr(sharing, "NvmlPeak", lambda root=None: _Nvml([2, 3]))
     monkeypatch.setattr(sharing, "device_total_gib", lambda: 80.0)
     with DeviceWatch(0.5) as device:
         started = device.started(EngineStats(cuda_graph_gib=20.0, weights_gib=3.0, source={"cuda_graph_gib": "log"}))
@@ -179,7 +179,7 @@ def test_a_shared_device_withholds_the_start_deltas_and_counts_its_tenants(monke
 
 
 def test_a_device_to_itself_keeps_every_figure(monkeypatch):
-    monkeypatch.setattr(sharing, "NvmlPeak", lambda: _Nvml([0, 0]))
+    monkeypatch.setattr(sharing, "NvmlPeak", lambda root=None: _Nvml([0, 0]))
     monkeypatch.setattr(sharing, "device_total_gib", lambda: None)
     with DeviceWatch(None) as device:
         device.started(EngineStats(cuda_graph_gib=0.4))
