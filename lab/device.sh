@@ -10,6 +10,9 @@
 #   device.sh run ARGS...    `evalsuite ARGS...` with the H200 environment (see env below)
 #   device.sh py SCRIPT ARGS...  a bench/ or scripts/ Python script with the same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
+#   device.sh items          unpack RULER items built on another machine (lab/ruler_items.py, then
+#                            `lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`) into the
+#                            cache, where runs find them instead of building them (minutes at 128K)
 #   device.sh restore        unpack run folders an earlier session's poll.sh brought back (carried as
 #                            .gpu/runs/NAME.tar.zst.*) into /root/repo/runs/h200, where lanes.sh resumes them
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
@@ -102,6 +105,15 @@ copy() {  # the repo `device run` sends is refreshed by every call; detached run
   echo "copied to $R/repo"
 }
 
+items() {
+  mkdir -p $R/cache
+  for first in .gpu/items/*.tar.zst.0; do
+    [ -e "$first" ] || continue
+    PYTHONPATH=$R/zst python3 lab/pack.py --unpack "${first%.0}".* $R/cache
+    echo "unpacked $(basename "${first%.tar.zst.0}") into $R/cache"
+  done
+}
+
 restore() {
   mkdir -p $R/repo/runs/h200
   for first in .gpu/runs/*.tar.zst.0; do
@@ -112,7 +124,7 @@ restore() {
   done
 }
 
-cmd=${1:?usage: device.sh stash|prepare|setup|copy|restore|run|py}
+cmd=${1:?usage: device.sh stash|prepare|setup|copy|items|restore|run|py}
 shift
 case $cmd in
   stash) stash ;;
@@ -122,6 +134,7 @@ case $cmd in
   run) env_h200; exec python3 -m evalsuite "$@" ;;
   py) env_h200; exec python3 "$@" ;;
   copy) copy ;;
+  items) items ;;
   restore) restore ;;
   *) echo "unknown step $cmd" >&2; exit 2 ;;
 esac

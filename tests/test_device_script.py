@@ -155,3 +155,27 @@ def test_poll_on_a_fresh_machine_says_so_at_once(tmp_path):
                          env={**os.environ, "OUT": str(tmp_path / "out")})
     assert res.returncode == 3 and "fresh start" in res.stdout
     assert time.monotonic() - t0 < 10
+
+
+def test_items_built_elsewhere_are_unpacked_into_the_cache(tmp_path):
+    """RULER items built on another machine travel packed by lab/pack.py; `device.sh items` puts them
+    where the runs look (the cache's ruler folder), so no run builds them again."""
+    import sys
+
+    co, root, bin_ = tmp_path / "checkout", tmp_path / "root", tmp_path / "bin"
+    (co / "lab").mkdir(parents=True)
+    bin_.mkdir()
+    for name in ("device.sh", "pack.py"):
+        (co / "lab" / name).write_text((REPO / "lab" / name).read_text())
+    (bin_ / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # a link would leave the venv
+    (bin_ / "python3").chmod(0o755)
+    built = tmp_path / "built" / "ruler"
+    built.mkdir(parents=True)
+    (built / "vt-len131072-abc.json").write_text('[{"input": "x"}]')
+    (co / ".gpu" / "items").mkdir(parents=True)
+    subprocess.run([sys.executable, "lab/pack.py", str(built), ".gpu/items/ruler.tar.zst"], cwd=co, check=True)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "EVALSUITE_DEVICE_ROOT": str(root)}
+    res = device(co, env, "items")
+    assert res.returncode == 0, res.stderr
+    assert (root / "cache" / "ruler" / "vt-len131072-abc.json").read_text() == '[{"input": "x"}]'
+    assert "unpacked ruler" in res.stdout

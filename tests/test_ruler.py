@@ -211,7 +211,7 @@ def test_shipped_configs_validate():
     (ruler,) = [t for t in cpu.tasks if t.type == "ruler"]
     assert ruler.tasks == ALL_TASKS
     lengths, variants = [], {}
-    for name in ("qwen-1.5b-ruler.yaml", "qwen-1.5b-ruler-128k.yaml"):
+    for name in ("qwen-1.5b-ruler.yaml", "qwen-1.5b-ruler-64k.yaml", "qwen-1.5b-ruler-128k.yaml"):
         h200 = load_config(REPO / "lab" / "configs" / "h200" / name)
         (ruler,) = [t for t in h200.tasks if t.type == "ruler"]
         assert ruler.tasks == ALL_TASKS and len(ruler.tasks) * ruler.n >= 124  # gate --plan: 5 pt on the average
@@ -220,7 +220,8 @@ def test_shipped_configs_validate():
         assert h200.defaults.max_model_len == max(ruler.lengths)
     assert lengths == [4096, 8192, 16384, 32768, 65536, 131072]
     five = {"bf16", "fp8", "awq", "kv_fp8", "kv_fp8_skip_layers_0_1"}
-    assert variants == {"qwen-1.5b-ruler.yaml": five | {"kv_int8_per_token_head"}, "qwen-1.5b-ruler-128k.yaml": five}
+    assert variants == {"qwen-1.5b-ruler.yaml": five | {"kv_int8_per_token_head"},
+                        "qwen-1.5b-ruler-64k.yaml": five, "qwen-1.5b-ruler-128k.yaml": five}
 
 
 @pytest.mark.engine

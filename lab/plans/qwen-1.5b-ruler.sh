@@ -12,6 +12,7 @@
 # the kit, .gpu/carry with `device.sh prepare`, the model's pieces, then the start call).
 # Usage (lab/ruler_items.py builds the items; lanes.sh runs the rest): setsid nohup bash lab/plans/qwen-1.5b-ruler.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"
+short_items
 # The 4K-32K items were built once, on every core (a run builds what the cache lacks, and four runs at
 # once would each build them); the 64K/128K ones in a lane of their own while the card runs the short ones.
 bash lab/lanes.sh $DL "py items lab/ruler_items.py $L" "run $S r1 bf16 fp8; run $L r1l bf16" "run $S r2 awq kv_fp8" \
