@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs ON the lent H200 machine, from the repository root that `device run` sends.
 #   device.sh stash          move whatever this call carried (.kit parts, .gpu/carry, .m pieces, the
-#                            weightless model shapes .gpu/llama31-8b*) to /root
+#                            weightless model shapes .gpu/llama31-8b*, packed items .gpu/items) to /root
 #   device.sh prepare        stash, then install the kit and wheels in the background (detached), so
 #                            that the calls carrying the model pieces overlap it: in the call after the
 #                            kit, .kit/zst and .gpu/carry have arrived
@@ -11,8 +11,9 @@
 #   device.sh py SCRIPT ARGS...  a bench/ or scripts/ Python script with the same environment
 #   device.sh copy           a private copy of this repo in /root/repo, for runs that outlive the call
 #   device.sh items          unpack RULER items built on another machine (lab/ruler_items.py, then
-#                            `lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`) into the
-#                            cache, where runs find them instead of building them (minutes at 128K)
+#                            `lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`, stashed by
+#                            an earlier call) into the cache, where runs find them instead of building
+#                            them (minutes at 128K)
 #   device.sh restore        unpack run folders an earlier session's poll.sh brought back (carried as
 #                            .gpu/runs/NAME.tar.zst.*) into /root/repo/runs/h200, where lanes.sh resumes them
 # The machine keeps /root while it is held (about 30 s after each call), so calls go back to back.
@@ -33,6 +34,7 @@ stash() {
     [ -d .kit/zst ] && cp .kit/zst/*.whl $R/kit/
   fi
   [ -d .gpu/carry ] && cp -r .gpu/carry/. $R/carry/
+  [ -d .gpu/items ] && mkdir -p $R/items && cp .gpu/items/* $R/items/
   for d in .gpu/llama31-8b*/; do [ -d "$d" ] && mkdir -p $R/shapes && cp -r "$d" $R/shapes/; done
   if [ -d .m ]; then
     for f in .m/[a-z][0-9][0-9] .m/name .m/name.[a-z]; do [ -e "$f" ] && mv "$f" $R/m/; done
@@ -107,7 +109,7 @@ copy() {  # the repo `device run` sends is refreshed by every call; detached run
 
 items() {
   mkdir -p $R/cache
-  for first in .gpu/items/*.tar.zst.0; do
+  for first in $R/items/*.tar.zst.0; do
     [ -e "$first" ] || continue
     PYTHONPATH=$R/zst python3 lab/pack.py --unpack "${first%.0}".* $R/cache
     echo "unpacked $(basename "${first%.tar.zst.0}") into $R/cache"

@@ -7,6 +7,7 @@ travels with every call."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -175,6 +176,8 @@ def test_items_built_elsewhere_are_unpacked_into_the_cache(tmp_path):
     (co / ".gpu" / "items").mkdir(parents=True)
     subprocess.run([sys.executable, "lab/pack.py", str(built), ".gpu/items/ruler.tar.zst"], cwd=co, check=True)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "EVALSUITE_DEVICE_ROOT": str(root)}
+    assert device(co, env, "stash").returncode == 0  # the call that carries them
+    shutil.rmtree(co / ".gpu")  # the next call's checkout holds nothing of it
     res = device(co, env, "items")
     assert res.returncode == 0, res.stderr
     assert (root / "cache" / "ruler" / "vt-len131072-abc.json").read_text() == '[{"input": "x"}]'

@@ -11,9 +11,9 @@
 # resumes where this one stopped.
 # The items (~20 minutes of one core at 128K) can be built beforehand on any machine with the 1.5B
 # (`python lab/ruler_items.py` on the two configs, then `python lab/pack.py
-# ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst` and carry .gpu/items): the start call unpacks
-# them into the cache (`lab/device.sh items`); whatever is missing a run builds itself.
-# Carrying, start and polls: as qwen-1.5b-ruler.sh, with `bash lab/device.sh items` after `setup`.
+# ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`, ~5 MB, carried with a kit part): the start call
+# unpacks them into the cache (`lab/device.sh items` after `setup`); what is missing a run builds itself.
+# Carrying, start and polls otherwise as qwen-1.5b-ruler.sh.
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-long.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"
 order="bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"
