@@ -10,7 +10,7 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 
-from evalsuite.core.types import Metric, Score
+from evalsuite.core.types import Metric, MetricKind, Score
 from evalsuite.stats.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
 from evalsuite.stats.significance import (
     best_case_bound,
@@ -159,6 +159,22 @@ def test_wilson_interval_metrics_for_mlflow():
     # a macro or balanced mean has no single count: the normal interval from its stderr, kept in [0, 1]
     assert accuracy_interval(Metric(name="legal/balanced_acc", value=0.98, stderr=0.02, n=50)) == (
         pytest.approx(0.98 - 1.96 * 0.02, abs=1e-3), 1.0)
+
+
+def test_a_partial_credit_mean_at_a_bound_keeps_the_uncertainty_of_its_n():
+    """RULER's score is a mean of partial credit; a task where all 12 items scored 1 (or 0) has a zero
+    standard error, and 12 items cannot make its interval a point: Wilson's for 12 of 12 (0 of 12)."""
+    for value in (1.0, 0.0):
+        scores = [Score(sample_id=str(i), task="ruler", value=value, pred="", target="") for i in range(12)]
+        m = accuracy(scores, "ruler/score/niah_single_1_len65536", kind=MetricKind.mean)
+        assert m.stderr == 0
+        assert accuracy_interval(m) == pytest.approx(wilson(12 * value, 12, 0.95))
+    low, high = accuracy_interval(m)
+    assert high == pytest.approx(0.2425, abs=1e-4) and low == pytest.approx(0.0, abs=1e-12)
+    # partial credit between the bounds keeps the normal interval of its stderr
+    mixed = accuracy([Score(sample_id=str(i), task="ruler", value=v, pred="", target="")
+                      for i, v in enumerate([1.0, 0.5] * 6)], "ruler/score", kind=MetricKind.mean)
+    assert accuracy_interval(mixed) == pytest.approx((0.75 - 1.96 * mixed.stderr, 0.75 + 1.96 * mixed.stderr), abs=1e-3)
 
 
 def test_tail_percentiles_need_enough_samples():

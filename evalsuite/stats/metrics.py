@@ -106,11 +106,16 @@ def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms
 
 def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float] | None:
     """A single accuracy's two-sided interval: Wilson for a mean of per-item scores (acc,
-    exact_match), else the normal interval from its stderr clipped to [0, 1] (macro and
-    balanced means of several proportions, where no single count exists)."""
+    exact_match) and for a mean of partial credit with every item at 0 or every item at 1, else the
+    normal interval from its stderr clipped to [0, 1] (partial credit, macro and balanced means of
+    several proportions, where no single count exists)."""
     from evalsuite.stats.significance import wilson  # scipy/statsmodels load only when intervals are wanted
 
     if m.n and m.kind == MetricKind.proportion and 0 <= m.value <= 1:
+        return wilson(m.value * m.n, m.n, confidence)
+    if m.n and m.item_score and m.in_points and not m.stderr and m.value in (0.0, 1.0):
+        # every item scored the same bound, so every item is 0 or every item 1 and a count exists:
+        # the normal interval of a zero stderr would claim a certainty that n items cannot give
         return wilson(m.value * m.n, m.n, confidence)
     if m.stderr is not None and not math.isnan(m.value):
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
