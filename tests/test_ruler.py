@@ -21,6 +21,7 @@ from evalsuite.core.types import Completion, Score
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.ruler import ALL_TASKS, RulerConfig
+from evalsuite.tasks.ruler_data import ONE_ANSWER
 
 pytest.importorskip("lm_eval")
 pytest.importorskip("wonderwords")
@@ -159,8 +160,12 @@ def test_metrics_named_as_ruler_and_paired_on_the_right_items(built):
     assert cell.n == 2 and cell.value == 0.5
     assert metrics["ruler/score/niah_multivalue_len3072"].value == pytest.approx(0.125)  # 1 of 4 values, once
     assert metrics["ruler/score/vt"].n == 2 and "ruler/score" in metrics
-    for name in metrics:
-        assert sanitize(name) == name and metrics[name].item_score and metrics[name].kind == "mean", name
+    for name, m in metrics.items():
+        # a task whose items expect one string scores each 0 or 1: a proportion (Wilson's interval);
+        # the pooled scores and the tasks that expect several strings give partial credit: a mean
+        one = any(name.startswith(f"ruler/score/{t}") for t in ONE_ANSWER)
+        assert sanitize(name) == name and m.item_score and m.kind == ("proportion" if one else "mean"), name
+    assert {s.meta["ruler_task"] for s in samples if len(s.meta["answers"]) == 1} == set(ONE_ANSWER)
     # the paired test takes a length's items by their recorded length, a task's by their labels
     rows = [(s.model_dump(), sc.model_dump()) for s, sc in zip(samples, scores)]
     for label, expected in (("len3072", len(samples)), ("niah_single_1", 2), ("niah_single_1_len3072", 2),

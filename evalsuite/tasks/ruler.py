@@ -214,11 +214,14 @@ class RulerTaskRunner(Task):
             by_len[length].append(s)
             by_task[task].append(s)
             by_cell[(task, length)].append(s)
+        from evalsuite.tasks.ruler_data import ONE_ANSWER
+
         head = f"{self.name}/score"
         partial = MetricKind.mean  # partial credit: a multi-value item scores the share of values found
+        kind = {t: MetricKind.proportion if t in ONE_ANSWER else partial for t in ALL_TASKS}
         out = [accuracy(scores, head, partial)]
         out += [accuracy(g, f"{head}/len{n}", partial, length=n) for n, g in sorted(by_len.items())]
-        out += [accuracy(by_task[t], f"{head}/{t}", partial) for t in ALL_TASKS if t in by_task]
-        out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}", partial)
+        out += [accuracy(by_task[t], f"{head}/{t}", kind[t]) for t in ALL_TASKS if t in by_task]
+        out += [accuracy(by_cell[(t, n)], f"{head}/{group_of(t, n)}", kind[t])
                 for n in sorted(by_len) for t in ALL_TASKS if (t, n) in by_cell]
         return out

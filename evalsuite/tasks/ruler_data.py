@@ -39,6 +39,9 @@ NIAH = {
     "niah_multivalue": ("essay", "words", "numbers", {"num_needle_v": 4}),
     "niah_multiquery": ("essay", "words", "numbers", {"num_needle_q": 4}),
 }
+# The tasks whose items expect one string, so that an item scores 0 or 1 (the others expect several
+# values, queries, variables or words, and score the share found)
+ONE_ANSWER = tuple(t for t, (*_, needles) in NIAH.items() if not {"num_needle_v", "num_needle_q"} & needles.keys())
 VERSION = "lm-eval-0.4.13/1"  # of the items made here: part of their cache key
 OTHERS = ("vt", "cwe", "fwe")  # variable tracking, common- and frequent-words extraction
 TASKS = (*NIAH, *OTHERS)
