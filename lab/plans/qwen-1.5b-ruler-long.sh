@@ -9,18 +9,26 @@
 # Re-runnable: each lane seeds its folder from the scores kept in $D/scores-ruler-64k and
 # $D/scores-ruler-128k where they exist (`slim.sh aside` with them as KEEP), so a second session
 # resumes where this one stopped.
-# The items (~20 minutes of one core at 128K) can be built beforehand on any machine with the 1.5B
-# (`python lab/ruler_items.py` on the two configs, then `python lab/pack.py
-# ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`, ~5 MB, carried with a kit part): the start call
-# unpacks them into the cache (`lab/device.sh items` after `setup`); what is missing a run builds itself.
-# Carrying, start and polls otherwise as qwen-1.5b-ruler.sh.
+# The items: 64K ~1.5 minutes and 128K ~3.5 minutes on the host's 16 cores. The 64K lane starts once its
+# items are built, while the 128K items build beside it; the 128K lane waits for them. Items are kept in
+# the cache under a key that includes the tokenizer's serialized definition, so items built on another
+# machine serve only where that matches (built with another transformers version they did not): the
+# plan copies the items it built to runs/h200/items/ruler, which the polls bring back, for the next
+# session to carry (`python lab/pack.py DIR/ruler .gpu/items/ruler.tar.zst`; `device.sh items` unpacks).
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-long.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"
 order="bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"
 seeds() {  # the seed steps of one length's lane, for the variants kept in $1
   for v in $order; do [ -d "$1/$v" ] && printf 'seed %s %s %s %s; ' "$1" "$2" "$3" "$v"; done
 }
-bash lab/device.sh py lab/ruler_items.py $M $L > $I/items-long.log 2>&1
+items() {  # CONFIG NAME: build one config's items, then keep a copy for the polls to bring back
+  bash lab/device.sh py lab/ruler_items.py "$1" > $I/items-$2.log 2>&1
+  mkdir -p $I/ruler && cp /root/cache/ruler/*-len"$2"-* $I/ruler/ 2>/dev/null
+  touch $I/$2.done
+}
+items $M 65536
+items $L 131072 &
 bash lab/lanes.sh $DL \
-  "$(seeds $D/scores-ruler-128k $L l128) run $L l128 $order" \
-  "$(seeds $D/scores-ruler-64k $M l64) run $M l64 $order"
+  "$(seeds $D/scores-ruler-64k $M l64) run $M l64 $order" \
+  "until [ -f $I/131072.done ]; do sleep 5; done; $(seeds $D/scores-ruler-128k $L l128) run $L l128 $order"
+wait
