@@ -16,8 +16,10 @@
 # plan copies the items it built to runs/h200/items/ruler, which the polls bring back, for the next
 # session to carry (`python lab/pack.py DIR/ruler .gpu/items/ruler.tar.zst`; `device.sh items` unpacks).
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-long.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
+# (ORDER="V ..." runs only those variants, in that order; LENGTHS=65536 only the 64K lane, for a session
+# too short for 128K.)
 source "$(dirname "$0")/ruler-common.sh" "$@"
-order="bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"
+order=${ORDER:-bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq}
 seeds() {  # the seed steps of one length's lane, for the variants kept in $1
   for v in $order; do [ -d "$1/$v" ] && printf 'seed %s %s %s %s; ' "$1" "$2" "$3" "$v"; done
 }
@@ -27,8 +29,10 @@ items() {  # CONFIG NAME: build one config's items, then keep a copy for the pol
   touch $I/$2.done
 }
 items $M 65536
-items $L 131072 &
-bash lab/lanes.sh $DL \
-  "$(seeds $D/scores-ruler-64k $M l64) run $M l64 $order" \
-  "until [ -f $I/131072.done ]; do sleep 5; done; $(seeds $D/scores-ruler-128k $L l128) run $L l128 $order"
+lanes=("$(seeds $D/scores-ruler-64k $M l64) run $M l64 $order")
+if [ "${LENGTHS:-65536 131072}" != 65536 ]; then
+  items $L 131072 &
+  lanes+=("until [ -f $I/131072.done ]; do sleep 5; done; $(seeds $D/scores-ruler-128k $L l128) run $L l128 $order")
+fi
+bash lab/lanes.sh $DL "${lanes[@]}"
 wait
