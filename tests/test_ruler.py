@@ -258,3 +258,26 @@ def test_ruler_cpu_config_runs_on_vllm(tmp_path, tiny_model):
         ids[v["variant"]] = [r["sample"]["id"] for r in rows]
         assert all(0 <= Score.model_validate(r["score"]).value <= 1 for r in rows)
     assert sorted(ids["bf16"]) == sorted(ids["fp32"]) and len(ids["bf16"]) == len(set(ids["bf16"]))
+
+
+def test_items_are_kept_under_what_the_tokenizer_does_not_how_it_is_written(tiny_tokenizer, tmp_path):
+    """One tokenizer serialized differently (another tokenizers/transformers version writes other fields)
+    finds the items built with it; a tokenizer that splits text differently does not."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from evalsuite.tasks.ruler import tokenizer_fingerprint
+
+    essays = "The best way to get startup ideas is not to try to think of startup ideas".split() * 40
+    base = tokenizer_fingerprint(tiny_tokenizer, essays)
+    saved = tmp_path / "same"
+    tiny_tokenizer.save_pretrained(saved)
+    same = AutoTokenizer.from_pretrained(saved)
+    same.backend_tokenizer.enable_truncation(max_length=10**6)  # written differently, splits alike
+    assert same.backend_tokenizer.to_str() != tiny_tokenizer.backend_tokenizer.to_str()
+    assert tokenizer_fingerprint(same, essays) == base
+    spec = json.loads((saved / "tokenizer.json").read_text())
+    spec["model"]["merges"] = spec["model"]["merges"][40:]  # fewer merges: longer token sequences
+    (saved / "tokenizer.json").write_text(json.dumps(spec))
+    assert tokenizer_fingerprint(AutoTokenizer.from_pretrained(saved), essays) != base

@@ -72,11 +72,25 @@ class RulerConfig(BaseModel):
         return RulerTaskRunner(self, ctx)
 
 
-def tokenizer_fingerprint(tok) -> str:
-    """What decides token counts: a fast tokenizer's whole definition, else its name and size."""
-    backend = getattr(tok, "backend_tokenizer", None)
-    text = backend.to_str() if backend is not None else f"{type(tok).__name__}:{tok.name_or_path}:{len(tok)}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+# Text of the kinds the generators size besides the essays: lm-eval's noise haystack (niah_single_1,
+# vt), needle sentences with words, numbers and uuids (the multi-key haystack is made of them), vt's
+# assignments, cwe/fwe's numbered word lists
+PROBE = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n"
+         "One of the special magic numbers for long-context is: 4817329. "
+         "One of the special magic uuids for 3f2a9c1e-8b7d-4e6f-a5c4-1d2e3f4a5b6c is: "
+         "0b9d7e21-64fa-4c3b-9e58-a7d2c1f04e93.\nVAR ABCDE = 12345\nVAR QWERT = VAR ABCDE\n"
+         "1. wonderful 2. jacket 3. ostrich 4. eel 5. 0123456789 \n\n Question: What are the 10 most common words")
+
+
+def tokenizer_fingerprint(tok, essays: list[str]) -> str:
+    """What decides the items: how the tokenizer splits the essays and the generators' other text, and
+    its size. By behaviour, not by the tokenizer's serialized definition, which differs between
+    tokenizers/transformers versions for one and the same tokenizer (items built on a CPU machine would
+    then never serve the GPU machine); the essays take ~1 s to tokenize, the items minutes to build."""
+    digest = hashlib.sha256(f"{len(tok)}".encode())
+    for ids in tok([" ".join(essays[: len(essays) // 2]), PROBE]).input_ids:  # essay_words holds two copies
+        digest.update(" ".join(map(str, ids)).encode())
+    return digest.hexdigest()[:16]
 
 
 def hash_words(words: list[str]) -> str:
@@ -152,7 +166,7 @@ class RulerTaskRunner(Task):
         tokenizer, essays and seed has the same items. A kept file with at least n items serves n
         (the first n items do not depend on n). Missing ones are built in parallel where there are
         more than two cores (lm-eval's generators are single-threaded Python)."""
-        fingerprint = f"{tokenizer_fingerprint(self.ctx.tokenizer)}:{hash_words(essays)}:{rd.VERSION}"
+        fingerprint = f"{tokenizer_fingerprint(self.ctx.tokenizer, essays)}:{hash_words(essays)}:{rd.VERSION}"
         jobs = {}
         for task, length in pairs:
             seed = rd.item_seed(self.ctx.seed, task, length)

@@ -9,12 +9,13 @@
 # Re-runnable: each lane seeds its folder from the scores kept in $D/scores-ruler-64k and
 # $D/scores-ruler-128k where they exist (`slim.sh aside` with them as KEEP), so a second session
 # resumes where this one stopped.
-# The items: 64K ~1.5 minutes and 128K ~3.5 minutes on the host's 16 cores. The 64K lane starts once its
-# items are built, while the 128K items build beside it; the 128K lane waits for them. Items are kept in
-# the cache under a key that includes the tokenizer's serialized definition, so items built on another
-# machine serve only where that matches (built with another transformers version they did not): the
-# plan copies the items it built to runs/h200/items/ruler, which the polls bring back, for the next
-# session to carry (`python lab/pack.py DIR/ruler .gpu/items/ruler.tar.zst`; `device.sh items` unpacks).
+# The items: 64K ~1.5 minutes and 128K ~3.5 minutes on the host's 16 cores, or none where they were
+# built beforehand on any machine with the 1.5B (`python lab/ruler_items.py` on the two configs; the
+# cache key is what the tokenizer does, not the tokenizers version that wrote it), packed with
+# `python lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst` (~5 MB), carried with a kit
+# part and unpacked by `device.sh items` after `setup`. The 64K lane starts once its items exist, while
+# the 128K items build beside it; the 128K lane waits for them. The items the host built are copied to
+# runs/h200/items/ruler, which the polls bring back.
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-long.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 # (ORDER="V ..." runs only those variants, in that order; LENGTHS=65536 only the 64K lane, for a session
 # too short for 128K.)
