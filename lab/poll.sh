@@ -7,7 +7,9 @@
 set -uo pipefail
 wait_s=${1:-0}
 cd "$(dirname "$0")/.."
-if [ ! -d runs/h200 ]; then
+# /root/lanes.log: the start call's plan has begun, and a poll in the same call may come before it
+# has made runs/h200
+if [ ! -d runs/h200 ] && [ ! -f "${LANES_LOG:-/root/lanes.log}" ]; then
   # a fresh machine (the one with the lanes was given back in a gap between calls): waiting would
   # only spend the budget left on nothing
   echo "poll: $(pwd) holds no lanes (runs/h200): this machine is a fresh start, not the one the lanes ran on"

@@ -153,7 +153,7 @@ def test_poll_on_a_fresh_machine_says_so_at_once(tmp_path):
     poll.write_text((REPO / "lab" / "poll.sh").read_text())
     t0 = time.monotonic()
     res = subprocess.run(["bash", str(poll), "60"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "OUT": str(tmp_path / "out")})
+                         env={**os.environ, "OUT": str(tmp_path / "out"), "LANES_LOG": str(tmp_path / "no-lanes.log")})
     assert res.returncode == 3 and "fresh start" in res.stdout
     assert time.monotonic() - t0 < 10
 
