@@ -202,7 +202,6 @@ class KVPeak:
         self._kick.set()
 
     def __enter__(self):
-        self._begun = time.perf_counter()
         self._thread.start()
         return self
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
+from evalsuite.data.haystack import encode, resolve_source
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.needle import check_distinct, check_fits, check_lengths
@@ -88,8 +89,8 @@ def tokenizer_fingerprint(tok, essays: list[str]) -> str:
     tokenizers/transformers versions for one and the same tokenizer (items built on a CPU machine would
     then never serve the GPU machine); the essays take ~1 s to tokenize, the items minutes to build."""
     digest = hashlib.sha256(f"{len(tok)}".encode())
-    for ids in tok([" ".join(essays[: len(essays) // 2]), PROBE]).input_ids:  # essay_words holds two copies
-        digest.update(" ".join(map(str, ids)).encode())
+    for text in (" ".join(essays[: len(essays) // 2]), PROBE):  # essay_words holds two copies
+        digest.update(" ".join(map(str, encode(tok, text))).encode())
     return digest.hexdigest()[:16]
 
 
@@ -145,8 +146,6 @@ class RulerTaskRunner(Task):
         if not all(importlib.util.find_spec(m) for m in ("lm_eval", "wonderwords", "nltk")):
             raise ConfigError(f"tasks: {self.name}: type ruler needs lm-eval's RULER code "
                               "(pip install 'lm-eval[ruler]==0.4.13')") from None
-        from evalsuite.data.haystack import resolve_source
-
         essays = rd.essay_words(resolve_source(self.cfg.haystack, self.ctx.base_dir, self.ctx.cache_dir))
         pairs = [(task, length) for length in sorted(self.cfg.lengths, reverse=True)  # longest first: the
                  for task in self.cfg.tasks]                                          # KV pool's peak early
@@ -218,6 +217,8 @@ class RulerTaskRunner(Task):
                      extra={"ruler_task": m["ruler_task"], "length": m["length"]})
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
+        from evalsuite.tasks.ruler_data import ONE_ANSWER
+
         if not scores:
             return []
         by_len: dict[int, list[Score]] = defaultdict(list)
@@ -228,8 +229,6 @@ class RulerTaskRunner(Task):
             by_len[length].append(s)
             by_task[task].append(s)
             by_cell[(task, length)].append(s)
-        from evalsuite.tasks.ruler_data import ONE_ANSWER
-
         head = f"{self.name}/score"
         partial = MetricKind.mean  # partial credit: a multi-value item scores the share of values found
         kind = {t: MetricKind.proportion if t in ONE_ANSWER else partial for t in ALL_TASKS}

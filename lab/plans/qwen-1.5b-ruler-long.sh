@@ -26,7 +26,7 @@ seeds() {  # the seed steps of one length's lane, for the variants kept in $1
 }
 items() {  # CONFIG NAME: build one config's items, then keep a copy for the polls to bring back
   bash lab/device.sh py lab/ruler_items.py "$1" > $I/items-$2.log 2>&1
-  mkdir -p $I/ruler && cp /root/cache/ruler/*-len"$2"-* $I/ruler/ 2>/dev/null
+  mkdir -p $I/ruler && cp "${EVALSUITE_DEVICE_ROOT:-/root}"/cache/ruler/*-len"$2"-* $I/ruler/ 2>/dev/null
   touch $I/$2.done
 }
 items $M 65536
