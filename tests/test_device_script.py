@@ -182,3 +182,19 @@ def test_items_built_elsewhere_are_unpacked_into_the_cache(tmp_path):
     assert res.returncode == 0, res.stderr
     assert (root / "cache" / "ruler" / "vt-len131072-abc.json").read_text() == '[{"input": "x"}]'
     assert "unpacked ruler" in res.stdout
+
+
+def test_the_long_ruler_plan_seeds_every_kept_variant_in_one_step(tmp_path):
+    """`scores.py seed` refuses a folder that already holds a run, so a lane seeded one variant a step
+    kept only the first and measured the others' kept items again: the plan names them all at once,
+    in its order, and nothing where none is kept."""
+    plan = (REPO / "lab" / "plans" / "qwen-1.5b-ruler-long.sh").read_text()
+    body = plan[plan.index("seeds() {"):]
+    body = body[:body.index("\n}\n") + 3]
+    kept = tmp_path / "scores-ruler-64k"
+    for v in ("awq", "bf16", "kv_fp8_skip_layers_0_1"):
+        (kept / v).mkdir(parents=True)
+    script = (f'set -uo pipefail; order="bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"\n{body}'
+              f'echo "[$(seeds {kept} CONFIG l64)]"; echo "[$(seeds {tmp_path / "none"} CONFIG l64)]"')
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [f"[seed {kept} CONFIG l64 bf16 kv_fp8_skip_layers_0_1 awq; ]", "[]"]

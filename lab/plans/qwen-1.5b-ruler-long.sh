@@ -21,8 +21,11 @@
 # too short for 128K.)
 source "$(dirname "$0")/ruler-common.sh" "$@"
 order=${ORDER:-bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq}
-seeds() {  # the seed steps of one length's lane, for the variants kept in $1
-  for v in $order; do [ -d "$1/$v" ] && printf 'seed %s %s %s %s; ' "$1" "$2" "$3" "$v"; done
+seeds() {  # the seed step of one length's lane, for the variants kept in $1: one step for them all,
+  # since a seed refuses a folder that already holds a run (a second would find the first's)
+  local kept=()
+  for v in $order; do [ -d "$1/$v" ] && kept+=("$v"); done
+  [ ${#kept[@]} -gt 0 ] && printf 'seed %s %s %s %s; ' "$1" "$2" "$3" "${kept[*]}"
 }
 items() {  # CONFIG NAME: build one config's items, then keep a copy for the polls to bring back
   bash lab/device.sh py lab/ruler_items.py "$1" > $I/items-$2.log 2>&1
