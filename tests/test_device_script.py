@@ -184,17 +184,25 @@ def test_items_built_elsewhere_are_unpacked_into_the_cache(tmp_path):
     assert "unpacked ruler" in res.stdout
 
 
-def test_the_long_ruler_plan_seeds_every_kept_variant_in_one_step(tmp_path):
+def test_a_ruler_lane_seeds_every_kept_variant_in_one_step(tmp_path):
     """`scores.py seed` refuses a folder that already holds a run, so a lane seeded one variant a step
-    kept only the first and measured the others' kept items again: the plan names them all at once,
-    in its order, and nothing where none is kept."""
-    plan = (REPO / "lab" / "plans" / "qwen-1.5b-ruler-long.sh").read_text()
-    body = plan[plan.index("seeds() {"):]
+    kept only the first and measured the others' kept items again: the plans' seed step names them all
+    at once, in the lane's order, and is left out where none is kept."""
+    common = (REPO / "lab" / "plans" / "ruler-common.sh").read_text()
+    body = common[common.index("seeds() {"):]
     body = body[:body.index("\n}\n") + 3]
     kept = tmp_path / "scores-ruler-64k"
     for v in ("awq", "bf16", "kv_fp8_skip_layers_0_1"):
         (kept / v).mkdir(parents=True)
-    script = (f'set -uo pipefail; order="bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"\n{body}'
-              f'echo "[$(seeds {kept} CONFIG l64)]"; echo "[$(seeds {tmp_path / "none"} CONFIG l64)]"')
+    lane = "bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq"
+    script = (f'set -uo pipefail\n{body}'
+              f'echo "[$(seeds {kept} CONFIG l64 {lane})]"; echo "[$(seeds {tmp_path / "none"} CONFIG l64 {lane})]"')
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == [f"[seed {kept} CONFIG l64 bf16 kv_fp8_skip_layers_0_1 awq; ]", "[]"]
+
+
+def test_every_ruler_plan_parses():
+    """The plans run unattended on a lent machine: a syntax error there costs the session."""
+    for plan in sorted((REPO / "lab" / "plans").glob("*ruler*.sh")):
+        res = subprocess.run(["bash", "-n", str(plan)], capture_output=True, text=True)
+        assert res.returncode == 0, f"{plan.name}: {res.stderr}"

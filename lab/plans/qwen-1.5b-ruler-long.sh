@@ -21,22 +21,11 @@
 # too short for 128K.)
 source "$(dirname "$0")/ruler-common.sh" "$@"
 order=${ORDER:-bf16 kv_fp8_skip_layers_0_1 fp8 kv_fp8 awq}
-seeds() {  # the seed step of one length's lane, for the variants kept in $1: one step for them all,
-  # since a seed refuses a folder that already holds a run (a second would find the first's)
-  local kept=()
-  for v in $order; do [ -d "$1/$v" ] && kept+=("$v"); done
-  [ ${#kept[@]} -gt 0 ] && printf 'seed %s %s %s %s; ' "$1" "$2" "$3" "${kept[*]}"
-}
-items() {  # CONFIG NAME: build one config's items, then keep a copy for the polls to bring back
-  bash lab/device.sh py lab/ruler_items.py "$1" > $I/items-$2.log 2>&1
-  mkdir -p $I/ruler && cp "${EVALSUITE_DEVICE_ROOT:-/root}"/cache/ruler/*-len"$2"-* $I/ruler/ 2>/dev/null
-  touch $I/$2.done
-}
 items $M 65536
-lanes=("$(seeds $D/scores-ruler-64k $M l64) run $M l64 $order")
+lanes=("$(seeds $D/scores-ruler-64k $M l64 $order) run $M l64 $order")
 if [ "${LENGTHS:-65536 131072}" != 65536 ]; then
   items $L 131072 &
-  lanes+=("until [ -f $I/131072.done ]; do sleep 5; done; $(seeds $D/scores-ruler-128k $L l128) run $L l128 $order")
+  lanes+=("until [ -f $I/131072.done ]; do sleep 5; done; $(seeds $D/scores-ruler-128k $L l128 $order) run $L l128 $order")
 fi
 bash lab/lanes.sh $DL "${lanes[@]}"
 wait

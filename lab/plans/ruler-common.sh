@@ -1,7 +1,7 @@
-# Sourced by the RULER plans (qwen-1.5b-ruler.sh, qwen-1.5b-ruler-rest.sh, qwen-1.5b-ruler-long.sh) with
-# their T0 BUDGET_S: the repository root, the lanes' deadline DL (END_MARGIN_S before the budget ends,
-# for the last poll), the 4K-32K config S, the 64K and 128K configs M and L, the 1.5B's results folder D
-# (its kept per-item scores, which `seed` resumes from) and the items folder I.
+# Sourced by the RULER plans (qwen-1.5b-ruler*.sh) with their T0 BUDGET_S: the repository root, the
+# lanes' deadline DL (END_MARGIN_S before the budget ends, for the last poll), the 4K-32K config S, the
+# 64K and 128K configs M and L, the 1.5B's results folder D (its kept per-item scores, which `seed`
+# resumes from), the items folder I, and the steps that build items and seed lanes.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 DL=$(($1 + $2 - ${END_MARGIN_S:-150}))
@@ -14,3 +14,16 @@ mkdir -p $I
 # Items are built once, on every core, before any lane: a run builds what the cache lacks, and runs
 # started side by side would each build the same ones.
 short_items() { bash lab/device.sh py lab/ruler_items.py $S > $I/items-short.log 2>&1; }
+items() {  # CONFIG NAME: build one config's items, then keep a copy for the polls to bring back
+  bash lab/device.sh py lab/ruler_items.py "$1" > $I/items-$2.log 2>&1
+  mkdir -p $I/ruler && cp "${EVALSUITE_DEVICE_ROOT:-/root}"/cache/ruler/*-len"$2"-* $I/ruler/ 2>/dev/null
+  touch $I/$2.done
+}
+seeds() {  # SCORES CONFIG NAME VARIANT...: the seed step of a lane, for those VARIANTs kept in SCORES:
+  # one step for them all, since a seed refuses a folder that already holds a run (a second would
+  # find the first's)
+  local scores=$1 config=$2 name=$3 kept=()
+  shift 3
+  for v in "$@"; do [ -d "$scores/$v" ] && kept+=("$v"); done
+  [ ${#kept[@]} -gt 0 ] && printf 'seed %s %s %s %s; ' "$scores" "$config" "$name" "${kept[*]}"
+}
