@@ -6,13 +6,16 @@ off in both so MLflow does not enter the timing. The packed mode runs first: a w
 page cache then helps the sequential mode, so the speedup errs low. Answers are compared per item
 (`same_answers`: the share of items whose completion text is identical; latency rows are timings and
 left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
-floor a packed run's changes are read against.
+floor a packed run's changes are read against. `--prebuild` builds the W4A16 checkpoints that the
+variants quantize (`evalsuite quantize`, cached) before either mode is timed: without it the packed
+mode, which runs first, pays every build and the sequential mode none, so the speedup errs low by
+the builds' minutes; with it both modes time engines and tasks alone (`prebuilt=` in the RESULT line).
 
 On a GPU, where a small model's engine start outweighs its work, packing overlaps the starts. On a
 CPU the engines split its cores between them, so the speedup is what overlapping the starts gains
 over slower work.
 
-    .venv/bin/python bench/sweep_wall.py CONFIG [-V VARIANT ...] [--parallel auto|N] [--noise]
+    .venv/bin/python bench/sweep_wall.py CONFIG [-V VARIANT ...] [--parallel auto|N] [--noise] [--prebuild]
     .venv/bin/python bench/sweep_wall.py --tiny                    # CPU, tiny model, 4 variants
 
 The last line printed is the RESULT line.
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -53,6 +58,25 @@ def run(config: Path, out: Path, parallel: str | None, variants: list[str] = ())
     return wall, record["dir"]
 
 
+def prebuild(config: Path, variants: list[str]) -> int:
+    """Build the checkpoints of the selected variants that quantize (simulated INT4 builds its own
+    dense copy at run time and is left to the runs), one at a time as the packed runner would; the
+    number built or found cached."""
+    from evalsuite.run.config import load_config
+
+    cfg = load_config(config)
+    names = [n for n, v in cfg.variants.items() if v.quantize and not v.simulate and (not variants or n in variants)]
+    for name in names:
+        t0 = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "evalsuite", "quantize", str(config), "--variant", name],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            sys.exit(f"prebuild {name} failed:\n{res.stderr[-3000:]}")
+        print(f"prebuild {name}: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else 'ok'} "
+              f"({time.perf_counter() - t0:.1f} s, untimed)", flush=True)
+    return len(names)
+
+
 def answers(run_dir: Path) -> dict[str, str]:
     """variant/task/item -> completion text, the latency pass left out."""
     out = {}
@@ -69,7 +93,8 @@ def same_share(a: dict[str, str], b: dict[str, str]) -> float:
     return sum(a[k] == b.get(k) for k in a) / max(len(a), 1)
 
 
-def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None) -> str:
+def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None,
+           prebuilt: int | None = None) -> str:
     records = {name: json.loads((d / "run.json").read_text()) for name, d in (("sequential", seq), ("packed", packed))}
     for name, rec in records.items():
         for v in rec["variants"]:
@@ -83,7 +108,8 @@ def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str
           f"of {sched.get('memory_gib')} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
     return (f"RESULT bench=sweep_wall variants={len(records['sequential']['variants'])} parallel={parallel} "
             f"all_ok={int(ok)} sequential_s={seq_s:.1f} packed_s={packed_s:.1f} speedup={seq_s / packed_s:.3f} "
-            f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'}")
+            f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'} "
+            f"prebuilt={'-' if prebuilt is None else prebuilt}")
 
 
 def main() -> None:
@@ -92,6 +118,8 @@ def main() -> None:
     ap.add_argument("--parallel", default="auto", help="The packed mode's --parallel (default: auto).")
     ap.add_argument("--noise", action="store_true", help="Run the sequential mode twice: the answers' noise floor.")
     ap.add_argument("--tiny", action="store_true", help="The tiny random model on CPU.")
+    ap.add_argument("--prebuild", action="store_true",
+                    help="Build the quantized checkpoints before either mode is timed (both then find them cached).")
     ap.add_argument("-V", "--variant", action="append", default=[], dest="variants",
                     help="Run only this variant of CONFIG (repeatable), as `evalsuite run -V`.")
     args = ap.parse_args()
@@ -100,6 +128,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sweep_wall-"))
     config = tiny_config(work) if args.tiny else ray_fanout.wrapped(args.config, work)
     try:
+        prebuilt = prebuild(config, args.variants) if args.prebuild else None
         packed_s, packed = run(config, work / "packed", args.parallel, args.variants)
         seq_s, seq = run(config, work / "sequential", None, args.variants)
         again = run(config, work / "sequential-again", None, args.variants)[1] if args.noise else None
@@ -107,7 +136,7 @@ def main() -> None:
     finally:
         if not args.tiny:
             config.unlink(missing_ok=True)
-    print(report(seq_s, seq, packed_s, packed, args.parallel, noise))
+    print(report(seq_s, seq, packed_s, packed, args.parallel, noise, prebuilt))
 
 
 if __name__ == "__main__":

