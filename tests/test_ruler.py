@@ -224,9 +224,8 @@ def test_shipped_configs_validate():
         variants[name] = set(h200.variants)
         assert h200.defaults.max_model_len == max(ruler.lengths)
     assert lengths == [4096, 8192, 16384, 32768, 65536, 131072]
-    five = {"bf16", "fp8", "awq", "kv_fp8", "kv_fp8_skip_layers_0_1"}
-    assert variants == {"qwen-1.5b-ruler.yaml": five | {"kv_int8_per_token_head"},
-                        "qwen-1.5b-ruler-64k.yaml": five, "qwen-1.5b-ruler-128k.yaml": five}
+    six = {"bf16", "fp8", "awq", "kv_fp8", "kv_fp8_skip_layers_0_1", "kv_int8_per_token_head"}
+    assert all(v == six for v in variants.values()), variants  # the variants at every length
 
 
 @pytest.mark.engine
