@@ -71,6 +71,20 @@ def test_prepare_overlaps_the_model_calls_and_setup_waits_for_it(tmp_path):
     assert "import vllm" in " ".join(calls[:-1])  # the environment was ready before the import
 
 
+def test_a_later_call_does_not_rewrite_what_an_earlier_one_stashed(tmp_path):
+    """A carried folder stays in the device's checkout for the calls after the one that carried it:
+    stash moves it out, so the next calls' stash does not copy the wheels again under a running install."""
+    co, env = checkout(tmp_path)
+    assert device(co, env, "stash").returncode == 0
+    wheel = tmp_path / "root" / "carry" / "quant" / "llmcompressor-0-py3-none-any.whl"
+    assert wheel.read_bytes() == b"whl"
+    assert not (co / ".gpu" / "carry").exists() and not (co / ".kit" / "zst").exists()
+    wheel.write_bytes(b"being read by pip")
+    (co / ".m" / "q01").write_bytes(b"next piece")
+    assert device(co, env, "stash").returncode == 0
+    assert wheel.read_bytes() == b"being read by pip"
+
+
 def test_a_second_model_in_its_own_slot_is_assembled_and_imported_beside_the_first(tmp_path):
     """pack.sh's slot p: the pieces p00.. of the model named in .m/name.p, carried in calls of their own
     before the first model's; setup assembles each from its own pieces and imports both, copy links both."""
