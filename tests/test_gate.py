@@ -504,3 +504,17 @@ def test_the_same_gate_asked_twice_is_computed_once_and_again_when_a_record_chan
     record.write_text(text.replace('"weights_gib": 0.5', '"weights_gib": 2.0'))
     changed = run_gate(Side(rd, "bf16"), [Side(rd)], rules, str(DEFAULT_RULES))
     assert len(calls) == 2 and changed.verdicts() == {"fp8": "failed"}
+
+
+def test_a_partial_candidate_missing_whole_groups_is_not_evidence(tmp_path):
+    # the candidate was cut before any "law" item (the odd ids are "math"): its 100 paired items are
+    # all right, but they are one subject's, so the average over both cannot pass on them
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {}})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {}})
+    samples = b / "awq" / "samples" / "mmlu.jsonl"
+    lines = samples.read_text().splitlines()
+    samples.write_text("".join(line + "\n" for line in lines if '"group": "math"' in line))
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--rules", str(DEFAULT_RULES))
+    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
+    assert "insufficient n: no paired item in 1 of the 2 groups behind it (law)" in row, row
+    assert res.exit_code != 0 and "passed: 1 passed" not in res.output

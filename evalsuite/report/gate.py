@@ -21,7 +21,8 @@ metric got significantly WORSE (a union of claims), which `findings` (Holm by de
 over each candidate's checks.
 
 Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
-`min_stratum_n`, or a limit this n cannot resolve either way) never counts as evidence: the check
+`min_stratum_n`, a limit this n cannot resolve either way, or paired items that miss whole groups
+the metric averages over, e.g. a RULER length a cut run never reached) never counts as evidence: the check
 follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit. A check on
 a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
@@ -133,7 +134,17 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     if p.smallest_cell < rules.min_stratum_n:
         why = f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}"
         return _Tested(None, how, why, on_pairs), p
-    return _Tested(paired_result(p, rules.confidence), how, None, on_pairs), p
+    return _Tested(paired_result(p, rules.confidence), how, _coverage_gap(p), on_pairs), p
+
+
+def _coverage_gap(p: Pairing) -> str | None:
+    """Why the paired items cannot stand for the metric: whole groups that one side scored are
+    missing from them (a variant cut before some tasks or lengths), so their mean is another
+    population's, however many items it has. A drop shown on them still fails the check."""
+    if not p.missing_groups:
+        return None
+    names = ", ".join(p.missing_groups[:3]) + (", ..." if len(p.missing_groups) > 3 else "")
+    return f"no paired item in {len(p.missing_groups)} of the {p.groups} groups behind it ({names})"
 
 
 def baseline_mark(rules: Rules, rule: Rule, metric: str, pair: Pair) -> str | None:

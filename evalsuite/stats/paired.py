@@ -89,6 +89,10 @@ class Pairing:
     n_base: int
     n_cand: int
     changed: int = 0  # paired items whose answer differs (the prediction where both recorded one, else the score)
+    # groups (a subject, a RULER task at one length) that either side scored but no paired item is
+    # in: the paired mean then stands for another population than the metric's
+    missing_groups: tuple[str, ...] = ()
+    groups: int = 0  # groups behind the metric in either side
 
     @property
     def n(self) -> int:
@@ -123,9 +127,11 @@ def _differs(b: dict, c: dict) -> bool:
 
 def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pairing:
     shared = [sid for sid in base if sid in cand]
+    groups = {str(r.get("group")) for r in (*base.values(), *cand.values())}
+    missing = groups - {str(base[s].get("group")) for s in shared}
     return Pairing([base[s]["value"] for s in shared], [cand[s]["value"] for s in shared],
                    [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand),
-                   sum(_differs(base[s], cand[s]) for s in shared))
+                   sum(_differs(base[s], cand[s]) for s in shared), tuple(sorted(missing)), len(groups))
 
 
 def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: Metric,
