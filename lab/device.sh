@@ -27,17 +27,21 @@ env_h200() {
   export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1
 }
 
+# Moved, not copied: a carried path stays in this checkout for the calls after the one that carried
+# it, and copying it again in each would rewrite wheels that a background install (prepare) is reading.
+move_into() {  # DIR DEST: DIR's contents merged into DEST, then DIR gone from the checkout
+  [ -d "$1" ] || return 0
+  mkdir -p "$2" && cp -r "$1"/. "$2"/ && rm -rf "$1"
+}
+
 stash() {
   mkdir -p $R/kit $R/carry $R/m
-  # Moved, not copied: a carried path stays in this checkout for the calls after the one that
-  # carried it, and copying it again in each would rewrite wheels that a background install
-  # (prepare) is reading.
   if [ -d .kit ]; then
     for f in .kit/part?? .kit/install_kit.sh .kit/site.sha256; do [ -e "$f" ] && mv "$f" $R/kit/; done
-    [ -d .kit/zst ] && cp .kit/zst/*.whl $R/kit/ && rm -rf .kit/zst
+    move_into .kit/zst $R/kit
   fi
-  [ -d .gpu/carry ] && cp -r .gpu/carry/. $R/carry/ && rm -rf .gpu/carry
-  [ -d .gpu/items ] && mkdir -p $R/items && cp .gpu/items/* $R/items/ && rm -rf .gpu/items
+  move_into .gpu/carry $R/carry
+  move_into .gpu/items $R/items
   for d in .gpu/llama31-8b*/; do [ -d "$d" ] && mkdir -p $R/shapes && cp -r "$d" $R/shapes/; done
   if [ -d .m ]; then
     for f in .m/[a-z][0-9][0-9] .m/name .m/name.[a-z]; do [ -e "$f" ] && mv "$f" $R/m/; done

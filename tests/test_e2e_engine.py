@@ -160,7 +160,7 @@ def interrupt_when_recorded(cfg: Path, out: Path, lines: int, sig: int = signal.
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
+def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, reference, sig):
     """What Ctrl-C or a time limit does (`timeout --signal=INT` in lab/lanes.sh; SIGTERM from
     `timeout` or a CI job limit) to `evalsuite run` alone, mid-variant, here from a process that
     ignores SIGINT (as a shell's background jobs and pytest-xdist workers do). The real engine is
@@ -176,6 +176,22 @@ def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, sig):
     assert bf16["engine"]["kv_cache_tokens"] > 0 and bf16["engine"]["source"]["kv_cache_tokens"] == "api"
     # the planner's figures too, computed at start: the gate's memory checks read them
     assert bf16["engine"]["kv_bytes_per_token"] == bf16["predicted"]["kv_bytes_per_token"] > 0
+    # gated against the uninterrupted bf16 (min_n 2, so that coverage decides): a subject the cut run
+    # never reached leaves its MMLU check without evidence, however its own items scored; where the
+    # cut came after both subjects began, the check is judged on its items
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"min_n": 2, "min_stratum_n": 2,
+                                     "rules": [{"metrics": ["mmlu/acc"], "max_drop_points": 50.0}]}))
+    res = evalsuite("gate", "--baseline", f"{reference}:bf16", "--candidate", f"{run}:bf16", "--rules", str(rules))
+    def subjects(r: Path) -> set[str]:
+        return {s["group"] for s in scores(r, "bf16").values() if s["task"] == "mmlu"}
+    missing = subjects(reference) - subjects(run)
+    row = next(line for line in res.stdout.splitlines() if "`mmlu/acc`" in line)
+    if missing:
+        assert f"no paired item in {len(missing)} of the {len(subjects(reference))} groups" in row, row
+        assert res.returncode != 0, res.stdout[-2000:]
+    else:
+        assert "no paired item" not in row, row
 
 
 def test_server_mode_same_answers(tmp_path, tiny_model, legal_dir, reference):
