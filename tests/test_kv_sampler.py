@@ -69,3 +69,23 @@ def test_kv_sampler_reads_only_the_kv_gauge():
         gauge.labels("0").set(0.5)
         two_more_reads(kv)
     assert kv.peak == 0.75 and kv.reads >= 6 and llm.reads == 0
+
+
+def test_kv_sampler_floor_from_the_largest_request():
+    """A batch that ends before the first read still leaves a peak: the largest request's blocks at
+    its last step (prompt + output - 1 tokens: the last token never enters the cache)."""
+    from evalsuite.engine.vllm_offline import KVPeak
+
+    def request(prompt: int, *outputs: int):
+        return types.SimpleNamespace(prompt_token_ids=list(range(prompt)),
+                                     outputs=[types.SimpleNamespace(token_ids=list(range(n))) for n in outputs])
+
+    kv = KVPeak(_Gauge(0.0), blocks=(16, 100))
+    kv.settle([request(20, 1), request(30, 4, 3)])  # 33 slots: 3 blocks of 16
+    assert kv.peak == pytest.approx(0.03)
+    kv.peak = 0.5
+    kv.settle([request(20, 1)])
+    assert kv.peak == 0.5  # a sampled peak above the floor stands
+    unknown = KVPeak(_Gauge(0.0), blocks=None)
+    unknown.settle([request(4000, 10)])
+    assert unknown.peak == 0.0  # sliding-window or hybrid attention: no floor

@@ -153,11 +153,17 @@ class KVPeak:
     One thread for the engine's life, told of each batch by `begin()`: a thread started per batch
     waited for the GIL at every start, 20-50 ms a batch while the previous batch's answers were
     converted beside it.
+
+    A batch shorter than the first pause (a tiny model on a loaded CPU) can end unseen, so `settle()`
+    raises the peak to a floor no sampling can miss: the blocks the largest request held at its last
+    step (`blocks` = block size and pool size; None where a request's blocks are not all held to its
+    end, as with sliding-window or hybrid attention).
     """
 
     def __init__(self, llm, interval_s: float = 0.02, budget: float = 100.0, max_pause_s: float = 1.0,
-                 registry=None):
+                 registry=None, blocks: tuple[int, int] | None = None):
         self.llm, self.interval_s, self.budget, self.max_pause_s = llm, interval_s, budget, max_pause_s
+        self.blocks = blocks
         self.peak, self.reads = 0.0, 0
         self._registry = registry
         self._begun = time.perf_counter()
@@ -201,6 +207,16 @@ class KVPeak:
         self._begun = time.perf_counter()
         self._kick.set()
 
+    def settle(self, results) -> None:
+        """A batch ended: its largest request's blocks are a floor under the batch's peak."""
+        if not self.blocks or not results:
+            return
+        block_size, pool = self.blocks
+        # the last sampled token never enters the cache, so a request held prompt + output - 1 slots
+        held = max(len(r.prompt_token_ids or ()) + max((len(o.token_ids) for o in r.outputs), default=0) - 1
+                   for r in results)
+        self.peak = max(self.peak, min(1.0, -(-max(held, 0) // block_size) / pool))
+
     def __enter__(self):
         self._thread.start()
         return self
@@ -209,6 +225,17 @@ class KVPeak:
         self._stop.set()
         self._kick.set()
         self._thread.join()
+
+
+def _whole_request_blocks(llm) -> tuple[int, int] | None:
+    """(block size, pool blocks) where every request holds all its blocks until it ends, else None."""
+    try:
+        cc = llm.llm_engine.vllm_config.cache_config
+        mc = llm.llm_engine.vllm_config.model_config
+        partial = mc.is_hybrid or mc.is_attention_free or mc.get_sliding_window()
+    except AttributeError:  # an engine that does not say: sampling alone
+        return None
+    return None if partial or not cc.num_gpu_blocks else (cc.block_size, cc.num_gpu_blocks)
 
 
 def _read_ahead(conn, inbox: queue.SimpleQueue) -> None:
@@ -243,13 +270,14 @@ def _serve(conn, llm, startup_s: float) -> None:
     an MMLU item, bench/request_transfer.py). One sending thread keeps the replies in order."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_read_ahead, args=(conn, inbox), daemon=True, name="evalsuite-inbox").start()
-    with KVPeak(llm) as kv, ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-outbox") as outbox:
+    with KVPeak(llm, blocks=_whole_request_blocks(llm)) as kv, ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-outbox") as outbox:
         while True:
             msg = inbox.get()
             op = msg[0]
             if op == "generate":
                 kv.begin()
                 results = llm.generate(msg[1], msg[2], use_tqdm=False)
+                kv.settle(results)
                 outbox.submit(_reply, conn, results)
             elif op == "refused":
                 outbox.submit(conn.send, ("error", msg[1]))
