@@ -169,8 +169,9 @@ def test_the_report_sums_each_candidate_by_why_it_failed(tmp_path):
     assert list(rows) == ["same", "big", "noneedle", "broken"]
     # verdict, passed, beyond the limit, not shown within, not measured, variant not usable, insufficient n,
     # uninformative, at ceiling. MMLU's 200 identical items show the 2-pt limit held (the baseline's
-    # 200/200 is at ceiling); the 10 needle cells cannot judge it at all (warn).
-    assert rows["same"] == ["✅ passed", "2", "0", "0", "0", "0", "1", "0", "1"]
+    # 200/200 is at ceiling); the 10 needle cells cannot judge it at all (warn), so not every check
+    # shows its drop within its limit: inconclusive.
+    assert rows["same"] == ["❔ inconclusive", "2", "0", "0", "0", "0", "1", "0", "1"]
     assert rows["big"] == ["❌ failed", "1", "1", "0", "0", "0", "1", "0", "1"]      # weights +100%: beyond the limit
     assert rows["noneedle"] == ["❌ failed", "2", "0", "0", "1", "0", "0", "0", "1"]  # its needle never ran
     assert rows["broken"] == ["❌ failed", "0", "0", "0", "0", "1", "0", "0", "0"]
@@ -240,16 +241,14 @@ def test_identical_runs_never_fail(tmp_path, n, decision):
     base, cand = two_runs(tmp_path, spec, spec, n=n)
     rules = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "decision": decision})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
-    # upper_bound below n=200: no check can show the drop within its limit, so no evidence: inconclusive
-    # (exit 3), never passed; point and lower_bound judge the 10 needle items
-    inconclusive = decision == "upper_bound" and n < 200
-    assert res.exit_code == (3 if inconclusive else 0), res.output
-    assert "❌" not in res.output and "significant drop" in res.output
-    assert ("evalsuite gate inconclusive: 1 inconclusive" in res.output) == inconclusive
-    # upper_bound: 10 needle items cannot certify 10 pt; point: one of n items is more than 2 pt below n=50;
-    # lower_bound: only fewer than min_n items
+    # a check too small to judge (upper_bound: 10 needle items cannot certify 10 pt; point: one of n
+    # items is more than 2 pt below n=50; lower_bound: fewer than min_n items) makes the verdict
+    # inconclusive (exit 3): never failed, never passed without every check's evidence
     warn = {"upper_bound": True, "point": n < 50, "lower_bound": n < 10}[decision]
     assert ("\n| ⚠️ |" in res.output) == warn, res.output
+    assert res.exit_code == (3 if warn else 0), res.output
+    assert "❌" not in res.output and "significant drop" in res.output
+    assert ("evalsuite gate inconclusive: 1 inconclusive" in res.output) == warn
 
 
 def test_swapped_runs_flip_the_change(tmp_path):
@@ -314,6 +313,38 @@ def test_each_check_decides_alone_unless_adjust_asks(tmp_path):
     header = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:c0", "--rules",
                   str(rules_file(tmp_path, spec))).output
     assert "intersection-union test" in header and "Holm-adjusted (family-wise error) over each candidate" in header
+
+
+def test_a_skipped_variant_keeps_its_verdict_when_a_named_candidate_joins(tmp_path):
+    """A variant reached through a whole run (`--candidate RUN`) that did not run is `skipped`; a
+    candidate named elsewhere in the same call does not make it `failed`. Named itself, it fails."""
+    wrong = range(0, 2000, 5)
+    run = build_run(tmp_path / "runs", "20250101-000000-x",
+                    {"bf16": {"wrong": wrong}, "fp8": {"wrong": wrong},
+                     "awq": {"status": "skipped", "reason": "no kernel"}}, n=2000, baseline="bf16")
+    other = build_run(tmp_path / "runs", "20250101-000001-y", {"int8": {"wrong": wrong}}, n=2000)
+
+    def awq_row(*candidates: str) -> str:
+        res = gate("--baseline", f"{run}:bf16", *[a for c in candidates for a in ("--candidate", c)],
+                   "--rules", str(DEFAULT_RULES))
+        return next(ln for ln in res.output.splitlines() if ln.startswith("| `awq` |"))
+
+    assert "skipped" in awq_row(str(run))
+    assert awq_row(str(run), f"{other}:int8") == awq_row(str(run))
+    assert "failed" in awq_row(f"{run}:awq")
+
+
+def test_a_check_too_small_to_judge_holds_the_verdict_back(tmp_path):
+    """Intersection-union: MMLU's 2,000 identical items pass on evidence, but 30 points lost on ten
+    needle items per length (too few to show either way at 10 pt) is not waved through: inconclusive."""
+    wrong = range(0, 2000, 5)
+    base, cand = two_runs(tmp_path, {"wrong": wrong, "needle": {4096: 1.0, 8192: 1.0}},
+                          {"wrong": wrong, "needle": {4096: 0.7, 8192: 0.7}}, n=2000)
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 3, res.output
+    assert "| `fp8` | ❔ inconclusive |" in res.output and "insufficient n" in res.output
+    lenient = rules_file(tmp_path, {**load_rules(DEFAULT_RULES).model_dump(exclude_none=True), "insufficient_n": "pass"})
+    assert gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(lenient)).exit_code == 0
 
 
 def test_findings_adjust_over_a_candidates_checks_with_holm_or_bh(tmp_path):

@@ -26,7 +26,8 @@ the metric averages over, e.g. a RULER length a cut run never reached) never cou
 follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit. A check on
 a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
-check but no accuracy check passed on evidence is `inconclusive` (exit 3), never `passed`.
+check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
+when no accuracy check passed on evidence.
 
 Memory, capacity and latency compare two measurements (growth or drop in percent); latency per
 prompt length, never pooled over lengths, and tail percentiles only with enough samples.
@@ -401,15 +402,19 @@ class GateReport:
         return list(dict.fromkeys(c.candidate for c in self.checks))
 
     def verdict(self, candidate: str) -> Verdict:
-        """failed: a check failed; inconclusive: none failed, but no accuracy check passed on evidence
-        (too few items, or tasks at chance) unless `insufficient_n: pass` lets small checks through;
-        skipped: the variant did not run and nobody named it; else passed."""
+        """failed: a check failed; inconclusive: none failed, but an accuracy check is too small to
+        judge (intersection-union: every check must show its drop within its limit), or no accuracy
+        check passed on evidence (all at chance), unless `insufficient_n: pass` lets small checks
+        through; skipped: the variant did not run and nobody named it; else passed. A task at chance
+        does not hold the others back: a model without the skill has none to lose there."""
         checks = [c for c in self.checks if c.candidate == candidate]
         if any(c.status == "fail" for c in checks):
             return "failed"
         if all(c.status == "skip" for c in checks):
             return "skipped"
         accuracy = [c for c in checks if c.unit == "pt" and c.status != "skip"]
+        if any(c.status == "warn" for c in accuracy):
+            return "inconclusive"
         let_through = self.rules.insufficient_n == "pass" and any(c.status == "pass" for c in accuracy)
         if accuracy and not any(c.evidence for c in accuracy) and not let_through:
             return "inconclusive"
@@ -492,7 +497,7 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
     base = baseline_variant(baseline.run_dir, baseline.variant)
     entries = [(baseline.run_dir, base)]
     ctrl = control_sides(baseline, controls)
-    is_control = []
+    is_control, named = [], set()
     for side in [*candidates, *ctrl]:
         for v in candidate_variants(side, baseline.run_dir, base):
             key = (side.run_dir.root.resolve(), v.variant)
@@ -500,12 +505,14 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
                 entries.append((side.run_dir, v))
             if side in ctrl:
                 is_control.append(key)
+            if side.variant:  # named by the user: its not running is a failure, whoever else is called
+                named.add(key)
     labels = label_entries(entries)
     control_labels = [label for (rd, e), label in zip(entries, labels, strict=True)
                       if (rd.root.resolve(), e.variant) in is_control]
-    explicit = any(s.variant for s in candidates)
     checks: list[Check] = []
     for (rd, cand), label in zip(entries[1:], labels[1:], strict=True):
+        explicit = (rd.root.resolve(), cand.variant) in named
         found = evaluate(rules, Pair(baseline.run_dir, base, rd, cand), label, explicit=explicit)
         checks += _as_control(found) if label in control_labels else found
     if not any(c.status != "skip" for c in checks):
