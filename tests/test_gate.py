@@ -135,6 +135,41 @@ def test_unpaired_fallback_uses_reported_stderr(tmp_path):
     assert res.exit_code == 0 and "unpaired" in res.output
 
 
+def test_unpaired_identical_runs_are_insufficient_not_failed(tmp_path):
+    """Without per-item scores an identical rerun cannot show 2 points at n=2,000 (even equal
+    accuracies bound the drop at +2.1 pt): insufficient n, inconclusive, never failed."""
+    spec = {"wrong": range(0, 2000, 5)}
+    base, cand = two_runs(tmp_path, spec, spec, n=2000)
+    (Path(cand) / "fp8" / "samples" / "mmlu.jsonl").unlink()
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 3, res.output
+    assert "even with equal accuracies (unpaired) the 95% bound is +2.1 pt" in res.output
+
+
+@pytest.mark.parametrize("counts", [((0, 10), (1, 10)), ((10, 10), (9, 10)), ((10, 10), (10, 10)), ((0, 10), (0, 10))])
+def test_unpaired_test_at_0_and_100_percent(counts):
+    """Two independent proportions at the edges: an interval, no error, and p-values that invert
+    it, so the bound printed and the decision agree at any limit."""
+    from evalsuite.stats.significance import unpaired_test
+
+    t = unpaired_test(*counts, confidence=0.95)
+    assert -1 <= t.low <= t.drop <= t.high <= 1 and t.low < t.high
+    assert 0 <= t.p_worse <= 1
+    for limit in (t.high - 1e-4, t.high + 1e-4):
+        assert (t.p_within(limit) < 0.05) == (limit > t.high)
+    assert t.p_within(t.high) == pytest.approx(0.05, abs=1e-6)
+
+
+def test_memory_checks_alone_are_no_evidence(tmp_path):
+    """A candidate whose only checks are memory and latency never passes: nothing says it kept
+    its accuracy (inconclusive, exit 3)."""
+    base, cand = two_runs(tmp_path, {}, {})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "engine/weights_gib", "max_growth_pct": 5}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert res.exit_code == 3 and "| `fp8` | ❔ inconclusive |" in res.output, res.output
+
+
 def test_every_candidate_variant_is_compared_with_the_config_baseline(tmp_path):
     run = build_run(tmp_path / "runs", "20250101-000000-all",
                     {"bf16": {}, "fp8": {"weights_gib": 0.5}, "big": {"weights_gib": 2.0},

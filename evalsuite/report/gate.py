@@ -49,7 +49,7 @@ from evalsuite.report.names import flat_metrics
 from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, adjust, best_case_bound, items_needed, resolvable_drop
+from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
 
 # partial: an interrupted variant scored from what it recorded; items are paired by id, so only
 # what both sides answered is compared, and every check states its n.
@@ -158,9 +158,10 @@ def baseline_mark(rules: Rules, rule: Rule, metric: str, pair: Pair) -> str | No
 
 def _unresolvable(rules: Rules, test: PairedTest, limit: float) -> str | None:
     """Why the outcome is fixed before looking at the data, for this decision and n."""
-    best = best_case_bound(test.n_eff, rules.confidence)
+    best = test.best_bound(rules.confidence)
     if rules.decision == "upper_bound" and best > limit:
-        return f"even with no item changed the {rules.confidence:.0%} bound is {best * 100:+.1f} pt > limit"
+        alike = "with equal accuracies (unpaired)" if test.floor is not None else "with no item changed"
+        return f"even {alike} the {rules.confidence:.0%} bound is {best * 100:+.1f} pt > limit"
     if rules.decision == "lower_bound" and 1 - best < limit:
         return f"even with every item lost the bound stays below the limit (n={test.n})"
     if rules.decision == "point" and test.max_weight > limit:
@@ -183,7 +184,7 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
     check.method = test.method
-    check.resolvable = resolvable_drop(test.n_eff, test.se0, rules.confidence, rules.power) * 100
+    check.resolvable = resolvable_drop(test.n_eff, test.se0, rules.confidence, rules.power, test.floor) * 100
     spread = test.se0**2 * test.n_eff  # the share of items that changed, for 0/1 scores
     check.needed = items_needed(limit / 100, spread, rules.confidence, rules.power) if limit > 0 else None
     check.insufficient = why or _unresolvable(rules, test, limit / 100)
@@ -416,7 +417,7 @@ class GateReport:
         if any(c.status == "warn" for c in accuracy):
             return "inconclusive"
         let_through = self.rules.insufficient_n == "pass" and any(c.status == "pass" for c in accuracy)
-        if accuracy and not any(c.evidence for c in accuracy) and not let_through:
+        if not any(c.evidence for c in accuracy) and not let_through:  # none at all: no evidence either
             return "inconclusive"
         return "passed"
 

@@ -51,8 +51,8 @@ def _header(report: GateReport) -> list[str]:
             f"(or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, say `insufficient n` "
             f"and count as `{r.insufficient_n}`; a check whose baseline is within its limit of chance is "
             f"`uninformative` (❔); a baseline whose 95% lower bound is ≥ {r.ceiling:g} is `at ceiling` (a pass "
-            f"there shows no collapse, not no loss). A candidate with no failure but no accuracy check passed on "
-            f"evidence is `inconclusive` (exit 3). Column p: p(drop ≥ limit) for an `upper_bound` check (small: "
+            f"there shows no collapse, not no loss). A candidate with no failure is `inconclusive` (exit 3) while "
+            f"an accuracy check warns of too few items, or when none passed on evidence. Column p: p(drop ≥ limit) for an `upper_bound` check (small: "
             f"shown within the limit); p(drop ≤ limit) for `lower_bound`, `point` and insufficient-n checks "
             f"(small: shown to exceed the limit).", ""]
 

@@ -17,7 +17,8 @@ Methods, and why these:
   many findings        Holm's step-down (family-wise error) or Benjamini-Hochberg (false discovery
                        rate) adjustment (statsmodels multipletests), for claims that something got
                        worse; never for a pass that needs every check to hold (see report/gate.py).
-  unpaired fallback    score test and interval for two independent proportions (statsmodels).
+  unpaired fallback    Newcombe's hybrid score interval for two independent proportions
+                       (statsmodels), its p-values by inverting it.
 """
 
 from __future__ import annotations
@@ -146,6 +147,11 @@ class PairedTest:
     method: str
     counts: tuple[int, int] | None = None  # (b, c) for binary pairs
     _p_limit: Callable[[float, bool], float] = field(default=lambda limit, within: math.nan, repr=False)
+    floor: float | None = None  # the upper bound had nothing changed, where not Tango's z^2/(n_eff+z^2)
+
+    def best_bound(self, confidence: float) -> float:
+        """The smallest upper bound this n can show: a limit below it is never certified."""
+        return self.floor if self.floor is not None else best_case_bound(self.n_eff, confidence)
 
     def p_within(self, limit: float) -> float:
         """p for H0: drop >= limit; small means the data show the drop is below the limit."""
@@ -270,25 +276,56 @@ def paired_test(base: Sequence[float], cand: Sequence[float], keys: Sequence[tup
 
 
 def unpaired_test(base: tuple[int, int], cand: tuple[int, int], confidence: float) -> PairedTest:
-    """Two independent proportions (successes, n): when the runs share no sample ids."""
-    from statsmodels.stats.proportion import confint_proportions_2indep, test_proportions_2indep
+    """Two independent proportions (successes, n): when the runs share no sample ids.
 
+    Newcombe's hybrid score interval (statsmodels `newcomb`; Newcombe 1998, method 10): it keeps its
+    coverage at 0% and 100%, where the score interval's root search fails. Its p-values invert the
+    same interval (the level at which a bound meets the limit), so the bound printed and the decision
+    taken never disagree. `floor` is the bound had both runs scored alike: a limit below it is one
+    these n cannot resolve, whatever the candidate does."""
     (x1, n1), (x2, n2) = base, cand
-    alpha = 2 * (1 - confidence)  # a two-sided interval at 1 - alpha has one-sided bounds at `confidence`
-    low, high = confint_proportions_2indep(x1, n1, x2, n2, method="score", compare="diff", alpha=alpha)
+    drop = x1 / n1 - x2 / n2
+    low, high = _newcombe(x1, n1, x2, n2, confidence)
+    pooled = (x1 + x2) / (n1 + n2)
+    floor = _newcombe(pooled * n1, n1, pooled * n2, n2, confidence)[1]
 
     def p_limit(limit: float, within: bool) -> float:
-        limit = min(max(limit, -1 + 1e-9), 1 - 1e-9)
-        res = test_proportions_2indep(x1, n1, x2, n2, value=limit, method="score", compare="diff",
-                                      alternative="smaller" if within else "larger")
-        return float(res.pvalue)
+        p_above = _newcombe_p(x1, n1, x2, n2, limit)  # p for H0: drop >= limit
+        return p_above if within else 1 - p_above
 
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    n_eff = 2 / (1 / n1 + 1 / n2)  # the paired n whose drop has this variance when answers are uncorrelated
+    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, low, high, se, se,
+                      1 - _newcombe_p(x1, n1, x2, n2, 0.0),
+                      "unpaired: Newcombe's score interval for two proportions (no shared sample ids)",
+                      None, p_limit, floor=floor)
+
+
+def _newcombe(x1: float, n1: int, x2: float, n2: int, confidence: float) -> tuple[float, float]:
+    """One-sided bounds at `confidence` of p1 - p2."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    low, high = confint_proportions_2indep(x1, n1, x2, n2, method="newcomb", compare="diff",
+                                           alpha=2 * (1 - confidence))
+    return float(low), float(high)
+
+
+def _newcombe_p(x1: float, n1: int, x2: float, n2: int, limit: float) -> float:
+    """p for H0: p1 - p2 >= limit, by inverting the interval: the one-sided level at which its upper
+    bound meets the limit (above the estimate), or one minus the level at which its lower bound does."""
     drop = x1 / n1 - x2 / n2
-    se = math.sqrt(x1 / n1 * (1 - x1 / n1) / n1 + x2 / n2 * (1 - x2 / n2) / n2)
-    n_eff = 1 / (1 / n1 + 1 / n2) / 2  # the paired n with the same variance at no correlation
-    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, float(low), float(high), se, se,
-                      p_limit(0.0, False), "unpaired: score test for two proportions (no shared sample ids)",
-                      None, p_limit)
+    if math.isclose(limit, drop, abs_tol=1e-15):
+        return 0.5
+    side = 1 if limit > drop else 0
+
+    def gap(level: float) -> float:
+        return _newcombe(x1, n1, x2, n2, level)[side] - limit
+
+    hi = 1 - _EDGE
+    if (gap(hi) < 0) == bool(side):  # beyond the bound even at the most extreme level
+        return _EDGE if side else 1 - _EDGE
+    level = optimize.brentq(gap, 0.5 + _EDGE, hi, xtol=1e-12)
+    return 1 - level if side else level
 
 
 # ---------------------------------------------------------------- resolution (power)
@@ -303,14 +340,15 @@ def best_case_bound(n_eff: float, confidence: float) -> float:
     return z * z / (n_eff + z * z)
 
 
-def resolvable_drop(n_eff: float, se: float, confidence: float, power: float) -> float:
+def resolvable_drop(n_eff: float, se: float, confidence: float, power: float, floor: float | None = None) -> float:
     """Smallest limit that a candidate with no true drop passes with probability `power`.
 
     Normal approximation of the paired test (Connor 1987): (z_conf + z_power) * se, floored by
-    the best case, where se is the drop's standard error when nothing drops.
+    the best case (`floor`, else Tango's at n_eff), where se is the drop's standard error when
+    nothing drops.
     """
     z = float(norm.ppf(confidence)) + float(norm.ppf(power))
-    return max(best_case_bound(n_eff, confidence), z * se)
+    return max(best_case_bound(n_eff, confidence) if floor is None else floor, z * se)
 
 
 def planned_se(n: float, discordance: float) -> float:
