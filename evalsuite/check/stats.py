@@ -2,8 +2,9 @@
 
 Accuracy goes through the one statistics path of evalsuite.stats.paired (the same item reader,
 strata rule and paired test as `compare` and `gate`): a paired difference on the items both
-variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighed alike, else the
-stratified paired bootstrap), a single score's Wilson interval or stratified bootstrap. Where the
+variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighed alike, Tango per
+stratum combined by MOVER for weighted ones, else the stratified paired bootstrap), a single score's
+Wilson interval (per stratum where weighted) or stratified bootstrap. Where the
 items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
 the recorded standard errors (normal approximation) and says so.
 

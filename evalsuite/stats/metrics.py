@@ -44,11 +44,44 @@ def by_group(scores: Iterable[Score], key=lambda s: s.group) -> dict[str, list[S
 
 
 def macro_accuracy(groups: dict[str, list[Score]], name: str) -> Metric:
-    """Unweighted mean of per-group accuracies; stderr from the group accuracies' spread."""
-    per_group = [sum(s.value for s in g) / len(g) for g in groups.values() if g]
-    mean, se = mean_stderr(per_group)
-    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in groups.values()),
+    """Unweighted mean of per-group accuracies; stderr over items, the groups fixed."""
+    kept = [g for g in groups.values() if g]
+    per_group = [sum(s.value for s in g) / len(g) for g in kept]
+    mean = sum(per_group) / len(per_group) if per_group else float("nan")
+    se = strata_stderr([[s.value for s in g] for g in kept])
+    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in kept),
                   **score_meaning(MetricKind.mean, ["group"]))
+
+
+def strata_stderr(strata: Sequence[Sequence[float]]) -> float | None:
+    """Standard error of the unweighted mean of stratum means, the strata fixed (the same subjects,
+    labels or tasks in every run: only their items are a sample). Not the spread of the stratum
+    means, which would treat four MMLU subjects as a sample of subjects.
+
+    A stratum of 0/1 items at 0% or 100% keeps its sampling error through the Agresti-Coull
+    adjustment (x + z^2/2 successes of n + z^2): its plain p(1-p) of zero would make the interval a
+    point. Other scores use their sample variance."""
+    if not strata or any(len(g) < 2 for g in strata):
+        return None
+    return combined_stderr([_mean_stderr_fixed(g) for g in strata])
+
+
+def combined_stderr(stderrs: Sequence[float | None]) -> float | None:
+    """Standard error of the unweighted mean of k independent estimates: sqrt(sum se^2) / k."""
+    if not stderrs or any(se is None for se in stderrs):
+        return None
+    return math.sqrt(sum(se * se for se in stderrs)) / len(stderrs)
+
+
+_Z2 = NormalDist().inv_cdf(0.975) ** 2
+
+
+def _mean_stderr_fixed(values: Sequence[float]) -> float:
+    n = len(values)
+    if all(v in (0.0, 1.0) for v in values):
+        p = (sum(values) + _Z2 / 2) / (n + _Z2)
+        return math.sqrt(p * (1 - p) / (n + _Z2))
+    return mean_stderr(values)[1] or 0.0
 
 
 def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...] = ("target",)) -> Metric:
@@ -57,19 +90,8 @@ def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...
     by_target = by_group(scores, key=lambda s: s.target)
     recalls = [sum(s.value for s in g) / len(g) for g in by_target.values() if g]
     value = sum(recalls) / len(recalls) if recalls else float("nan")
-    se = _balanced_stderr(by_target)
+    se = strata_stderr([[s.value for s in g] for g in by_target.values()])
     return Metric(name=name, value=value, stderr=se, n=len(scores), **score_meaning(MetricKind.mean, list(strata)))
-
-
-def _balanced_stderr(by_target: dict[str, list[Score]]) -> float | None:
-    k = len(by_target)
-    if k == 0 or any(len(g) < 2 for g in by_target.values()):
-        return None
-    var = 0.0
-    for g in by_target.values():
-        p = sum(s.value for s in g) / len(g)
-        var += p * (1 - p) / len(g)
-    return math.sqrt(var) / k
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -3,10 +3,8 @@ argmax rule's beside a thresholded headline."""
 
 from __future__ import annotations
 
-import math
-
 from evalsuite.core.types import Metric, MetricKind, Score
-from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, score_meaning
+from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, combined_stderr, score_meaning
 from evalsuite.tasks.choice import choice_rates
 from evalsuite.tasks.threshold import argmax_value, thresholded
 
@@ -43,8 +41,6 @@ def mean_over_tasks(per_task: list[Metric], name: str) -> Metric:
     meaning = score_meaning(MetricKind.mean, list(OVER_GROUPS))
     if not per_task:
         return Metric(name=name, value=float("nan"), n=0, **meaning)
-    k = len(per_task)
-    value = sum(m.value for m in per_task) / k
-    ses = [m.stderr for m in per_task]
-    se = math.sqrt(sum(s * s for s in ses)) / k if all(s is not None for s in ses) else None
+    value = sum(m.value for m in per_task) / len(per_task)
+    se = combined_stderr([m.stderr for m in per_task])
     return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task), **meaning)
