@@ -463,8 +463,8 @@ def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
     assert "paired, n=150 of 200/150; values on the paired items (each side's own: 0.750 / 0.980)" in row
 
 
-def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None) -> Path:
-    """A two-choice task (Yes/No, balanced accuracy by label) whose baseline may sit at chance."""
+def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None, yes_every: int = 2) -> Path:
+    """A two-choice task (Yes/No, one item in `yes_every` a Yes) whose baseline may sit at chance."""
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
@@ -474,7 +474,7 @@ def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], control
     record = RunRecord(run_id=run_id, model="tiny")
     for name, values in variants.items():
         scores = [Score(sample_id=f"c{i}", task="legal", value=v, pred="Yes" if v else "No",
-                        target="Yes" if i % 2 else "No", group="t", extra={"logprobs": {"Yes": -0.1, "No": -2.0}})
+                        target="No" if i % yes_every else "Yes", group="t", extra={"logprobs": {"Yes": -0.1, "No": -2.0}})
                   for i, v in enumerate(values)]
         rd.append_samples(name, "legal", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
                                           for s in scores])
@@ -501,6 +501,21 @@ def test_a_task_at_chance_is_uninformative_never_a_pass(tmp_path):
     run = _choice_run(tmp_path, "20250101-000001-c", {"bf16": good, "same": good})
     res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
     assert res.exit_code == 0 and "(at chance)" not in res.output, res.output
+
+
+def test_chance_for_a_plain_accuracy_is_the_majority_labels_share(tmp_path):
+    """A quarter of the labels are Yes: a model answering No to everything scores 0.75 in accuracy,
+    so 0.75 is that metric's chance, not 1/2 (an identical candidate is no evidence of kept skill)."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.stats.informative import chance_level
+
+    all_no = [float(i % 4 != 0) for i in range(2000)]
+    run = _choice_run(tmp_path, "20250101-000000-m", {"bf16": all_no, "same": all_no}, yes_every=4)
+    rd = RunDir(run)
+    assert chance_level(rd.load_run().variants[0], "legal/acc", rd) == pytest.approx(0.75)
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "legal/acc", "max_drop_points": 2}]})
+    res = gate("--baseline", f"{run}:bf16", "--candidate", f"{run}:same", "--rules", str(rules))
+    assert res.exit_code == 3 and "(at chance)" in res.output, res.output
 
 
 def test_a_control_sets_the_noise_floor(tmp_path):

@@ -11,9 +11,10 @@ check on an at-chance task as evidence.
               margin 0 (reports without a limit) that is the interval including chance.
   at ceiling  the interval's lower bound is at or above `ceiling` (0.95 by default).
 
-The chance level is 1/k for a task choosing among k answers (balanced accuracy too: the mean recall of
-a guess); a task declares its own in its result (`chance`, by metric), else k is read from the choices
-its samples scored. Free-form answers (needles, lm-eval generation) have no chance level.
+The chance level is what the best answer that ignores the item scores: 1/k for a balanced accuracy
+over k labels, the majority label's share for a plain accuracy (read from the items' targets); a task
+declares its headline's in its result (`chance`, by metric), else k is read from the choices its
+samples scored. Free-form answers (needles, lm-eval generation) have no chance level.
 """
 
 from __future__ import annotations
@@ -32,17 +33,42 @@ _PEEK = 50  # sample lines read to count a task's choices
 
 
 def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -> float | None:
-    """The score a guess gets on `metric`'s task; None where guessing scores ~0 or nothing says."""
+    """The score an answer that ignores the item gets on `metric`; None where guessing scores ~0 or
+    nothing says. A task's declared level (1/k) stands for its own metric; for the others of a choice
+    task, where the run folder has the items, the best constant answer's score under the metric's own
+    weighting: the majority label's share for a plain accuracy (an all-"No" model scores 0.75 where
+    a quarter of the labels are "Yes"), 1/k for a balanced accuracy."""
     task = task_of(metric)
     declared = getattr(result, "chance", None) or {}
-    for name, level in declared.items():
-        if task_of(name) == task:
-            return float(level)
+    if metric in declared:
+        return float(declared[metric])
+    level = next((float(v) for name, v in declared.items() if task_of(name) == task), None)
     if rd is None:
+        return level
+    if level is None:
+        path = rd.root / result.variant / "samples" / f"{task}.jsonl"
+        k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
+        level = 1 / k if k >= 2 else None
+    constant = _constant_answer(rd, result, metric) if level is not None else None
+    return constant if constant is not None else level
+
+
+def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | None:
+    """max over answers a of the metric's weighted mean of [target == a]; None without targets."""
+    from evalsuite.stats.paired import read_scores
+    from evalsuite.stats.significance import stratum_weights
+
+    m = result.metric(metric)
+    if m is None or m.strata is None:
         return None
-    path = rd.root / result.variant / "samples" / f"{task}.jsonl"
-    k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
-    return 1 / k if k >= 2 else None
+    items = list(read_scores(rd, result.variant, m).values())
+    if not items or any(it["target"] in (None, "") for it in items):
+        return None
+    w = stratum_weights([tuple(str(it.get(k)) for k in m.strata) for it in items])
+    share: dict[str, float] = {}
+    for it, wi in zip(items, w, strict=True):
+        share[str(it["target"])] = share.get(str(it["target"]), 0.0) + float(wi)
+    return max(share.values())
 
 
 @functools.lru_cache(maxsize=64)
