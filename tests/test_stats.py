@@ -264,3 +264,21 @@ def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
 
     low, high, _ = difference_interval(pairing(rd, "bf16", rd, "fp8", acc, ["group"]), 0.95)
     assert (low * 100, high * 100) == pytest.approx((-strat.high, -strat.low), abs=1e-9)
+
+
+def test_bootstrap_bound_and_decision_agree_at_every_limit():
+    """A limit beyond the printed bootstrap bound is exactly one whose p is below alpha: the bound
+    is the replicate where (count + 1) / (R + 1) crosses alpha, not an interpolated quantile."""
+    import numpy as np
+
+    from evalsuite.stats.significance import bootstrap_test
+
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        t = bootstrap_test(rng.normal(0.0, 0.02, 400), [()] * 400, 0.95)
+        for limit in np.linspace(t.high - 2e-4, t.high + 2e-4, 41):
+            if abs(limit - t.high) > 1e-12:
+                assert (t.p_within(limit) < 0.05) == (limit > t.high)
+        for limit in np.linspace(t.low - 2e-4, t.low + 2e-4, 41):
+            if abs(limit - t.low) > 1e-12:
+                assert (t.p_exceeds(limit) < 0.05) == (limit < t.low)

@@ -283,8 +283,7 @@ def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
         by_cell[k].append(i)
     cells = [np.array(idx) for idx in by_cell.values()]
     dist = _resample_means(diffs, cells, np.array([w[idx].sum() for idx in cells]), resamples)
-    alpha = 1 - confidence
-    low, high = float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))
+    low, high = _bootstrap_bounds(dist, 1 - confidence)
     tol = 1e-12  # replicates are sums of floats: one equal to the limit must count as equal
 
     def p_limit(limit: float, within: bool) -> float:
@@ -296,6 +295,17 @@ def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
     return PairedTest(len(diffs), float(1 / np.sum(w * w)), float(w.max()), float(np.dot(w, diffs)), low, high,
                       se, se, p_limit(0.0, False), f"{how} (percentile, {resamples} resamples)",
                       None, p_limit)
+
+
+def _bootstrap_bounds(dist: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The replicates at which p_limit's (count + 1) / (R + 1) crosses alpha: a limit beyond a bound
+    is exactly one whose p is below alpha, so the bound printed and the decision never disagree
+    (an interpolated quantile can sit a hair on the other side)."""
+    allowed = math.ceil(round(alpha * (len(dist) + 1), 9)) - 2  # replicates at or beyond a limit that passes
+    if allowed < 0:
+        return -math.inf, math.inf
+    ordered = np.sort(dist)
+    return float(ordered[allowed]), float(ordered[-1 - allowed])
 
 
 def score_interval(values: Sequence[float], keys: Sequence[tuple], confidence: float) -> tuple[float, float, str]:
