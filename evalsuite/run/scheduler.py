@@ -30,7 +30,8 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise ConfigError("--ray: Ray is not installed here; pip install 'evalsuite[ray]'") from None
+        raise ConfigError("--ray: Ray is not installed here; "
+                          "pip install 'ray==2.60.0' (evalsuite's ray extra)") from None
     return ray
 
 

@@ -56,7 +56,7 @@ def unsupported_reason(variant: Variant, platform: str | None = None) -> str | N
     """None if the variant can run here, else why not (recorded as the skip reason)."""
     platform = platform or platform_name()
     if platform == "none":
-        return "vLLM is not installed (pip install 'evalsuite[cpu]' or 'evalsuite[gpu]')"
+        return "vLLM is not installed (in a clone of evalsuite: pip install '.[gpu]', or '.[cpu]' on a CPU)"
     if is_gguf(variant.model):
         why = gguf_reason(platform)
         if why:
