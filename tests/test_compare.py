@@ -44,9 +44,9 @@ def test_table_and_deltas(run):
     # per-length latency rows, never the median pooled over lengths
     assert c.columns[:5] == ["mmlu/acc", "latency/ttft_ms_p50/ctx512", "latency/ttft_ms_p50/ctx2048",
                              "latency/itl_ms_p50/ctx512", "latency/itl_ms_p50/ctx2048"]
-    assert c.cell("fp8", "mmlu/acc") == ["0.850", "(.794–.893)"]  # Wilson 95% for 170/200
+    assert c.cell("fp8", "mmlu/acc") == ["0.850", "(.794–.893, n=200)"]  # Wilson 95% for 170/200
     # bf16 answers 10 more of the same 200 items right and none wrong: +5 pt, paired 95% [+2.7, +9.0]
-    assert c.cell("bf16", "mmlu/acc") == ["0.900", "(.851–.934)", "+5.0 pt", "[+2.7, +9.0]"]
+    assert c.cell("bf16", "mmlu/acc") == ["0.900", "(.851–.934, n=200)", "+5.0 pt", "[+2.7, +9.0]"]
     assert c.cell("int4", "mmlu/acc") == ["-"]
     assert c.cell("bf16", "engine/weights_gib") == ["1.000", "+100.0%"]
 
@@ -87,7 +87,7 @@ def test_formats(run):
     md = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
     assert md.exit_code == 0
     assert "| metric | fp8 (baseline) | bf16 | waste | int4 |" in md.stdout
-    assert "| mmlu/acc | 0.850 (.794–.893) | 0.900 (.851–.934) +5.0 pt [+2.7, +9.0] |" in md.stdout
+    assert "| mmlu/acc | 0.850 (.794–.893, n=200) | 0.900 (.851–.934, n=200) +5.0 pt [+2.7, +9.0] |" in md.stdout
     assert "exact McNemar; Tango score bounds" in md.stdout
     csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")

@@ -185,7 +185,7 @@ def test_compare_and_gate_read_mlflow_runs(run, mlflow_server):
     assert by_parent.exit_code == 0, by_parent.output
     assert by_parent.stdout.splitlines()[1].startswith("bf16,ok,0.9,0.0")
     by_experiment = runner.invoke(app, ["compare", "t-read", "--format", "markdown", *uri])
-    assert by_experiment.exit_code == 0 and "| mmlu/acc | 0.900 (.851–.934) | 0.850 (.794–.893) -5.0 pt [" in by_experiment.stdout
+    assert by_experiment.exit_code == 0 and "| mmlu/acc | 0.900 (.851–.934, n=200) | 0.850 (.794–.893, n=200) -5.0 pt [" in by_experiment.stdout
     gate = runner.invoke(app, ["gate", "--baseline", res.variant_run_ids["bf16"], "--candidate",
                                res.variant_run_ids["fp8"], "--rules", "configs/gates/default.yaml", *uri])
     assert gate.exit_code == 1 and "paired, n=200" in gate.stdout  # samples came back from MLflow

@@ -175,7 +175,8 @@ class Comparison:
             return lines
         ci = self.intervals.get((label, metric))
         if ci:
-            lines.append(f"({prop(ci[0])}–{prop(ci[1])})")
+            n = self.counts().get((label, metric))
+            lines.append(f"({prop(ci[0])}–{prop(ci[1])}" + (f", n={n:,})" if n else ")"))
         if label == self.baseline and metric in self.marks:
             lines.append(self.marks[metric])
         if label != self.baseline:

@@ -58,12 +58,16 @@ def strata_stderr(strata: Sequence[Sequence[float]]) -> float | None:
     labels or tasks in every run: only their items are a sample). Not the spread of the stratum
     means, which would treat four MMLU subjects as a sample of subjects.
 
-    A stratum of 0/1 items at 0% or 100% keeps its sampling error through the Agresti-Coull
-    adjustment (x + z^2/2 successes of n + z^2): its plain p(1-p) of zero would make the interval a
-    point. Other scores use their sample variance."""
-    if not strata or any(len(g) < 2 for g in strata):
+    A stratum of 0/1 items at 0% or 100% (even a single item) keeps its sampling error through the
+    Agresti-Coull adjustment (x + z^2/2 successes of n + z^2): its plain p(1-p) of zero would make the
+    interval a point. Other scores use their sample variance (two items at least)."""
+    if not strata or any(len(g) < (1 if _binary(g) else 2) for g in strata):
         return None
     return combined_stderr([_mean_stderr_fixed(g) for g in strata])
+
+
+def _binary(values: Sequence[float]) -> bool:
+    return all(v in (0.0, 1.0) for v in values)
 
 
 def combined_stderr(stderrs: Sequence[float | None]) -> float | None:
@@ -78,7 +82,7 @@ _Z2 = NormalDist().inv_cdf(0.975) ** 2
 
 def _mean_stderr_fixed(values: Sequence[float]) -> float:
     n = len(values)
-    if all(v in (0.0, 1.0) for v in values):
+    if _binary(values):
         p = (sum(values) + _Z2 / 2) / (n + _Z2)
         return math.sqrt(p * (1 - p) / (n + _Z2))
     return mean_stderr(values)[1] or 0.0
