@@ -12,9 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from statsmodels.stats.proportion import proportion_confint
-
 from evalsuite.data.assets import default_cache_dir
+from evalsuite.stats.significance import wilson
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.spec import ChoiceConfig, open_rows
 
@@ -46,7 +45,7 @@ def main(work: Path, scores: Path) -> None:
             ties += sorted(lls)[-1] == sorted(lls)[-2]
             acc_l += r["acc"]
             acc_e += o["value"]
-    lo, hi = proportion_confint(agree, n, method="wilson")
+    lo, hi = wilson(agree, n)
     print(f"items={n} agreement={agree / n:.4f} [{lo:.4f}, {hi:.4f}] lmeval_ties={ties} "
           f"acc_lmeval={acc_l / n:.4f} acc_evalsuite={acc_e / n:.4f} "
           f"lmeval_startup_s={lme['startup_s']:.1f} lmeval_eval_s={lme['eval_s']:.1f} "

@@ -5,7 +5,8 @@ Run folders of the 1.5B hold ~130 MB of prompts per variant, too much to keep in
 group, target, prediction, value and the choice log-probabilities. `export` keeps those (gzip JSONL,
 one file per variant and task) with each variant's result.json and the engine's memory log lines;
 `table` prints accuracies with 95% Wilson intervals and paired differences against the baseline
-(exact McNemar p for per-item accuracy, a paired bootstrap interval for every difference).
+(exact McNemar p for per-item accuracy; every difference's interval from evalsuite.stats, the path
+compare and gate take).
 
 `rundir` turns kept scores back into a run folder that `evalsuite gate` and `evalsuite compare`
 read, so that variants measured in different sessions (whose run folders are gone) are gated and
@@ -41,14 +42,11 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from statsmodels.stats.contingency_tables import mcnemar
-from statsmodels.stats.proportion import proportion_confint
-
 from evalsuite.core.errors import ConfigError
+from evalsuite.stats.significance import mcnemar_two_sided, paired_test, stratum_weights, two_sided, wilson
 
 LOG_KEEP = re.compile(r"Model loading took|Available KV cache|KV cache size|Maximum concurrency|Using \w+LinearKernel|"
                       r"Actual usage|Error|error:")
-BOOT = 2000
 
 
 def export(run_dirs: list[Path], dest: Path) -> None:
@@ -132,41 +130,27 @@ def load(dest: Path) -> dict[str, dict[str, dict[str, dict]]]:
     return out
 
 
+def _keys(rows: list[dict], task: str) -> list[tuple]:
+    """The strata the headline weighs items by: legal's balanced accuracy per task and label."""
+    return [(str(r["group"]), str(r["target"])) for r in rows] if task == "legal" else [()] * len(rows)
+
+
 def headline(rows: list[dict], task: str) -> float:
     """The task's headline: mean of per-task balanced accuracies for legal, else mean score."""
-    if task != "legal":
-        return float(np.mean([r["value"] for r in rows]))
-    per: dict = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        per[r["group"]][r["target"]].append(r["value"])
-    return float(np.mean([np.mean([np.mean(v) for v in by_label.values()]) for by_label in per.values()]))
-
-
-def paired_boot(base: list[dict], cand: list[dict], task: str, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of headline(cand) - headline(base), items resampled together
-    (within each group for legal, so every task keeps its size)."""
-    rng = np.random.default_rng(seed)
-    groups: dict = defaultdict(list)
-    for i, r in enumerate(base):
-        groups[r["group"] if task == "legal" else ""].append(i)
-    diffs = []
-    for _ in range(BOOT):
-        idx = np.concatenate([rng.choice(g, size=len(g)) for g in groups.values()])
-        diffs.append(headline([cand[i] for i in idx], task) - headline([base[i] for i in idx], task))
-    return float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
+    return float(stratum_weights(_keys(rows, task)) @ np.array([r["value"] for r in rows], float))
 
 
 def row(variant: str, task: str, rows: dict, base: dict | None) -> str:
     vals = list(rows.values())
     n, k = len(vals), sum(r["value"] >= 1 for r in vals)
-    lo, hi = proportion_confint(k, n, method="wilson")
+    lo, hi = wilson(k, n)
     head = headline(vals, task)
     cell = f"| {variant} | {task} | {n} | {head:.4f} | {k / n:.4f} [{lo:.4f}, {hi:.4f}] |"
     if base is None:
         return cell + " baseline | | |"
     b, c, d, lo_d, hi_d = paired(rows, base, task)
     bb, cc = np.array([r["value"] >= 1 for r in b]), np.array([r["value"] >= 1 for r in c])
-    p = mcnemar([[np.sum(bb & cc), np.sum(bb & ~cc)], [np.sum(~bb & cc), np.sum(~bb & ~cc)]], exact=True).pvalue
+    p = mcnemar_two_sided(int(np.sum(bb & ~cc)), int(np.sum(~bb & cc)))
     return cell + f" {100 * d:+.2f} [{100 * lo_d:+.2f}, {100 * hi_d:+.2f}] (n={len(b)}) | {int(np.sum(bb & ~cc))}/{int(np.sum(~bb & cc))} | {p:.2g} |"
 
 
@@ -174,13 +158,13 @@ def paired(rows: dict, base: dict, task: str) -> tuple[list[dict], list[dict], f
     """The items both answered (baseline's, candidate's), the headline difference and its 95% interval."""
     ids = [i for i in rows if i in base]
     b, c = [base[i] for i in ids], [rows[i] for i in ids]
-    lo, hi = paired_boot(b, c, task)
-    return b, c, headline(c, task) - headline(b, task), lo, hi
+    t = paired_test([r["value"] for r in b], [r["value"] for r in c], _keys(b, task), two_sided(0.95))
+    return b, c, -t.drop, -t.high, -t.low
 
 
 def table(dest: Path, baseline: str) -> None:
     data = load(dest)
-    print("| variant | task | n | headline | per-item acc [95% Wilson] | headline diff vs baseline, pt [95% paired bootstrap] | lost/gained | exact McNemar p |")
+    print("| variant | task | n | headline | per-item acc [95% Wilson] | headline diff vs baseline, pt [95% paired] | lost/gained | exact McNemar p |")
     print("|---|---|---|---|---|---|---|---|")
     for variant in sorted(data, key=lambda v: (v != baseline, v)):
         for task, rows in sorted(data[variant].items()):
@@ -201,7 +185,7 @@ def _sample_meta(task: str, group: str | None) -> dict:
 
 
 def _diff(data: dict, variant: str, task: str, baseline: str) -> str:
-    """Headline with its n and, off the baseline, the paired difference in points [95% bootstrap]."""
+    """Headline with its n and, off the baseline, the paired difference in points [95%]."""
     rows, base = data[variant].get(task), data[baseline].get(task)
     if not rows:
         return "-"
