@@ -330,19 +330,19 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
 def test_welch_interval_is_scipys_on_the_raw_repeats():
     from scipy.stats import ttest_ind
 
-    from evalsuite.check import stats
+    from evalsuite.stats import timing
     from evalsuite.stats.metrics import mean_stderr
 
     a, b = [10_280.0, 10_291.0, 10_303.0], [10_270.0, 10_301.0, 10_269.0, 10_288.0]
     (ma, sa), (mb, sb) = mean_stderr(a), mean_stderr(b)
-    iv = stats.welch_interval("difference", Metric(name="x", value=ma, stderr=sa, n=3),
+    iv = timing.welch_interval("difference", Metric(name="x", value=ma, stderr=sa, n=3),
                               Metric(name="x", value=mb, stderr=sb, n=4), 0.95)
     ref = ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
     assert (iv.low, iv.high) == (pytest.approx(ref.low), pytest.approx(ref.high))
-    pct = stats.welch_interval("change_pct", Metric(name="x", value=ma, stderr=sa, n=3),
+    pct = timing.welch_interval("change_pct", Metric(name="x", value=ma, stderr=sa, n=3),
                                Metric(name="x", value=mb, stderr=sb, n=4), 0.95)
     assert pct.low == pytest.approx(ref.low / ma * 100) and pct.high == pytest.approx(ref.high / ma * 100)
-    assert stats.welch_interval("ratio", Metric(name="x", value=ma, stderr=None, n=1),
+    assert timing.welch_interval("ratio", Metric(name="x", value=ma, stderr=None, n=1),
                                 Metric(name="x", value=mb, stderr=sb, n=4), 0.95) is None
 
 

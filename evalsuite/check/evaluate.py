@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from evalsuite.check import stats
+from evalsuite.stats import timing
 from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
 from evalsuite.core.configfile import format_validation_error
@@ -48,7 +49,7 @@ class CheckResult:
     source: str
     measured: float | None = None
     unit: str = ""
-    interval: stats.Interval | None = None
+    interval: timing.Interval | None = None
     sides: list[Measured] = field(default_factory=list)
     detail: str = ""
     informational: bool = False
@@ -208,7 +209,7 @@ def mean_of(side: Measured) -> str | None:
 TIMED = ("ttft_ms", "itl_ms", "e2e_ms")  # the per-request timings a timed task's samples keep
 
 
-def paired_timings(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
+def paired_timings(check: Check, sides: list[Measured], confidence: float) -> timing.Interval | None:
     """Two variants' timing over the same requests: the paired interval from their samples."""
     (key, tokens), other = central(sides[0]), central(sides[1])
     task, _, timed = key.partition("/")
@@ -216,10 +217,10 @@ def paired_timings(check: Check, sides: list[Measured], confidence: float) -> st
         return None
     group = str(tokens) if tokens is not None else None
     per = [stats.request_timings(s.found.run.rd.root, s.found.result.variant, task, timed, group) for s in sides]
-    return stats.paired_timing_interval(check.effect.kind, per[0], per[1], confidence)
+    return timing.paired_timing_interval(check.effect.kind, per[0], per[1], confidence)
 
 
-def timing_interval(check: Check, sides: list[Measured], confidence: float) -> stats.Interval | None:
+def timing_interval(check: Check, sides: list[Measured], confidence: float) -> timing.Interval | None:
     """Two variants' timings: paired over their requests, else Welch's interval on the recorded means."""
     means = [mean_of(s) for s in sides]
     if None in means or any(s.found is None for s in sides):
@@ -231,10 +232,10 @@ def timing_interval(check: Check, sides: list[Measured], confidence: float) -> s
         records = [lookup(s.found, m)[1] for s, m in zip(sides, means)]
     except NotMeasurable:
         return None
-    return stats.welch_interval(check.effect.kind, records[0], records[1], confidence)
+    return timing.welch_interval(check.effect.kind, records[0], records[1], confidence)
 
 
-def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Interval | None:
+def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> timing.Interval | None:
     """Accuracy intervals and two variants' timing intervals, in the kind's unit; None for the rest."""
     kind, conf = check.effect.kind, ctx.spec.confidence
     if check.source != "run":
@@ -246,7 +247,7 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Int
     if kind == "value":
         s = sides[0]
         items = stats.items_for(s.found.run.rd.root, s.found.result.variant, s.record)
-        return stats.single_interval(items, s.record, s.value, conf) or stats.normal_interval(s.value, [s.record], conf)
+        return stats.single_interval(items, s.record, s.value, conf) or timing.normal_interval(s.value, [s.record], conf)
     b, c = sides
     scale = 100.0 if kind == "points" else 1.0
     iv = None
@@ -254,7 +255,7 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> stats.Int
         iv = stats.paired_interval(stats.items_for(b.found.run.rd.root, b.found.result.variant, b.record),
                                    stats.items_for(c.found.run.rd.root, c.found.result.variant, c.record),
                                    b.record, (b.value, c.value), conf)
-    iv = iv or stats.normal_interval(c.value - b.value, [b.record, c.record], conf)
+    iv = iv or timing.normal_interval(c.value - b.value, [b.record, c.record], conf)
     if iv is not None:
         iv.low, iv.high = iv.low * scale, iv.high * scale
     return iv
@@ -267,7 +268,7 @@ def too_few(ctx: Context, sides: list[Measured]) -> str | None:
     return None
 
 
-def decide(ctx: Context, check: Check, q: float, iv: stats.Interval | None) -> tuple[Verdict, str]:
+def decide(ctx: Context, check: Check, q: float, iv: timing.Interval | None) -> tuple[Verdict, str]:
     eff = check.effect
     if iv is not None and ctx.spec.decide_on == "interval":
         conf = f"{ctx.spec.confidence:.0%}"

@@ -1,1 +1,1 @@
-"""Statistics: metric helpers, intervals, paired and unpaired tests. May import: core."""
+"""Statistics: metric helpers, intervals, paired and unpaired tests, timing intervals. May import: core."""
