@@ -88,6 +88,14 @@ def test_good_config_validates(tmp_path):
     assert res.returncode == 0 and "ok (2 variant(s), 2 task(s))" in res.stdout, res.stdout + res.stderr
 
 
+def test_usage_errors_through_the_console_entry(tmp_path):
+    """`evalsuite` as installed: main() with its bare `--plan`, not only the app a CliRunner calls."""
+    assert_bad(cli(["run", "c.yaml", "--limit", "0"], tmp_path), "run: --limit: 0 is not allowed (allowed: N >= 1)")
+    assert_bad(cli(["gate", "--plan", "--n", "10", "--discordance", "2"], tmp_path),
+               "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)")
+    assert_bad(cli(["rnu"], tmp_path), "Did you mean 'run'?")
+
+
 def test_not_utf8(tmp_path):
     path = tmp_path / "latin1.yaml"
     path.write_bytes(GOOD.encode() + "# café\n".encode("latin-1"))

@@ -9,12 +9,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from evalsuite.cli.usage import OneLineUsageGroup
 from evalsuite.core.errors import STORAGE_ERRNOS, EvalsuiteError, StorageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
-models_app = typer.Typer(no_args_is_help=True, help="Import models into the local cache.")
+models_app = typer.Typer(cls=OneLineUsageGroup, no_args_is_help=True, help="Import models into the local cache.")
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
 
