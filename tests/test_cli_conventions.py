@@ -164,3 +164,19 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
     assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_rules_help_names_the_default_gate_uses(command):
+    res = cli(command, "-h", env={"COLUMNS": "250"})
+    assert "default: the shipped rules, evalsuite/report/gate_rules.yaml" in res.stdout, res.stdout
+    assert "configs/gates" not in res.stdout
+    assert DEFAULT_RULES.relative_to(DEFAULT_RULES.parents[2]).as_posix() == "evalsuite/report/gate_rules.yaml"
+
+
+def test_sync_help_and_an_empty_output_dir_say_what_sync_does(tmp_path):
+    helped = cli("sync", "-h", env={"COLUMNS": "250"}).stdout
+    assert "the tracking.uri each run recorded" in helped and "config's" not in helped
+    res = cli("sync", "-o", str(tmp_path))
+    assert res.exit_code == 0 and res.stdout == f"nothing to sync: no run folders (with a run.json) in {tmp_path}\n"
+    assert list(tmp_path.iterdir()) == []  # no MLflow store made for nothing
