@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -47,7 +47,7 @@ class OneLineUsageGroup(TyperGroup):
         return name, cmd, rest
 
 
-def _exit_one_line(e: Any, ctx: Any) -> None:
+def _exit_one_line(e: Any, ctx: Any) -> NoReturn:
     if isinstance(e, NoArgsIsHelpError):  # the help, shown for a bare group: not an error to rephrase
         raise e
     _err.print(f"evalsuite: error: {usage_line(e, ctx)}", markup=False, highlight=False, soft_wrap=True)
