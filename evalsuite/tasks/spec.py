@@ -29,6 +29,7 @@ ignore the item: by default 1/k for k choices (0.5 for a Yes/No balanced accurac
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from collections.abc import Iterable
@@ -39,6 +40,7 @@ import yaml
 from pydantic import (AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
+from evalsuite.core.configfile import not_allowed
 from evalsuite.data.tables import check_names, seeded_subset, stratified_subset
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
@@ -133,7 +135,12 @@ class ChoiceConfig(_Strict):
     def _defined(cls, value: str) -> str:
         if definition_path(value) is None:
             names = sorted(PYTHON_TYPES | set(task_types()))
-            raise ValueError(f"unknown task type; allowed: {', '.join(map(repr, names))} (files in {tasks_dir()})")
+            close = difflib.get_close_matches(value, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            # a folder is named only where the user chose it ($EVALSUITE_TASKS): the package's own is an
+            # install detail that helps no one fix a config
+            own = f", or a file in $EVALSUITE_TASKS ({tasks_dir()})" if os.environ.get("EVALSUITE_TASKS") else ""
+            raise not_allowed(f"{value!r} is not a task type{hint}; allowed: {', '.join(map(repr, names))}{own}")
         return value
 
     @field_validator("groups")
