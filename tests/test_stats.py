@@ -14,6 +14,7 @@ from evalsuite.core.types import Metric, MetricKind, Score
 from evalsuite.stats.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
 from evalsuite.stats.significance import (
     best_case_bound,
+    bootstrap_test,
     holm,
     items_needed,
     mcnemar_worse_p,
@@ -121,7 +122,7 @@ def test_bootstrap_agrees_with_scipy():
     cand = base.copy()
     cand[:9], cand[9:12] = 0.0, 1.0
     keys = [("a",)] * 30 + [("b",)] * 50
-    ours = paired_test(base, cand, keys, 0.95)
+    ours = bootstrap_test(base - cand, keys, 0.95)  # scores outside [0, 1] take this path
     assert ours.method.startswith("paired bootstrap within 2 strata")
     d = base - cand
     ref = bootstrap((d[:30], d[30:]), lambda x, y, axis=-1: (x.mean(axis=axis) + y.mean(axis=axis)) / 2,
@@ -282,3 +283,22 @@ def test_bootstrap_bound_and_decision_agree_at_every_limit():
         for limit in np.linspace(t.low - 2e-4, t.low + 2e-4, 41):
             if abs(limit - t.low) > 1e-12:
                 assert (t.p_exceeds(limit) < 0.05) == (limit < t.low)
+
+
+def test_fractional_and_weighted_scores_keep_the_level_at_the_limit():
+    """A true drop exactly at the limit passes at most ~alpha of the time: RULER-like shares lost
+    (n=132, 5 pt) and a macro accuracy over unequal strata (400 + 200 items, 2 pt), where a
+    percentile bootstrap passed 7-10% of such runs."""
+    rng = np.random.default_rng(11)
+
+    def false_passes(n, keys, lose_p, shares, limit, reps=200):
+        passed = 0
+        for _ in range(reps):
+            base, cand = np.ones(n), np.ones(n)
+            lose = rng.random(n) < lose_p
+            cand[lose] = 1 - rng.choice(shares, size=int(lose.sum()))
+            passed += paired_test(base, cand, keys, 0.95).p_within(limit) < 0.05
+        return passed / reps
+
+    assert false_passes(132, None, 0.05 / (1.75 / 3), [0.25, 0.5, 1.0], 0.05) <= 0.06
+    assert false_passes(600, [("a",)] * 400 + [("b",)] * 200, 0.02, [1.0], 0.02) <= 0.06
