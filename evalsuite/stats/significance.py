@@ -215,7 +215,8 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
         return p_above if within else 1 - p_above
 
     z2 = float(norm.ppf(confidence)) ** 2
-    floor = math.sqrt(sum((cw * z2 / (n + z2)) ** 2 for _, _, n, cw in cells))  # no answer changed anywhere
+    floor = math.sqrt(sum((float(w[idx].sum()) * z2 / (len(idx) + z2)) ** 2  # no answer changed anywhere
+                          for idx in by_cell.values()))
     se = math.sqrt(sum(cw * cw * max((b + c) / n - ((b - c) / n) ** 2, 0.0) / n for b, c, n, cw in cells))
     se0 = math.sqrt(sum(cw * cw * (b + c) / n / n for b, c, n, cw in cells))
     low, high = bounds_at(confidence)
