@@ -11,6 +11,7 @@ measured under other conditions; a folder without the baseline contributes figur
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -25,15 +26,20 @@ from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
 TTFT, ITL = "latency/ttft_ms_p50/ctx", "latency/itl_ms_p50/ctx"
-VERDICT_ORDER = {"failed": 0, "inconclusive": 1, "passed": 2, "skipped": 3}
-
-
 # ---------------------------------------------------------------- the gate, as this page reads it
 
 
-def gate_verdicts(report: GateReport) -> dict[str, str]:
-    """candidate label -> passed | failed | inconclusive | skipped, as the gate decides them."""
-    return dict(report.verdicts())
+def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, str]:
+    """variant -> passed | failed | inconclusive | skipped, the gate's rule over the checks of every
+    folder that measured it: accuracy from one run and latency from another make one verdict (a
+    latency run alone has no accuracy evidence, but it takes none away)."""
+    checks = []
+    for part in parts:
+        if part.gate is None:
+            continue
+        by_label = {e.label: e.result.variant for e in part.comparison.entries}
+        checks += [dataclasses.replace(c, candidate=by_label.get(c.candidate, c.candidate)) for c in part.gate.checks]
+    return dict(GateReport(base, rules_path, rules, checks).verdicts())
 
 
 # ---------------------------------------------------------------- one row per variant
@@ -161,6 +167,9 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
             report.marks = {**part.comparison.marks, **report.marks}
         if part.gate is not None:
             _judge(rows, part)
+    for name, verdict in pooled_verdicts(parts, base, rules, rules_path).items():
+        if name in rows:
+            rows[name].verdict = verdict
     report.rows = list(rows.values())
     _mark_pareto(report)
     return report
@@ -194,13 +203,9 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
 def _judge(rows: dict[str, Row], part: RunPart) -> None:
     """Verdicts and changed-answer shares of one folder's gate onto the rows (label = variant name
     within one folder)."""
-    verdicts = gate_verdicts(part.gate)
     by_label = {e.label: e.result.variant for e in part.comparison.entries}
     for label in part.gate.controls:
         rows[by_label.get(label, label)].control = True
-    for label, verdict in verdicts.items():
-        row = rows[by_label.get(label, label)]
-        row.verdict = verdict if row.verdict is None else min(row.verdict, verdict, key=VERDICT_ORDER.get)
     acc: dict[str, list[str]] = defaultdict(list)
     for c in part.gate.checks:
         if c.unit != "pt":
