@@ -161,6 +161,20 @@ def test_unpaired_test_at_0_and_100_percent(counts):
     assert t.p_within(t.high) == pytest.approx(0.05, abs=1e-6)
 
 
+def test_a_simulated_variant_is_not_failed_for_timings_it_cannot_have(tmp_path):
+    """A simulated INT4 variant runs its rounded weights dense: it has no latency of its own, so its
+    latency checks are not judged (named under "Not checked"), while a real variant missing one fails."""
+    base, cand = two_runs(tmp_path, {"ttft": {1024: 10.0}},
+                          {"settings": {"dtype": "bfloat16", "simulated": True, "quantize": "rtn"}}, n=2000)
+    rules = rules_file(tmp_path, {"rules": [{"metrics": "mmlu/acc", "max_drop_points": 2},
+                                            {"metrics": "latency/*", "max_growth_pct": 25}]})
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
+    assert "simulated: measures accuracy only, not this" in res.output and "missing in candidate" not in res.output
+    real = build_run(tmp_path / "runs", "20250101-000002-real", {"fp8": {}}, n=2000)
+    res = gate("--baseline", str(base), "--candidate", str(real), "--rules", str(rules))
+    assert "missing in candidate" in res.output and res.exit_code == 1
+
+
 def test_memory_checks_alone_are_no_evidence(tmp_path):
     """A candidate whose only checks are memory and latency never passes: nothing says it kept
     its accuracy (inconclusive, exit 3)."""
