@@ -359,7 +359,8 @@ def _stratified_wilson(x: np.ndarray, keys: list[tuple], w: np.ndarray, confiden
 
 def paired_test(base: Sequence[float], cand: Sequence[float], keys: Sequence[tuple] | None,
                 confidence: float, resamples: int = BOOTSTRAP_RESAMPLES) -> PairedTest:
-    """McNemar/Tango for 0/1 scores that weigh alike, the bootstrap for everything else."""
+    """McNemar/Tango for 0/1 scores that weigh alike, Tango by MOVER for other scores in [0, 1], the
+    bootstrap for everything else."""
     base_a, cand_a = np.asarray(base, float), np.asarray(cand, float)
     keys = list(keys) if keys else [()] * len(base_a)
     w = stratum_weights(keys)
