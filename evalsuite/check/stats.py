@@ -56,7 +56,7 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: Metric
 
 
 def single_interval(items: dict[str, dict], metric: Metric, recorded: float, confidence: float) -> Interval | None:
-    """Interval of one variant's score: Wilson for unstratified 0/1 items, else a stratified bootstrap."""
+    """Interval of one variant's score: Wilson for 0/1 items (per stratum by MOVER where weighted), else a bootstrap."""
     strata = metric.strata
     if strata is None or len(items) < 2:
         return None
