@@ -80,6 +80,7 @@ def swept(tmp_path_factory, tiny_model, legal_dir) -> Path:
     tmp = tmp_path_factory.mktemp("fake")
     code, out = run("run", str(make_config(tmp, tiny_model, legal_dir)), "--no-progress")
     assert code == 0, out
+    (tmp / "output.txt").write_text(out)
     return only_run(tmp / "runs")
 
 
@@ -363,6 +364,9 @@ def test_mlflow_holds_the_sweep(swept):
     variants = {r.data.tags.get("evalsuite.variant"): r for r in runs if r.data.tags.get("evalsuite.variant")}
     assert set(variants) == set(VARIANTS)
     assert variants["bf16"].data.metrics["mmlu/acc"] == pytest.approx(metrics(swept, "bf16")["mmlu/acc"])
+    # the link the run prints is one line, off a terminal too: a link cut over lines cannot be followed
+    (line,) = [ln for ln in (swept.parent.parent / "output.txt").read_text().splitlines() if ln.startswith("MLflow:")]
+    assert f"#/experiments/{exp.experiment_id}/runs" in line and line.rstrip().endswith(line.split()[-1])
 
 
 def test_compare_reads_the_sweep(swept, tmp_path):

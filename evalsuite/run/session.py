@@ -164,7 +164,8 @@ def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
     except ImportError:
         return
     try:
-        console.print(log_run(run_dir, cfg.tracking).link, markup=False, highlight=False)
+        # soft_wrap: a link cut over lines (rich wraps at 80 columns off a terminal) cannot be followed
+        console.print(log_run(run_dir, cfg.tracking).link, markup=False, highlight=False, soft_wrap=True)
     except Exception as e:  # noqa: BLE001 - tracking must never lose a finished run
         console.print(f"[yellow]MLflow logging failed ({type(e).__name__}: {e}); records are in {run_dir.root}; "
                       f"run `evalsuite sync` later")
