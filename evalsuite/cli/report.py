@@ -10,7 +10,7 @@ import typer
 
 
 def report_command(
-    runs: list[str] = typer.Argument(..., help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
+    runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
     out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
     baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant name (default: first run's config `baseline`)."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml)."),
