@@ -240,6 +240,11 @@ def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model
     row = next(line for line in res.stdout.splitlines() if "w4a16_sim" in line and "│" in line)
     assert "(simulated)" in row
     assert (default_cache_dir() / "vllm" / "torchinductor").is_dir()
+    # gated against bf16, its accuracy is judged and the timings it cannot have are not failed
+    gated = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:w4a16_sim")
+    assert gated.returncode in (0, 1, 3), gated.stderr[-2000:]
+    assert "`mmlu/acc`" in gated.stdout and "simulated: measures accuracy only" in gated.stdout
+    assert "missing in candidate" not in gated.stdout
 
 
 def test_layers_kept_in_16_bits_hold_what_the_planner_predicts(tmp_path, tiny_model, legal_dir, reference):

@@ -302,3 +302,15 @@ def test_fractional_and_weighted_scores_keep_the_level_at_the_limit():
 
     assert false_passes(132, None, 0.05 / (1.75 / 3), [0.25, 0.5, 1.0], 0.05) <= 0.06
     assert false_passes(600, [("a",)] * 400 + [("b",)] * 200, 0.02, [1.0], 0.02) <= 0.06
+
+
+def test_one_stratum_of_mover_is_tango_and_wilson_itself():
+    """Second method for the combined bounds: with one stratum MOVER adds nothing, so the weighted
+    path gives Tango's own bounds (paired) and Wilson's (one variant) on the same 0/1 items."""
+    from evalsuite.stats.significance import mover, tango_mover_test, wilson
+
+    base, cand = pair_arrays(300, lost=14, gained=5, right=200)
+    t = tango_mover_test(base, cand, [()] * len(base), 0.95)
+    assert (t.low, t.high) == pytest.approx(tango_bounds(14, 5, 300, 0.95))
+    lo, hi = wilson(120, 200)
+    assert mover(0.6, [(1.0, 0.6, lo, hi)]) == pytest.approx((lo, hi))

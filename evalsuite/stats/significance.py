@@ -195,20 +195,13 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
     changed answers passed drops at the limit in 7-10% of simulated runs at a nominal 5% (n=132 to
     600); Tango's bounds keep the level (tests/test_stats.py)."""
     w = stratum_weights(keys)
-    by_cell: dict[tuple, list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        by_cell[() if np.allclose(w, w[0]) else k].append(i)  # a plain mean is one stratum
+    groups = [np.arange(len(keys))] if np.allclose(w, w[0]) else strata_indices(keys)  # a plain mean: one stratum
     diff = base - cand
-    cells = [_changed_answers(diff[idx], float(w[idx].sum())) for idx in by_cell.values()]
+    cells = [_changed_answers(diff[idx], float(w[idx].sum())) for idx in groups]
     drop = sum(cw * (b - c) / n for b, c, n, cw in cells)
 
     def bounds_at(level: float) -> tuple[float, float]:
-        below = above = 0.0
-        for b, c, n, cw in cells:
-            d = (b - c) / n
-            lo, hi = _tango_cached(b, c, n, level)
-            below, above = below + (cw * (d - lo)) ** 2, above + (cw * (hi - d)) ** 2
-        return drop - math.sqrt(below), drop + math.sqrt(above)
+        return mover(drop, [(cw, (b - c) / n, *_tango_cached(b, c, n, level)) for b, c, n, cw in cells])
 
     def p_limit(limit: float, within: bool) -> float:
         p_above = inverted_p(bounds_at, drop, limit)
@@ -216,14 +209,14 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
 
     z2 = float(norm.ppf(confidence)) ** 2
     floor = math.sqrt(sum((float(w[idx].sum()) * z2 / (len(idx) + z2)) ** 2  # no answer changed anywhere
-                          for idx in by_cell.values()))
+                          for idx in groups))
     se = math.sqrt(sum(cw * cw * max((b + c) / n - ((b - c) / n) ** 2, 0.0) / n for b, c, n, cw in cells))
     se0 = math.sqrt(sum(cw * cw * (b + c) / n / n for b, c, n, cw in cells))
     low, high = bounds_at(confidence)
     changed = any(b + c for b, c, _, _ in cells)
     p_worse = p_limit(0.0, False) if changed else 1.0  # as McNemar's: no changed answer, no sign of worse
     fractional = "" if np.all(np.isin(base, (0.0, 1.0))) and np.all(np.isin(cand, (0.0, 1.0))) else \
-        " (shares lost and gained as changed answers of their mean size)"
+        " (shares lost and gained as changed answers)"
     how = (f"Tango score bounds within {len(cells)} strata, combined by MOVER" if len(cells) > 1
            else "Tango score bounds") + fractional
     return PairedTest(len(base), float(1 / np.sum(w * w)), float(w.max()), drop, low, high, se, se0, p_worse,
@@ -241,6 +234,22 @@ def _changed_answers(diff: np.ndarray, weight: float) -> tuple[float, float, flo
     square = float(np.sum(diff * diff))
     k = float(np.sum(np.abs(diff) ** 3)) / square if square else 1.0
     return lost / k, gained / k, len(diff) / k, weight
+
+
+def mover(estimate: float, parts: Sequence[tuple[float, float, float, float]]) -> tuple[float, float]:
+    """Bounds of a weighted sum from its parts' (weight, estimate, lower, upper) bounds (MOVER, Zou &
+    Donner 2008): estimate -/+ sqrt(sum w^2 (distance of the part's bound from its estimate)^2)."""
+    below = sum((w * (e - lo)) ** 2 for w, e, lo, _ in parts)
+    above = sum((w * (hi - e)) ** 2 for w, e, _, hi in parts)
+    return estimate - math.sqrt(below), estimate + math.sqrt(above)
+
+
+def strata_indices(keys: Sequence[tuple]) -> list[np.ndarray]:
+    """The item indices of each stratum (each distinct key), in first-seen order."""
+    by_key: dict[tuple, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        by_key[k].append(i)
+    return [np.array(idx) for idx in by_key.values()]
 
 
 @lru_cache(maxsize=65536)
@@ -298,10 +307,7 @@ def bootstrap_test(diffs: np.ndarray, keys: Sequence[tuple], confidence: float,
                    resamples: int = BOOTSTRAP_RESAMPLES) -> PairedTest:
     """Paired bootstrap of the weighted mean difference, items resampled within their stratum."""
     w = stratum_weights(keys)
-    by_cell: dict[tuple, list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        by_cell[k].append(i)
-    cells = [np.array(idx) for idx in by_cell.values()]
+    cells = strata_indices(keys)
     dist = _resample_means(diffs, cells, np.array([w[idx].sum() for idx in cells]), resamples)
     low, high = _bootstrap_bounds(dist, 1 - confidence)
     tol = 1e-12  # replicates are sums of floats: one equal to the limit must count as equal
@@ -345,16 +351,10 @@ def score_interval(values: Sequence[float], keys: Sequence[tuple], confidence: f
 
 
 def _stratified_wilson(x: np.ndarray, keys: list[tuple], w: np.ndarray, confidence: float) -> tuple[float, float, str]:
-    by_cell: dict[tuple, list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        by_cell[k].append(i)
-    mean, below, above = float(np.dot(w, x)), 0.0, 0.0
-    for idx in by_cell.values():
-        cw, p = float(w[idx].sum()), float(x[idx].mean())
-        lo, hi = wilson(float(x[idx].sum()), len(idx), confidence)
-        below, above = below + (cw * (p - lo)) ** 2, above + (cw * (hi - p)) ** 2
-    low, high = max(0.0, mean - math.sqrt(below)), min(1.0, mean + math.sqrt(above))
-    return low, high, f"Wilson within {len(by_cell)} strata, combined by MOVER, over {len(x):,} items"
+    groups = strata_indices(keys)
+    low, high = mover(float(np.dot(w, x)), [(float(w[idx].sum()), float(x[idx].mean()),
+                                             *wilson(float(x[idx].sum()), len(idx), confidence)) for idx in groups])
+    return max(0.0, low), min(1.0, high), f"Wilson within {len(groups)} strata, combined by MOVER, over {len(x):,} items"
 
 
 def paired_test(base: Sequence[float], cand: Sequence[float], keys: Sequence[tuple] | None,
@@ -387,13 +387,12 @@ def unpaired_test(base: tuple[int, int], cand: tuple[int, int], confidence: floa
     floor = _newcombe(pooled * n1, n1, pooled * n2, n2, confidence)[1]
 
     def p_limit(limit: float, within: bool) -> float:
-        p_above = _newcombe_p(x1, n1, x2, n2, limit)  # p for H0: drop >= limit
+        p_above = inverted_p(lambda level: _newcombe(x1, n1, x2, n2, level), drop, limit)  # H0: drop >= limit
         return p_above if within else 1 - p_above
 
     se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
     n_eff = 2 / (1 / n1 + 1 / n2)  # the paired n whose drop has this variance when answers are uncorrelated
-    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, low, high, se, se,
-                      1 - _newcombe_p(x1, n1, x2, n2, 0.0),
+    return PairedTest(min(n1, n2), n_eff, max(1 / n1, 1 / n2), drop, low, high, se, se, p_limit(0.0, False),
                       "unpaired: Newcombe's score interval for two proportions (no shared sample ids)",
                       None, p_limit, floor=floor)
 
@@ -405,11 +404,6 @@ def _newcombe(x1: float, n1: int, x2: float, n2: int, confidence: float) -> tupl
     low, high = confint_proportions_2indep(x1, n1, x2, n2, method="newcomb", compare="diff",
                                            alpha=2 * (1 - confidence))
     return float(low), float(high)
-
-
-def _newcombe_p(x1: float, n1: int, x2: float, n2: int, limit: float) -> float:
-    """p for H0: p1 - p2 >= limit, by inverting Newcombe's interval."""
-    return inverted_p(lambda level: _newcombe(x1, n1, x2, n2, level), x1 / n1 - x2 / n2, limit)
 
 
 def inverted_p(bounds_at: Callable[[float], tuple[float, float]], estimate: float, limit: float) -> float:
