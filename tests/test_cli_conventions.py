@@ -84,6 +84,10 @@ USAGE_ERRORS = [
             "check, report, compare, gate, sync, models)"),
     ("models imprt x", "models: no such command 'imprt'. Did you mean 'import'? (allowed: import)"),
     ("models import", "models import: SOURCE: required, not given"),
+    ("compare X --format xml", "compare: --format: xml is not allowed (allowed: table, markdown, csv, json)"),
+    ("check X --format table", "check: --format: table is not allowed (allowed: markdown, json)"),
+    ("plan X --json", "plan: --json: no such option; did you mean --format json?"),
+    ("compare X --csv", "compare: --csv: no such option; did you mean --format csv?"),
 ]
 
 
@@ -92,6 +96,34 @@ def test_usage_errors_are_one_line_with_the_command_the_value_and_what_is_allowe
     res = cli(*bare_flags(args.split()), env={"COLUMNS": "80"})
     assert res.exit_code == 2 and res.stdout == "", res.output
     assert res.stderr == f"evalsuite: error: {line}\n"
+
+
+def _options(command: str):
+    from typer.main import get_command
+
+    group = get_command(app)
+    for name in command.split():
+        group = group.commands[name]
+    return [p for p in group.params if getattr(p, "param_type_name", "") == "option"]
+
+
+@pytest.mark.parametrize("command", COMMANDS + ["report"])
+def test_format_chooses_what_is_printed_and_file_options_write_files(command):
+    """One convention: `--format` picks among a fixed set what goes to stdout; `--json FILE`,
+    `--markdown FILE` and `--junit FILE` write a file; no option is a flag that changes the printout."""
+    for p in _options(command):
+        name = max(p.opts, key=len)
+        if name == "--format":
+            assert p.type_descriptor.choices and p.metavar == "FORMAT", (command, name)
+            assert all(str(c.value) in p.help for c in p.type_descriptor.choices), (command, p.help)
+        if name in ("--json", "--markdown", "--junit"):
+            assert not p.is_flag and p.metavar == "FILE", (command, name)
+            assert p.help.startswith(("Also write", "Write")), (command, p.help)
+
+
+def test_plan_format_json_prints_json(repo_root):
+    res = cli("plan", str(repo_root / "configs" / "models" / "llama-2-7b.json"), "--format", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["params"] > 6e9
 
 
 def test_help_and_a_bare_group_are_not_usage_errors():

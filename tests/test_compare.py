@@ -69,6 +69,30 @@ def test_baseline_choice(run):
     assert res.exit_code == 2 and "not a variant" in res.stderr and "bf16, fp8" in res.stderr
 
 
+@pytest.mark.parametrize("form", ["{name}:fp8", "{path}:fp8"], ids=["run_name", "dir"])
+def test_baseline_run_variant_names_a_run_given_even_where_no_name_clashes(run, form):
+    """RUN:NAME is the form a clash labels with and DIR:VARIANT the form a run is given in: either picks
+    the baseline whether or not another run shares the variant's name."""
+    wanted = form.format(name=run.name, path=run)
+    assert compare([(RunDir(run), None)], wanted).baseline == "fp8"
+    res = runner.invoke(app, ["report", str(run), "--out", str(run.parent / "page"), "--baseline", wanted])
+    assert res.exit_code == 0, res.output
+    assert "baseline `fp8`" in (run.parent / "page" / "report.md").read_text()
+
+
+def test_a_baseline_name_two_runs_share_asks_for_run_name(tmp_path):
+    a = build_run(tmp_path, "20250101-000000-a", {"bf16": {}, "fp8": {"wrong": range(4)}})
+    b = build_run(tmp_path, "20250105-000000-b", {"bf16": {}, "fp8": {}})
+    res = runner.invoke(app, ["compare", str(a), str(b), "--baseline", "bf16"])
+    assert res.exit_code == 2 and res.stderr == (
+        "evalsuite: error: --baseline: 'bf16' is ambiguous, give RUN:NAME (allowed: 20250101-000000-a:bf16, "
+        "20250101-000000-a:fp8, 20250105-000000-b:bf16, 20250105-000000-b:fp8)\n")
+    assert compare([(RunDir(a), None), (RunDir(b), None)], f"{b}:bf16").baseline == "20250105-000000-b:bf16"
+    res = runner.invoke(app, ["report", str(a), str(b), "--out", str(tmp_path / "o"), "--baseline", f"{b.name}:nope"])
+    assert res.exit_code == 2 and res.stderr == (
+        f"evalsuite: error: --baseline: '{b.name}:nope' is not a variant of run {b.name} (allowed: bf16, fp8)\n")
+
+
 def test_first_variant_without_config_baseline(tmp_path):
     run = build_run(tmp_path, "20250101-000000-x", {"a": {}, "b": {}})
     assert compare([(RunDir(run), None)]).baseline == "a"

@@ -77,7 +77,7 @@ def test_each_example_names_the_mission_variants_on_a_hf_model(path):
 def test_every_variant_of_every_example_fits_an_h200(path, hf_cache):
     """vLLM would start each: max_model_len within the model's limit (Qwen's 128K through YaRN), and one
     request at it in the KV cache. The INT4 checkpoints' weights are a third of bf16's."""
-    res = cli("plan", str(path), "--json")
+    res = cli("plan", str(path), "--format", "json")
     assert res.exit_code == 0, res.output
     plans = json.loads(res.output)
     assert set(plans) == set(load_config(path).variants)
@@ -90,7 +90,7 @@ def test_every_variant_of_every_example_fits_an_h200(path, hf_cache):
 
 
 def test_plan_reads_a_hf_id_from_the_local_cache(hf_cache):
-    res = cli("plan", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "32768", "--json")
+    res = cli("plan", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "32768", "--format", "json")
     assert res.exit_code == 0, res.output
     p = json.loads(res.output)
     assert p["kv_bytes_per_token"] == 28 * 4 * 128 * 2 * 2 and p["max_len_limit"] == 32768 and p["fits"]
@@ -108,7 +108,7 @@ def test_plan_fits_agrees_with_vllms_length_check():
     assert res.exit_code == 0, res.output
     fits = next(line for line in res.output.splitlines() if line.startswith("fits"))
     assert "NO: max_model_len 131,072 is above the model's 4,096" in fits
-    assert json.loads(cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "131072", "--json").output)["fits"] is False
+    assert json.loads(cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "131072", "--format", "json").output)["fits"] is False
     assert "fits                      yes" in cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "4096").output
 
 

@@ -242,6 +242,16 @@ def test_ambiguous_baseline_variant_is_bad_input(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_two_names_for_the_baseline_variant_are_bad_input(tmp_path):
+    run = build_run(tmp_path / "runs", "20250101-000000-two", {"a": {}, "b": {}})
+    res = gate("--baseline", f"{run}:a", "--variant-baseline", "b", "--candidate", f"{run}:b",
+               "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr == "evalsuite: error: --baseline names variant 'a' and --variant-baseline 'b'; give one\n"
+    same = gate("--baseline", f"{run}:a", "--variant-baseline", "a", "--candidate", f"{run}:b", "--rules", str(DEFAULT_RULES))
+    assert same.exit_code == 0, same.output
+
+
 @pytest.mark.parametrize(("data", "expect"), [
     ({"rules": [{"metrics": "x/acc", "max_drop": 1}]}, "rules.0.max_drop: unknown key (allowed: exclude, max_drop_pct, "),
     ({"decision": "vibes", "rules": [{"metrics": "x", "max_drop_pct": 1}]}, "'upper_bound', 'point' or 'lower_bound'"),

@@ -291,7 +291,7 @@ def test_cli_json_and_table(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
     runner = CliRunner()
     res = runner.invoke(_app(), ["plan", str(tmp_path), "--max-model-len", "131072", "--gpu-memory-utilization",
-                                 "0.92", "--json"])
+                                 "0.92", "--format", "json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["kv_capacity_tokens"] == plan(LLAMA_8B, **H200).kv_capacity_tokens
@@ -299,10 +299,10 @@ def test_cli_json_and_table(tmp_path):
     res = runner.invoke(_app(), ["plan", str(tmp_path / "config.json"), "--gpu", "L4", "--max-model-len", "8192"])
     assert res.exit_code == 0 and "KV capacity" in res.output
     res = runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--kv-cache-dtype-skip-layers", "0",
-                                 "--kv-cache-dtype-skip-layers", "31", "--json"])
+                                 "--kv-cache-dtype-skip-layers", "31", "--format", "json"])
     out = json.loads(res.output)
     assert out["kv_bytes_per_token"] == 30 * 2 * 8 * 128 + 2 * 2 * 8 * 128 * 2
-    plain = json.loads(runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--json"]).output)
+    plain = json.loads(runner.invoke(_app(), ["plan", str(tmp_path), "--kv-cache-dtype", "fp8", "--format", "json"]).output)
     kv_read = out["roofline"]["decode_bytes_per_token"] - plain["roofline"]["decode_bytes_per_token"]
     assert kv_read == 2 * 2 * 8 * 128 * 131072  # two layers read 16-bit K and V: one extra byte an element
 
@@ -368,7 +368,7 @@ def test_impossible_splits_are_refused(kwargs, key):
 def test_cli_tensor_parallel(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
     args = ["plan", str(tmp_path), "--max-model-len", "131072", "--gpu-memory-utilization", "0.92"]
-    res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "2", "--json"])
+    res = CliRunner().invoke(_app(), [*args, "--tensor-parallel-size", "2", "--format", "json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["kv_capacity_tokens"] == plan(LLAMA_8B, **H200, tensor_parallel_size=2).kv_capacity_tokens

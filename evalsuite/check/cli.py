@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 
-from evalsuite.core.errors import ConfigError
 
-FORMATS = ("markdown", "json")
+Format = StrEnum("Format", ["markdown", "json"])
 
 
 def check_command(
     claims: Path = typer.Argument(..., metavar="CLAIMS", help="Claims YAML (see configs/claims/long-context-128k.yaml)."),
     runs: list[Path] | None = typer.Argument(None, metavar="[RUN]...", help="Run folders; variants are named run:variant where names clash."),
-    fmt: str = typer.Option("markdown", "--format", metavar="FORMAT", help="What to print: markdown | json."),
+    fmt: Format = typer.Option(Format.markdown, "--format", metavar="FORMAT", help="What to print: markdown or json."),
     markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Also write the Markdown report here."),
     json_out: Path | None = typer.Option(None, "--json", metavar="FILE", help="Also write the JSON report here."),
 ) -> None:
@@ -26,8 +26,6 @@ def check_command(
     from evalsuite.check.runs import open_run
     from evalsuite.check.schema import load_claims
 
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     spec = load_claims(claims)
     opened = [open_run(p) for p in runs or []]
     results = evaluate(spec, claims.resolve().parent, opened, str(claims))
@@ -36,6 +34,6 @@ def check_command(
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-    typer.echo(md if fmt == "markdown" else js, nl=False)
+    typer.echo(md if fmt == Format.markdown else js, nl=False)
     if any(r.verdict == "not held" for r in results):
         raise typer.Exit(1)

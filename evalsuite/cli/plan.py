@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, get_origin
 
@@ -68,8 +69,12 @@ SOURCE_HELP = ("A model folder or its config.json, a Hugging Face id (org/name, 
                "HF cache), or an evalsuite config (.yaml: one row per variant, from its own settings).")
 
 
-def plan_command(source: str, revision: str | None, variant: list[str], as_json: bool, **settings: Any) -> None:
+Format = StrEnum("Format", ["table", "json"])
+
+
+def plan_command(source: str, revision: str | None, variant: list[str], fmt: Format, **settings: Any) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
+    as_json = fmt == Format.json
     given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
     if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
         given["device_memory_gib"] = _host_memory_gib()
@@ -123,8 +128,8 @@ def _signature() -> inspect.Signature:
             None, "--revision", metavar="REV", help="With a Hugging Face id: branch, tag or commit.")),
         inspect.Parameter("variant", keyword, annotation=list[str], default=typer.Option(
             [], "--variant", "-V", metavar="NAME", help="With an evalsuite config: only these variants (repeatable).")),
-        inspect.Parameter("as_json", keyword, annotation=bool, default=typer.Option(
-            False, "--json", help="Print the plan as JSON.")),
+        inspect.Parameter("fmt", keyword, annotation=Format, default=typer.Option(
+            Format.table, "--format", metavar="FORMAT", help="What to print: table or json.")),
     ]
     settings = [_setting_option(k, f) for k, f in PlanSettings.model_fields.items()
                 if extra(f, "metavar") or f.annotation == bool | None]

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import typer
 
+from evalsuite.report.baseline import BASELINE_HELP
+
 
 def report_command(
     runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
     out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
-    baseline: str | None = typer.Option(None, "--baseline", help="Baseline variant name (default: first run's config `baseline`)."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help=f"{BASELINE_HELP}; each run folder is set against its own NAME (default: the first run's config `baseline`, else its first variant)."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml)."),
     uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:

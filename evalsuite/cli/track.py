@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import tempfile
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.report.baseline import BASELINE_HELP
 
-FORMATS = ("table", "markdown", "csv", "json")
+Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
 URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)."
 
 
 def compare_command(
-    runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run directories (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
-    baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help="Baseline variant or run:variant (default: first run's config `baseline`, else the first)."),
+    runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names; several runs side by side."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help=f"{BASELINE_HELP} (default: the first run's config `baseline`, else its first variant)."),
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Also write compare.md, compare.csv and PNG plots here."),
-    fmt: str = typer.Option("table", "--format", metavar="FORMAT", help="table | markdown | csv | json"),
+    fmt: Format = typer.Option(Format.table, "--format", metavar="FORMAT", help="What to print: table, markdown, csv or json."),
     metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
     uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
@@ -27,17 +29,11 @@ def compare_command(
     from evalsuite.report.compare_view import rich_tables, to_csv, to_json, to_markdown, write_report
     from evalsuite.report.sources import open_sources
 
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     with tempfile.TemporaryDirectory(prefix="evalsuite-compare-") as scratch:
         result = compare(open_sources(runs, uri, Path(scratch)), baseline, metric or None)
         files = write_report(result, out) if out else []
-    if fmt == "markdown":
-        typer.echo(to_markdown(result), nl=False)
-    elif fmt == "csv":
-        typer.echo(to_csv(result), nl=False)
-    elif fmt == "json":
-        typer.echo(to_json(result), nl=False)
+    if fmt != Format.table:
+        typer.echo({Format.markdown: to_markdown, Format.csv: to_csv, Format.json: to_json}[fmt](result), nl=False)
     else:
         console = Console()
         for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
@@ -47,11 +43,11 @@ def compare_command(
 
 
 def gate_command(
-    baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline: run directory (DIR or DIR:VARIANT) or MLflow run id."),
-    candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run directory (DIR or DIR:VARIANT) or MLflow run id; repeatable."),
+    baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
+    candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
     control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT): the baseline rerun or another engine mode; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
-    variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant (default: the only one, else config's `baseline`)."),
+    variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
     markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary here (for a PR comment)."),
@@ -117,11 +113,15 @@ def _one_run(sources, flag: str, variant: str | None):
         raise ConfigError(f"{flag}: give one run (this names {len(sources)}; an experiment holds several)")
     rd, only = sources[0]
     picked = next(iter(only)) if only and len(only) == 1 else None
+    if flag == "--baseline" and picked and variant and picked != variant:
+        # --variant-candidate is documented as the default for candidates named without one; the baseline
+        # is one variant, and two names for it leave no way to tell which the user meant
+        raise ConfigError(f"--baseline names variant {picked!r} and --variant-baseline {variant!r}; give one")
     return Side(rd, picked or variant)
 
 
 def sync_command(
-    run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run directories (default: every run under --output-dir)."),
+    run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run folders (default: every run under --output-dir)."),
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
     uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:

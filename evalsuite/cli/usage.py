@@ -74,10 +74,14 @@ def usage_line(e: Any, ctx: Any = None) -> str:
 
 
 def _no_such_option(e: Any) -> str:
+    params = e.ctx.command.params if e.ctx is not None else []
+    as_format = [p for p in params if "--format" in getattr(p, "opts", ())
+                 and e.option_name.lstrip("-") in (_choices(p) or "").split(", ")]
+    if as_format:  # `--json` where a command prints JSON with --format and writes no file
+        return f"{e.option_name}: no such option; did you mean --format {e.option_name.lstrip('-')}?"
     close = sorted(e.possibilities or [])
     if close:
         return f"{e.option_name}: no such option; did you mean {' or '.join(close)}?"
-    params = e.ctx.command.params if e.ctx is not None else []
     allowed = [p.opts[0] for p in params if getattr(p, "param_type_name", "") == "option" and not p.hidden]
     return f"{e.option_name}: no such option" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
 
@@ -89,7 +93,7 @@ def _bad_value(e: Any) -> str:
     if not errors:
         return f"{_name(e.param)}: {_sentence(e.message)}"
     given = errors[0]["input"]
-    allowed = _range(e.param) if errors[0]["type"].startswith(("greater_than", "less_than")) else None
+    allowed = _range(e.param) if errors[0]["type"].startswith(("greater_than", "less_than")) else _choices(e.param)
     rule = allowed or _sentence(errors[0]["msg"]).replace("input should be", "should be", 1)
     return f"{_name(e.param)}: {shlex.quote(str(given))} is not allowed ({'allowed: ' if allowed else ''}{rule})"
 
@@ -102,6 +106,13 @@ def _range(param: Any) -> str | None:
     if lo is not None:
         return f"{name} >= {lo:g}"
     return f"{name} <= {hi:g}" if hi is not None else None
+
+
+def _choices(param: Any) -> str | None:
+    """An option limited to a few values (an Enum): those values, as typed on the command line."""
+    desc = getattr(param, "type_descriptor", None)
+    choices = getattr(desc, "choices", None) if desc is not None else None
+    return ", ".join(str(getattr(c, "value", c)) for c in choices) if choices else None
 
 
 def _name(param: Any) -> str:

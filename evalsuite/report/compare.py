@@ -19,6 +19,7 @@ import pandas as pd
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, VariantResult
+from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
@@ -76,7 +77,7 @@ def load_entries(sources: list[tuple[RunDir, set[str] | None]]) -> list[Entry]:
 
 
 def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
-    """--baseline by label or variant name; else the first run's config `baseline`; else the first variant."""
+    """--baseline (NAME or RUN:NAME); else the first run's config `baseline`; else the first variant."""
     if not entries:
         raise ConfigError("compare: no variants to compare")
     if wanted is None:
@@ -84,11 +85,12 @@ def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
         named = first.read_config().get("baseline")
         match = [e for e in entries if e.run_dir.root == first.root and e.result.variant == named]
         return match[0] if match else entries[0]  # the config's baseline may not be among those picked
-    matches = [e for e in entries if e.label == wanted] or [e for e in entries if e.result.variant == wanted]
+    rd, name = baseline_ref(wanted, [e.run_dir for e in entries])
+    matches = [e for e in entries if e.result.variant == name
+               and (rd is None or e.run_dir.root.resolve() == rd.root.resolve())]
     if len(matches) != 1:
-        labels = ", ".join(e.label for e in entries)
-        how = "is ambiguous" if matches else "is not a variant"
-        raise ConfigError(f"--baseline: {wanted!r} {how} (choose one of: {labels})")
+        how = "is ambiguous, give RUN:NAME" if matches else "is not a variant of the runs given"
+        raise ConfigError(f"--baseline: {wanted!r} {how} (allowed: {', '.join(e.label for e in entries)})")
     return matches[0]
 
 

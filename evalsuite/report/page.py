@@ -19,6 +19,7 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
+from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, run_gate
 from evalsuite.report.rules import default_rules_path
@@ -114,13 +115,15 @@ def _by_run(sources: list[tuple[RunDir, set[str] | None]]) -> list[tuple[RunDir,
 
 
 def baseline_name(sources: list[tuple[RunDir, set[str] | None]], wanted: str | None) -> str:
-    """--baseline, else the first folder's config `baseline`, else its first variant."""
+    """--baseline (NAME or RUN:NAME, as compare takes it), else the first folder's config `baseline`,
+    else its first variant. Each folder is set against its own variant of that name."""
     if wanted:
-        known = {v.variant for rd, _ in sources for v in rd.load_run().variants}
-        if wanted not in known:
-            raise ConfigError(f"--baseline: {wanted!r} is not a variant of the runs given "
-                              f"(allowed: {', '.join(sorted(known))})")
-        return wanted
+        rd, name = baseline_ref(wanted, [r for r, _ in sources])
+        known = {v.variant for r in ([rd] if rd else [r for r, _ in sources]) for v in r.load_run().variants}
+        if name not in known:
+            where = f"run {rd.run_id}" if rd else "the runs given"
+            raise ConfigError(f"--baseline: {wanted!r} is not a variant of {where} (allowed: {', '.join(sorted(known))})")
+        return name
     rd = sources[0][0]
     named = rd.read_config().get("baseline")
     names = [v.variant for v in rd.load_run().variants]
