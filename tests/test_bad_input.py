@@ -266,6 +266,13 @@ def test_include_reads_only_small_regular_files_and_shows_no_value(tmp_path):
     assert_bad(cli(["validate", str(big)], tmp_path), str(big), "larger than 4 MiB")
 
 
+@pytest.mark.parametrize("command", [["validate"], ["run"], ["plan"], ["check"],
+                                     ["gate", "--plan", "--n", "10", "--rules"]])
+def test_a_folder_where_a_yaml_file_goes_is_one_line(tmp_path, command):
+    (tmp_path / "conf.yaml").mkdir()
+    assert_bad(cli([*command, str(tmp_path / "conf.yaml")], tmp_path), f"{tmp_path / 'conf.yaml'}: is a folder")
+
+
 @pytest.mark.parametrize("kind", ["regular_file", "dangling_symlink"])
 def test_output_dir_that_is_no_folder(tmp_path, kind):
     out = tmp_path / "out"

@@ -52,12 +52,13 @@ def _read_text(path: Path) -> str:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # checked before fdopen, which refuses a folder with IsADirectoryError
+        os.close(fd)
         if stat.S_ISDIR(mode):
             raise ConfigError(f"{path}: is a folder, not a YAML file")
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML file")
+        raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML file")
+    with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(MAX_BYTES + 1)
         except OSError as e:
