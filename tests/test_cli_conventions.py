@@ -212,3 +212,25 @@ def test_sync_help_and_an_empty_output_dir_say_what_sync_does(tmp_path):
     res = cli("sync", "-o", str(tmp_path))
     assert res.exit_code == 0 and res.stdout == f"nothing to sync: no run folders (with a run.json) in {tmp_path}\n"
     assert list(tmp_path.iterdir()) == []  # no MLflow store made for nothing
+
+
+def test_an_output_path_of_the_wrong_kind_is_one_line_and_keeps_the_verdict(tmp_path, repo_root):
+    """A file where a folder goes (or the reverse) is bad input, exit 2, after gate and check have
+    printed what they found: a traceback's exit 1 would read as a failed gate or a claim not held."""
+    from tests.mlflow_server import build_run
+
+    run = build_run(tmp_path / "runs", "r1", {"a": {}, "b": {}}, n=20, baseline="a")
+    a_file = run / "run.json"
+    claims = str(repo_root / "configs" / "claims" / "long-context-128k.yaml")
+    for args, line in [
+        (["compare", str(run), "--out", str(a_file)], f"{a_file}: File exists; give a folder, or a path that does not exist yet"),
+        (["report", str(run), "--out", str(a_file / "x")], f"{a_file / 'x'}: Not a directory; a part of it is a file, not a folder"),
+        (["gate", "--baseline", f"{run}:a", "--candidate", f"{run}:b", "--markdown", str(run)],
+         f"{run}: Is a directory; give a file, not a folder"),
+        (["check", claims, "--json", str(run)], f"{run}: Is a directory; give a file, not a folder"),
+    ]:
+        res = cli(*args)
+        assert res.exit_code == 2 and res.stderr.endswith(f"evalsuite: error: {line}\n"), (args, res.output)
+        assert "Traceback" not in res.output
+        if args[0] in ("gate", "check"):
+            assert res.stdout.startswith("#"), res.stdout  # the report, printed before the file failed

@@ -30,10 +30,10 @@ def check_command(
     opened = [open_run(p) for p in runs or []]
     results = evaluate(spec, claims.resolve().parent, opened, str(claims))
     md, js = to_markdown(results, spec, str(claims), opened), to_json(results, spec, str(claims), opened)
+    typer.echo(md if fmt == Format.markdown else js, nl=False)  # first: a file that cannot be written must not cost the verdicts
     for path, text in ((markdown, md), (json_out, js)):
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-    typer.echo(md if fmt == Format.markdown else js, nl=False)
     if any(r.verdict == "not held" for r in results):
         raise typer.Exit(1)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from evalsuite.cli.usage import OneLineUsageGroup
-from evalsuite.core.errors import STORAGE_ERRNOS, EvalsuiteError, StorageError
+from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 
 app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -63,6 +63,10 @@ def friendly(fn):
             err.print(f"evalsuite: error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except OSError as e:
+            if e.errno in PATH_KIND_HINTS:
+                err.print(f"evalsuite: error: {e.filename or ''}: {e.strerror}; {PATH_KIND_HINTS[e.errno]}",
+                          markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(ConfigError.exit_code) from None
             if e.errno not in STORAGE_ERRNOS:
                 raise
             # the machine refused a write (full disk, read-only folder): what to fix, not a traceback

@@ -83,11 +83,11 @@ def gate_command(
         except EvalsuiteError as e:
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
     text = to_markdown(report)
+    typer.echo(text, nl=False)  # first: a file that cannot be written must not cost the verdict
     for path, body in ((markdown, text), (junit, to_junit(report) if junit else "")):
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(body)
-    typer.echo(text, nl=False)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
 

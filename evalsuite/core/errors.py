@@ -6,6 +6,13 @@ import errno
 # What a refused write on a sound input means: no room, or a folder the process may not write.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
 
+# A path of the wrong kind for what the command writes there: the user's input, so exit 2, said as such.
+PATH_KIND_HINTS = {
+    errno.EISDIR: "give a file, not a folder",
+    errno.ENOTDIR: "a part of it is a file, not a folder",
+    errno.EEXIST: "give a folder, or a path that does not exist yet",
+}
+
 
 class EvalsuiteError(Exception):
     """An error a user can act on; its message is shown as is."""
