@@ -126,6 +126,22 @@ def test_plan_format_json_prints_json(repo_root):
     assert res.exit_code == 0 and json.loads(res.stdout)["params"] > 6e9
 
 
+def test_plan_refuses_options_its_model_kind_does_not_use(tmp_path, tiny_model, repo_root):
+    """An option plan would drop (a planner setting beside an evalsuite config, whose variants carry
+    their own; --variant beside a model) is refused in one line rather than silently not applied."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "variants": {"bf16": {}, "kv": {"kv_cache_dtype": "fp8"}}}))
+    res = cli("plan", str(cfg), "--max-model-len", "512")
+    assert res.exit_code == 2 and res.stderr == (
+        "evalsuite: error: --max-model-len: not taken with an evalsuite config: each variant is planned with its "
+        "own settings; set it in the config, or plan the model folder\n")
+    assert cli("plan", str(cfg), "--gpu", "L4", "-V", "kv", "--format", "json").exit_code == 0
+    model = str(repo_root / "configs" / "models" / "llama-2-7b.json")
+    res = cli("plan", model, "--variant", "bf16")
+    assert res.exit_code == 2 and "--variant: not taken with a model" in res.stderr
+    assert cli("plan", model, "--max-model-len", "1024", "--dtype", "auto").exit_code == 0
+
+
 def test_help_and_a_bare_group_are_not_usage_errors():
     helped = cli("gate", "-h")
     assert helped.exit_code == 0 and "gate [OPTIONS]" in helped.stdout and helped.stderr == ""

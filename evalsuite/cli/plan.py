@@ -72,17 +72,25 @@ SOURCE_HELP = ("A model folder or its config.json, a Hugging Face id (org/name, 
 Format = StrEnum("Format", ["table", "json"])
 
 
-def plan_command(source: str, revision: str | None, variant: list[str], fmt: Format, **settings: Any) -> None:
+CONFIG_OPTIONS = ("gpu", "device_memory_gib", "variant", "fmt")  # what plan takes with an evalsuite config
+
+
+def plan_command(ctx: typer.Context, source: str, revision: str | None, variant: list[str], fmt: Format,
+                 **settings: Any) -> None:
     """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
     as_json = fmt == Format.json
     given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
     if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
         given["device_memory_gib"] = _host_memory_gib()
+    typed = [p for p in ctx.command.params if ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
     if source.endswith((".yaml", ".yml")) or (source.startswith("examples/") and not Path(source).exists()):
         from evalsuite.cli.shipped import config_path
 
+        _refuse(typed, CONFIG_OPTIONS + ("source",), "with an evalsuite config: each variant is planned with its "
+                "own settings; set it in the config, or plan the model folder")
         plan_config(config_path(Path(source)), variant, given["gpu"], given.get("device_memory_gib"), as_json)
         return
+    _refuse(typed, [n for n in ctx.params if n != "variant"], "with a model: it picks variants of an evalsuite config (.yaml)")
     plan_settings(given)  # a bad option is the command line's, not the model file's
     cfg_file, config = model_config(source, revision)
     try:
@@ -101,6 +109,13 @@ def plan_command(source: str, revision: str | None, variant: list[str], fmt: For
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         typer.echo(f"{key:<{width}}  {value}")
+
+
+def _refuse(typed: list, allowed, why: str) -> None:
+    """An option given on the command line that this kind of MODEL does not use: refused, never dropped."""
+    unused = [max(p.opts, key=len) for p in typed if p.name not in allowed]
+    if unused:
+        raise ConfigError(f"{unused[0]}: not taken {why}")
 
 
 def _setting_option(name: str, field: FieldInfo) -> inspect.Parameter:
@@ -135,7 +150,8 @@ def _signature() -> inspect.Signature:
                 if extra(f, "metavar") or f.annotation == bool | None]
     source = inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
                                default=typer.Argument(..., metavar="MODEL", help=SOURCE_HELP))
-    return inspect.Signature([source, *settings, *own])
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    return inspect.Signature([ctx, source, *settings, *own])
 
 
 plan_command.__signature__ = _signature()  # type: ignore[attr-defined]
