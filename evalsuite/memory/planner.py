@@ -1,7 +1,7 @@
 """Predict what vLLM will report for a model before starting it: weights, KV capacity, concurrency.
 
 The arithmetic follows vLLM's own (read from vllm 0.32 source; the H200 rows in
-shared/gpu/README.md were measured with 0.26, which accounts the same way):
+docs/results/h200-2026-11-29.md were measured with 0.26, which accounts the same way):
 
     requested   = gpu_memory_utilization x device total
     KV memory   = requested - weights - peak activation - non-torch   (CUDA graphs sit outside)
