@@ -14,7 +14,7 @@ the worker's log `quantize.log`.
 
 FP8 is not built here: `quantization: fp8` quantizes weights dynamically at load time and
 `kv_cache_dtype: fp8|fp8_e5m2` stores the KV cache in FP8. vLLM 0.32 has no runtime KV-scale
-calibration (the old `calculate_kv_scales` engine argument is gone): calibrated k/v scales come
+calibration (it has no `calculate_kv_scales` engine argument): calibrated k/v scales come
 only from a checkpoint (compressed-tensors `kv_cache_scheme`, or k_scale/v_scale tensors);
 without them the scales are 1.0.
 """
