@@ -41,8 +41,8 @@ import evalsuite
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.data.haystack import BUILTIN_SOURCES
 
-Method = Literal["awq", "gptq", "rtn", "kv_fp8"]
-METHODS: tuple[str, ...] = ("awq", "gptq", "rtn", "kv_fp8")
+METHODS = ("awq", "gptq", "rtn", "kv_fp8")
+Method = Literal[METHODS]
 # kv_fp8 keeps the weights and calibrates static per-tensor k/v scales for an FP8 KV cache.
 DEFAULT_SCHEME = {"awq": "W4A16", "gptq": "W4A16", "rtn": "W4A16", "kv_fp8": "FP8_KV"}
 CALIBRATION_SOURCES = BUILTIN_SOURCES  # the shipped texts the haystacks are cut from calibrate too
