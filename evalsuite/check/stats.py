@@ -19,12 +19,10 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
-
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric
-from evalsuite.stats.paired import difference_interval, item_interval, pair, read_scores
-from evalsuite.stats.significance import mcnemar_two_sided, stratum_weights
+from evalsuite.stats.paired import difference_interval, item_interval, item_mean, pair, read_scores
+from evalsuite.stats.significance import mcnemar_two_sided
 from evalsuite.stats.timing import Interval
 
 
@@ -60,12 +58,10 @@ def single_interval(items: dict[str, dict], metric: Metric, recorded: float, con
     strata = metric.strata
     if strata is None or len(items) < 2:
         return None
-    rows = list(items.values())
-    keys = [tuple(str(r.get(k)) for k in strata) for r in rows]
-    if not _reproduces(float(stratum_weights(keys) @ np.array([r["value"] for r in rows])), recorded):
+    if not _reproduces(item_mean(items, strata), recorded):
         return None
     low, high, how = item_interval(items, strata, confidence)
-    return Interval(low, high, how, len(rows))
+    return Interval(low, high, how, len(items))
 
 
 @lru_cache(maxsize=64)

@@ -39,6 +39,8 @@ SAFE_NAME_RULE = (f"allowed: {SAFE_NAME.pattern}: letters, digits, '_', '.', '-'
 # Writes below the run folder never follow a symbolic link planted there (the final part of a path).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
+# The run folder's own files, and each variant folder's engine log
+RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
 
 
 def is_safe_name(name: object) -> bool:
@@ -152,8 +154,13 @@ class RunDir:
     def run_id(self) -> str:
         return self.root.name
 
+    @property
+    def config_path(self) -> Path:
+        """The resolved config the run was made with (config.yaml)."""
+        return self.root / CONFIG_FILE
+
     def exists(self) -> bool:
-        return (self.root / "run.json").exists()
+        return (self.root / RUN_FILE).exists()
 
     def inside(self, *parts: str) -> Path:
         """root/parts..., refused when a part is not a plain name or a folder on the way is a link."""
@@ -179,11 +186,11 @@ class RunDir:
         _atomic_write(self.inside(name), text)
 
     def write_config(self, resolved: dict[str, Any]) -> None:
-        self.write_text("config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        self.write_text(CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False))
 
     def read_config(self) -> dict[str, Any]:
         """The resolved config the run was made with; {} for a run folder without one."""
-        path = self.root / "config.yaml"
+        path = self.config_path
         if not path.exists():
             return {}
         try:
@@ -195,13 +202,13 @@ class RunDir:
         return data
 
     def write_env(self, env: dict[str, Any]) -> None:
-        self.write_text("env.json", json.dumps(env, indent=2, default=str))
+        self.write_text(ENV_FILE, json.dumps(env, indent=2, default=str))
 
     def write_run(self, record: RunRecord) -> None:
-        self.write_text("run.json", record.model_dump_json(indent=2))
+        self.write_text(RUN_FILE, record.model_dump_json(indent=2))
 
     def load_run(self) -> RunRecord:
-        path = self.root / "run.json"
+        path = self.root / RUN_FILE
         if not path.is_file():
             raise ConfigError(f"{self.root}: not a run directory (no run.json)")
         data = _read_json(path)
@@ -218,7 +225,7 @@ class RunDir:
 
     def engine_log(self, variant: str) -> Path:
         """Where the variant's engine writes its output; a link planted there is refused."""
-        path = self.variant_dir(variant) / "engine.log"
+        path = self.variant_dir(variant) / ENGINE_LOG
         if path.is_symlink():
             raise ConfigError(LINKED.format(path=path))
         return path

@@ -40,6 +40,9 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
                    "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
 KVCacheDtype = Literal[KV_CACHE_DTYPES]
 PER_TENSOR_FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
+# gpu_memory_utilization where a variant or plan leaves it out. vllm 0.32's own default is 0.92
+# (EngineArgs); the measured rows all set it, so no run has tested either value for an unset one.
+GPU_MEMORY_UTILIZATION = 0.9
 
 
 def setting(default: Any, help: str, *, metavar: str | None = None, memory: bool = True, **constraints: Any) -> Any:
@@ -66,8 +69,8 @@ class CacheSettings(Strict):
                                        gt=0)
     max_num_batched_tokens: int | None = setting(None, "Tokens in one scheduler step (default: vLLM's for the device).",
                                                  metavar="TOKENS", gt=0)
-    gpu_memory_utilization: float | None = setting(None, "Share of device memory vLLM reserves (default 0.9).",
-                                                   metavar="SHARE", gt=0, le=1)
+    gpu_memory_utilization: float | None = setting(
+        None, f"Share of device memory vLLM reserves (default {GPU_MEMORY_UTILIZATION}).", metavar="SHARE", gt=0, le=1)
     # any size, as vLLM's own type: the planner also takes the size an engine picked itself
     block_size: int | None = setting(None, "Tokens per KV block (default 16 on GPU, 128 on CPU).", metavar="TOKENS",
                                      gt=0)

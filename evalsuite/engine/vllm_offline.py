@@ -151,7 +151,7 @@ class KVPeak:
     then every tenth of the time elapsed, at least `budget` times a read's duration and at most
     max_pause_s apart: about 1% of a long batch, with the peak resolved to ~10% of its duration.
     One thread for the engine's life, told of each batch by `begin()`: a thread started per batch
-    waited for the GIL at every start, 20-50 ms a batch while the previous batch's answers were
+    waits for the GIL at every start, 20-50 ms a batch while the previous batch's answers are
     converted beside it.
 
     A batch shorter than the first pause (a tiny model on a loaded CPU) can end unseen, so `settle()`

@@ -2,7 +2,7 @@
 
 Memory is `torch.cuda.mem_get_info()[1]` in GiB, the total vLLM multiplies by
 gpu_memory_utilization; it is below the marketing size (ECC, reserved regions). H200 is
-measured (shared/gpu/README.md); the others are the usual torch totals and may be off by
+measured (docs/results/h200-2026-11-29.md); the others are the usual torch totals and may be off by
 ~0.5%. TFLOP/s are dense (no 2:4 sparsity) tensor-core peaks from NVIDIA data sheets.
 """
 

@@ -1,7 +1,7 @@
 """Predict what vLLM will report for a model before starting it: weights, KV capacity, concurrency.
 
 The arithmetic follows vLLM's own (read from vllm 0.32 source; the H200 rows in
-shared/gpu/README.md were measured with 0.26, which accounts the same way):
+docs/results/h200-2026-11-29.md were measured with 0.26, which accounts the same way):
 
     requested   = gpu_memory_utilization x device total
     KV memory   = requested - weights - peak activation - non-torch   (CUDA graphs sit outside)
@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from evalsuite.core.configfile import join_errors
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.settings import KV_CACHE_DTYPES, PER_TENSOR_FP8_KV, allowed_values, memory_fields, setting
+from evalsuite.core.settings import (GPU_MEMORY_UTILIZATION, KV_CACHE_DTYPES, PER_TENSOR_FP8_KV, allowed_values,
+                                     memory_fields, setting)
 from evalsuite.core.settings import QUANTIZATIONS as VARIANT_QUANTIZATIONS
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import DEVICES, Device, get_device, vllm_batch_defaults
@@ -45,9 +46,6 @@ NON_TORCH_GIB_CUDA = 0.22
 # CPU: vLLM takes the KV cache as util x RAM - worker RSS; RSS beyond weights and activations is
 # the Python/torch/vLLM runtime. Not calibrated on a measured run; override with non_torch_gib.
 RUNTIME_RSS_GIB_CPU = 1.5
-# gpu_memory_utilization where a variant or plan leaves it out. vllm 0.32's own default is 0.92
-# (EngineArgs); the measured rows all set it, so no run has tested either value for an unset one.
-GPU_MEMORY_UTILIZATION = 0.9
 # CUDA-graph pool per decoder layer: 0.99 GiB / 32 layers on the H200 bf16 run (0.91-1.01 across
 # variants). Reported and counted in required_gib; vLLM 0.26 does not take it from the KV cache.
 CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from evalsuite.core.settings import GPU_MEMORY_UTILIZATION
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.cuda import NvmlPeak, device_total_gib
 
@@ -37,7 +38,7 @@ class DeviceWatch:
     def __init__(self, gpu_memory_utilization: float | None, root: Callable[[], int | None] | None = None):
         """`root`: the engine's process id once it has one (its tree is the engine); without it,
         this process's tree."""
-        self.gpu_memory_utilization = gpu_memory_utilization or 0.9  # vLLM's default
+        self.gpu_memory_utilization = gpu_memory_utilization or GPU_MEMORY_UTILIZATION
         self.nvml = NvmlPeak(root=root)
         self.others_at_start: int | None = None
 

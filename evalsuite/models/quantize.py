@@ -14,7 +14,7 @@ the worker's log `quantize.log`.
 
 FP8 is not built here: `quantization: fp8` quantizes weights dynamically at load time and
 `kv_cache_dtype: fp8|fp8_e5m2` stores the KV cache in FP8. vLLM 0.32 has no runtime KV-scale
-calibration (the old `calculate_kv_scales` engine argument is gone): calibrated k/v scales come
+calibration (it has no `calculate_kv_scales` engine argument): calibrated k/v scales come
 only from a checkpoint (compressed-tensors `kv_cache_scheme`, or k_scale/v_scale tensors);
 without them the scales are 1.0.
 """
@@ -39,12 +39,13 @@ from typing import Any, Literal
 
 import evalsuite
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
+from evalsuite.data.haystack import BUILTIN_SOURCES
 
-Method = Literal["awq", "gptq", "rtn", "kv_fp8"]
-METHODS: tuple[str, ...] = ("awq", "gptq", "rtn", "kv_fp8")
+METHODS = ("awq", "gptq", "rtn", "kv_fp8")
+Method = Literal[METHODS]
 # kv_fp8 keeps the weights and calibrates static per-tensor k/v scales for an FP8 KV cache.
 DEFAULT_SCHEME = {"awq": "W4A16", "gptq": "W4A16", "rtn": "W4A16", "kv_fp8": "FP8_KV"}
-CALIBRATION_SOURCES = ("paul_graham", "licensedcode")
+CALIBRATION_SOURCES = BUILTIN_SOURCES  # the shipped texts the haystacks are cut from calibrate too
 MARKER = "evalsuite-quant.json"
 LOG_NAME = "quantize.log"
 # Bump when the worker's recipe or calibration changes in a way the parameters do not show.

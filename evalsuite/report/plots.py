@@ -16,11 +16,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from evalsuite.core.types import Metric
-from evalsuite.report.names import in_points
+from evalsuite.report.names import LATENCY_HEADLINE, in_points
 
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
 
-LATENCY_BASES = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
+LATENCY_BASES = LATENCY_HEADLINE  # the latency series drawn against prompt length
 # One style per variant across a figure's panels: matplotlib's default cycle has ten colours, and a
 # sweep of more variants drew two of them alike; a marker per variant on top of twenty colours.
 MARKERS = "osD^vP*Xh<>p"

@@ -15,6 +15,7 @@ from evalsuite.core.configfile import (Strict, deep_merge, format_validation_err
                                        unsafe_name)
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
+from evalsuite.models.quantize import Method
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
@@ -66,7 +67,7 @@ class _Source(Strict):
 
 class _Build(Strict):
     # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
-    quantize: Literal["awq", "gptq", "rtn", "kv_fp8"] | None = None
+    quantize: Method | None = None
     # Run `quantize`'s INT4 rounding dense with 16-bit kernels, for CPUs without W4A16 kernels:
     # accuracy measured, memory the planner's prediction for the INT4 kernels (evalsuite.models.simulate)
     simulate: bool = False

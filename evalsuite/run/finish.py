@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir
+from evalsuite.core.records import ENGINE_LOG, RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
 from evalsuite.run.config import RunConfig
@@ -35,7 +35,7 @@ def _config(run_dir: RunDir) -> RunConfig:
 
     from evalsuite.core.configfile import format_validation_error
 
-    path = run_dir.root / "config.yaml"
+    path = run_dir.config_path
     if not path.is_file():
         raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
     try:
@@ -80,7 +80,7 @@ def _scorers(cfg: RunConfig):
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
     """An interrupted variant never asked the engine for its memory figures, but vLLM wrote them to
     its log at start (weights, KV capacity, graphs): take those, each marked "log"."""
-    log = run_dir.root / variant / "engine.log"
+    log = run_dir.root / variant / ENGINE_LOG
     return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 

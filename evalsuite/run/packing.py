@@ -2,8 +2,8 @@
 
 A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
 a KV pool fixed in bytes, sized for the longest request the tasks send times the batch they send
-(vLLM gets the pool as `kv_cache_memory_bytes`, so its size no longer depends on what the others
-left free). Engines start, in the config's order, while the running footprints fit in the device's
+(vLLM gets the pool as `kv_cache_memory_bytes`, so its size does not depend on what the others
+leave free). Engines start, in the config's order, while the running footprints fit in the device's
 memory less a margin: GPU memory as NVML reports it free, or on a CPU the host's available RAM, whose
 cores are split between the engines. A variant without a prediction (a hub id, a GGUF file), one
 over the budget on its own, one spread over several GPUs, and one whose engine ran out of memory

@@ -19,7 +19,7 @@ from evalsuite.tasks import Task
 
 def find_resumable(output_dir: Path, stem: str) -> RunDir | None:
     """The latest run folder of the config named `stem` under `output_dir`."""
-    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if (p / "run.json").exists())
+    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if RunDir(p).exists())
     return RunDir(candidates[-1]) if candidates else None
 
 

@@ -151,14 +151,14 @@ class _Display:
 
 
 def config_digest(run_dir: RunDir) -> str:
-    return hashlib.sha256((run_dir.root / "config.yaml").read_bytes()).hexdigest()
+    return hashlib.sha256(run_dir.config_path.read_bytes()).hexdigest()
 
 
 def _check_node(root: Path, digest: str, model_dir: str, model_is_local: bool) -> None:
     """A worker on a node that does not share the run folder (or the model) would write where
     nobody reads: fail the variant with the reason instead."""
     here = socket.gethostname()
-    cfg = root / "config.yaml"
+    cfg = RunDir(root).config_path
     if not cfg.is_file() or hashlib.sha256(cfg.read_bytes()).hexdigest() != digest:
         raise EvalsuiteError(f"run folder {root} is not visible on node {here}: workers write into it, so it "
                              "must be on a file system every node shares")

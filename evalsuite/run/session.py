@@ -118,7 +118,8 @@ def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: st
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:
     """Keys the run folder's config.yaml leaves out: where it runs is not what is measured, and an
-    unset limit keeps the record of a full run as it always was (so --resume still matches it)."""
+    unset limit is left out, so a full run's config.yaml matches one recorded without the field (--resume
+    compares them)."""
     return {"scheduler"} | ({"limit"} if cfg.limit is None else set())
 
 

@@ -163,8 +163,17 @@ def difference_interval(p: Pairing, confidence: float) -> tuple[float, float, Pa
     return -test.high, -test.low, test
 
 
+def _item_keys(rows: list[dict], strata: list[str]) -> list[tuple]:
+    return [tuple(str(r.get(k)) for k in strata) for r in rows]
+
+
+def item_mean(items: dict[str, dict], strata: list[str]) -> float:
+    """One variant's score over its items, weighted by `strata` as the metric weighs them."""
+    rows = list(items.values())
+    return float(stratum_weights(_item_keys(rows, strata)) @ np.array([r["value"] for r in rows]))
+
+
 def item_interval(items: dict[str, dict], strata: list[str], confidence: float) -> tuple[float, float, str]:
     """Two-sided interval of one variant's score over its items, weighted by `strata`."""
     rows = list(items.values())
-    return score_interval([r["value"] for r in rows], [tuple(str(r.get(k)) for k in strata) for r in rows],
-                          confidence)
+    return score_interval([r["value"] for r in rows], _item_keys(rows, strata), confidence)
