@@ -80,7 +80,7 @@ USAGE_ERRORS = [
     ("run X --limt 3", "run: --limt: no such option; did you mean --limit?"),
     ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
     ("run X --limit", "run: option '--limit' requires an argument"),
-    ("rnu", "no such command 'rnu'. Did you mean 'run'? (allowed: validate, run, finish, quantize, init, plan, "
+    ("rnu", "no such command 'rnu'. Did you mean 'run'? (allowed: validate, prepare, run, finish, quantize, init, plan, "
             "check, report, compare, gate, sync, models)"),
     ("models imprt x", "models: no such command 'imprt'. Did you mean 'import'? (allowed: import)"),
     ("models import", "models import: SOURCE: required, not given"),

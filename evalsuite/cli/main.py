@@ -120,6 +120,31 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
 
 @app.command()
 @friendly
+def prepare(
+    files: list[Path] = typer.Argument(..., metavar="CONFIG...", help="Config files (examples/NAME: a shipped example)."),
+    tasks: list[str] = typer.Option([], "--tasks", "-t", metavar="NAME",
+                                    help="Only these tasks (repeatable or comma-separated), as `run --tasks`."),
+    limit: int | None = typer.Option(None, "--limit", "-l", min=1, metavar="N", help="As `run --limit`."),
+) -> None:
+    """Fetch and build what CONFIG's tasks read (model import, tokenizer, datasets, RULER items) into
+    the cache, without an engine: a GPU's time then goes to the engine, and the run needs no network
+    for them. Hub model weights are left to vLLM, which fetches them when the engine starts."""
+    from evalsuite.cli.shipped import config_path
+    from evalsuite.run.config import load_config
+    from evalsuite.run.prepare import prepare_config
+    from evalsuite.run.session import narrowed
+
+    cache = cache_dir()
+    for f in files:
+        path = config_path(f)
+        done = prepare_config(narrowed(load_config(path), [t for a in tasks for t in a.split(",") if t], limit),
+                              path, cache)
+        counts = ", ".join(f"{name} {n:,}" for name, n in done.items.items()) or "no task items"
+        typer.echo(f"{f}: ready in {done.seconds:.0f} s: {counts} (model {done.model}; cache {cache})")
+
+
+@app.command()
+@friendly
 def run(
     config: Path = typer.Argument(..., metavar="CONFIG", help="Config file (examples/NAME: a shipped example)."),
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", metavar="DIR",

@@ -47,16 +47,10 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         # In the order given: a user who names the variants that matter first (a time-boxed run on a
         # rented GPU) gets those first, not the config's order.
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
-    base_dir = config_path.resolve().parent
     out = Path(output_dir or cfg.output_dir)
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
-    writable_cache_dir(cache_dir)
-    with console.status("resolving model"):
-        model_dir = resolve_model(cfg, base_dir, cache_dir)
-        tokenizer = load_tokenizer(cfg, model_dir)
+    model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
-    ctx = TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
-                      max_model_len=min_max_model_len(cfg))
     if resume:
         record = run_dir.load_run()
     else:
@@ -96,6 +90,18 @@ def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
         p = Path(src).expanduser()
         src = str(p if p.is_absolute() else (base_dir / p).resolve())
     return str(import_model(src, cache_dir))
+
+
+def task_context(cfg: RunConfig, config_path: Path, cache_dir: Path) -> tuple[str, TaskContext]:
+    """The model as vLLM loads it (imported into `cache_dir` where it must be) and what the tasks
+    build their items from: its tokenizer, the config's seed and the shortest context of a variant."""
+    writable_cache_dir(cache_dir)
+    base_dir = config_path.resolve().parent
+    with console.status("resolving model"):
+        model_dir = resolve_model(cfg, base_dir, cache_dir)
+        tokenizer = load_tokenizer(cfg, model_dir)
+    return model_dir, TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
+                                  max_model_len=min_max_model_len(cfg))
 
 
 def load_tokenizer(cfg: RunConfig, model_dir: str):
