@@ -15,7 +15,7 @@ from evalsuite.check.schema import load_claims
 from evalsuite.cli.main import app
 from evalsuite.cli.plan import plan_command
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.settings import KV_CACHE_DTYPES, MEMORY_SETTINGS, QUANTIZATIONS, EngineSettings, allowed_values
+from evalsuite.core.settings import GPU_MEMORY_UTILIZATION, KV_CACHE_DTYPES, MEMORY_SETTINGS, QUANTIZATIONS, EngineSettings, allowed_values
 from evalsuite.memory import planner
 from evalsuite.memory.planner import PlanSettings, kv_format, plan
 from evalsuite.run.config import Variant
@@ -87,7 +87,26 @@ def test_a_variant_reaches_the_planner_with_every_memory_setting():
     assert (p.dtype, p.kv_cache_dtype, p.max_num_seqs, p.max_num_batched_tokens, p.gpu_memory_utilization,
             p.block_size, p.cuda_graph_gib, p.tensor_parallel_size, p.max_model_len) == (
         "float16", "fp8", 8, 4096, 0.5, 32, 0.0, 2, 8192)
-    assert plan(LLAMA_8B, **plan_inputs(Variant())).gpu_memory_utilization == 0.9  # unset: vLLM's
+    assert plan(LLAMA_8B, **plan_inputs(Variant())).gpu_memory_utilization == GPU_MEMORY_UTILIZATION
+
+
+def test_an_unset_gpu_memory_utilization_is_the_planners_and_reaches_the_engine_as_such():
+    """The planner, the device watch and the engine read one share, whatever vLLM's own default."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    from evalsuite.memory.sharing import DeviceWatch
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.engine_args import engine_args
+
+    cfg = RunConfig.model_validate({"model": {"path": "/m"}, "variants": {"bf16": {}, "half": {
+        "gpu_memory_utilization": 0.5}}})
+    assert engine_args(cfg, cfg.variants["bf16"], "/m")[1]["gpu_memory_utilization"] == GPU_MEMORY_UTILIZATION
+    assert engine_args(cfg, cfg.variants["half"], "/m")[1]["gpu_memory_utilization"] == 0.5
+    assert DeviceWatch(None).gpu_memory_utilization == GPU_MEMORY_UTILIZATION
+    vllms = {f.name: f.default for f in dataclasses.fields(EngineArgs)}["gpu_memory_utilization"]
+    assert vllms == GPU_MEMORY_UTILIZATION  # the installed vLLM's: a user's `vllm serve` reserves the same
 
 
 def test_dtypes_vllm_refuses_are_refused_before_the_engine():

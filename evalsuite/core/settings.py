@@ -40,9 +40,10 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
                    "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
 KVCacheDtype = Literal[KV_CACHE_DTYPES]
 PER_TENSOR_FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
-# gpu_memory_utilization where a variant or plan leaves it out. vllm 0.32's own default is 0.92
-# (EngineArgs); the measured rows all set it, so no run has tested either value for an unset one.
-GPU_MEMORY_UTILIZATION = 0.9
+# gpu_memory_utilization where a variant or plan leaves it out: vLLM 0.32's own default (older releases
+# took 0.9). The engine gets it explicitly, so the planner's figures, the device
+# watch's reservation and the engine agree whichever vLLM is installed.
+GPU_MEMORY_UTILIZATION = 0.92
 
 
 def setting(default: Any, help: str, *, metavar: str | None = None, memory: bool = True, **constraints: Any) -> Any:

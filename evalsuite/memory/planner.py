@@ -783,6 +783,7 @@ def _assemble(s: ModelShape, st: _Settings, counts: ParamCounts, b: _Budget, lay
         fits=fits_memory and not too_long, fits_memory=fits_memory, max_len_limit=st.max_len_limit,
         max_model_len_fit=_max_len_fit(s, st.kv, st.block_size, blocks, st.in_flight, st.max_len_limit),
         max_num_seqs_fit=int(concurrency), required_gib=round(required / GIB, 3),
-        min_gpu_memory_utilization=round((required - b.graphs) / (st.memory_gib * GIB), 4),
+        # rounded up: the printed share is one at which the request fits, not one just short of it
+        min_gpu_memory_utilization=math.ceil((required - b.graphs) / (st.memory_gib * GIB) * 1e4 - 1e-6) / 1e4,
         notes=_notes(s, st),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.core.settings import GPU_MEMORY_UTILIZATION
 from evalsuite.models.checkpoint import engine_model
 from evalsuite.run.config import RunConfig, Variant
 
@@ -30,4 +31,5 @@ def engine_args(cfg: RunConfig, variant: Variant, model_dir: str) -> tuple[str, 
     if cfg.model.hf_overrides:  # a variant's own hf_overrides win key by key
         kwargs["hf_overrides"] = {**cfg.model.hf_overrides, **kwargs.get("hf_overrides", {})}
     kwargs.setdefault("seed", cfg.seed)
+    kwargs.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION)
     return model, kwargs
