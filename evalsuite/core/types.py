@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
+# the latency pass's headline timings: median time to first token and between tokens, per request
+TTFT_P50, ITL_P50 = "latency/ttft_ms_p50", "latency/itl_ms_p50"
 
 
 class _Model(BaseModel):

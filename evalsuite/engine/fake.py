@@ -55,8 +55,10 @@ class FakeEngine:
         self.model_dir, self.kwargs, self.log_path = model_dir, dict(kwargs), log_path
         self.seed = int(self.kwargs.get("seed") or 0)
         self.disagree = disagreement(self.kwargs)
-        # what makes this variant's answers its own; the seed alone is shared with the baseline
-        self.identity = {k: v for k, v in sorted(self.kwargs.items()) if k not in ("seed", "fake_disagree")}
+        # what makes this variant's answers its own; the seed alone is shared with the baseline, and
+        # the share of memory an engine reserves changes no answer
+        self.identity = {k: v for k, v in sorted(self.kwargs.items())
+                         if k not in ("seed", "fake_disagree", "gpu_memory_utilization")}
         self._started: EngineStats | None = None
         self._tokens_seen = 0
         self._peak_tokens = 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from evalsuite.core.types import Metric, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, VariantResult
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
-LATENCY_HEADLINE = ["latency/ttft_ms_p50", "latency/itl_ms_p50"]
+LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
+from evalsuite.core.types import ITL_P50, TTFT_P50
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, run_gate
@@ -26,7 +27,7 @@ from evalsuite.report.rules import default_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
-TTFT, ITL = "latency/ttft_ms_p50/ctx", "latency/itl_ms_p50/ctx"
+TTFT, ITL = f"{TTFT_P50}/ctx", f"{ITL_P50}/ctx"
 # ---------------------------------------------------------------- the gate, as this page reads it
 
 

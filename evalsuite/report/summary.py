@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, RunRecord, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.names import primary_metrics
@@ -21,7 +21,7 @@ from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
 ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
-LATENCY_COLUMNS = [("latency/ttft_ms_p50", "TTFT p50 ms", "{:.1f}"), ("latency/itl_ms_p50", "ITL p50 ms", "{:.2f}")]
+LATENCY_COLUMNS = [(TTFT_P50, "TTFT p50 ms", "{:.1f}"), (ITL_P50, "ITL p50 ms", "{:.2f}")]
 
 
 def latency_columns(record: RunRecord) -> list[tuple[str, int | None, str, str]]:

@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 
 from evalsuite.core.settings import MEMORY_SETTINGS
-from evalsuite.core.types import EngineStats
+from evalsuite.core.types import ITL_P50, TTFT_P50, EngineStats
 from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
 from evalsuite.models.checkpoint import is_gguf
@@ -138,9 +138,9 @@ def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: st
     at_length = {(m.base, m.length): m.value for m in metrics if m.length is not None and m.depth is None}
     out = []
     for (base, ctx), ttft_ms in at_length.items():
-        if base != "latency/ttft_ms_p50":
+        if base != TTFT_P50:
             continue
-        itl_ms = at_length.get(("latency/itl_ms_p50", ctx))
+        itl_ms = at_length.get((ITL_P50, ctx))
         r = roofline(config, prompt_tokens=ctx, gpu=gpu, quantization=variant.quantization,
                      kv_cache_dtype=variant.kv_cache_dtype, measured_ttft_s=ttft_ms / 1000, measured_itl_ms=itl_ms)
         floor = {"kind": MetricKind.timing, "unit": "ms", "length": ctx}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from evalsuite.stats.metrics import latency_summary
-from evalsuite.core.types import Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import TTFT_P50, Completion, Metric, Request, Sample, Score
 from evalsuite.tasks.base import Task
 
 
@@ -24,7 +24,7 @@ def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
 
 class LatencyTask(Task):
     name = "latency"
-    primary_metric = "latency/ttft_ms_p50"
+    primary_metric = TTFT_P50
     batch_size = 1  # one user's view: no request queues behind another
     limited = False  # its lengths x repeats are the measurement's design, not items to thin
     runs_simulated = False
