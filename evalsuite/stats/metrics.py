@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from statistics import NormalDist
 
+import numpy as np
+
 from evalsuite.core.types import Metric, MetricKind, Score
 
 
@@ -99,13 +101,8 @@ def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
-    xs = sorted(values)
-    if not xs:
-        return float("nan")
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]; nan for no values."""
+    return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
 def min_samples(q: float) -> int:
