@@ -324,3 +324,14 @@ def test_roofline_percentages_read_as_percent():
     assert not recorded.in_points and recorded.unit == "%"
     assert fmt_value(recorded.unit, 131.4) == "131%"
     assert fmt_value("", 0.5) == "0.500"
+
+
+def test_an_unchanged_score_reads_plus_zero_not_minus_zero(tmp_path):
+    """Two variants that answer every item alike: the change is 0, negated from a drop of 0, which
+    printed "-0.0 pt" (and JSON -0.0) as though the candidate had lost something."""
+    run = build_run(tmp_path, "20250101-000000-z", {"bf16": {"wrong": range(5)}, "kv_fp8": {"wrong": range(5)}},
+                    n=40, baseline="bf16")
+    d = compare([(RunDir(run), None)], "bf16").paired[("kv_fp8", "mmlu/acc")]
+    assert str(d.delta) == "0.0" and str(d.low)[0] == "-" and str(d.high)[0] != "-"
+    text = runner.invoke(app, ["compare", str(run), "--baseline", "bf16"], env={"COLUMNS": "200"}).output
+    assert "+0.0 pt" in text and "-0.0 pt" not in text

@@ -118,3 +118,15 @@ def test_synthetic_runs_pick_within_limits(tmp_path):
     assert serve["fastest first token at 1,024 prompt tokens"] == "fast_ok"
     verdicts = {r[0]: r[1] for r in _table(md, "| variant | verdict |")}
     assert verdicts["small_bad"] == "failed" and verdicts["base"] == "baseline"
+
+
+def test_a_change_cell_without_a_paired_change_shows_no_score():
+    """legal/balanced_acc with a one-item stratum has no paired interval; the variant's own 0.750 in
+    the `change, pt [95%]` column read as a change of +0.75 points."""
+    from evalsuite.report.page import Row
+    from evalsuite.report.page_doc import delta_cell
+
+    base = Row(name="bf16", status="ok", baseline=True, accuracy={"legal/balanced_acc": 0.625})
+    cand = Row(name="kv_fp8", status="ok", accuracy={"legal/balanced_acc": 0.75})
+    assert delta_cell(base, "legal/balanced_acc") == "0.625 (baseline)"
+    assert delta_cell(cand, "legal/balanced_acc") == "-"

@@ -11,7 +11,8 @@ from scipy.stats import bootstrap, norm
 from statsmodels.stats.contingency_tables import mcnemar
 
 from evalsuite.core.types import Metric, MetricKind, Score
-from evalsuite.stats.metrics import accuracy, accuracy_interval, interval_metrics, latency_summary, min_samples
+from evalsuite.stats.metrics import (accuracy, accuracy_interval, interval_metrics, latency_summary, macro_accuracy,
+                                     min_samples)
 from evalsuite.stats.significance import (
     best_case_bound,
     bootstrap_test,
@@ -176,6 +177,30 @@ def test_a_partial_credit_mean_at_a_bound_keeps_the_uncertainty_of_its_n():
     mixed = accuracy([Score(sample_id=str(i), task="ruler", value=v, pred="", target="")
                       for i, v in enumerate([1.0, 0.5] * 6)], "ruler/score", kind=MetricKind.mean)
     assert accuracy_interval(mixed) == pytest.approx((0.75 - 1.96 * mixed.stderr, 0.75 + 1.96 * mixed.stderr), abs=1e-3)
+
+
+def _exact_macro_coverage(strata: int, size: int, p: float) -> float:
+    """P(the recorded macro accuracy's 95% interval holds p) over every outcome of `strata` strata of
+    `size` 0/1 items each at true accuracy p: exact, by enumerating each stratum's count."""
+    from itertools import product
+
+    from scipy.stats import binom
+
+    covered = 0.0
+    for counts in product(range(size + 1), repeat=strata):
+        groups = {str(g): [Score(sample_id=f"{g}-{i}", task="mmlu", value=float(i < x), pred="", target="")
+                           for i in range(size)] for g, x in enumerate(counts)}
+        low, high = accuracy_interval(macro_accuracy(groups, "mmlu/acc_macro"))
+        if low <= p <= high:
+            covered += math.prod(binom.pmf(x, size, p) for x in counts)
+    return covered
+
+
+@pytest.mark.parametrize(("strata", "size", "p"), [(6, 2, 0.5), (6, 2, 0.4), (4, 5, 0.5), (3, 10, 0.3)])
+def test_a_macro_interval_over_small_strata_keeps_its_coverage(strata, size, p):
+    """A `--limit 2` MMLU run over 6 subjects: the macro accuracy's 95% interval held the truth in 61%
+    of runs when each stratum's variance was divided by n + z^2 instead of its n items."""
+    assert _exact_macro_coverage(strata, size, p) >= 0.93
 
 
 def test_tail_percentiles_need_enough_samples():

@@ -37,3 +37,29 @@ def test_summary_gives_each_variant_the_gates_verdict_and_marks_a_ceiling(tmp_pa
     print_summary(RunDir(big).load_run(), console, run_dir=RunDir(big))
     text = console.export_text()
     assert "passed vs bf16" in text and "1.000 (0.981–1.000) [at ceiling]" in text
+
+
+def test_the_resolution_of_a_balanced_accuracy_counts_its_minority_label(tmp_path):
+    """1,000 CUAD-like items, 3% of them "No": balanced accuracy weighs those 30 as half its score
+    (effective n 116), so a paired gate resolves 5.2 points; n = 1,000 taken unweighted said 1.8, below
+    the shipped 2-point limit, which the gate then always found insufficient."""
+    from evalsuite.core.types import Score
+    from evalsuite.stats.metrics import balanced_accuracy
+
+    run = build_run(tmp_path, "20250101-000000-l", {"bf16": {}, "kv_fp8": {}}, n=12, baseline="bf16")
+    rd = RunDir(run)
+    scores = [Score(sample_id=f"c{i}", task="legal", value=1.0, pred="x", target="No" if i < 30 else "Yes",
+                    group="governing_law") for i in range(1000)]
+    record = rd.load_run()
+    for v in record.variants:
+        rd.append_samples(v.variant, "legal", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                               for s in scores])
+        v.metrics.append(balanced_accuracy(scores, "legal/balanced_acc", strata=("group", "target")))
+        v.primary_metrics = ["mmlu/acc", "legal/balanced_acc"]
+    console = Console(width=300, record=True, file=io.StringIO())
+    print_summary(record, console, run_dir=rd)
+    text = console.export_text()
+    assert "legal/balanced_acc 5.2 pt (n=1,000)" in text and "mmlu/acc 18.4 pt (n=12)" in text
+    console = Console(width=300, record=True, file=io.StringIO())
+    print_summary(record, console)  # the record alone: only the item count is known
+    assert "legal/balanced_acc 1.8 pt (n=1,000)" in console.export_text()

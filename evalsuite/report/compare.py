@@ -224,7 +224,9 @@ def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
         return None
     counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
     subset = p.n > 0 and any(n > p.n for n in counted)
-    return PairedDelta(-test.drop * 100, low * 100, high * 100, test.method.split(" (")[0], test.n, subset)
+    # + 0.0: negating a drop of exactly 0 gives -0.0, printed "-0.0 pt" as if the candidate lost something
+    return PairedDelta(-test.drop * 100 + 0.0, low * 100 + 0.0, high * 100 + 0.0, test.method.split(" (")[0], test.n,
+                       subset)
 
 
 def add_intervals(c: Comparison) -> None:

@@ -64,7 +64,9 @@ def delta_cell(row: Row, metric: str) -> str:
         return _num(row.accuracy.get(metric), "{:.3f}") + " (baseline)"
     d = row.delta.get(metric)
     if d is None:
-        return _num(row.accuracy.get(metric), "{:.3f}") if metric in row.accuracy else "-"
+        # no paired change (too few items in a stratum, or no baseline in the folder): the variant's own
+        # score here would read as a change in points (0.750 beside a baseline of 0.625)
+        return "-"
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
 
 

@@ -81,7 +81,7 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
 def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str, str], dict[str, str]]:
     """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
     nothing where the run has no second usable variant or no metric a rule names."""
-    base = rd.read_config().get("baseline") or (record.variants[0].variant if record.variants else None)
+    base = _baseline(rd, record)
     usable = [v for v in record.variants if v.status in ("ok", "partial")]
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
@@ -93,16 +93,20 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     return {v: f"{word} vs {base}" for v, word in report.verdicts().items()}, marks
 
 
-def resolution_note(record: RunRecord, rules: Rules) -> str | None:
-    """The smallest accuracy drop a paired gate could certify at each task's n (see `gate --plan`)."""
+def resolution_note(record: RunRecord, rules: Rules, rd: RunDir | None = None) -> str | None:
+    """The smallest accuracy drop a paired gate could certify at each task's n (see `gate --plan`),
+    weighed as the gate weighs the baseline's items where the run folder has them."""
     from evalsuite.stats.significance import planned_se, resolvable_drop
 
+    base = _baseline(rd, record) if rd is not None else None
     parts = []
     for name in primary_metrics(record.variants):
         n = max((m.n or 0 for v in record.variants if (m := v.metric(name))), default=0)
         if n:
-            drop = resolvable_drop(n, planned_se(n, rules.discordance), rules.confidence, rules.power) * 100
-            parts.append(f"{name} {drop:.1f} pt (n={n:,})")
+            drop = _weighted_resolution(rd, record, base, name, rules)
+            if drop is None:
+                drop = resolvable_drop(n, planned_se(n, rules.discordance), rules.confidence, rules.power)
+            parts.append(f"{name} {drop * 100:.1f} pt (n={n:,})")
     if not parts:
         return None
     return (f"A paired gate on runs this size certifies accuracy drop limits no finer than: {'; '.join(parts)} "
@@ -110,12 +114,29 @@ def resolution_note(record: RunRecord, rules: Rules) -> str | None:
             f"a finer limit reports insufficient n. {decision_rule(rules)} Plan with `evalsuite gate --plan --n N`.")
 
 
+def _baseline(rd: RunDir, record: RunRecord) -> str | None:
+    return rd.read_config().get("baseline") or (record.variants[0].variant if record.variants else None)
+
+
+def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None, name: str,
+                         rules: Rules) -> float | None:
+    """The baseline's items' resolution under the metric's weights; None without them."""
+    from evalsuite.stats.paired import planned_resolution, read_scores
+
+    result = record.variant(base) if rd is not None and base is not None else None
+    m = result.metric(name) if result is not None else None
+    items = read_scores(rd, base, m) if m is not None and m.strata is not None else {}
+    if not items:
+        return None
+    return planned_resolution(items, m.strata, rules.confidence, rules.power, rules.discordance)
+
+
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 160)
     rules = load_rules(default_rules_path())
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     console.print(table(record, verdicts, marks))
-    note = resolution_note(record, rules)
+    note = resolution_note(record, rules, run_dir)
     if note:
         console.print(note, markup=False, highlight=False)
     for v in record.variants:

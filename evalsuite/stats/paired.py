@@ -19,8 +19,8 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, MetricKind
-from evalsuite.stats.significance import (PairedTest, paired_test, score_interval, smallest_cell, stratum_weights,
-                                          two_sided, unpaired_test)
+from evalsuite.stats.significance import (PairedTest, paired_test, planned_se, resolvable_drop, score_interval,
+                                          smallest_cell, stratum_weights, two_sided, unpaired_test)
 
 
 def item_labels(sample: dict, score: dict) -> set[str]:
@@ -177,3 +177,16 @@ def item_interval(items: dict[str, dict], strata: list[str], confidence: float) 
     """Two-sided interval of one variant's score over its items, weighted by `strata`."""
     rows = list(items.values())
     return score_interval([r["value"] for r in rows], _item_keys(rows, strata), confidence)
+
+
+def planned_resolution(items: dict[str, dict], strata: list[str], confidence: float, power: float,
+                       discordance: float) -> float:
+    """The smallest drop a paired gate on these items could certify had `discordance` of them changed
+    answer, weighed by `strata` as the gate weighs them: a balanced accuracy's few minority-label
+    items set its floor and effective n, which its item count overstates (1,000 items with 3% "No":
+    effective n 116, 5.2 points where n = 1,000 unweighted gives 1.8)."""
+    rows = list(items.values())
+    values = [r["value"] for r in rows]
+    test = paired_test(values, values, _item_keys(rows, strata), confidence)
+    return resolvable_drop(test.n_eff, planned_se(test.n_eff, discordance), confidence, power,
+                           test.best_bound(confidence))
