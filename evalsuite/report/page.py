@@ -57,6 +57,7 @@ class Row:
     weights_gib: float | None = None
     kv_tokens: int | None = None
     kv_bytes_per_token: int | None = None
+    kv_cache_gib: float | None = None
     ttft: dict[int, float] = field(default_factory=dict)  # prompt tokens -> p50 ms
     itl: dict[int, float] = field(default_factory=dict)
     accuracy: dict[str, float] = field(default_factory=dict)  # primary metric -> value
@@ -70,6 +71,11 @@ class Row:
 
     @property
     def tokens_per_gib(self) -> float | None:
+        """Tokens the engine holds per GiB of its KV cache, as its own capacity says: a model with
+        sliding-window layers keeps only a window of them, so bytes per token (every layer
+        full) would understate it."""
+        if self.kv_tokens and self.kv_cache_gib:
+            return self.kv_tokens / self.kv_cache_gib
         return 2**30 / self.kv_bytes_per_token if self.kv_bytes_per_token else None
 
 
@@ -185,7 +191,7 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
     row.runs.append(part.run_dir.run_id)
     if row.weights_gib is None and v.engine.weights_gib is not None:
         row.weights_gib, row.kv_tokens = v.engine.weights_gib, v.engine.kv_cache_tokens
-        row.kv_bytes_per_token = v.engine.kv_bytes_per_token
+        row.kv_bytes_per_token, row.kv_cache_gib = v.engine.kv_bytes_per_token, v.engine.kv_cache_gib
     if not row.ttft:
         for m in v.metrics:
             for prefix, into in ((TTFT, row.ttft), (ITL, row.itl)):

@@ -1,5 +1,5 @@
 """What MLflow shows a reviewer: per variant its gate verdict and its accuracy changes against the
-baseline (`delta/<task>/<metric>`, in points, rounded to what their interval supports), and a
+baseline (`delta/<task>/<metric>_pt`: in points, rounded to what their interval supports), and a
 saved view of the runs table with those columns, which the printed link opens.
 
 MLflow 3's UI opens an experiment on its GenAI views unless the link says `workflowType=
@@ -23,6 +23,11 @@ ENGINE_COLUMNS = ["engine/weights_gib", "engine/kv_cache_tokens"]
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 
 
+def delta_key(metric: str) -> str:
+    """The MLflow key of a metric's change against the baseline, its unit (points) as the suffix."""
+    return f"delta/{metric}_pt"
+
+
 def rounded(value: float, half_width: float) -> float:
     """`value` to the digit its interval's half-width first reaches (0.35 -> tenths, 2.5 -> units):
     a change of -0.4 [-0.8, -0.1] is -0.4, not -0.41950..."""
@@ -43,7 +48,7 @@ def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str
     """variant -> (delta metrics, tags) as its MLflow run gets them."""
     out = {}
     for row in report.rows:
-        metrics = {f"delta/{m}": rounded(d.delta, (d.high - d.low) / 2) for m, d in row.delta.items()}
+        metrics = {delta_key(m): rounded(d.delta, (d.high - d.low) / 2) for m, d in row.delta.items()}
         verdict = "baseline" if row.baseline else row.verdict or ("-" if row.status == "ok" else row.status)
         out[row.name] = (metrics, {T_VERDICT: verdict})
     return out
@@ -54,7 +59,7 @@ def view_columns(report: Report) -> list[str]:
     weights and KV capacity."""
     cols = [f"tags.`{T_VERDICT}`"]
     cols += [f"metrics.`{m}`" for m in report.primary]
-    cols += [f"metrics.`delta/{m}`" for m in report.primary]
+    cols += [f"metrics.`{delta_key(m)}`" for m in report.primary]
     cols += [f"metrics.`{m}`" for m in ENGINE_COLUMNS]
     return cols
 

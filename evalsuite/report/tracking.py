@@ -9,7 +9,7 @@ Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (the de
 report.html and report.md with its plots, compare.md, compare.csv); each variant run has
 result.json, samples/<task>.jsonl, engine.log, and one dataset input per task (item ids, groups,
 targets: what the variant was asked). Each variant run also carries its gate verdict (tag) and its
-accuracy changes against the baseline (`delta/...`); evalsuite.report.review says how the printed
+accuracy changes against the baseline (`delta/<task>/<metric>_pt`, in points); evalsuite.report.review says how the printed
 link opens the runs table with those columns.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
