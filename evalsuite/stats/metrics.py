@@ -51,8 +51,26 @@ def macro_accuracy(groups: dict[str, list[Score]], name: str) -> Metric:
     per_group = [sum(s.value for s in g) / len(g) for g in kept]
     mean = sum(per_group) / len(per_group) if per_group else float("nan")
     se = strata_stderr([[s.value for s in g] for g in kept])
-    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in kept),
+    items = [(s.value, (key,)) for key, g in groups.items() for s in g]
+    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in kept), ci95=interval_over_items(items),
                   **score_meaning(MetricKind.mean, ["group"]))
+
+
+def strata_keys(scores: Sequence[Score], strata: Sequence[str]) -> list[tuple[float, tuple]]:
+    """(value, its strata's levels) per item, as the paired tests key items: `str` of each field."""
+    return [(s.value, tuple(str(getattr(s, k)) for k in strata)) for s in scores]
+
+
+def interval_over_items(items: Sequence[tuple[float, tuple]]) -> tuple[float, float] | None:
+    """The 95% interval of a weighted mean of 0/1 items (value, strata levels): Wilson per stratum
+    combined by MOVER, the interval `check` draws from the same items; None for partial credit,
+    whose stderr gives its interval."""
+    if not items or not all(v in (0.0, 1.0) for v, _ in items):
+        return None
+    from evalsuite.stats.significance import score_interval  # scipy/statsmodels load only when needed
+
+    low, high, _ = score_interval([v for v, _ in items], [k for _, k in items], 0.95)
+    return low, high
 
 
 def strata_stderr(strata: Sequence[Sequence[float]]) -> float | None:
@@ -100,7 +118,8 @@ def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...
     recalls = [sum(s.value for s in g) / len(g) for g in by_target.values() if g]
     value = sum(recalls) / len(recalls) if recalls else float("nan")
     se = strata_stderr([[s.value for s in g] for g in by_target.values()])
-    return Metric(name=name, value=value, stderr=se, n=len(scores), **score_meaning(MetricKind.mean, list(strata)))
+    return Metric(name=name, value=value, stderr=se, n=len(scores), ci95=interval_over_items(strata_keys(scores, strata)),
+                  **score_meaning(MetricKind.mean, list(strata)))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -143,6 +162,8 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
         # every item scored the same bound, so every item is 0 or every item 1 and a count exists:
         # the normal interval of a zero stderr would claim a certainty that n items cannot give
         return wilson(m.value * m.n, m.n, confidence)
+    if m.ci95 is not None and confidence == 0.95:
+        return m.ci95
     if m.stderr is not None and not math.isnan(m.value):
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
         return max(0.0, m.value - z * m.stderr), min(1.0, m.value + z * m.stderr)
