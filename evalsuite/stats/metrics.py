@@ -171,12 +171,13 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
 
 
 def interval_metrics(metrics: Sequence[Metric], confidence: float = 0.95) -> list[Metric]:
-    """`task/acc_ci95_low` and `_high` beside each task-level proportion, for MLflow and readers
-    that have only the metrics; per-group intervals are left to compare, to keep MLflow lean."""
+    """`task/acc_ci95_low` and `_high` beside each task-level proportion and each metric that carries
+    its interval (macro, balanced), for MLflow and readers that have only the metrics; per-group
+    intervals are left to compare, to keep MLflow lean."""
     tag = f"ci{round(confidence * 100)}"
     out = []
     for m in metrics:
-        if m.group is not None or m.kind != MetricKind.proportion:
+        if m.group is not None or (m.kind != MetricKind.proportion and m.ci95 is None):
             continue
         ci = accuracy_interval(m, confidence)
         if ci is not None:
