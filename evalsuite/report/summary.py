@@ -68,7 +68,7 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
     acc = primary_metrics(record.variants)
     latency = latency_columns(record)
     t = Table(title=f"run {record.run_id} · {record.model}", caption=escape("accuracy: value (95% interval; Wilson for a "
-              "proportion) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
+              "proportion, Wilson per stratum by MOVER for a macro or balanced one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
               caption_justify="left")
     gate_col = ["gate"] if verdicts else []
     for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency], *gate_col]:
