@@ -121,12 +121,12 @@ def headline(frame: pd.DataFrame, primary: list[str], meaning: dict[str, Metric]
     per prompt length (a median over mixed lengths is no latency), and the memory figures."""
     cols = [c for c in frame.columns if c != "status"]
     if patterns:
-        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c, p) for c in cols)]
-        if unmatched:  # an empty table would read as "no such figures were measured"
+        rows = [c for c in cols if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
+        if not rows:  # an empty table would read as "no such figures were measured"
             some = ", ".join(list(dict.fromkeys([c for c in primary if c in cols] + cols))[:4])
-            raise ConfigError(f"--metric: {unmatched[0]!r} matches no metric of these runs (they hold {some}, ...; "
-                              f"`--format csv` names every one)")
-        return [c for c in cols if any(fnmatch.fnmatchcase(c, p) for p in patterns)]
+            raise ConfigError(f"--metric: {', '.join(map(repr, patterns))} match no metric of these runs (they hold "
+                              f"{some}, ...; `--format csv` names every one)")
+        return rows  # a glob that matches only some runs' metrics (one set of globs over several pages) is no error
     scores = [c for c in primary if c in cols]
     scores += [c for c in cols if c in meaning and meaning[c].headline_score and c not in scores]
     per_length = {c: meaning[c] for c in cols if c in meaning and meaning[c].length is not None}
