@@ -225,6 +225,30 @@ def test_a_macro_or_balanced_accuracy_carries_the_interval_check_draws_from_its_
     assert balanced_accuracy([s.model_copy(update={"value": 0.5}) for s in scores], "x").ci95 is None
 
 
+def test_a_balanced_accuracy_over_groups_is_the_mean_its_strata_and_interval_weigh():
+    """Group A right on its 8 "Yes", wrong on its 2 "No"; group B the reverse. Per group then per label
+    the score is 0.5; recall pooled over groups said 0.8, outside its own interval (0.385, 0.733), which
+    the paired tests and `check` centre on the strata's mean."""
+    from evalsuite.stats.metrics import balanced_accuracy, combined_stderr
+    from evalsuite.stats.significance import stratum_weights
+
+    def s(g, t, v, i):
+        return Score(sample_id=f"{g}{t}{i}", task="legal", value=v, pred="", target=t, group=g)
+
+    scores = ([s("A", "Yes", 1.0, i) for i in range(8)] + [s("A", "No", 0.0, i) for i in range(2)]
+              + [s("B", "Yes", 0.0, i) for i in range(2)] + [s("B", "No", 1.0, i) for i in range(8)])
+    m = balanced_accuracy(scores, "legal/balanced_acc", strata=("group", "target"))
+    keys = [(s.group, s.target) for s in scores]
+    assert m.value == pytest.approx(stratum_weights(keys) @ [x.value for x in scores]) == pytest.approx(0.5)
+    assert m.ci95[0] < m.value < m.ci95[1]
+    per_group = [balanced_accuracy([x for x in scores if x.group == g], "g") for g in "AB"]
+    assert m.stderr == pytest.approx(combined_stderr([p.stderr for p in per_group]))  # as mean_over_tasks combines
+    one = balanced_accuracy(scores[:10], "a")  # by label alone: unchanged
+    assert one.value == pytest.approx(0.5) and one.stderr == pytest.approx(
+        combined_stderr([math.sqrt(p * (1 - p) / n) for p, n in (((8 + 1.92) / (8 + 3.84), 8), ((0 + 1.92) / (2 + 3.84), 2))]),
+        rel=1e-3)
+
+
 def test_tail_percentiles_need_enough_samples():
     assert [min_samples(q) for q in (50, 90, 99)] == [1, 10, 100]
     names = [m.name for m in latency_summary([1.0] * 99, "latency/ttft_ms")]

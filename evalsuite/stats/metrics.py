@@ -73,10 +73,10 @@ def interval_over_items(items: Sequence[tuple[float, tuple]]) -> tuple[float, fl
     return low, high
 
 
-def strata_stderr(strata: Sequence[Sequence[float]]) -> float | None:
-    """Standard error of the unweighted mean of stratum means, the strata fixed (the same subjects,
-    labels or tasks in every run: only their items are a sample). Not the spread of the stratum
-    means, which would treat four MMLU subjects as a sample of subjects.
+def strata_stderr(strata: Sequence[Sequence[float]], weights: Sequence[float] | None = None) -> float | None:
+    """Standard error of the mean of stratum means (unweighted, else weighed by `weights`), the strata
+    fixed (the same subjects, labels or tasks in every run: only their items are a sample). Not the
+    spread of the stratum means, which would treat four MMLU subjects as a sample of subjects.
 
     A stratum of 0/1 items at 0% or 100% (even a single item) keeps its sampling error through the
     Agresti-Coull proportion (x + z^2/2 successes of n + z^2): its plain p(1-p) of zero would make the
@@ -86,7 +86,9 @@ def strata_stderr(strata: Sequence[Sequence[float]]) -> float | None:
     95%). Other scores use their sample variance (two items at least)."""
     if not strata or any(len(g) < (1 if _binary(g) else 2) for g in strata):
         return None
-    return combined_stderr([_mean_stderr_fixed(g) for g in strata])
+    if weights is None:
+        return combined_stderr([_mean_stderr_fixed(g) for g in strata])
+    return math.sqrt(sum((w * _mean_stderr_fixed(g)) ** 2 for g, w in zip(strata, weights, strict=True)))
 
 
 def _binary(values: Sequence[float]) -> bool:
@@ -112,13 +114,21 @@ def _mean_stderr_fixed(values: Sequence[float]) -> float:
 
 
 def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...] = ("target",)) -> Metric:
-    """Mean recall over the target classes (LegalBench's metric for Yes/No tasks); `strata` as the
-    paired tests weigh its items: ("group", "target") where its scores span several groups."""
-    by_target = by_group(scores, key=lambda s: s.target)
-    recalls = [sum(s.value for s in g) / len(g) for g in by_target.values() if g]
-    value = sum(recalls) / len(recalls) if recalls else float("nan")
-    se = strata_stderr([[s.value for s in g] for g in by_target.values()])
-    return Metric(name=name, value=value, stderr=se, n=len(scores), ci95=interval_over_items(strata_keys(scores, strata)),
+    """Mean recall over the target classes (LegalBench's metric for Yes/No tasks); with ("group",
+    "target"), where its scores span several groups, the mean over groups of each group's mean recall.
+    Value, stderr and interval all weigh items by `strata`, as the paired tests and `check` do: a recall
+    pooled over groups is another statistic, which the interval and the gate's drop are not centred on."""
+    from evalsuite.stats.significance import stratum_weights  # numpy only; the module loads scipy
+
+    keyed = strata_keys(scores, strata)
+    w = stratum_weights([k for _, k in keyed])
+    cells: dict[tuple, list[int]] = defaultdict(list)
+    for i, (_, k) in enumerate(keyed):
+        cells[k].append(i)
+    value = float(w @ np.array([v for v, _ in keyed])) if keyed else float("nan")
+    se = strata_stderr([[keyed[i][0] for i in idx] for idx in cells.values()],
+                       [float(w[idx].sum()) for idx in cells.values()])
+    return Metric(name=name, value=value, stderr=se, n=len(scores), ci95=interval_over_items(keyed),
                   **score_meaning(MetricKind.mean, list(strata)))
 
 
