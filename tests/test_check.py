@@ -324,7 +324,7 @@ def test_stratified_scores_bootstrap_the_metrics_own_aggregate():
     assert stats.paired_interval(b, c, mac, (b_mac, c_mac), 0.95) is not None
     assert stats.paired_interval(b, c, bal, (b_bal + 0.01, c_bal), 0.95) is None
     one = stats.single_interval(c, bal, c_bal, 0.95)
-    assert one is not None and one.method.startswith("Wilson within 4 strata") and one.low < c_bal < one.high
+    assert one is not None and one.method.startswith("normal over 4 fixed strata") and one.low < c_bal < one.high
 
 
 def test_welch_interval_is_scipys_on_the_raw_repeats():

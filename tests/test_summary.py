@@ -17,7 +17,7 @@ def test_summary_shows_wilson_intervals_and_resolution(tmp_path):
     print_summary(RunDir(run).load_run(), console)
     text = console.export_text()
     assert "0.750 (0.468–0.911)" in text  # 9/12, Wilson 95%
-    assert ("accuracy: value (95% interval; Wilson for a proportion, Wilson per stratum by MOVER for a macro or "
+    assert ("accuracy: value (95% interval; Wilson for a proportion, normal over fixed strata for a macro or "
             "balanced one)") in " ".join(text.split())
     # 12 items: even with no answer changed the one-sided 95% bound is z^2/(12+z^2) = 18.4 points
     assert "mmlu/acc 18.4 pt (n=12)" in text and "gate --plan" in text

@@ -5,7 +5,7 @@ Accuracy goes through the one statistics path of evalsuite.stats.paired (the sam
 strata rule and paired test as `compare` and `gate`): a paired difference on the items both
 variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighed alike, Tango per
 stratum combined by MOVER for weighted ones, else the stratified paired bootstrap), a single score's
-Wilson interval (per stratum where weighted) or stratified bootstrap. Where the
+Wilson interval (the normal one over fixed strata where weighted) or stratified bootstrap. Where the
 items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
 the recorded standard errors (normal approximation) and says so.
 
@@ -54,7 +54,7 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: Metric
 
 
 def single_interval(items: dict[str, dict], metric: Metric, recorded: float, confidence: float) -> Interval | None:
-    """Interval of one variant's score: Wilson for 0/1 items (per stratum by MOVER where weighted), else a bootstrap."""
+    """Interval of one variant's score: Wilson for 0/1 items (normal over fixed strata where weighted), else a bootstrap."""
     strata = metric.strata
     if strata is None or len(items) < 2:
         return None

@@ -112,9 +112,6 @@ class Metric(_Model):
     # `latency/ttft_ms_p50/ctx512`): a point of a series over lengths; with `depth`, one cell of a grid
     length: int | None = None
     depth: int | None = None  # where in the prompt a grid cell's needle sits, in percent
-    # its two-sided 95% interval where the maker held the items and no stderr gives it (a macro or
-    # balanced accuracy: Wilson per stratum combined by MOVER); else readers derive it
-    ci95: tuple[float, float] | None = None
 
     @model_validator(mode="before")
     @classmethod

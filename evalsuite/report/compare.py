@@ -5,7 +5,7 @@ in their own run folder); MLflow run ids and experiment names are first material
 same layout (evalsuite.report.tracking.fetch), so everything below reads files only. Engine stats
 become rows named `engine/<field>`, the names MLflow and the gate use.
 
-Every accuracy carries its 95% interval (Wilson for a proportion, Wilson per stratum by MOVER for a
+Every accuracy carries its 95% interval (Wilson for a proportion, normal over fixed strata for a
 macro or balanced accuracy), and every accuracy delta its paired 95% interval over the items both variants answered (evalsuite.stats.significance names the method).
 """
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from evalsuite.report.compare import Comparison
 from evalsuite.report.plots import write_plots
 
-LEGEND = ("value (95% interval, Wilson for a proportion, by MOVER for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
+LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
           "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
 

@@ -1,7 +1,7 @@
 """PNG plots over a comparison frame (index: variant label; columns: metric names).
 
 Each plot is written only when its data exists, so a run without a latency pass or a
-needle task simply has fewer files. Accuracies have 95% error bars (Wilson for a proportion, by MOVER for a macro or balanced one),
+needle task simply has fewer files. Accuracies have 95% error bars (Wilson for a proportion, normal over fixed strata for a macro or balanced one),
 so that a half-point difference is not drawn as a cliff.
 """
 

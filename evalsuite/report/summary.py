@@ -68,7 +68,7 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
     acc = primary_metrics(record.variants)
     latency = latency_columns(record)
     t = Table(title=f"run {record.run_id} · {record.model}", caption=escape("accuracy: value (95% interval; Wilson for a "
-              "proportion, Wilson per stratum by MOVER for a macro or balanced one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
+              "proportion, normal over fixed strata for a macro or balanced one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
               caption_justify="left")
     gate_col = ["gate"] if verdicts else []
     for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency], *gate_col]:
@@ -109,9 +109,10 @@ def resolution_note(record: RunRecord, rules: Rules, rd: RunDir | None = None) -
             parts.append(f"{name} {drop * 100:.1f} pt (n={n:,})")
     if not parts:
         return None
-    return (f"A paired gate on runs this size certifies accuracy drop limits no finer than: {'; '.join(parts)} "
-            f"({rules.discordance:.0%} of answers changing, {rules.power:.0%} power, {rules.confidence:.0%} one-sided); "
-            f"a finer limit reports insufficient n. {decision_rule(rules)} Plan with `evalsuite gate --plan --n N`.")
+    return (f"Accuracy drop limits a paired gate on runs this size certifies with {rules.power:.0%} power: "
+            f"{'; '.join(parts)} ({rules.discordance:.0%} of answers changing, {rules.confidence:.0%} one-sided); "
+            f"a finer limit mostly fails to be shown, and one that not even equal answers could show reports "
+            f"insufficient n. {decision_rule(rules)} Plan with `evalsuite gate --plan --n N`.")
 
 
 def _baseline(rd: RunDir, record: RunRecord) -> str | None:

@@ -5,8 +5,8 @@ no loss because there is nothing to lose; a task at ceiling (needles at 4K-32K) 
 variant collapsed, not a subtle loss. Reports say so beside the number, and the gate never counts a
 check on an at-chance task as evidence.
 
-  at chance   the baseline's two-sided interval (Wilson for a proportion, Wilson per stratum by MOVER for
-              a macro or balanced accuracy, else normal from its standard error) reaches within `margin` of the chance level: its skill above chance may be smaller
+  at chance   the baseline's two-sided interval (Wilson for a proportion, else normal from its standard
+              error, over fixed strata for a macro or balanced accuracy) reaches within `margin` of the chance level: its skill above chance may be smaller
               than the drop the gate would tolerate, so "within the limit" cannot mean "no loss". With
               margin 0 (reports without a limit) that is the interval including chance.
   at ceiling  the interval's lower bound is at or above `ceiling` (0.95 by default).

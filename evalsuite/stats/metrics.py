@@ -51,26 +51,13 @@ def macro_accuracy(groups: dict[str, list[Score]], name: str) -> Metric:
     per_group = [sum(s.value for s in g) / len(g) for g in kept]
     mean = sum(per_group) / len(per_group) if per_group else float("nan")
     se = strata_stderr([[s.value for s in g] for g in kept])
-    items = [(s.value, (key,)) for key, g in groups.items() for s in g]
-    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in kept), ci95=interval_over_items(items),
+    return Metric(name=name, value=mean, stderr=se, n=sum(len(g) for g in kept),
                   **score_meaning(MetricKind.mean, ["group"]))
 
 
 def strata_keys(scores: Sequence[Score], strata: Sequence[str]) -> list[tuple[float, tuple]]:
     """(value, its strata's levels) per item, as the paired tests key items: `str` of each field."""
     return [(s.value, tuple(str(getattr(s, k)) for k in strata)) for s in scores]
-
-
-def interval_over_items(items: Sequence[tuple[float, tuple]]) -> tuple[float, float] | None:
-    """The 95% interval of a weighted mean of 0/1 items (value, strata levels): Wilson per stratum
-    combined by MOVER, the interval `check` draws from the same items; None for partial credit,
-    whose stderr gives its interval."""
-    if not items or not all(v in (0.0, 1.0) for v, _ in items):
-        return None
-    from evalsuite.stats.significance import score_interval  # scipy/statsmodels load only when needed
-
-    low, high, _ = score_interval([v for v, _ in items], [k for _, k in items], 0.95)
-    return low, high
 
 
 def strata_stderr(strata: Sequence[Sequence[float]], weights: Sequence[float] | None = None) -> float | None:
@@ -128,8 +115,7 @@ def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...
     value = float(w @ np.array([v for v, _ in keyed])) if keyed else float("nan")
     se = strata_stderr([[keyed[i][0] for i in idx] for idx in cells.values()],
                        [float(w[idx].sum()) for idx in cells.values()])
-    return Metric(name=name, value=value, stderr=se, n=len(scores), ci95=interval_over_items(keyed),
-                  **score_meaning(MetricKind.mean, list(strata)))
+    return Metric(name=name, value=value, stderr=se, n=len(scores), **score_meaning(MetricKind.mean, list(strata)))
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -172,8 +158,6 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
         # every item scored the same bound, so every item is 0 or every item 1 and a count exists:
         # the normal interval of a zero stderr would claim a certainty that n items cannot give
         return wilson(m.value * m.n, m.n, confidence)
-    if m.ci95 is not None and confidence == 0.95:
-        return m.ci95
     if m.stderr is not None and not math.isnan(m.value):
         z = NormalDist().inv_cdf(0.5 + confidence / 2)
         return max(0.0, m.value - z * m.stderr), min(1.0, m.value + z * m.stderr)
@@ -181,13 +165,13 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
 
 
 def interval_metrics(metrics: Sequence[Metric], confidence: float = 0.95) -> list[Metric]:
-    """`task/acc_ci95_low` and `_high` beside each task-level proportion and each metric that carries
-    its interval (macro, balanced), for MLflow and readers that have only the metrics; per-group
+    """`task/acc_ci95_low` and `_high` beside each task-level proportion and mean (macro, balanced,
+    partial credit), for MLflow and readers that have only the metrics; per-group
     intervals are left to compare, to keep MLflow lean."""
     tag = f"ci{round(confidence * 100)}"
     out = []
     for m in metrics:
-        if m.group is not None or (m.kind != MetricKind.proportion and m.ci95 is None):
+        if m.group is not None or m.kind not in (MetricKind.proportion, MetricKind.mean):
             continue
         ci = accuracy_interval(m, confidence)
         if ci is not None:

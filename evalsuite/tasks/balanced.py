@@ -4,8 +4,7 @@ argmax rule's beside a thresholded headline."""
 from __future__ import annotations
 
 from evalsuite.core.types import Metric, MetricKind, Score
-from evalsuite.stats.metrics import (accuracy, balanced_accuracy, by_group, combined_stderr, interval_over_items,
-                                     score_meaning, strata_keys)
+from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, combined_stderr, score_meaning
 from evalsuite.tasks.choice import choice_rates
 from evalsuite.tasks.threshold import argmax_value, thresholded
 
@@ -30,20 +29,18 @@ def _headline(scores: list[Score], name: str, grouped: bool) -> tuple[Metric, li
     """(the mean over groups of balanced accuracy, or one balanced accuracy without groups; the
     groups' own)."""
     per = [balanced_accuracy(g, f"{name}/{t}") for t, g in by_group(scores).items()] if grouped else []
-    return (mean_over_tasks(per, name, scores) if per else balanced_accuracy(scores, name, OVER_GROUPS)), per
+    return (mean_over_tasks(per, name) if per else balanced_accuracy(scores, name, OVER_GROUPS)), per
 
 
-def mean_over_tasks(per_task: list[Metric], name: str, scores: list[Score] | None = None) -> Metric:
+def mean_over_tasks(per_task: list[Metric], name: str) -> Metric:
     """LegalBench's headline: the unweighted mean of per-task balanced accuracies.
 
     Its stderr is the sampling error of that mean for this fixed set of tasks (per-task
-    errors combined), which is what matters when two variants run the same tasks; its interval,
-    with the tasks' `scores` at hand, is drawn from them as the metric weighs them.
+    errors combined), which is what matters when two variants run the same tasks.
     """
     meaning = score_meaning(MetricKind.mean, list(OVER_GROUPS))
     if not per_task:
         return Metric(name=name, value=float("nan"), n=0, **meaning)
     value = sum(m.value for m in per_task) / len(per_task)
     se = combined_stderr([m.stderr for m in per_task])
-    ci95 = interval_over_items(strata_keys(scores, OVER_GROUPS)) if scores else None
-    return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task), ci95=ci95, **meaning)
+    return Metric(name=name, value=value, stderr=se, n=sum(m.n or 0 for m in per_task), **meaning)
