@@ -43,12 +43,35 @@ def failure_reason(log_path: Path, fallback: str) -> str:
     wrapped in a more generic message, so the first specific line is the most telling.
     """
     lines = [ln for ln in log_tail(log_path, 2000).splitlines() if " WARNING " not in ln and " INFO " not in ln]
-    found = [m for m in (_ERROR_LINE.search(line) for line in lines) if m]
-    specific = [m for m in found if not any(g in m.group(2) for g in _GENERIC)]
+    found = [(i, m) for i, m in ((i, _ERROR_LINE.search(line)) for i, line in enumerate(lines)) if m]
+    specific = [(i, m) for i, m in found if not any(g in m.group(2) for g in _GENERIC)]
     pick = (specific or found)
     if not pick:
         return fallback
-    return f"{pick[0].group(1)}: {pick[0].group(2).strip()}"[:400]
+    i, m = pick[0]
+    message = m.group(2).strip()
+    if _PYDANTIC_HEADER.match(message):
+        message = f"{message}: {_pydantic_details(lines[i + 1:])}"
+    return f"{m.group(1)}: {message}"[:400]
+
+
+# pydantic (vLLM's configs: a max_model_len over the model's, a bad engine argument) puts only a
+# count on the exception's line; what was wrong is on the lines below it.
+_PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \S+$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]?\s*$")
+# what vLLM's engine core puts before each line it logs: "(EngineCore pid=7) ERROR 12-01 19:54:07 [core.py:1332] "
+_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?([A-Z]+ \d\d-\d\d [\d:.]+ \[[^\]]*\] ?)?")
+
+
+def _pydantic_details(after: list[str], most: int = 4) -> str:
+    """The field and message lines under a pydantic header, on one line, without the input echo."""
+    out = []
+    for line in after[:most]:
+        text = _PYDANTIC_TAIL.sub("", _LOG_PREFIX.sub("", line)).strip()
+        if not text or text.startswith("For further information"):
+            break
+        out.append(text)
+    return "; ".join(out)
 
 
 def fill_from_log(stats: EngineStats, log_path: Path) -> None:
