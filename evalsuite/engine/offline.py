@@ -195,15 +195,22 @@ class OfflineEngine:
         while not connection.wait([self._conn], 1.0):  # a message to read, or 1 s passed
             proc = self._proc  # close() from another thread (a packed run's interrupt) may clear it
             if proc is None or not proc.is_alive():
-                code = proc.exitcode if proc is not None else "closed"
-                raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what} "
-                                                  f"(exit code {code})"))
+                raise EngineFailed(failure_reason(self.log_path, self._died(what)))
             if time.monotonic() > deadline:
                 raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
         try:
             return self._conn.recv()
         except EOFError:
-            raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what}")) from None
+            raise EngineFailed(failure_reason(self.log_path, self._died(what))) from None
+
+    def _died(self, what: str, grace_s: float = 5.0) -> str:
+        """The engine's death with its exit code: the pipe's end is seen a moment before the process
+        is reaped, and -9 (the OOM killer's SIGKILL) is what gets a packed variant its retry alone."""
+        proc = self._proc
+        if proc is None:
+            return f"engine process died during {what} (exit code closed)"
+        proc.join(grace_s)
+        return f"engine process died during {what} (exit code {proc.exitcode})"
 
     def _call(self, msg: tuple, what: str, timeout: float = 24 * 3600):
         self._send(msg)
