@@ -57,3 +57,32 @@ def test_failure_reason_skips_the_generic_wrappers(tmp_path):
     log.write_text(CORE_LOG)
     assert failure_reason(log, CLIENT) == "RuntimeError: scheduler_metadata must have shape (metadata_size)"
     assert failure_reason(tmp_path / "missing.log", CLIENT) == CLIENT
+
+
+PYDANTIC_LOG = """\
+(EngineCore pid=81) ERROR 12-05 02:27:40 [core.py:1332] pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+(EngineCore pid=81) ERROR 12-05 02:27:40 [core.py:1332]   Value error, User-specified max_model_len (1000000) is greater than the derived max_model_len [type=value_error, input_value=ArgsKwargs((), {'model': 'x'}), input_type=ArgsKwargs]
+(EngineCore pid=81) ERROR 12-05 02:27:40 [core.py:1332]     For further information visit https://errors.pydantic.dev/2.14/v/value_error
+"""
+
+
+def test_failure_reason_keeps_what_a_pydantic_error_says_below_its_count(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text(PYDANTIC_LOG)
+    assert failure_reason(log, "x") == ("ValidationError: 1 validation error for ModelConfig: Value error, "
+                                        "User-specified max_model_len (1000000) is greater than the derived "
+                                        "max_model_len")
+
+
+@pytest.mark.engine
+def test_a_real_engine_refusing_its_arguments_is_recorded_with_why(tmp_path, tiny_model):
+    """vLLM validates its config with pydantic, whose exception line holds only a count: the reason
+    must name what was refused."""
+    engine = OfflineEngine(str(tiny_model), {"max_model_len": 10**6, "dtype": "bfloat16", "enforce_eager": True},
+                           tmp_path / "engine.log", env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                           startup_timeout_s=300)
+    try:
+        with pytest.raises(EngineFailed, match=r"ValidationError: .*max_model_len \(1000000\)"):
+            engine.start()
+    finally:
+        engine.close(wait=False)

@@ -12,13 +12,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from evalsuite.core.types import EngineStats
+from evalsuite.core.types import EngineStats, Request, VariantResult
+from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import OfflineEngine, kill_process_group
+from evalsuite.run.packing import out_of_memory
 
 
 def grandchild_engine(conn, model, kwargs, log_path, env) -> None:
@@ -139,3 +143,21 @@ def test_tensor_parallel_workaround_only_where_multicast_is_off():
     assert fix(own, off) == own  # the variant's own choice wins
     mixed = fix({**tp2, "compilation_config": {"mode": 3}}, off)["compilation_config"]
     assert mixed == {"mode": 3, "pass_config": {"fuse_allreduce_rms": False}}
+
+
+
+def test_an_engine_killed_mid_batch_is_recorded_with_its_signal(tmp_path):
+    """The kernel's OOM killer ends an engine with SIGKILL; its reason must carry the exit code (-9),
+    which is how a packed run tells an engine that ran out of memory beside others (and retries it alone)."""
+    engine = OfflineEngine("unused", {}, tmp_path / "engine.log", entry=busy_engine, startup_timeout_s=60)
+    engine.start()
+    killer = threading.Timer(1.0, os.kill, (engine._proc.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(EngineFailed) as failed:
+            engine.generate([Request(prompt="x", max_tokens=1)])
+    finally:
+        killer.join()
+        engine.close(wait=False)
+    assert "exit code -9" in str(failed.value)
+    assert out_of_memory(VariantResult(variant="v", status="failed", reason=str(failed.value)))

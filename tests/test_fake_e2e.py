@@ -144,6 +144,21 @@ def test_resume_recomputes_only_what_is_missing(tmp_path, tiny_model, legal_dir,
     assert keep(metrics(run_dir, "bf16")) == keep(metrics(swept, "bf16"))
 
 
+def test_resume_refuses_an_edited_config_naming_what_changed(tmp_path, tiny_model, legal_dir):
+    """Bad input: one line, exit 2, and the keys that moved (an edit, or an --limit of its own)."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    code, out = run("run", str(cfg), "--resume", "--no-progress")
+    assert code == 2 and "no earlier run of fake.yaml" in out
+    assert run("run", str(cfg), "--no-progress", "--variant", "bf16", "--tasks", "mmlu")[0] == 0
+    edited = yaml.safe_load(cfg.read_text())
+    edited["tasks"][0]["limit_per_subject"] = 11
+    cfg.write_text(yaml.safe_dump(edited))
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16", "--tasks", "mmlu")
+    assert code == 2 and "changed since run" in out and "(tasks.0.limit)" in out, out
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
+    assert code == 2 and "(tasks, latency)" in out, out  # dropping --tasks: another task list, a latency pass
+
+
 def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swept, monkeypatch):
     """Ctrl-C (or a time limit's SIGINT) mid-variant: the engine is ended at once, not asked to shut
     down, and the run folder is left scored as `partial`, as `evalsuite finish` would leave it."""

@@ -4,6 +4,7 @@ compare and gate read, with no engine."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,13 @@ def test_finish_rescores_a_resumed_variant_cut_again(tmp_path):
     assert bf16.status == "partial" and "needle 5" in bf16.reason
     assert {m.name: m for m in bf16.metrics}["needle/acc"].value == 3 / 5
     assert rd.load_result("bf16").reason == bf16.reason == rd.load_run().variant("bf16").reason
+
+
+def test_a_folder_without_config_yaml_is_bad_input_as_one_without_run_json(tmp_path):
+    """Either file missing: the same one line, exit 2 (bad input), never 1 for one and 2 for the other."""
+    for keep in ("run.json", "config.yaml"):
+        root = interrupted_run(tmp_path / keep, wrong=set())
+        (root / ({"run.json", "config.yaml"} - {keep}).pop()).unlink()
+        res = subprocess.run([sys.executable, "-m", "evalsuite", "finish", str(root)], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+        assert res.returncode == 2 and "not a run directory" in res.stderr and res.stderr.count("\n") == 1, res.stderr

@@ -262,3 +262,40 @@ def test_runner_records_rows_and_does_not_rerun_a_recorded_task(tmp_path, tokeni
     again = runner.run_task(Unused(), "bf16", task, task.samples())
     assert [s.sample_id for s in again] == [s.sample_id for s in first]
     assert {m.name: m.value for m in task.metrics(again)} == pytest.approx(reported)
+
+
+class _Interrupt:
+    """A row value whose serialization is where Ctrl-C lands (json.dumps calls str on it)."""
+
+    def __str__(self) -> str:
+        raise KeyboardInterrupt
+
+
+def test_a_harness_cut_while_recording_is_rerun_whole_on_resume(tmp_path, tokenizer, include, monkeypatch):
+    """A resume takes any recorded rows of a harness as the whole task (it cannot know lm-eval's
+    item count): rows cut short by Ctrl-C or a full disk must not pass for a finished task."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.run.progress import Progress
+    from evalsuite.run.runner import Runner
+    from evalsuite.tasks import lmeval
+
+    cfg = LMEvalConfig(tasks=["tiny_qa"], include_path=str(include), allow_code=True, batch_size=5)
+    ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=tokenizer)
+    run_dir = RunDir(tmp_path / "run")
+    real_rows = lmeval.sample_rows
+
+    def cut_at_the_fourth(name, task, docs):
+        rows = real_rows(name, task, docs)
+        rows[3]["completion"]["text"] = _Interrupt()
+        return rows
+
+    monkeypatch.setattr(lmeval, "sample_rows", cut_at_the_fourth)
+    with Progress(False) as progress:
+        runner = Runner(None, run_dir, str(tmp_path), ctx, progress)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_task(ScriptedEngine(), "bf16", cfg.build(ctx), [])
+        assert run_dir.load_samples("bf16", "lm_eval") == []
+        monkeypatch.setattr(lmeval, "sample_rows", real_rows)
+        engine = ScriptedEngine()
+        scores = runner.run_task(engine, "bf16", cfg.build(ctx), [])
+    assert len(engine.requests) == 24 and len(scores) == 6 == len(run_dir.load_samples("bf16", "lm_eval"))

@@ -243,6 +243,13 @@ class RunDir:
         except OSError as e:
             raise storage_error(path, e) from None
 
+    def write_samples(self, variant: str, task: str, rows: list[dict[str, Any]]) -> None:
+        """A task's every row at once, or none: a harness records its rows in one go, and a resume
+        takes any rows of it as the whole task, so a write cut short (a full disk, Ctrl-C) must
+        leave no file rather than some of the rows."""
+        text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
+        _atomic_write(self.samples_path(variant, task), text)
+
     def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
         """Rows written so far; the last line, when a kill cut it short, is dropped (it is redone).
         Creates nothing."""

@@ -43,12 +43,35 @@ def failure_reason(log_path: Path, fallback: str) -> str:
     wrapped in a more generic message, so the first specific line is the most telling.
     """
     lines = [ln for ln in log_tail(log_path, 2000).splitlines() if " WARNING " not in ln and " INFO " not in ln]
-    found = [m for m in (_ERROR_LINE.search(line) for line in lines) if m]
-    specific = [m for m in found if not any(g in m.group(2) for g in _GENERIC)]
+    found = [(i, m) for i, m in ((i, _ERROR_LINE.search(line)) for i, line in enumerate(lines)) if m]
+    specific = [(i, m) for i, m in found if not any(g in m.group(2) for g in _GENERIC)]
     pick = (specific or found)
     if not pick:
         return fallback
-    return f"{pick[0].group(1)}: {pick[0].group(2).strip()}"[:400]
+    i, m = pick[0]
+    message = m.group(2).strip()
+    if _PYDANTIC_HEADER.match(message):
+        message = f"{message}: {_pydantic_details(lines[i + 1:])}"
+    return f"{m.group(1)}: {message}"[:400]
+
+
+# pydantic (vLLM's configs: a max_model_len over the model's, a bad engine argument) puts only a
+# count on the exception's line; what was wrong is on the lines below it.
+_PYDANTIC_HEADER = re.compile(r"\d+ validation errors? for \S+$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]?\s*$")
+# what vLLM's engine core puts before each line it logs: "(EngineCore pid=7) ERROR 12-01 19:54:07 [core.py:1332] "
+_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s*)?([A-Z]+ \d\d-\d\d [\d:.]+ \[[^\]]*\] ?)?")
+
+
+def _pydantic_details(after: list[str], most: int = 4) -> str:
+    """The field and message lines under a pydantic header, on one line, without the input echo."""
+    out = []
+    for line in after[:most]:
+        text = _PYDANTIC_TAIL.sub("", _LOG_PREFIX.sub("", line)).strip()
+        if not text or text.startswith("For further information"):
+            break
+        out.append(text)
+    return "; ".join(out)
 
 
 def fill_from_log(stats: EngineStats, log_path: Path) -> None:
@@ -172,15 +195,22 @@ class OfflineEngine:
         while not connection.wait([self._conn], 1.0):  # a message to read, or 1 s passed
             proc = self._proc  # close() from another thread (a packed run's interrupt) may clear it
             if proc is None or not proc.is_alive():
-                code = proc.exitcode if proc is not None else "closed"
-                raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what} "
-                                                  f"(exit code {code})"))
+                raise EngineFailed(failure_reason(self.log_path, self._died(what)))
             if time.monotonic() > deadline:
                 raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
         try:
             return self._conn.recv()
         except EOFError:
-            raise EngineFailed(failure_reason(self.log_path, f"engine process died during {what}")) from None
+            raise EngineFailed(failure_reason(self.log_path, self._died(what))) from None
+
+    def _died(self, what: str, grace_s: float = 5.0) -> str:
+        """The engine's death with its exit code: the pipe's end is seen a moment before the process
+        is reaped, and -9 (the OOM killer's SIGKILL) is what gets a packed variant its retry alone."""
+        proc = self._proc
+        if proc is None:
+            return f"engine process died during {what} (exit code closed)"
+        proc.join(grace_s)
+        return f"engine process died during {what} (exit code {proc.exitcode})"
 
     def _call(self, msg: tuple, what: str, timeout: float = 24 * 3600):
         self._send(msg)

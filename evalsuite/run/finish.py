@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import ENGINE_LOG, RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
@@ -37,7 +37,7 @@ def _config(run_dir: RunDir) -> RunConfig:
 
     path = run_dir.config_path
     if not path.is_file():
-        raise EvalsuiteError(f"{run_dir.root}: not a run directory (no config.yaml)")
+        raise ConfigError(f"{run_dir.root}: not a run directory (no config.yaml)")
     try:
         return RunConfig.model_validate(run_dir.read_config())
     except ValidationError as e:

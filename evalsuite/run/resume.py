@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.errors import EvalsuiteError
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir, create_run_dir
 from evalsuite.core.types import Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
@@ -28,11 +28,26 @@ def open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> 
     if resume:
         found = find_resumable(out, config_path.stem)
         if found is None:
-            raise EvalsuiteError(f"--resume: no earlier run of {config_path.name} in {out}")
-        if found.read_config() != resolved:
-            raise EvalsuiteError(f"--resume: {config_path} changed since run {found.run_id}; start a new run without --resume")
+            raise ConfigError(f"--resume: no earlier run of {config_path.name} in {out}")
+        changed = differences(found.read_config(), resolved)
+        if changed:
+            raise ConfigError(f"--resume: {config_path} changed since run {found.run_id} ({', '.join(changed)}); "
+                              f"start a new run without --resume")
         return found
     return create_run_dir(out, config_path.stem)
+
+
+def differences(old: object, new: object, where: str = "", most: int = 3) -> list[str]:
+    """Up to `most` dotted keys where two resolved configs differ, so a refused --resume says what
+    moved (an --limit or --tasks of its own changes the recorded config as an edit does)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = list(old) + [k for k in new if k not in old]
+        parts = [differences(old.get(k), new.get(k), f"{where}.{k}" if where else str(k), most) for k in keys]
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        parts = [differences(a, b, f"{where}.{i}", most) for i, (a, b) in enumerate(zip(old, new))]
+    else:
+        return [] if old == new else [where or "(whole config)"]
+    return [d for p in parts for d in p][:most]
 
 
 def to_run(cfg: RunConfig, run_dir: RunDir, tasks: list[Task], samples: dict[str, list[Sample]],

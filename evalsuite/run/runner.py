@@ -136,7 +136,7 @@ class Runner:
             return [Score.model_validate(r["score"]) for r in recorded]
         with self.progress.status(f"{variant}: {task.name}"):
             return task.evaluate(engine, self.ctx.tokenizer,
-                                 lambda rows: self.run_dir.append_samples(variant, task.name, rows))
+                                 lambda rows: self.run_dir.write_samples(variant, task.name, rows))
 
     def _measured(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
         from evalsuite.run.footprint import complete, predict
