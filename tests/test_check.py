@@ -18,7 +18,7 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.stats import metrics as M
-from evalsuite.stats.metrics import mean_stderr
+from evalsuite.stats.strata import mean_stderr
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "configs" / "claims" / "long-context-128k.yaml"
@@ -331,7 +331,7 @@ def test_welch_interval_is_scipys_on_the_raw_repeats():
     from scipy.stats import ttest_ind
 
     from evalsuite.stats import timing
-    from evalsuite.stats.metrics import mean_stderr
+    from evalsuite.stats.strata import mean_stderr
 
     a, b = [10_280.0, 10_291.0, 10_303.0], [10_270.0, 10_301.0, 10_269.0, 10_288.0]
     (ma, sa), (mb, sb) = mean_stderr(a), mean_stderr(b)

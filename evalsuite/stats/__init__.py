@@ -1,1 +1,1 @@
-"""Statistics: metric helpers, intervals, paired and unpaired tests, timing intervals, at-chance and at-ceiling marks. May import: core."""
+"""Statistics: metric helpers, standard errors over fixed strata (strata), intervals, paired and unpaired tests, timing intervals, at-chance and at-ceiling marks. May import: core."""

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import binomtest, norm
 
-from evalsuite.stats.metrics import strata_stderr
+from evalsuite.stats.strata import strata_stderr
 
 BOOTSTRAP_SEED = 0  # fixed, so a report is reproducible from its run folders
 BOOTSTRAP_RESAMPLES = 9999  # p-values resolve to 1e-4, below Holm's threshold for 100+ checks

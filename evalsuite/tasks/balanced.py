@@ -4,7 +4,8 @@ argmax rule's beside a thresholded headline."""
 from __future__ import annotations
 
 from evalsuite.core.types import Metric, MetricKind, Score
-from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, combined_stderr, score_meaning
+from evalsuite.stats.metrics import accuracy, balanced_accuracy, by_group, score_meaning
+from evalsuite.stats.strata import combined_stderr
 from evalsuite.tasks.choice import choice_rates
 from evalsuite.tasks.threshold import argmax_value, thresholded
 

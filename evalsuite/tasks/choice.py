@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import mean_stderr
+from evalsuite.stats.strata import mean_stderr
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 TOP_K = 20

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.stats.metrics import mean_stderr
+from evalsuite.stats.strata import mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 

@@ -60,7 +60,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from evalsuite.core.errors import ConfigError
 from evalsuite.data.haystack import (TokenHaystack, encode, english_prose, load_documents, prompt_frame, resolve_source,
                                 splice)
-from evalsuite.stats.metrics import accuracy, mean_stderr
+from evalsuite.stats.metrics import accuracy
+from evalsuite.stats.strata import mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
