@@ -54,16 +54,10 @@ def balanced_accuracy(scores: Sequence[Score], name: str, strata: tuple[str, ...
     "target"), where its scores span several groups, the mean over groups of each group's mean recall.
     Value, stderr and interval all weigh items by `strata`, as the paired tests and `check` do: a recall
     pooled over groups is another statistic, which the interval and the gate's drop are not centred on."""
-    from evalsuite.stats.significance import stratum_weights  # numpy only; the module loads scipy
+    from evalsuite.stats.significance import stratified_mean  # the module loads scipy
 
     keyed = strata_keys(scores, strata)
-    w = stratum_weights([k for _, k in keyed])
-    cells: dict[tuple, list[int]] = defaultdict(list)
-    for i, (_, k) in enumerate(keyed):
-        cells[k].append(i)
-    value = float(w @ np.array([v for v, _ in keyed])) if keyed else float("nan")
-    se = strata_stderr([[keyed[i][0] for i in idx] for idx in cells.values()],
-                       [float(w[idx].sum()) for idx in cells.values()])
+    value, se = stratified_mean([v for v, _ in keyed], [k for _, k in keyed]) if keyed else (float("nan"), None)
     return Metric(name=name, value=value, stderr=se, n=len(scores), **score_meaning(MetricKind.mean, list(strata)))
 
 
