@@ -20,8 +20,13 @@ V="-V bf16 -V fp8 -V kv_fp8 -V kv_fp8_skip_layers_0_1_triton_attn -V kv_int8_per
 MD=$(ls -d /root/cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m-*/ | head -1)
 OV="bench/overhead.py --model $MD --mmlu-per-subject 50 --mmlu-shots 5 --needle-lengths 4096,16384,28672 \
 --needle-depths 0,0.5,1 --needle-seeds 3 --rounds 2 --engine-arg max_num_batched_tokens=16384"
+# The three W4A16 builds side by side before the bench (each its own checkpoint and lock; untimed):
+# one after another they take ~7 of the session's minutes, together about the longest one's. The
+# bench's --prebuild then finds them cached.
+QB="mkdir -p runs/h200/sw; for v in awq gptq rtn; do bash lab/device.sh run quantize $C --variant \$v \
+> runs/h200/sw/quantize-\$v.log 2>&1 & done; wait; echo builds \$(date +%T);"
 case ${PART:-sweep} in
-  sweep) bash lab/lanes.sh $DL "py sw bench/sweep_wall.py $C $V --parallel auto --prebuild" ;;
+  sweep) bash lab/lanes.sh $DL "$QB py sw bench/sweep_wall.py $C $V --parallel auto --prebuild" ;;
   overhead) bash lab/lanes.sh $DL "py ov1 $OV; py ov2 $OV; py ov3 $OV" ;;
   *) echo "PART: sweep or overhead, not ${PART}" >&2; exit 2 ;;
 esac
