@@ -285,7 +285,8 @@ def engine_metrics(engine: EngineStats) -> list[Metric]:
     return out
 
 
-# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`)
+# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or a latency
+# pass that failed after the other tasks were measured (the reason says which)
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 
 
