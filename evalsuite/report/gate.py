@@ -309,7 +309,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
     """Every baseline metric that a rule names, checked against the candidate."""
     cand = pair.cand
     if cand.status not in USABLE:
-        status = "skip" if cand.status == "skipped" and not explicit else "fail"
+        status = "skip" if cand.status in ("skipped", "pending") and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
     measured, cm = pair.base.measured(), flat_metrics(cand)
     bm = {name: m.value for name, m in measured.items()}

@@ -71,7 +71,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             else:
                 record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
-        _score_interrupted(run_dir, cache_dir)
+        _score_interrupted(run_dir, cache_dir, list(cfg.variants))
         raise
     print_summary(record, run_dir=run_dir)
     _track(cfg, run_dir, record)
@@ -146,13 +146,14 @@ def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunCon
     return cfg
 
 
-def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
+def _score_interrupted(run_dir: RunDir, cache_dir: Path, selected: list[str]) -> None:
     """An interrupt (Ctrl-C, a time limit's SIGINT) leaves the run folder as `evalsuite finish` would:
-    each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
+    each interrupted variant `partial`, scored on the samples it recorded, and each selected one it
+    never reached `pending`; --resume completes them."""
     from evalsuite.run.finish import finish_run
 
     try:
-        print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
+        print_summary(finish_run(run_dir.root, cache_dir, selected), run_dir=run_dir)
     except StorageError:
         pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
