@@ -92,7 +92,13 @@ def finish_run(root: Path, cache_dir: Path, selected: Iterable[str] = ()) -> Run
     Of `selected` (the variants the run was asked for), those that never started are recorded
     `pending`, so the record, and the table printed from it, names every one."""
     run_dir = RunDir(root)
-    record = run_dir.load_run()
+    run_dir.load_run()  # a folder that is no run folder is refused before a lock file is made in it
+    with run_dir.held():
+        return _finished(run_dir, cache_dir, selected)
+
+
+def _finished(run_dir: RunDir, cache_dir: Path, selected: Iterable[str]) -> RunRecord:
+    record = run_dir.load_run()  # as the last process to hold the folder left it
     cfg = _config(run_dir)
     done = {v.variant: v for v in record.variants}
     for name in cfg.variants:
