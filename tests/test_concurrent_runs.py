@@ -58,3 +58,34 @@ def test_two_runs_at_once_get_two_folders_and_one_working_store(tmp_path, tiny_m
     exp = client.get_experiment_by_name("together")
     parents = client.search_runs([exp.experiment_id], "tags.`evalsuite.role` = 'parent'")
     assert sorted(r.data.tags["evalsuite.run_id"] for r in parents) == [r.name for r in runs]
+
+
+def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path, tiny_model):
+    """`run --resume` and `finish` on a folder another process holds: one line naming the folder
+    and the holder's pid, exit 2, nothing written; once the holder ends, the folder is free."""
+    cfg = tmp_path / "held.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 2},
+        "variants": {"bf16": {"max_model_len": 2048}},
+        "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 4, "num_fewshot": 0}],
+        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
+    first = evalsuite("run", str(cfg), "--no-progress", cwd=tmp_path)
+    assert first.wait(timeout=600) == 0, first.communicate()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
+    before = (run / "run.json").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from evalsuite.core.records import RunDir\n"
+                               "with RunDir(sys.argv[1]).held():\n    print('held', flush=True); sys.stdin.read()",
+                               str(run)], env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        for args in (["run", str(cfg), "--resume", "--no-progress"], ["finish", str(run)]):
+            code, out, err = (lambda p: (p.wait(timeout=600), *p.communicate()))(evalsuite(*args, cwd=tmp_path))
+            assert code == 2, out + err
+            assert err.count("\n") == 1 and "Traceback" not in err, err
+            assert err.startswith(f"evalsuite: error: {run}: in use by another evalsuite process (pid {holder.pid} on ")
+        assert (run / "run.json").read_bytes() == before
+    finally:
+        holder.communicate("", timeout=60)
+    done = evalsuite("finish", str(run), cwd=tmp_path)
+    assert done.wait(timeout=600) == 0, done.communicate()

@@ -189,6 +189,46 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
     assert scores(run_dir, "bf16") == scores(swept, "bf16")
 
 
+def test_an_interrupted_runs_table_and_record_name_the_variants_it_never_started(tmp_path, tiny_model, legal_dir,
+                                                                                 monkeypatch):
+    """Cut in its first variant, a run records the selected ones it never reached as `pending`
+    (printed "not started"), so its table matches its record; they stay so through a resume of
+    another variant and through `finish`, and a full --resume runs them."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    real, calls = FakeEngine.generate, []
+
+    def interrupted(self, reqs, on_done=None):
+        calls.append(len(reqs))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, reqs, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", interrupted)
+    code, out = run("run", str(cfg), "--no-progress")
+    assert code == 130
+    run_dir = only_run(tmp_path / "runs")
+    status = lambda: {v["variant"]: v["status"] for v in json.loads((run_dir / "run.json").read_text())["variants"]}
+    assert status() == {"bf16": "partial", "kv_fp8": "pending", "worse": "pending"}
+    assert out.count("not started") >= 2 and "worse pending: not started; `evalsuite run --resume` runs it" in out
+    assert not (run_dir / "worse" / "result.json").exists()
+
+    monkeypatch.setattr(FakeEngine, "generate", real)
+    code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "kv_fp8")
+    assert code == 0, out
+    assert status() == {"bf16": "partial", "kv_fp8": "ok", "worse": "pending"}
+    assert "│ worse " in out and "not started" in out, out  # the table lists what the record holds
+    code, out = run("finish", str(run_dir))
+    assert code == 0 and status()["worse"] == "pending", out  # nothing of it to score: not `partial`
+    code, out = run("gate", "--baseline", f"{run_dir}:kv_fp8", "--candidate", str(run_dir),
+                    "--markdown", str(tmp_path / "gate.md"))
+    report = (tmp_path / "gate.md").read_text()
+    assert "| ❌ | `worse`" not in report and "pending: not started" in report, report  # not checked, as skipped
+
+    code, out = run("run", str(cfg), "--resume", "--no-progress")
+    assert code == 0, out
+    assert status() == {"bf16": "ok", "kv_fp8": "ok", "worse": "ok"} and "not started" not in out
+
+
 def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, scores_py):
     """lab/scores.py keeps per-item scores of GPU runs whose run folders are too large to
     keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""

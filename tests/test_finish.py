@@ -11,7 +11,7 @@ from pathlib import Path
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Score, VariantResult
-from evalsuite.run.finish import finish_run
+from evalsuite.run.finish import NOT_STARTED, finish_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,6 +116,19 @@ def test_finish_rescores_a_resumed_variant_cut_again(tmp_path):
     assert bf16.status == "partial" and "needle 5" in bf16.reason
     assert {m.name: m for m in bf16.metrics}["needle/acc"].value == 3 / 5
     assert rd.load_result("bf16").reason == bf16.reason == rd.load_run().variant("bf16").reason
+
+
+def test_finish_records_the_selected_variants_that_never_started(tmp_path):
+    """A variant without result.json never started: listed `pending` where the run selected it, and
+    left so by a later finish (no samples to score), never turned `partial`."""
+    root = interrupted_run(tmp_path / "r", wrong=set())
+    (root / "fp8" / "result.json").unlink()
+    assert [v.variant for v in finish_run(root, tmp_path / "cache").variants] == ["bf16"]
+    record = finish_run(root, tmp_path / "cache", selected=["bf16", "fp8"])
+    assert [(v.variant, v.status) for v in record.variants] == [("bf16", "partial"), ("fp8", "pending")]
+    assert record.variant("fp8").reason == NOT_STARTED and RunDir(root).load_result("fp8") is None
+    again = finish_run(root, tmp_path / "cache")
+    assert again.variant("fp8").status == "pending" and again == RunDir(root).load_run()
 
 
 def test_a_folder_without_config_yaml_is_bad_input_as_one_without_run_json(tmp_path):

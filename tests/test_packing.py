@@ -301,3 +301,52 @@ def test_on_ray_the_plan_becomes_fractions_of_a_gpu(tmp_path, tiny_model):
     cfg.scheduler.parallel = "auto"
     assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "NVIDIA H200", 139.8)["a"][0] < 0.05
     assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "", 0.0)["a"] == (1.0, {})
+
+
+def test_a_failed_latency_pass_keeps_the_variants_accuracy(tmp_path, tiny_model, monkeypatch):
+    """The latency pass runs after the packed tasks, on an engine of its own: its failure leaves the
+    variant `partial` with every accuracy metric, the reason naming the pass and its error; gate
+    judges the accuracy and names the missing latency with that reason; --resume measures it."""
+    from typer.testing import CliRunner
+
+    from evalsuite.cli.main import app
+    from evalsuite.engine import EngineFailed
+    from evalsuite.engine.fake import FakeEngine
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 4},
+        "defaults": {"max_model_len": 2048}, "variants": {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"}},
+        "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 12, "num_fewshot": 0}],
+        "latency": {"prompt_tokens": [16], "output_tokens": 2, "repeats": 1},
+        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
+    real = FakeEngine.generate
+
+    def dies_timed(self, requests, on_done=None):
+        if self.kwargs.get("kv_cache_dtype") == "fp8" and any(r.ignore_eos for r in requests):
+            raise EngineFailed("engine died: CUDA error: an illegal memory access was encountered")
+        return real(self, requests, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", dies_timed)
+    cli = CliRunner()
+    res = cli.invoke(app, ["run", str(cfg), "--no-progress", "--parallel", "2"])
+    assert res.exit_code == 0, res.output
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
+    fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
+    assert fp8.status == "partial" and fp8.reason.startswith("latency pass failed, the other tasks complete: engine died")
+    assert fp8.metric("mmlu/acc").n == 12 and fp8.metric("latency/ttft_ms_p50") is None
+    assert fp8.engine.kv_cache_tokens and fp8.placement["engine_alone"] is False  # the packed engine's figures
+    assert RunDir(run).load_result("fp8") == fp8
+    assert "fp8 partial: latency pass failed" in res.output
+
+    gated = cli.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8",
+                             "--markdown", str(tmp_path / "gate.md")])
+    report = (tmp_path / "gate.md").read_text()
+    assert "variant status" not in report and "`mmlu/acc`" in report, report
+    assert "missing in candidate (latency pass failed, the other tasks complete: engine died" in report
+
+    monkeypatch.setattr(FakeEngine, "generate", real)
+    res = cli.invoke(app, ["run", str(cfg), "--no-progress", "--parallel", "2", "--resume"])
+    assert res.exit_code == 0, res.output
+    fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
+    assert fp8.status == "ok" and fp8.metric("latency/ttft_ms_p50") is not None and fp8.metric("mmlu/acc").n == 12

@@ -125,3 +125,29 @@ def test_a_full_disk_is_a_storage_error(tmp_path, monkeypatch):
     with pytest.raises(StorageError, match="No space left on device") as e:
         rd.append_samples("v", "t", [{"sample": {"id": "a"}}])
     assert e.value.exit_code == 4
+
+
+def test_a_run_folder_is_held_once_per_process_and_free_again_after(tmp_path):
+    """A hold nested in the holder's own process (a run scoring its interrupt as `finish` does) is
+    the same hold; the lock file names the holder; the folder is free once the block ends."""
+    rd = RunDir(tmp_path / "r")
+    rd.root.mkdir()
+    with rd.held():
+        with RunDir(tmp_path / "." / "r").held():
+            pass
+        assert (rd.root / "run.lock").read_text().startswith(f"pid {os.getpid()} on ")
+    with rd.held():
+        pass
+
+
+def test_a_file_system_without_locks_runs_unguarded(tmp_path, monkeypatch):
+    import fcntl
+
+    def refused(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    rd = RunDir(tmp_path / "r")
+    rd.root.mkdir()
+    with rd.held():
+        pass

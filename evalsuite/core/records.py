@@ -7,17 +7,23 @@ runs/<run_id>/
   <variant>/result.json  VariantResult, rewritten as the variant progresses
   <variant>/samples/<task>.jsonl   one line per sample: sample, completion, score
   <variant>/engine.log   vLLM's own output
+  run.lock               held by the one process writing the folder; names it (pid, host)
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import json
 import os
 import re
 import secrets
+import socket
 import tempfile
+import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +47,11 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
 # The run folder's own files, and each variant folder's engine log
 RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
+LOCK_FILE = "run.lock"
+# Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
+_HELD: set[Path] = set()
+# An flock refused by a file system that has none (some network mounts): the folder runs unguarded.
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
 def is_safe_name(name: object) -> bool:
@@ -125,6 +136,40 @@ def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
     raise EvalsuiteError(f"{out}: no free run folder name after 8 tries")
 
 
+def _lock(path: Path) -> int:
+    """The open lock file, flock'ed for this process, its holder written in; ConfigError naming the
+    holder where another process has it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o666)
+    except OSError as e:
+        raise storage_error(path, e) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise ConfigError(f"{path.parent}: in use by another evalsuite process ({holder}); wait for it to end "
+                          f"or stop it, then rerun") from None
+    except OSError as e:
+        if e.errno not in _NO_LOCKS:
+            os.close(fd)
+            raise storage_error(path, e) from None
+    return fd
+
+
+def _holder(fd: int) -> str:
+    """What the lock's holder wrote of itself; it writes just after taking the lock, so an empty
+    file is read again for a moment."""
+    for _ in range(20):
+        text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        if text:
+            return text
+        time.sleep(0.05)
+    return "pid unknown"
+
+
 def _drop_partial_line(path: Path) -> None:
     """A kill mid-write leaves a line without its newline; cut it so the next append starts clean."""
     try:
@@ -161,6 +206,24 @@ class RunDir:
 
     def exists(self) -> bool:
         return (self.root / RUN_FILE).exists()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The folder to this process alone while the block runs: two processes writing it (two
+        --resume, a finish beside a run) would interleave run.json, result.json and the samples.
+        A second process is refused at once, naming the holder. The kernel drops an flock with its
+        process, so a killed run leaves no stale lock; holds nested in one process are one hold."""
+        key = self.root.resolve()
+        if key in _HELD:
+            yield
+            return
+        fd = _lock(self.inside(LOCK_FILE))
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+            os.close(fd)
 
     def inside(self, *parts: str) -> Path:
         """root/parts..., refused when a part is not a plain name or a folder on the way is a link."""

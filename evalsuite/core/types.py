@@ -285,7 +285,9 @@ def engine_metrics(engine: EngineStats) -> list[Metric]:
     return out
 
 
-# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`)
+# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or a latency
+# pass that failed after the other tasks were measured (the reason says which)
+# pending: never started (an interrupted run's variants it did not reach)
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 
 

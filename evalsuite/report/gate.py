@@ -51,9 +51,11 @@ from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
 
-# partial: an interrupted variant scored from what it recorded; items are paired by id, so only
-# what both sides answered is compared, and every check states its n.
+# partial: an interrupted variant scored from what it recorded, or one whose latency pass failed
+# after its other tasks; items are paired by id, so only what both sides answered is compared, and
+# every check states its n.
 USABLE = ("ok", "partial")
+MISSING = "missing in candidate"
 
 
 # uninformative: a check on a task whose baseline is at chance; a warning, never evidence
@@ -266,7 +268,7 @@ def relative_check(rules: Rules, rule: Rule, metric: str, b: float, c: float | N
     if (c is None or math.isnan(c)) and simulated:
         return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this", b)
     if c is None or math.isnan(c):
-        return Check(label, rule.label, metric, "fail", "missing in candidate", b, c, None, limit, "%")
+        return Check(label, rule.label, metric, "fail", MISSING, b, c, None, limit, "%")
     if percentile and n is not None and n < min_samples(percentile):
         need = min_samples(percentile)
         return Check(label, rule.label, metric, rules.insufficient_n,
@@ -307,7 +309,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
     """Every baseline metric that a rule names, checked against the candidate."""
     cand = pair.cand
     if cand.status not in USABLE:
-        status = "skip" if cand.status == "skipped" and not explicit else "fail"
+        status = "skip" if cand.status in ("skipped", "pending") and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
     measured, cm = pair.base.measured(), flat_metrics(cand)
     bm = {name: m.value for name, m in measured.items()}
@@ -327,8 +329,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
         elif pair.base.metric(metric) is None:
             checks.append(Check(label, rule.label, metric, "skip", "points rules apply to task metrics, not engine stats"))
         elif cand.metric(metric) is None:
-            checks.append(Check(label, rule.label, metric, "fail", "missing in candidate", b, limit=rule.limit_for(metric),
-                                unit="pt"))
+            checks.append(Check(label, rule.label, metric, "fail", MISSING, b, limit=rule.limit_for(metric), unit="pt"))
         else:
             checks.append(accuracy_check(rules, rule, metric, pair, label, baseline_mark(rules, rule, metric, pair)))
     tasks = {task_of(m) for m in bm}
@@ -340,8 +341,11 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
                 if q and q > 50:
                     why += " (a tail percentile q is recorded only with >= 1/(1-q) samples: p99 >= 100)"
                 checks.append(Check(label, rule.label, name, "skip", why))
+    cause = (cand.reason or "").strip().splitlines()[:1] if cand.status == "partial" else []  # why a usable one lacks it
     for c in checks:
         c.value_unit = measured[c.metric].unit if c.metric in measured else ""
+        if c.detail == MISSING and cause:
+            c.detail = f"{MISSING} ({cause[0]})"
     return checks
 
 
@@ -532,6 +536,6 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
 def _as_control(checks: list[Check]) -> list[Check]:
     """A control is a noise reference where it measured; a task it never ran is not its failure."""
     for c in checks:
-        if c.status == "fail" and c.detail == "missing in candidate":
+        if c.status == "fail" and c.detail.startswith(MISSING):
             c.status, c.detail = "skip", "the control did not measure it"
     return checks

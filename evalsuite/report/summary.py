@@ -22,6 +22,8 @@ from evalsuite.stats.metrics import accuracy_interval
 
 ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 LATENCY_COLUMNS = [(TTFT_P50, "TTFT p50 ms", "{:.1f}"), (ITL_P50, "ITL p50 ms", "{:.2f}")]
+STATUS_CELLS = {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped",
+                "pending": "[dim]not started"}
 
 
 def latency_columns(record: RunRecord) -> list[tuple[str, int | None, str, str]]:
@@ -49,7 +51,7 @@ def _fmt(value, fmt: str) -> str:
 
 def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | None, str, str]],
          marks: dict[str, str]) -> list[str]:
-    cells = [v.variant, {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped"}.get(v.status, v.status)]
+    cells = [v.variant, STATUS_CELLS.get(v.status, v.status)]
     if v.settings.get("simulated"):
         cells[1] += " [cyan](simulated)"
     for name in accuracy:

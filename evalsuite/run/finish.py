@@ -9,6 +9,7 @@ recorded, and gate pairs items by id, so a partial variant is never mistaken for
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
@@ -20,7 +21,9 @@ from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
-INTERRUPTED = ("running", "pending")
+INTERRUPTED = ("running",)
+# `pending`: a variant the run was asked for and never reached; nothing of it to score
+NOT_STARTED = "not started; `evalsuite run --resume` runs it"
 
 
 class _ScoringOnly:
@@ -84,10 +87,18 @@ def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:
     return engine_stats_from_log(log.read_text(errors="replace")) if log.is_file() else EngineStats()
 
 
-def finish_run(root: Path, cache_dir: Path) -> RunRecord:
-    """Mark every interrupted variant of the run folder `partial`, with metrics over its samples."""
+def finish_run(root: Path, cache_dir: Path, selected: Iterable[str] = ()) -> RunRecord:
+    """Mark every interrupted variant of the run folder `partial`, with metrics over its samples.
+    Of `selected` (the variants the run was asked for), those that never started are recorded
+    `pending`, so the record, and the table printed from it, names every one."""
     run_dir = RunDir(root)
-    record = run_dir.load_run()
+    run_dir.load_run()  # a folder that is no run folder is refused before a lock file is made in it
+    with run_dir.held():
+        return _finished(run_dir, cache_dir, selected)
+
+
+def _finished(run_dir: RunDir, cache_dir: Path, selected: Iterable[str]) -> RunRecord:
+    record = run_dir.load_run()  # as the last process to hold the folder left it
     cfg = _config(run_dir)
     done = {v.variant: v for v in record.variants}
     for name in cfg.variants:
@@ -95,6 +106,8 @@ def finish_run(root: Path, cache_dir: Path) -> RunRecord:
         # run.json learns of a variant only when it ends. A resumed variant cut again therefore reads
         # `running` there but still shows its earlier `partial` in run.json, scored on fewer samples.
         result = run_dir.load_result(name) or done.get(name)
+        if result is None and name in selected:
+            result = VariantResult(variant=name, status="pending", reason=NOT_STARTED)
         if result is None:
             continue
         if result.status in INTERRUPTED:

@@ -7,7 +7,8 @@ leave free). Engines start, in the config's order, while the running footprints 
 memory less a margin: GPU memory as NVML reports it free, or on a CPU the host's available RAM, whose
 cores are split between the engines. A variant without a prediction (a hub id, a GGUF file), one
 over the budget on its own, one spread over several GPUs, and one whose engine ran out of memory
-beside others runs alone. The latency pass runs afterwards, each engine alone on the device.
+beside others runs alone. The latency pass runs afterwards, each engine alone on the device; its
+failure leaves the variant `partial` with the packed tasks' results, not `failed`.
 """
 
 from __future__ import annotations
@@ -360,17 +361,25 @@ def split_alone(cfg: RunConfig, tasks: list[Task]) -> tuple[list[Task], list[Tas
     return [t for t in tasks if not t.timed_alone], [t for t in tasks if t.timed_alone]
 
 
-def merged(packed: VariantResult, alone: VariantResult) -> VariantResult:
+def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task]) -> VariantResult:
     """One variant's record of both passes: the packed tasks' metrics with the alone pass's, whose
-    engine (alone on the device) gives the memory figures."""
-    out = alone.model_copy(deep=True)
+    engine (alone on the device) gives the memory figures. An alone pass that failed costs the
+    variant only its own metrics: it is `partial`, the packed engine's figures stand, and the
+    reason names the pass and why it failed."""
+    ok = alone.status == "ok"
+    out = (alone if ok else packed).model_copy(deep=True)
     out.metrics = packed.metrics + alone.metrics
     out.primary_metrics = packed.primary_metrics + [m for m in alone.primary_metrics if m not in packed.primary_metrics]
     out.chance = {**packed.chance, **alone.chance}
     out.started_at = packed.started_at
     out.duration_s = (packed.duration_s or 0.0) + (alone.duration_s or 0.0)
-    out.placement = {**packed.placement, "engine_alone": True,
-                     "packed_engine": packed.engine.model_dump(mode="json", exclude_none=True)}
+    out.placement = {**packed.placement, "engine_alone": ok}
+    if ok:
+        out.placement["packed_engine"] = packed.engine.model_dump(mode="json", exclude_none=True)
+    else:
+        names = ", ".join(t.name for t in alone_tasks)
+        out.status = "partial"
+        out.reason = f"{names} pass {alone.status}, the other tasks complete: {alone.reason or 'no reason given'}"
     return out
 
 
@@ -385,7 +394,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
         first = results.get(name)
         if not alone_tasks or not packed_tasks or first is None or first.status != "ok" or cfg.variants[name].simulate:
             continue
-        result = merged(first, runner.run_variant(name, cfg.variants[name], alone_tasks, samples))
+        result = merged(first, runner.run_variant(name, cfg.variants[name], alone_tasks, samples), alone_tasks)
         run_dir.write_result(result)
         put_result(record, result)
         run_dir.write_run(record)

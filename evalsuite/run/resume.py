@@ -33,6 +33,7 @@ def open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> 
         if changed:
             raise ConfigError(f"--resume: {config_path} changed since run {found.run_id} ({', '.join(changed)}); "
                               f"start a new run without --resume")
+        found.load_run()  # a damaged record is refused before the run takes the folder (a lock file)
         return found
     return create_run_dir(out, config_path.stem)
 

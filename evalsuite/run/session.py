@@ -51,31 +51,37 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
-    if resume:
-        record = run_dir.load_run()
-    else:
-        run_dir.write_config(resolved)
-        record = new_record(cfg, run_dir, config_path, model_dir)
-        run_dir.write_run(record)
-    console.print(f"run {run_dir.run_id} -> {run_dir.root}")
+    with run_dir.held():  # to the end, tracking included: another process on this folder is refused
+        if resume:
+            record = run_dir.load_run()
+        else:
+            run_dir.write_config(resolved)
+            record = new_record(cfg, run_dir, config_path, model_dir)
+            run_dir.write_run(record)
+        console.print(f"run {run_dir.run_id} -> {run_dir.root}")
+        record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+        print_summary(record, run_dir=run_dir)
+        _track(cfg, run_dir, record)
+    return record
+
+
+def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+             show_progress: bool | None, resume: bool, cache_dir: Path) -> RunRecord:
+    """The variants left to run, as the config's scheduler runs them."""
     try:
         with Progress(show_progress) as progress:
             if cfg.scheduler.kind == "ray":
                 from evalsuite.run.scheduler import execute_ray
 
-                record = execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
-            elif cfg.scheduler.parallel != 1:
+                return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+            if cfg.scheduler.parallel != 1:
                 from evalsuite.run.packing import execute_packed
 
-                record = execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
-            else:
-                record = execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+                return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
+            return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
-        _score_interrupted(run_dir, cache_dir)
+        _score_interrupted(run_dir, cache_dir, list(cfg.variants))
         raise
-    print_summary(record, run_dir=run_dir)
-    _track(cfg, run_dir, record)
-    return record
 
 
 def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
@@ -146,13 +152,14 @@ def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunCon
     return cfg
 
 
-def _score_interrupted(run_dir: RunDir, cache_dir: Path) -> None:
+def _score_interrupted(run_dir: RunDir, cache_dir: Path, selected: list[str]) -> None:
     """An interrupt (Ctrl-C, a time limit's SIGINT) leaves the run folder as `evalsuite finish` would:
-    each interrupted variant `partial`, scored on the samples it recorded; --resume completes it."""
+    each interrupted variant `partial`, scored on the samples it recorded, and each selected one it
+    never reached `pending`; --resume completes them."""
     from evalsuite.run.finish import finish_run
 
     try:
-        print_summary(finish_run(run_dir.root, cache_dir), run_dir=run_dir)
+        print_summary(finish_run(run_dir.root, cache_dir, selected), run_dir=run_dir)
     except StorageError:
         pass  # still no room: the variant stays `running`, which finish and --resume both take up
 
