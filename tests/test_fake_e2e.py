@@ -105,6 +105,10 @@ def test_sweep_records_every_variant(swept):
     assert {v["variant"]: v["status"] for v in record["variants"]} == {"bf16": "ok", "kv_fp8": "ok", "worse": "ok"}
     m = metrics(swept, "bf16")
     assert {"mmlu/acc", "mmlu/acc_macro", "legal/balanced_acc", "latency/ttft_ms_p50"} <= set(m)
+    # the host's load over the latency pass, beside its figures, in run.json as in result.json
+    loads = [v["host_load"] for v in record["variants"]]
+    assert all(len(x["start"]) == len(x["end"]) == 3 and x["cpus"] >= 1 for x in loads)
+    assert json.loads((swept / "bf16" / "result.json").read_text())["host_load"] == loads[0]
     base, kv, worse = (scores(swept, v) for v in VARIANTS)
     assert len(base) == 20 + 10 + 6  # governing_law's 6 train items calibrate its threshold (samples/legal.calibration.jsonl)
     assert sum(base[k] != kv[k] for k in base) < sum(base[k] != worse[k] for k in base)
