@@ -169,7 +169,7 @@ def task_of(name: str) -> str:
 
 _INTERVAL_BOUND = re.compile(r"_ci\d+_(low|high)$")
 _PERCENTILE = re.compile(r"_p(\d+)(/|$)")
-_STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")
+_STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std|total)$")
 _AT_LENGTH = re.compile(r"^(?:len|ctx|length)(\d+)$")
 _GRID_CELL = re.compile(r"^len(\d+)_depth(\d+)$")
 _SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricKind.memory),
