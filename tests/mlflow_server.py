@@ -89,7 +89,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
               tracking: dict | None = None) -> Path:
     """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, weights_gib,
     kv_cache_tokens, required_gib, source (engine field -> how measured), ttft (ctx -> ms), itl (ctx -> ms),
-    needle (length -> accuracy)."""
+    host_load (HostLoad fields: the host's load over the latency pass), needle (length -> accuracy)."""
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
@@ -104,7 +104,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
     for name, spec in variants.items():
         result = VariantResult(variant=name, status=spec.get("status", "ok"), reason=spec.get("reason"),
                                settings=spec.get("settings", {"dtype": "bfloat16", "engine_args": {"x": [1, 2]}}),
-                               duration_s=12.5)
+                               duration_s=12.5, host_load=spec.get("host_load"))
         if result.status == "ok":
             wrong = set(spec.get("wrong", ()))
             scores = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0, pred="A", target="A",

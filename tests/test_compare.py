@@ -338,3 +338,38 @@ def test_an_unchanged_score_reads_plus_zero_not_minus_zero(tmp_path):
     assert str(d.delta) == "0.0" and str(d.low)[0] == "-" and str(d.high)[0] != "-"
     text = runner.invoke(app, ["compare", str(run), "--baseline", "bf16"], env={"COLUMNS": "200"}).output
     assert "+0.0 pt" in text and "-0.0 pt" not in text
+
+
+def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
+    """bf16's latency pass ran at a 1-minute load of 9 on 4 CPUs: its latency cells carry the mark and
+    the legend says its load; its accuracy, and fp8's latency timed on a quiet host, carry none."""
+    from evalsuite.report.compare_view import rich_tables
+
+    loaded = {**VARIANTS["bf16"], "host_load": {"cpus": 4, "start": [9.0, 6.0, 3.0], "end": [8.0, 6.0, 3.0]}}
+    quiet = {**VARIANTS["fp8"], "host_load": {"cpus": 4, "start": [0.5, 0.5, 0.5], "end": [0.5, 0.5, 0.5]}}
+    run = build_run(tmp_path, "20250101-000000-h", {"bf16": loaded, "fp8": quiet}, baseline="fp8")
+    res = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
+    assert res.exit_code == 0, res.output
+    rows = {line.split(" | ")[0]: line for line in res.stdout.splitlines() if line.startswith("| ")}
+    assert rows["| latency/ttft_ms_p50/ctx2048"] == "| latency/ttft_ms_p50/ctx2048 | 27 | 30† +11.1% |"
+    assert "†" not in rows["| mmlu/acc"]
+    assert "† latency timed on a loaded host" in res.stdout
+    assert "bf16 (1-min load 9.0 at start, 8.0 at end, 4 CPUs)" in res.stdout and "fp8 (1-min" not in res.stdout
+    console = Console(width=80, record=True, file=io.StringIO())
+    for table in rich_tables(compare([(RunDir(run), None)]), 80):
+        console.print(table)
+    text = console.export_text()
+    assert "30†" in text and "loaded host" in text
+
+
+def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads(repo_root):
+    """docs/results keeps run folders as they were written: their `needle/prompt_tokens` (a total, as
+    `needle/prompt_tokens_total` now says) still reads as a token count, and with no host load
+    recorded their latency carries no mark."""
+    from evalsuite.report.compare_view import to_csv, to_markdown
+
+    c = compare([(RunDir(repo_root / "docs" / "results" / "h200-2026-11-29"), None)])
+    assert c.meaning["needle/prompt_tokens"].unit == "tokens" and not c.meaning["needle/prompt_tokens"].in_points
+    assert c.frame.at["bf16", "needle/prompt_tokens"] == 638832.0
+    assert "needle/prompt_tokens delta" in to_csv(c)
+    assert "†" not in to_markdown(c) and all(v is None for v in c.loads().values())

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import RunRecord, Score, VariantResult
+from evalsuite.core.types import HostLoad, RunRecord, Score, VariantResult
 from evalsuite.run.finish import NOT_STARTED, finish_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,13 +77,15 @@ def test_finish_takes_memory_from_the_engine_log(tmp_path):
 
 
 def test_finish_scores_a_cut_latency_pass(tmp_path):
-    """A latency pass stopped at a time limit keeps the lengths it finished, each with its n."""
+    """A latency pass stopped at a time limit keeps the lengths it finished, each with its n, and the
+    host's load as the pass started."""
     rd = RunDir(tmp_path / "lat")
     rd.write_config({"model": {"hub": "org/tiny", "name": "tiny"}, "variants": {"bf16": {}}, "tasks": [],
                      "latency": {"prompt_tokens": [1024, 32000, 130000], "output_tokens": 128, "repeats": 2},
                      "seed": 0})
     rd.write_run(RunRecord(run_id="lat", model="tiny"))
-    rd.write_result(VariantResult(variant="bf16", status="running"))
+    cut = HostLoad(cpus=2, start=[4.5, 3.0, 2.0])
+    rd.write_result(VariantResult(variant="bf16", status="running", host_load=cut))
     rows = [Score(sample_id=f"len{n}-r{r}", task="latency", value=1.0, pred="", target="", group=str(n),
                   extra={"ttft_ms": ttft, "itl_ms": 2.5, "e2e_ms": ttft + 127 * 2.5, "prompt_tokens": n,
                          "output_tokens": 128, "cached_prompt_tokens": 0})
@@ -96,6 +98,7 @@ def test_finish_scores_a_cut_latency_pass(tmp_path):
     assert metrics["latency/ttft_ms_p50/ctx32000"].value == 3900.0 and metrics["latency/ttft_ms_p50/ctx32000"].n == 2
     assert "latency/ttft_ms_p50/ctx130000" not in metrics
     assert "latency/ttft_ms_p50" in bf16.primary_metrics
+    assert bf16.host_load == cut and bf16.host_load.loaded
 
 
 def test_finish_rescores_a_resumed_variant_cut_again(tmp_path):

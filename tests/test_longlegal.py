@@ -160,7 +160,8 @@ def test_metrics(tokenizer, lic_dir):
     assert task.primary_metric == "legal_long/acc" and m["legal_long/acc"] == 0.5
     assert m["legal_long/acc/governing_law"] == 1.0 and m["legal_long/acc/notice_period"] == 0.0
     assert m["legal_long/acc/len1024_depth100"] == 0.5 and "legal_long/acc/len2048" in m
-    assert m["legal_long/uncached_prompt_tokens"] == sum(s.meta["prompt_tokens"] for s in samples)
+    assert m["legal_long/uncached_prompt_tokens_total"] == m["legal_long/prompt_tokens_total"] == \
+        sum(s.meta["prompt_tokens"] for s in samples)
 
 
 def test_config_union():

@@ -345,8 +345,12 @@ def test_metrics_names_and_uncached_tokens(tokenizer, hay_dir):
     assert task.primary_metric == "needle/acc" and m["needle/acc"].value == 0.5
     assert {"needle/acc/len512", "needle/acc/len1024", "needle/acc/len512_depth0",
             "needle/acc/len1024_depth50"} <= set(m)
+    # totals over the items, as their names say: a per-item figure would read as a prompt's length
     total = sum(s.meta["prompt_tokens"] for s in samples)
-    assert m["needle/uncached_prompt_tokens"].value == total - 256 * (len(samples) - 1)
+    assert m["needle/prompt_tokens_total"].value == total and m["needle/prompt_tokens_total"].n == len(samples)
+    assert m["needle/uncached_prompt_tokens_total"].value == total - 256 * (len(samples) - 1)
+    assert m["needle/prompt_tokens_total"].unit == "tokens" and not {"needle/prompt_tokens",
+                                                                     "needle/uncached_prompt_tokens"} & set(m)
 
 
 def test_config_validation_and_union():

@@ -233,6 +233,7 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         place = result["placement"]
         assert result["status"] == "ok" and place["ran_with"] == [{"bf16": "kv_fp8", "kv_fp8": "bf16"}[variant]]
         assert place["engine_alone"] is True and place["predicted"]["kv_cache_memory_bytes"] == 64 * 2**20
+        assert len(result["host_load"]["end"]) == 3  # the alone pass's, beside its latency figures
         assert place["measured"]["kv_cache_gib"] == pytest.approx(place["predicted"]["kv_cache_gib"], rel=0.02)
         names = {m["name"] for m in result["metrics"]}
         assert {"mmlu/acc", "needle/acc", "latency/ttft_ms_p50"} <= names

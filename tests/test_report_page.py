@@ -120,6 +120,24 @@ def test_synthetic_runs_pick_within_limits(tmp_path):
     assert verdicts["small_bad"] == "failed" and verdicts["base"] == "baseline"
 
 
+def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_path):
+    """fast_ok's latency pass ran at a 1-minute load of 3.5 on 2 CPUs: its speed cell and the pick
+    that quotes its TTFT carry the mark, and both tables' notes give its load."""
+    run = build_run(tmp_path, "r1", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}},
+                                     "fast_ok": {"weights_gib": 0.6, "ttft": {1024: 40.0}, "itl": {1024: 4.0},
+                                                 "host_load": {"cpus": 2, "start": [3.5, 2.0, 1.0], "end": None}}},
+                    n=400, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    speed = {r[0]: r[5] for r in _table(md, "| variant | verdict |")}
+    assert speed == {"base": "50.0 / 5.00", "fast_ok": "40.0 / 4.00†"}
+    serve = {r[0]: r[2] for r in _table(md, "| objective |")}
+    assert serve["fastest first token at 1,024 prompt tokens"] == "TTFT p50 40.0 ms†"
+    note = "fast_ok (1-min load 3.5 at start, - at end, 2 CPUs)"
+    assert md.count(note) == 2 and "base (1-min" not in md
+
+
 def test_a_change_cell_without_a_paired_change_shows_no_score():
     """legal/balanced_acc with a one-item stratum has no paired interval; the variant's own 0.750 in
     the `change, pt [95%]` column read as a change of +0.75 points."""

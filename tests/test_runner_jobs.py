@@ -185,3 +185,28 @@ def test_a_device_to_itself_keeps_every_figure(monkeypatch):
         device.started(EngineStats(cuda_graph_gib=0.4))
     ended = device.ended(EngineStats(cuda_graph_gib=0.4, reserved_gib=None))
     assert (ended.cuda_graph_gib, ended.other_processes, ended.reserved_gib) == (0.4, 0, None)
+
+
+def test_the_timing_pass_records_the_hosts_load(tmp_path):
+    """The host's load beside the timings: as the pass started (already on disk while it runs, for a run
+    killed in it) and as it ended, with the CPU count the load is read against; untimed tasks add none."""
+    import os
+
+    cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}})
+    run_dir = RunDir(tmp_path / "run")
+    runner = Runner(cfg, run_dir, "m", TaskContext(base_dir=tmp_path, cache_dir=tmp_path), Progress(False))
+    on_disk = []
+
+    class Timed(Counting):
+        def score(self, sample: Sample, completion: Completion) -> Score:
+            on_disk.append(run_dir.load_result("bf16").host_load)
+            return super().score(sample, completion)
+
+    acc, timed = Counting("acc"), Timed("timed", timed_alone=True, batch_size=1)
+    result = VariantResult(variant="bf16", status="running")
+    runner._run_tasks(Engine(), "bf16", [acc], {"acc": acc.samples()}, result)
+    assert result.host_load is None
+    runner._run_tasks(Engine(), "bf16", [acc, timed], {"acc": acc.samples(), "timed": timed.samples()}, result)
+    load = result.host_load
+    assert load.cpus == os.cpu_count() and len(load.start) == 3 and len(load.end) == 3
+    assert on_disk[0].start == load.start and on_disk[0].end is None

@@ -64,3 +64,32 @@ def test_the_resolution_of_a_balanced_accuracy_counts_its_minority_label(tmp_pat
     console = Console(width=300, record=True, file=io.StringIO())
     print_summary(record, console)  # the record alone: only the item count is known
     assert "legal/balanced_acc 1.8 pt (n=1,000)" in console.export_text()
+
+
+LOADED_HOST = {"cpus": 2, "start": [5.25, 3.0, 1.0], "end": [6.5, 3.5, 1.2]}
+QUIET_HOST = {"cpus": 2, "start": [0.5, 0.4, 0.3], "end": [0.75, 0.4, 0.3]}
+
+
+def test_latency_timed_on_a_loaded_host_is_marked_and_its_load_said(tmp_path):
+    """1-minute load 5.25 on 2 CPUs: the latency pass's requests also queued for a CPU, so its figures
+    carry the mark and a note gives the load; a variant timed on a quiet host carries none."""
+    run = build_run(tmp_path, "20250101-000000-h", {
+        "bf16": {"ttft": {512: 10.0}, "itl": {512: 2.0}, "host_load": QUIET_HOST},
+        "fp8": {"ttft": {512: 30.0}, "itl": {512: 6.0}, "host_load": LOADED_HOST}}, n=12)
+    console = Console(width=250, record=True, file=io.StringIO())
+    print_summary(RunDir(run).load_run(), console)
+    text = console.export_text()
+    fp8 = next(line for line in text.splitlines() if "│ fp8" in line)
+    bf16 = next(line for line in text.splitlines() if "│ bf16" in line)
+    assert "30.0†" in fp8 and "6.00†" in fp8 and "†" not in bf16
+    assert "† latency timed on a loaded host" in text
+    assert "fp8 (1-min load 5.2 at start, 6.5 at end, 2 CPUs)" in text and "bf16 (" not in text
+
+
+def test_a_host_is_loaded_when_its_1_minute_load_exceeds_its_cpus():
+    """At the pass's start or end; the 5- and 15-minute averages lag behind a pass of minutes."""
+    from evalsuite.core.types import HostLoad
+
+    assert not HostLoad(cpus=2, start=[2.0, 9.0, 9.0], end=[1.5, 9.0, 9.0]).loaded
+    assert HostLoad(cpus=2, start=[0.1, 0.0, 0.0], end=[2.5, 0.0, 0.0]).loaded
+    assert HostLoad(cpus=2, start=[2.5, 0.0, 0.0]).loaded and not HostLoad(cpus=2, start=[1.0, 0.0, 0.0]).loaded

@@ -103,6 +103,22 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert RunDir(run).load_run().mlflow_run_id == res.parent_run_id
 
 
+def test_figures_and_changes_reach_mlflow_at_full_precision(tmp_path, client, mlflow_server):
+    """MLflow is a copy of the record: a figure keeps every digit (its UI rounds what it shows), and a
+    change against the baseline is the paired delta itself: 13 more of 200 items lost is -6.5 points,
+    not -6 as rounding to its interval's half-width (about 3 points) made it."""
+    run = build_run(tmp_path / "runs", "20250101-000000-digits", {"bf16": {"wrong": range(20)},
+                                                                  "fp8": {"wrong": range(33)}}, baseline="bf16")
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.variants[1].metrics.append(Metric(name="mmlu/odd_ms", value=123.456789012345))
+    rd.write_run(record)
+    res = log_run(rd, TrackingConfig(experiment="t-digits"), uri=mlflow_server.uri)
+    fp8 = client.get_run(res.variant_run_ids["fp8"]).data.metrics
+    assert fp8["mmlu/odd_ms"] == 123.456789012345 and fp8["mmlu/acc"] == 167 / 200
+    assert fp8["delta/mmlu/acc_pt"] == pytest.approx(-6.5)
+
+
 def test_nan_metrics_are_accepted(client, mlflow_server):
     # a task with no items scores NaN; MLflow stores it rather than refusing the whole batch
     run = client.create_run(client.create_experiment("t-nan"))

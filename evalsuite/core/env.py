@@ -1,4 +1,4 @@
-"""What a run ran on: code version, library versions, CPU and GPU names."""
+"""What a run ran on: code version, library versions, CPU and GPU names, and how loaded the host is."""
 
 from __future__ import annotations
 
@@ -85,6 +85,14 @@ def gpu_names() -> list[str]:
 def device_name() -> str:
     gpus = gpu_names()
     return gpus[0] if gpus else f"CPU: {cpu_name()}"
+
+
+def load_average() -> list[float] | None:
+    """The host's 1-, 5- and 15-minute load averages; None on a platform that keeps none."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
 
 
 def capture() -> dict[str, Any]:

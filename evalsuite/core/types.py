@@ -169,7 +169,7 @@ def task_of(name: str) -> str:
 
 _INTERVAL_BOUND = re.compile(r"_ci\d+_(low|high)$")
 _PERCENTILE = re.compile(r"_p(\d+)(/|$)")
-_STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std)$")
+_STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std|total)$")
 _AT_LENGTH = re.compile(r"^(?:len|ctx|length)(\d+)$")
 _GRID_CELL = re.compile(r"^len(\d+)_depth(\d+)$")
 _SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricKind.memory),
@@ -285,6 +285,23 @@ def engine_metrics(engine: EngineStats) -> list[Metric]:
     return out
 
 
+class HostLoad(_Model):
+    """The host's load across a timed pass: os.getloadavg()'s 1-, 5- and 15-minute averages of
+    runnable threads as the pass started and as it ended, and the host's CPU count. A request timed
+    while more threads want to run than there are CPUs also waits for a CPU (the engine's scheduler
+    and tokenizer run on them; a CPU engine's compute threads too, and count in the load themselves),
+    so its TTFT and ITL do not compare with a quiet host's."""
+
+    cpus: int
+    start: list[float]
+    end: list[float] | None = None  # None: the pass was cut before it ended
+
+    @property
+    def loaded(self) -> bool:
+        """The 1-minute load above the CPU count as the pass started or as it ended."""
+        return max(self.start[0], self.end[0] if self.end else 0.0) > self.cpus
+
+
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or a latency
 # pass that failed after the other tasks were measured (the reason says which)
 # pending: never started (an interrupted run's variants it did not reach)
@@ -307,6 +324,7 @@ class VariantResult(_Model):
     # `run --parallel`: the packing plan's footprint beside the engine's measured one, the variants that
     # shared the device, and whether the engine figures were measured alone (evalsuite.run.packing)
     placement: dict[str, Any] = Field(default_factory=dict)
+    host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
     started_at: datetime | None = None
     duration_s: float | None = None
 

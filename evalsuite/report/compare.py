@@ -18,7 +18,7 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, VariantResult
+from evalsuite.core.types import HostLoad, Metric, VariantResult
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
@@ -27,6 +27,7 @@ from evalsuite.report.names import (
     fmt_delta,
     fmt_value,
     in_points,
+    loaded_mark,
     meanings,
     primary_metrics,
     prop,
@@ -175,11 +176,16 @@ class Comparison:
     def methods(self) -> list[str]:
         return list(dict.fromkeys(p.method for p in self.paired.values()))
 
+    def loads(self) -> dict[str, HostLoad | None]:
+        """Each variant's host load over its latency pass, by label."""
+        return {e.label: e.result.host_load for e in self.entries}
+
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
         lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
         if lines[0] == "-":
             return lines
+        lines[0] += loaded_mark(metric, self.loads()[label])
         ci = self.intervals.get((label, metric))
         if ci:
             n = self.counts().get((label, metric))

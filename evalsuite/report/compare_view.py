@@ -16,11 +16,18 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.report.compare import Comparison
+from evalsuite.report.names import loaded_note
 from evalsuite.report.plots import write_plots
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
           "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
+
+
+def legend(c: Comparison) -> str:
+    """What a cell holds, and which variants' latency a loaded host slowed."""
+    note = loaded_note(c.loads())
+    return LEGEND + (f". {note}" if note else "")
 
 
 # ---------------------------------------------------------------- terminal
@@ -62,7 +69,7 @@ def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
     for i, labels in enumerate(chunks):
         part = f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""
         t = Table(title=Text(f"evalsuite compare{part}: {', '.join(c.runs())}"), show_lines=True,
-                  caption=Text(LEGEND) if i == len(chunks) - 1 else None, caption_justify="left")
+                  caption=Text(legend(c)) if i == len(chunks) - 1 else None, caption_justify="left")
         t.add_column("metric", overflow="fold", max_width=28)
         for label in labels:
             t.add_column(Text(_header(c, label)), overflow="fold")
@@ -81,7 +88,7 @@ def to_markdown(c: Comparison) -> str:
     labels = [c.baseline, *(x for x in c.frame.index if x != c.baseline)]
     head = [f"{x} (baseline)" if x == c.baseline else x for x in labels]
     lines = [f"### evalsuite compare: {', '.join(c.runs())}", "",
-             f"Baseline: `{c.baseline}`. Each cell: {LEGEND}. Paired intervals by {'; '.join(c.methods()) or '-'}.",
+             f"Baseline: `{c.baseline}`. Each cell: {legend(c)}. Paired intervals by {'; '.join(c.methods()) or '-'}.",
              "",
              "| metric | " + " | ".join(head) + " |", "|" + "---|" * (len(labels) + 1),
              "| status | " + " | ".join(str(c.frame.at[x, "status"]) for x in labels) + " |"]

@@ -1,14 +1,16 @@
-"""Metric names and values as reports show them: units, headline rows, formatting, each task's primary metric."""
+"""Metric names and values as reports show them: units, headline rows, formatting, each task's primary metric,
+and the mark on latency timed on a loaded host."""
 
 from __future__ import annotations
 
 import math
 
-from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantResult, task_of
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
 LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
+LOADED = "†"  # beside a latency figure timed on a loaded host
 
 
 def flat_metrics(result: VariantResult) -> dict[str, float]:
@@ -72,3 +74,23 @@ def _first_scores(v: VariantResult) -> list[str]:
         if m.headline_score:
             seen.setdefault(m.task, m.name)
     return list(seen.values())
+
+
+def loaded_mark(metric: str, load: HostLoad | None) -> str:
+    """The mark a figure of the latency pass carries where the host was loaded during the pass."""
+    return LOADED if task_of(metric) == task_of(TTFT_P50) and load is not None and load.loaded else ""
+
+
+def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
+    """What the mark beside latency figures says, per variant (or row) timed on a loaded host; None
+    where none was."""
+    parts = [f"{name} ({_load(load)})" for name, load in loads.items() if load is not None and load.loaded]
+    if not parts:
+        return None
+    return (f"{LOADED} latency timed on a loaded host (1-minute load above its CPU count: requests also waited "
+            f"for a CPU, so these figures do not compare with a quiet host's): {'; '.join(parts)}")
+
+
+def _load(load: HostLoad) -> str:
+    end = f"{load.end[0]:.1f}" if load.end else "-"
+    return f"1-min load {load.start[0]:.1f} at start, {end} at end, {load.cpus} CPUs"

@@ -19,10 +19,11 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import ITL_P50, TTFT_P50
+from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, run_gate
+from evalsuite.report.names import loaded_mark
 from evalsuite.report.rules import default_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
@@ -60,6 +61,7 @@ class Row:
     kv_cache_gib: float | None = None
     ttft: dict[int, float] = field(default_factory=dict)  # prompt tokens -> p50 ms
     itl: dict[int, float] = field(default_factory=dict)
+    host_load: HostLoad | None = None  # over the latency pass that timed ttft and itl
     accuracy: dict[str, float] = field(default_factory=dict)  # primary metric -> value
     interval: dict[str, tuple[float, float]] = field(default_factory=dict)
     n: dict[str, int] = field(default_factory=dict)
@@ -193,6 +195,7 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
         row.weights_gib, row.kv_tokens = v.engine.weights_gib, v.engine.kv_cache_tokens
         row.kv_bytes_per_token, row.kv_cache_gib = v.engine.kv_bytes_per_token, v.engine.kv_cache_gib
     if not row.ttft:
+        row.host_load = v.host_load
         for m in v.metrics:
             for prefix, into in ((TTFT, row.ttft), (ITL, row.itl)):
                 if m.name.startswith(prefix) and m.name[len(prefix):].isdigit():
@@ -275,9 +278,9 @@ def picks(report: Report) -> list[Pick]:
     n = longest_common(report, ok)
     if n is not None:
         out.append(_best(ok, f"fastest first token at {n:,} prompt tokens", lambda r: r.ttft.get(n), min,
-                         lambda r: f"TTFT p50 {r.ttft[n]:,.1f} ms"))
+                         lambda r: f"TTFT p50 {r.ttft[n]:,.1f} ms" + loaded_mark(TTFT_P50, r.host_load)))
         out.append(_best(ok, f"fastest decode at {n:,} prompt tokens", lambda r: r.itl.get(n), min,
-                         lambda r: f"ITL p50 {r.itl[n]:.2f} ms"))
+                         lambda r: f"ITL p50 {r.itl[n]:.2f} ms" + loaded_mark(ITL_P50, r.host_load)))
     return out
 
 

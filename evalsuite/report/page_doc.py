@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.core.types import Metric, task_of
+from evalsuite.core.types import TTFT_P50, Metric, task_of
+from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
@@ -89,7 +90,7 @@ def speed_cell(row: Row, n: int) -> str:
     if n not in row.ttft:
         return "-"
     itl = row.itl.get(n)
-    return f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}")
+    return f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}") + loaded_mark(TTFT_P50, row.host_load)
 
 
 # ---------------------------------------------------------------- (a) the decision
@@ -115,7 +116,12 @@ def decision_table(report: Report) -> Table:
             "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
             "(‡: fewer items than the runs hold); Pareto: no other variant has both fewer weight GiB and a higher "
             "score on that task.")
-    return Table("decision", cols, rows, note)
+    return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
+
+
+def _loaded(report: Report) -> str | None:
+    """The note on latency figures marked as timed on a loaded host."""
+    return loaded_note({r.name: r.host_load for r in report.rows if r.ttft})
 
 
 def answer(report: Report) -> list[str | Table]:
@@ -123,7 +129,7 @@ def answer(report: Report) -> list[str | Table]:
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
     intro = (f"Within the accuracy limits (no accuracy check of the gate failed; the baseline itself): "
              f"{', '.join(f'`{n}`' for n in ok) or 'none'}.")
-    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows)]
+    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
 
 
 # ---------------------------------------------------------------- (b) per task

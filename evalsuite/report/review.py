@@ -1,6 +1,7 @@
 """What MLflow shows a reviewer: per variant its gate verdict and its accuracy changes against the
-baseline (`delta/<task>/<metric>_pt`: in points, rounded to what their interval supports), and a
-saved view of the runs table with those columns, which the printed link opens.
+baseline (`delta/<task>/<metric>_pt`: in points, as computed; the UI rounds what it shows, and a
+client reading them back gets every digit), and a saved view of the runs table with those columns,
+which the printed link opens.
 
 MLflow 3's UI opens an experiment on its GenAI views unless the link says `workflowType=
 machine_learning`, and shows no metric column until one is chosen; a view saved as the experiment
@@ -11,7 +12,6 @@ No mlflow import here: tracking.py logs what this module computes.
 from __future__ import annotations
 
 import json
-import math
 from urllib.parse import urlencode
 
 from evalsuite.report.page import Report
@@ -28,27 +28,11 @@ def delta_key(metric: str) -> str:
     return f"delta/{metric}_pt"
 
 
-def rounded(value: float, half_width: float) -> float:
-    """`value` to the digit its interval's half-width first reaches (0.35 -> tenths, 2.5 -> units):
-    a change of -0.4 [-0.8, -0.1] is -0.4, not -0.41950..."""
-    if not half_width or not math.isfinite(half_width) or half_width <= 0:
-        return value
-    digits = max(0, -math.floor(math.log10(half_width)))
-    return round(value, digits) + 0.0  # + 0.0: -0.0 becomes 0.0
-
-
-def shown(value: float) -> float:
-    """A logged figure at four significant digits (counts stay whole): MLflow shows every digit it gets."""
-    if not math.isfinite(value) or float(value).is_integer():
-        return value
-    return float(f"{value:.4g}")
-
-
 def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
     """variant -> (delta metrics, tags) as its MLflow run gets them."""
     out = {}
     for row in report.rows:
-        metrics = {delta_key(m): rounded(d.delta, (d.high - d.low) / 2) for m, d in row.delta.items()}
+        metrics = {delta_key(m): d.delta for m, d in row.delta.items()}
         verdict = "baseline" if row.baseline else row.verdict or ("-" if row.status == "ok" else row.status)
         out[row.name] = (metrics, {T_VERDICT: verdict})
     return out

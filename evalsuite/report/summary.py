@@ -1,7 +1,7 @@
 """The terminal summary: one row per variant with accuracy (and its 95% interval, marked where the
-baseline is at chance or at ceiling), memory, latency and its gate verdict against the baseline under
-the shipped rules, then what drop a paired comparison of runs this size can resolve; the same rules
-and decision as `evalsuite gate`."""
+baseline is at chance or at ceiling), memory, latency (marked where timed on a loaded host) and its
+gate verdict against the baseline under the shipped rules, then what drop a paired comparison of
+runs this size can resolve; the same rules and decision as `evalsuite gate`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
-from evalsuite.report.names import primary_metrics
+from evalsuite.report.names import loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -62,7 +62,7 @@ def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | N
     cells += [_fmt(getattr(v.engine, key), fmt) for key, _, fmt in ENGINE_COLUMNS]
     for base, length, _, fmt in latency:
         m = _at_length(v, base, length)
-        cells.append(_fmt(m.value if m else None, fmt))
+        cells.append(_fmt(m.value if m else None, fmt) + (loaded_mark(base, v.host_load) if m else ""))
     return cells
 
 
@@ -139,9 +139,9 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     rules = load_rules(default_rules_path())
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     console.print(table(record, verdicts, marks))
-    note = resolution_note(record, rules, run_dir)
-    if note:
-        console.print(note, markup=False, highlight=False)
+    for note in (loaded_note({v.variant: v.host_load for v in record.variants}), resolution_note(record, rules, run_dir)):
+        if note:
+            console.print(note, markup=False, highlight=False)
     for v in record.variants:
         if v.reason:
             console.print(f"  {v.variant} {v.status}: {v.reason}", markup=False, highlight=False)

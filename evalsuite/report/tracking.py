@@ -46,7 +46,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir, is_safe_name
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
-from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, shown, variant_review, view_columns, view_state
+from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
 from evalsuite.report.settings import TrackingConfig
 
 STATE_FILE = "tracking.json"
@@ -253,7 +253,7 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
 
 
 def variant_metrics(result: VariantResult) -> dict[str, float]:
-    out = {sanitize(k): shown(v) for k, v in flat_metrics(result).items() if v is not None}
+    out = {sanitize(k): v for k, v in flat_metrics(result).items() if v is not None}
     if result.duration_s is not None:
         out["variant/duration_s"] = result.duration_s
     return out

@@ -7,6 +7,7 @@ always recomputed from the records.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,8 @@ from typing import Any
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Completion, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, VariantResult
+from evalsuite.core.types import (Completion, EngineStats, HostLoad, Metric, MetricKind, RunRecord, Sample, Score,
+                                  VariantResult)
 from evalsuite.engine import Engine, EngineFailed, answers
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
@@ -265,7 +267,7 @@ class Runner:
             # per token and prediction, which the gate's memory checks need
             result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
         self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
-        metrics = self._run_tasks(engine, name, tasks, samples)
+        metrics = self._run_tasks(engine, name, tasks, samples, result)
         if variant.simulate:
             result.engine = self._simulated(engine.stats(), variant, result, model_dir)
         else:
@@ -273,15 +275,32 @@ class Runner:
             metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
         result.metrics, result.status = metrics, "ok"
 
-    def _run_tasks(self, engine: Engine, name: str, tasks: list[Task], samples: dict[str, list[Sample]]) -> list[Metric]:
+    def _run_tasks(self, engine: Engine, name: str, tasks: list[Task], samples: dict[str, list[Sample]],
+                   result: VariantResult) -> list[Metric]:
         metrics: list[Metric] = []
         for task in tasks:
             t_task = time.perf_counter()
+            if task.timed_alone:
+                self._host_load(result, ending=False)
             scores = self.run_task(engine, name, task, samples[task.name])
+            if task.timed_alone:
+                self._host_load(result, ending=True)
             metrics += task.metrics(scores)
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
+
+    def _host_load(self, result: VariantResult, ending: bool) -> None:
+        """The host's load beside the timing pass's figures, which a loaded host slows. Written as the
+        pass starts, so that a run killed inside it (then scored by `finish`) still says."""
+        now = envmod.load_average()
+        if now is None:
+            return
+        if not ending:
+            result.host_load = HostLoad(cpus=os.cpu_count() or 1, start=now)
+            self.run_dir.write_result(result)
+        elif result.host_load is not None:
+            result.host_load.end = now
 
 
 def spread(samples: list[Sample], limit: int | None) -> list[Sample]:

@@ -12,7 +12,8 @@ match after extraction and normalization (the first U.S. state named; the first 
 
 The grid, its schedule, refusal beyond max_model_len and the metric names are the needle
 task's (see evalsuite.tasks.needle): `legal_long/acc`, `legal_long/acc/len{L}`,
-`legal_long/acc/len{L}_depth{D}`, plus `legal_long/acc/{clause}` and uncached prompt tokens.
+`legal_long/acc/len{L}_depth{D}`, plus `legal_long/acc/{clause}` and the prompt tokens sent and
+computed (`legal_long/prompt_tokens_total`, `legal_long/uncached_prompt_tokens_total`).
 The questions of one cell share the whole document, so with prefix caching they cost little
 more than one.
 """

@@ -21,7 +21,9 @@ Values named beyond the asked ones (`decoys`):
 Metrics: `{name}/acc`, `{name}/acc/len{L}`, `{name}/acc/len{L}_depth{D}` (D in integer
 percent), `{name}/extra_value_rate` (share of answers naming a value not asked, whatever the
 `decoys` setting), for multikey `{name}/decoy_rate` (share naming a distractor's value), and
-`{name}/uncached_prompt_tokens`: the prompt tokens the engine really computed.
+`{name}/prompt_tokens_total` and `{name}/uncached_prompt_tokens_total`: the prompt tokens of every
+item summed, and of those the ones the engine computed rather than found in its prefix cache (vLLM's
+counters are totals too, `prompt_tokens_total`); over the items that report their cached tokens.
 Samples share prefixes on purpose (see `schedule`), so per-request times of this task are
 cache-assisted; the separate latency pass uses distinct random prompts for unflattered TTFT.
 
@@ -330,7 +332,7 @@ def cell_extra(sample: Sample, completion: Completion) -> dict[str, Any]:
 
 
 def grid_metrics(name: str, scores: list[Score]) -> list[Metric]:
-    """acc overall, per length and per (length, depth) cell, plus uncached prompt tokens."""
+    """acc overall, per length and per (length, depth) cell, plus the prompt tokens sent and computed."""
     if not scores:
         return []
     out = [accuracy(scores, f"{name}/acc")]
@@ -345,7 +347,7 @@ def grid_metrics(name: str, scores: list[Score]) -> list[Metric]:
     if known:
         uncached = sum(s.extra["prompt_tokens"] - s.extra["cached_prompt_tokens"] for s in known)
         tokens = {"n": len(known), "kind": MetricKind.quantity, "unit": "tokens"}
-        out.append(Metric(name=f"{name}/uncached_prompt_tokens", value=float(uncached), **tokens))
+        out.append(Metric(name=f"{name}/uncached_prompt_tokens_total", value=float(uncached), **tokens))
         total = sum(s.extra["prompt_tokens"] for s in known)
-        out.append(Metric(name=f"{name}/prompt_tokens", value=float(total), **tokens))
+        out.append(Metric(name=f"{name}/prompt_tokens_total", value=float(total), **tokens))
     return out
