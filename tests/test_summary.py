@@ -76,7 +76,7 @@ def test_latency_timed_on_a_loaded_host_is_marked_and_its_load_said(tmp_path):
     run = build_run(tmp_path, "20250101-000000-h", {
         "bf16": {"ttft": {512: 10.0}, "itl": {512: 2.0}, "host_load": QUIET_HOST},
         "fp8": {"ttft": {512: 30.0}, "itl": {512: 6.0}, "host_load": LOADED_HOST}}, n=12)
-    console = Console(width=250, record=True, file=io.StringIO())
+    console = Console(width=400, record=True, file=io.StringIO())
     print_summary(RunDir(run).load_run(), console)
     text = console.export_text()
     fp8 = next(line for line in text.splitlines() if "│ fp8" in line)
@@ -93,3 +93,13 @@ def test_a_host_is_loaded_when_its_1_minute_load_exceeds_its_cpus():
     assert not HostLoad(cpus=2, start=[2.0, 9.0, 9.0], end=[1.5, 9.0, 9.0]).loaded
     assert HostLoad(cpus=2, start=[0.1, 0.0, 0.0], end=[2.5, 0.0, 0.0]).loaded
     assert HostLoad(cpus=2, start=[2.5, 0.0, 0.0]).loaded and not HostLoad(cpus=2, start=[1.0, 0.0, 0.0]).loaded
+
+
+def test_a_cpu_engines_own_threads_do_not_make_its_host_loaded():
+    """A CPU engine computing on both cores of a quiet 2-core host keeps the load near 2-3 by itself;
+    one busy process beside it is already a loaded host."""
+    from evalsuite.core.types import HostLoad
+
+    assert not HostLoad(cpus=2, start=[2.6, 2.0, 1.0], end=[2.9, 2.0, 1.0], engine_threads=2).loaded
+    assert HostLoad(cpus=2, start=[3.4, 2.0, 1.0], engine_threads=2).loaded
+    assert HostLoad(cpus=16, start=[18.0, 0.0, 0.0], engine_threads=16).loaded

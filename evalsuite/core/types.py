@@ -295,11 +295,16 @@ class HostLoad(_Model):
     cpus: int
     start: list[float]
     end: list[float] | None = None  # None: the pass was cut before it ended
+    # A CPU engine's own compute threads (one a core it computes on); 0 for a GPU engine, whose
+    # host side is a thread or two. Without them a CPU engine alone would read as a loaded host.
+    engine_threads: int = 0
 
     @property
     def loaded(self) -> bool:
-        """The 1-minute load above the CPU count as the pass started or as it ended."""
-        return max(self.start[0], self.end[0] if self.end else 0.0) > self.cpus
+        """More runnable threads besides the engine's own than the CPUs they leave free (at least
+        one), by the 1-minute load as the pass started or as it ended."""
+        load = max(self.start[0], self.end[0] if self.end else 0.0)
+        return load - self.engine_threads > max(1, self.cpus - self.engine_threads)
 
 
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or a latency

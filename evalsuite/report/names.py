@@ -87,10 +87,12 @@ def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
     parts = [f"{name} ({_load(load)})" for name, load in loads.items() if load is not None and load.loaded]
     if not parts:
         return None
-    return (f"{LOADED} latency timed on a loaded host (1-minute load above its CPU count: requests also waited "
-            f"for a CPU, so these figures do not compare with a quiet host's): {'; '.join(parts)}")
+    return (f"{LOADED} latency timed on a loaded host (more runnable threads besides a CPU engine's own than the "
+            f"CPUs left free, by the 1-minute load: requests also waited for a CPU, so these figures do not "
+            f"compare with a quiet host's): {'; '.join(parts)}")
 
 
 def _load(load: HostLoad) -> str:
     end = f"{load.end[0]:.1f}" if load.end else "-"
-    return f"1-min load {load.start[0]:.1f} at start, {end} at end, {load.cpus} CPUs"
+    own = f", {load.engine_threads} of them the engine's threads" if load.engine_threads else ""
+    return f"1-min load {load.start[0]:.1f} at start, {end} at end, {load.cpus} CPUs{own}"

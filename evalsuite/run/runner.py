@@ -297,7 +297,10 @@ class Runner:
         if now is None:
             return
         if not ending:
-            result.host_load = HostLoad(cpus=os.cpu_count() or 1, start=now)
+            cpus = os.cpu_count() or 1
+            # vLLM's CPU backend binds one compute thread to each core it is given (all by default).
+            threads = cpus if self.device.startswith("CPU") else 0
+            result.host_load = HostLoad(cpus=cpus, start=now, engine_threads=threads)
             self.run_dir.write_result(result)
         elif result.host_load is not None:
             result.host_load.end = now
