@@ -130,7 +130,10 @@ def main() -> None:
     try:
         prebuilt = prebuild(config, args.variants) if args.prebuild else None
         packed_s, packed = run(config, work / "packed", args.parallel, args.variants)
+        # Said as each mode ends: a sweep cut short (a time limit) still tells what it measured.
+        print(f"packed: {packed_s:.1f} s ({time.strftime('%H:%M:%S')})", flush=True)
         seq_s, seq = run(config, work / "sequential", None, args.variants)
+        print(f"sequential: {seq_s:.1f} s ({time.strftime('%H:%M:%S')})", flush=True)
         again = run(config, work / "sequential-again", None, args.variants)[1] if args.noise else None
         noise = same_share(answers(seq), answers(again)) if again else None
     finally:

@@ -21,8 +21,11 @@ MD=$(ls -d /root/cache/models/qwen2.5-coder-1.5b-instruct-q4_k_m-*/ | head -1)
 OV="bench/overhead.py --model $MD --mmlu-per-subject 50 --mmlu-shots 5 --needle-lengths 4096,16384,28672 \
 --needle-depths 0,0.5,1 --needle-seeds 3 --rounds 2 --engine-arg max_num_batched_tokens=16384"
 # The three W4A16 builds side by side before the bench (each its own checkpoint and lock; untimed):
-# one after another they take ~7 of the session's minutes, together about the longest one's. The
-# bench's --prebuild then finds them cached.
+# together 76 s on 2026-12-05 (AWQ 76.3 s, GPTQ 39.9 s, RTN 25.1 s, each with its model load). The
+# bench's --prebuild then finds them cached. That session's packed mode (MMLU 0-shot) still held the
+# card 8 minutes after the builds; the machine went back before the sequential mode ended, so no
+# line came of it: a session holds the 8-variant sweep only if its carrying calls go back to back
+# (a gap over 30 s between calls loses the machine and the lanes on it).
 QB="mkdir -p runs/h200/sw; for v in awq gptq rtn; do bash lab/device.sh run quantize $C --variant \$v \
 > runs/h200/sw/quantize-\$v.log 2>&1 & done; wait; echo builds \$(date +%T);"
 case ${PART:-sweep} in
