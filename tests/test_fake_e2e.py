@@ -164,11 +164,10 @@ def test_resume_refuses_an_edited_config_naming_what_changed(tmp_path, tiny_mode
     assert code == 2 and "(tasks, latency)" in out, out  # dropping --tasks: another task list, a latency pass
 
 
-def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swept, monkeypatch):
-    """Ctrl-C (or a time limit's SIGINT) mid-variant: the engine is ended at once, not asked to shut
-    down, and the run folder is left scored as `partial`, as `evalsuite finish` would leave it."""
-    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
-    real, calls, closes = FakeEngine.generate, [], []
+def interrupt_third_call(monkeypatch):
+    """FakeEngine.generate raising KeyboardInterrupt on its third call (as Ctrl-C mid-variant);
+    returns the real generate, for a resume afterwards."""
+    real, calls = FakeEngine.generate, []
 
     def interrupted(self, reqs, on_done=None):
         calls.append(len(reqs))
@@ -177,6 +176,14 @@ def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swe
         return real(self, reqs, on_done)
 
     monkeypatch.setattr(FakeEngine, "generate", interrupted)
+    return real
+
+
+def test_interrupt_scores_what_was_recorded(tmp_path, tiny_model, legal_dir, swept, monkeypatch):
+    """Ctrl-C (or a time limit's SIGINT) mid-variant: the engine is ended at once, not asked to shut
+    down, and the run folder is left scored as `partial`, as `evalsuite finish` would leave it."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    real, closes = interrupt_third_call(monkeypatch), []
     monkeypatch.setattr(FakeEngine, "close", lambda self, wait=True: closes.append(wait))
     code, out = run("run", str(cfg), "--no-progress", "--variant", "bf16")
     assert code == 130 and "interrupted" in out, out
@@ -200,15 +207,7 @@ def test_an_interrupted_runs_table_and_record_name_the_variants_it_never_started
     (printed "not started"), so its table matches its record; they stay so through a resume of
     another variant and through `finish`, and a full --resume runs them."""
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
-    real, calls = FakeEngine.generate, []
-
-    def interrupted(self, reqs, on_done=None):
-        calls.append(len(reqs))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(self, reqs, on_done)
-
-    monkeypatch.setattr(FakeEngine, "generate", interrupted)
+    real = interrupt_third_call(monkeypatch)
     code, out = run("run", str(cfg), "--no-progress")
     assert code == 130
     run_dir = only_run(tmp_path / "runs")
