@@ -93,14 +93,19 @@ def same_share(a: dict[str, str], b: dict[str, str]) -> float:
     return sum(a[k] == b.get(k) for k in a) / max(len(a), 1)
 
 
+def say_mode(name: str, wall_s: float, run_dir: Path) -> None:
+    """One mode's wall time and each variant's, printed as the mode ends: a sweep cut short (a time
+    limit) still tells what it measured."""
+    print(f"{name}: {wall_s:.1f} s ({time.strftime('%H:%M:%S')})", flush=True)
+    for v in json.loads((run_dir / "run.json").read_text())["variants"]:
+        place = v.get("placement") or {}
+        print(f"{name:10s} {v['variant']}: {v['status']}, {v['duration_s'] or 0:.1f} s (engine start "
+              f"{v['engine'].get('startup_s') or 0:.1f} s), beside {place.get('ran_with', [])}", flush=True)
+
+
 def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None,
            prebuilt: int | None = None) -> str:
     records = {name: json.loads((d / "run.json").read_text()) for name, d in (("sequential", seq), ("packed", packed))}
-    for name, rec in records.items():
-        for v in rec["variants"]:
-            place = v.get("placement") or {}
-            print(f"{name:10s} {v['variant']}: {v['status']}, {v['duration_s'] or 0:.1f} s (engine start "
-                  f"{v['engine'].get('startup_s') or 0:.1f} s), beside {place.get('ran_with', [])}")
     ok = all(v["status"] == "ok" for rec in records.values() for v in rec["variants"])
     a, b = answers(seq), answers(packed)
     sched = records["packed"]["env"].get("scheduler", {})
@@ -130,10 +135,9 @@ def main() -> None:
     try:
         prebuilt = prebuild(config, args.variants) if args.prebuild else None
         packed_s, packed = run(config, work / "packed", args.parallel, args.variants)
-        # Said as each mode ends: a sweep cut short (a time limit) still tells what it measured.
-        print(f"packed: {packed_s:.1f} s ({time.strftime('%H:%M:%S')})", flush=True)
+        say_mode("packed", packed_s, packed)
         seq_s, seq = run(config, work / "sequential", None, args.variants)
-        print(f"sequential: {seq_s:.1f} s ({time.strftime('%H:%M:%S')})", flush=True)
+        say_mode("sequential", seq_s, seq)
         again = run(config, work / "sequential-again", None, args.variants)[1] if args.noise else None
         noise = same_share(answers(seq), answers(again)) if again else None
     finally:
