@@ -62,7 +62,8 @@ def test_two_runs_at_once_get_two_folders_and_one_working_store(tmp_path, tiny_m
 
 def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path, tiny_model):
     """`run --resume` and `finish` on a folder another process holds: one line naming the folder
-    and the holder's pid, exit 2, nothing written; once the holder ends, the folder is free."""
+    and the holder's pid, exit 2, nothing written; `sync` skips it with the same reason; once the
+    holder ends, the folder is free."""
     cfg = tmp_path / "held.yaml"
     cfg.write_text(yaml.safe_dump({
         "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 2},
@@ -84,7 +85,10 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path,
             assert code == 2, out + err
             assert err.count("\n") == 1 and "Traceback" not in err, err
             assert err.startswith(f"evalsuite: error: {run}: in use by another evalsuite process (pid {holder.pid} on ")
-        assert (run / "run.json").read_bytes() == before
+        # sync carries on past a held folder (other runs still upload), saying why this one did not
+        code, out, err = (lambda p: (p.wait(timeout=600), *p.communicate()))(evalsuite("sync", str(run), cwd=tmp_path))
+        assert code == 1 and f"{run}: not synced" in err and f"pid {holder.pid}" in err, out + err
+        assert (run / "run.json").read_bytes() == before and not (run / "tracking.json").exists()
     finally:
         holder.communicate("", timeout=60)
     done = evalsuite("finish", str(run), cwd=tmp_path)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric
+from evalsuite.core.types import Metric, VariantResult
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
 from tests.mlflow_server import build_run, free_port
@@ -117,6 +117,23 @@ def test_figures_and_changes_reach_mlflow_at_full_precision(tmp_path, client, ml
     fp8 = client.get_run(res.variant_run_ids["fp8"]).data.metrics
     assert fp8["mmlu/odd_ms"] == 123.456789012345 and fp8["mmlu/acc"] == 167 / 200
     assert fp8["delta/mmlu/acc_pt"] == pytest.approx(-6.5)
+
+
+def test_a_variant_never_started_is_not_uploaded_until_it_runs(tmp_path, client, mlflow_server):
+    """An interrupted run's `pending` variants hold nothing: MLflow gets the ones that ran, and the
+    pending one once a --resume has run it."""
+    run = build_run(tmp_path / "runs", "20250101-000000-pend", {"bf16": {}, "fp8": {}}, baseline="bf16")
+    rd = RunDir(run)
+    record = rd.load_run()
+    ran = record.variants[1]
+    record.variants[1] = VariantResult(variant="fp8", status="pending", reason="not started")
+    rd.write_run(record)
+    cfg = TrackingConfig(experiment="t-pending")
+    assert set(log_run(rd, cfg, uri=mlflow_server.uri).variant_run_ids) == {"bf16"}
+    record = rd.load_run()
+    record.variants[1] = ran  # as after `evalsuite run --resume`
+    rd.write_run(record)
+    assert log_run(rd, cfg, uri=mlflow_server.uri).created == ["fp8"]
 
 
 def test_nan_metrics_are_accepted(client, mlflow_server):

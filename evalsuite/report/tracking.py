@@ -474,6 +474,13 @@ def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, 
     apart from tracking.json, so `evalsuite sync` can finish the job later.
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    # It writes run.json (the MLflow run id): a sync beside a run still writing the folder would
+    # interleave with it, so it waits its turn as a second `run --resume` does (refused, named).
+    with rd.held():
+        return _log_run(rd, tracking_cfg, uri)
+
+
+def _log_run(rd: RunDir, tracking_cfg: TrackingConfig | None, uri: str | None) -> SyncResult:
     record = rd.load_run()
     target = resolve_target(rd, tracking_cfg, uri)
     with _session(target.uri) as client:
@@ -487,6 +494,8 @@ def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, 
             log.record = record
         result = SyncResult(rd.root, target.uri, exp_id, parent_id, created=["parent"] if new_parent else [])
         for v in record.variants:
+            if v.status == "pending":  # never started: nothing to show until a --resume runs it
+                continue
             result.variant_run_ids[v.variant], created = log.variant(parent_id, v)
             if created:
                 result.created.append(v.variant)
