@@ -2,8 +2,9 @@
 
 Both modes are `evalsuite run` as a user runs it, in a subprocess each, on the same config: the wall
 time of each command is what a user waits for, engine starts and preparation included. Tracking is
-off in both so MLflow does not enter the timing. The packed mode runs first: a warm compile cache or
-page cache then helps the sequential mode, so the speedup errs low. Answers are compared per item
+off in both so MLflow does not enter the timing. The packed mode runs first, so that what the
+warm-up below leaves cold (the page cache of the task data, say) helps the sequential mode: the
+speedup errs low. Answers are compared per item
 (`same_answers`: the share of items whose completion text is identical; latency rows are timings and
 left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
 floor a packed run's changes are read against. `--prebuild` builds the W4A16 checkpoints that the
@@ -11,11 +12,19 @@ variants quantize (`evalsuite quantize`, cached) before either mode is timed: wi
 mode, which runs first, pays every build and the sequential mode none, so the speedup errs low by
 the builds' minutes; with it both modes time engines and tasks alone (`prebuilt=` in the RESULT line).
 
+Before either mode, an untimed packed pass over a few items a task (`--warmup N`, default 8) fills
+the compile caches: vLLM compiles each variant's graphs and kernels at its engine's start and first
+requests and reuses them from disk afterwards, so on a fresh machine whichever mode ran first would
+pay every compilation and the other none (on the H200 the 1.5B's first engine started in 68 s,
+later ones of the same shape in 20-26 s: docs/benchmarks.md, overhead). Warm, both modes time what a
+user's second sweep costs; `--warmup 0` times the first mode cold (the speedup then errs low).
+
 On a GPU, where a small model's engine start outweighs its work, packing overlaps the starts. On a
 CPU the engines split its cores between them, so the speedup is what overlapping the starts gains
 over slower work.
 
     .venv/bin/python bench/sweep_wall.py CONFIG [-V VARIANT ...] [--parallel auto|N] [--noise] [--prebuild]
+        [--warmup N]
     .venv/bin/python bench/sweep_wall.py --tiny                    # CPU, tiny model, 4 variants
 
 The last line printed is the RESULT line.
@@ -35,6 +44,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_fanout  # noqa: E402  (its tiny config and config wrapper)
+
+# A few items a task reach every shape class a task sends (its items spread over lengths and
+# depths), so the kernels compiled at an engine's first requests are in the caches before timing.
+WARMUP_ITEMS = 8
 
 
 def tiny_config(work: Path) -> Path:
@@ -125,6 +138,9 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="The tiny random model on CPU.")
     ap.add_argument("--prebuild", action="store_true",
                     help="Build the quantized checkpoints before either mode is timed (both then find them cached).")
+    ap.add_argument("--warmup", type=int, default=WARMUP_ITEMS, metavar="N",
+                    help=f"Items a task in the untimed packed pass that fills the compile caches first (0: none; "
+                         f"default {WARMUP_ITEMS}).")
     ap.add_argument("-V", "--variant", action="append", default=[], dest="variants",
                     help="Run only this variant of CONFIG (repeatable), as `evalsuite run -V`.")
     args = ap.parse_args()
@@ -134,6 +150,10 @@ def main() -> None:
     config = tiny_config(work) if args.tiny else ray_fanout.wrapped(args.config, work)
     try:
         prebuilt = prebuild(config, args.variants) if args.prebuild else None
+        if args.warmup:
+            warm_s = ray_fanout.run(config, args.variants, work / "warmup", None,
+                                    ("--parallel", args.parallel, "--limit", str(args.warmup)))[0]
+            print(f"warm-up: {warm_s:.1f} s, untimed ({time.strftime('%H:%M:%S')})", flush=True)
         packed_s, packed = run(config, work / "packed", args.parallel, args.variants)
         say_mode("packed", packed_s, packed)
         seq_s, seq = run(config, work / "sequential", None, args.variants)
@@ -143,7 +163,7 @@ def main() -> None:
     finally:
         if not args.tiny:
             config.unlink(missing_ok=True)
-    print(report(seq_s, seq, packed_s, packed, args.parallel, noise, prebuilt))
+    print(report(seq_s, seq, packed_s, packed, args.parallel, noise, prebuilt) + f" warmup={args.warmup}")
 
 
 if __name__ == "__main__":
