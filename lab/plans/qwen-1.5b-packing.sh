@@ -25,7 +25,10 @@ OV="bench/overhead.py --model $MD --mmlu-per-subject 50 --mmlu-shots 5 --needle-
 # bench's --prebuild then finds them cached. That session's packed mode (MMLU 0-shot) still held the
 # card 8 minutes after the builds; the machine went back before the sequential mode ended, so no
 # line came of it: a session holds the 8-variant sweep only if its carrying calls go back to back
-# (a gap over 30 s between calls loses the machine and the lanes on it).
+# (a gap over 30 s between calls loses the machine and the lanes on it). The bench now warms the
+# compile caches first (an untimed packed pass, 8 items a task): on a fresh machine the packed mode,
+# which ran first, otherwise paid all eight variants' compilations and the sequential mode none.
+# Expect: builds ~1.5 min, warm-up ~4, packed ~3, sequential ~7 (guesses from the overhead rows).
 QB="mkdir -p runs/h200/sw; for v in awq gptq rtn; do bash lab/device.sh run quantize $C --variant \$v \
 > runs/h200/sw/quantize-\$v.log 2>&1 & done; wait; echo builds \$(date +%T);"
 case ${PART:-sweep} in
