@@ -149,6 +149,77 @@ def test_resume_recomputes_only_what_is_missing(tmp_path, tiny_model, legal_dir,
     assert keep(metrics(run_dir, "bf16")) == keep(metrics(swept, "bf16"))
 
 
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def engine_dying(monkeypatch) -> list[int]:
+    """FakeEngine.generate out of memory for `worse` at its first request and for `kv_fp8` at legal's
+    second batch; returns the sizes of legal's batches kv_fp8 was asked for."""
+    from evalsuite.engine import EngineFailed
+
+    real, legal_calls = FakeEngine.generate, []
+
+    def dies(self, reqs, on_done=None):
+        if self.kwargs.get("kv_cache_dtype") == "fp8" and any("governs the contract" in (r.prompt or "") for r in reqs):
+            legal_calls.append(len(reqs))
+        if self.disagree == 0.5 or len(legal_calls) == 2:
+            raise EngineFailed(OOM)
+        return real(self, reqs, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", dies)
+    return legal_calls
+
+
+def test_an_engine_failing_mid_variant_keeps_the_tasks_it_completed(tmp_path, tiny_model, legal_dir, swept,
+                                                                    monkeypatch):
+    """An engine that dies in a variant's second task (as for lack of memory at a long prompt): the
+    first task keeps its metrics as scored, the engine its start's figures, and the variant is
+    `partial`, the reason naming the task and the error; one that dies in its first task stays
+    `failed`. gate fails the missing task's checks with that reason, and --resume asks only for
+    what is missing and ends `ok`."""
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    real = FakeEngine.generate
+    legal_calls = engine_dying(monkeypatch)
+    code, out = run("run", str(cfg), "--no-progress")
+    assert code == 0, out
+    run_dir = only_run(tmp_path / "runs")
+    record = {v["variant"]: v for v in json.loads((run_dir / "run.json").read_text())["variants"]}
+    fp8, worse = record["kv_fp8"], record["worse"]
+    assert fp8["status"] == "partial"
+    assert fp8["reason"] == f"engine failed in legal: {OOM}; mmlu complete"
+    kept = {k: v for k, v in metrics(run_dir, "kv_fp8").items() if not k.endswith("wall_s")}
+    assert kept == {k: v for k, v in metrics(swept, "kv_fp8").items() if k.startswith("mmlu/") and
+                    not k.endswith("wall_s")}
+    assert fp8["engine"]["kv_cache_tokens"] and fp8["predicted"]
+    assert json.loads((run_dir / "kv_fp8" / "result.json").read_text()) == fp8
+    assert "kv_fp8 partial: engine failed in legal" in out, out
+    assert (worse["status"], worse["reason"], worse["metrics"]) == ("failed", OOM, [])
+
+    code, out = run("gate", "--baseline", f"{run_dir}:bf16", "--candidate", f"{run_dir}:kv_fp8",
+                    "--markdown", str(tmp_path / "gate.md"))
+    report = (tmp_path / "gate.md").read_text()
+    assert code == 1, out
+    assert "variant status" not in report and "`mmlu/acc`" in report, report
+    legal_rows = [ln for ln in report.splitlines() if "`legal/" in ln and ln.startswith("|")]
+    assert legal_rows and all(f"missing in candidate (engine failed in legal: {OOM}" in ln for ln in legal_rows), report
+
+    samples = run_dir / "kv_fp8" / "samples"
+    mmlu, calibration = (samples / "mmlu.jsonl").read_bytes(), (samples / "legal.calibration.jsonl").read_text()
+    assert len(calibration.splitlines()) == legal_calls[0]  # the batch answered before the engine died
+    monkeypatch.setattr(FakeEngine, "generate", real)
+    code, out = run("run", str(cfg), "--resume", "--no-progress")
+    assert code == 0, out
+    record = {v["variant"]: v for v in json.loads((run_dir / "run.json").read_text())["variants"]}
+    assert {n: v["status"] for n, v in record.items()} == {"bf16": "ok", "kv_fp8": "ok", "worse": "ok"}
+    assert (samples / "mmlu.jsonl").read_bytes() == mmlu  # its items were not asked again
+    assert (samples / "legal.calibration.jsonl").read_text().startswith(calibration)
+    for f in samples.glob("legal*.jsonl"):  # each item once: only the missing ones were asked
+        ids = [json.loads(x)["sample"]["id"] for x in f.read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == len((swept / "kv_fp8" / "samples" / f.name).read_text().splitlines())
+    assert scores(run_dir, "kv_fp8") == scores(swept, "kv_fp8")
+    assert metrics(run_dir, "kv_fp8")["legal/balanced_acc"] == metrics(swept, "kv_fp8")["legal/balanced_acc"]
+
+
 def test_resume_refuses_an_edited_config_naming_what_changed(tmp_path, tiny_model, legal_dir):
     """Bad input: one line, exit 2, and the keys that moved (an edit, or an --limit of its own)."""
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)

@@ -82,6 +82,26 @@ def test_out_of_memory_reasons():
     assert not out_of_memory(VariantResult(variant="v", status="ok", reason="out of memory"))
 
 
+def test_out_of_memory_of_an_engine_cut_after_its_first_tasks():
+    """An engine that died mid-variant leaves it `partial`: its error, not the task names around
+    it in the reason, says whether memory ran out ("-9" is a memory word, for the OOM killer's signal)."""
+    from evalsuite.engine import EngineFailed
+    from evalsuite.run.runner import EngineCut
+
+    def cut(error: str) -> VariantResult:
+        reason = EngineCut(EngineFailed(error), "needle-96k", ["mmlu", "cuad"], []).reason
+        return VariantResult(variant="v", status="partial", reason=reason)
+
+    assert cut("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").reason == (
+        "engine failed in needle-96k: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; "
+        "mmlu, cuad complete")
+    assert out_of_memory(cut("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert out_of_memory(cut("engine process died (signal 9); see engine.log"))
+    assert not out_of_memory(cut("RuntimeError: CUDA error: an illegal memory access was encountered"))
+    interrupted = "interrupted; scored from the samples it recorded: mmlu 8 (out of memory)"
+    assert not out_of_memory(VariantResult(variant="v", status="partial", reason=interrupted))
+
+
 def test_cpu_cores_are_split_between_engines():
     assert core_slices([0, 1], 2) == ["0", "1"]
     assert core_slices([0, 1, 2, 3], 2) == ["0,1", "2,3"]
@@ -351,3 +371,42 @@ def test_a_failed_latency_pass_keeps_the_variants_accuracy(tmp_path, tiny_model,
     assert res.exit_code == 0, res.output
     fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
     assert fp8.status == "ok" and fp8.metric("latency/ttft_ms_p50") is not None and fp8.metric("mmlu/acc").n == 12
+
+
+def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp_path, tiny_model, repo_root,
+                                                                            monkeypatch):
+    """An engine that runs out of memory in a later task beside another leaves its variant `partial`,
+    which the packed run retries alone as it does one that failed at start; the retry reads the
+    finished task back, so its items are asked once."""
+    from typer.testing import CliRunner
+
+    from evalsuite.cli.main import app
+    from evalsuite.engine import EngineFailed
+    from evalsuite.engine.fake import FakeEngine
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 4},
+        "defaults": {"max_model_len": 2048}, "variants": {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"}},
+        "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 12, "num_fewshot": 0},
+                  {"type": "legal", "data_dir": str(repo_root / "evalsuite/tasks/defs/data/legalbench-cuad"),
+                   "tasks": ["governing_law"], "limit_per_task": 10}],
+        "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
+    real = FakeEngine.generate
+
+    def short_of_memory_beside(self, requests, on_done=None):
+        legal = any("governs the contract" in (r.prompt or "") for r in requests)
+        if self.kwargs.get("kv_cache_dtype") == "fp8" and "kv_cache_memory_bytes" in self.kwargs and legal:
+            raise EngineFailed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, requests, on_done)
+
+    monkeypatch.setattr(FakeEngine, "generate", short_of_memory_beside)
+    res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress", "--parallel", "2"])
+    assert res.exit_code == 0, res.output
+    assert "fp8: engine ran out of memory beside others; retrying it alone" in res.output
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
+    fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
+    assert fp8.status == "ok" and fp8.placement["alone"] is True
+    assert fp8.metric("mmlu/acc").n == 12 and fp8.metric("legal/acc").n == 10
+    ids = [json.loads(x)["sample"]["id"] for x in (run / "fp8" / "samples" / "mmlu.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 12

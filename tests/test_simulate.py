@@ -149,6 +149,36 @@ def test_simulated_memory_is_the_planners_prediction(tmp_path):
     assert s.peak_activation_gib == int4["activation_gib"]
 
 
+def test_a_simulated_variant_cut_mid_run_records_the_predicted_memory(tmp_path):
+    """An engine that died after some tasks leaves a `partial` variant that compare and gate read: a
+    simulated one's memory there is still the INT4 checkpoint's prediction, not the dense engine's."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import EngineStats, Metric, VariantResult
+    from evalsuite.engine import EngineFailed
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.progress import Progress
+    from evalsuite.run.runner import EngineCut, Runner
+    from evalsuite.tasks import TaskContext
+
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
+    variant = Variant(quantize="rtn", simulate=True, dtype="bfloat16", max_model_len=4096,
+                      engine_args={"kv_cache_memory_bytes": 2**30})
+    cfg = RunConfig.model_validate({"model": {"path": str(tmp_path)}, "variants": {"v": variant.model_dump()}})
+    runner = Runner(cfg, RunDir(tmp_path / "run"), str(tmp_path), TaskContext(base_dir=tmp_path, cache_dir=tmp_path),
+                    Progress(False))
+    qc = sim.real_quantization_config(QuantParams(method="rtn"))
+    started = EngineStats(weights_gib=0.531, kv_cache_tokens=145_221, block_size=128, max_model_len=4096, device="CPU",
+                          source={"weights_gib": "api", "kv_cache_tokens": "api"})
+    result = VariantResult(variant="v", status="running", settings={"quantized": {"quantization_config": qc}},
+                           engine=started)
+    acc = Metric(name="mmlu/acc", value=0.5, n=10)
+    runner._engine_failed(EngineCut(EngineFailed("boom"), "needle", ["mmlu"], [acc]), variant, str(tmp_path), result)
+    assert (result.status, result.metrics) == ("partial", [acc])
+    assert result.reason == "engine failed in needle: boom; mmlu complete"
+    assert result.engine.source["weights_gib"] == "predicted" and result.engine.weights_gib < 0.4
+    assert result.settings["dense_engine"]["weights_gib"] == 0.531
+
+
 def test_summary_marks_the_simulated_row():
     from rich.console import Console
 

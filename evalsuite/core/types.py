@@ -307,8 +307,10 @@ class HostLoad(_Model):
         return load - self.engine_threads > max(1, self.cpus - self.engine_threads)
 
 
-# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or a latency
-# pass that failed after the other tasks were measured (the reason says which)
+# partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or its engine
+# (the latency pass's included) failed in a task after others completed: those keep their metrics,
+# and the reason names the task and the error
+# failed: nothing measured; the reason says why
 # pending: never started (an interrupted run's variants it did not reach)
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 

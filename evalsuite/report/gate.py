@@ -51,9 +51,9 @@ from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
 
-# partial: an interrupted variant scored from what it recorded, or one whose latency pass failed
-# after its other tasks; items are paired by id, so only what both sides answered is compared, and
-# every check states its n.
+# partial: an interrupted variant scored from what it recorded, or one whose engine (or latency
+# pass) failed after its other tasks; items are paired by id, so only what both sides answered is
+# compared, and every check states its n.
 USABLE = ("ok", "partial")
 MISSING = "missing in candidate"
 

@@ -33,11 +33,11 @@ from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
 from evalsuite.run.progress import Progress, console
-from evalsuite.run.runner import Runner, in_config_order, left_to_run, prompt_tokens, put_result
+from evalsuite.run.runner import Runner, engine_error, in_config_order, left_to_run, prompt_tokens, put_result
 from evalsuite.tasks import Task, TaskContext
 
-# Words of an engine's failure that say it found too little memory at start (vLLM's checks, CUDA's
-# and the CPU backend's errors, the kernel's OOM killer ending the child).
+# Words of an engine's failure that say it found too little memory, at start or at a long prompt
+# mid-run (vLLM's checks, CUDA's and the CPU backend's errors, the kernel's OOM killer ending the child).
 MEMORY_WORDS = ("out of memory", "outofmemory", "memoryerror", "free memory", "available memory",
                 "memory utilization", "kv cache", "not enough memory", "signal 9", "sigkill", "-9")
 UTILIZATION_SLACK = 1.05  # vLLM compares utilization x total with free memory at start: a little above the need
@@ -106,7 +106,9 @@ def measured(result: VariantResult) -> dict[str, float]:
 
 
 def out_of_memory(result: VariantResult) -> bool:
-    return result.status == "failed" and any(w in (result.reason or "").lower() for w in MEMORY_WORDS)
+    """Whether the variant's engine died for lack of memory: `failed`, or `partial` after the tasks
+    it completed (a retry alone reads those back and asks only for the rest)."""
+    return any(w in engine_error(result).lower() for w in MEMORY_WORDS)
 
 
 # -- which variants run together ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ always recomputed from the records.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,33 @@ def batches(samples: list[Sample], size: int, max_tokens: int):
         tokens += n
     if batch:
         yield batch
+
+
+class EngineCut(EngineFailed):
+    """The engine failed in `task` after the tasks in `complete` ran to their end; `metrics` are
+    theirs, as their run scored them."""
+
+    def __init__(self, error: EngineFailed, task: str, complete: list[str], metrics: list[Metric]):
+        super().__init__(str(error))
+        self.task, self.complete, self.metrics = task, complete, metrics
+
+    @property
+    def reason(self) -> str:
+        return f"engine failed in {self.task}: {self}; {', '.join(self.complete)} complete"
+
+
+# EngineCut.reason as a record holds it: the engine's error between the task it died in and those it completed
+_CUT = re.compile(r"engine failed in [^:]+: (?P<error>.*); [^;]* complete", re.DOTALL)
+
+
+def engine_error(result: VariantResult) -> str:
+    """What the engine said where it failed the variant: a `failed` one's reason, or the error an
+    EngineCut's `partial` reason quotes (without the task names around it, which may hold any
+    word); '' for any other result."""
+    if result.status == "failed":
+        return result.reason or ""
+    cut = _CUT.fullmatch(result.reason or "") if result.status == "partial" else None
+    return cut["error"] if cut else ""
 
 
 class Runner:
@@ -219,7 +247,8 @@ class Runner:
         return result
 
     def run_variant(self, name: str, variant: Variant, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
-        """Start the variant's engine, run every task on it, record; a failed engine is recorded with its reason."""
+        """Start the variant's engine, run every task on it, record; an engine that fails is recorded
+        with its reason, the tasks it completed kept (_engine_failed)."""
         result = self._opened(name, variant)
         if result.status == "skipped":
             return result
@@ -247,7 +276,7 @@ class Runner:
                     raise KeyboardInterrupt from e
                 if not isinstance(e, EngineFailed):
                     raise
-                result.status, result.reason = "failed", str(e)
+                self._engine_failed(e, variant, model_dir, result)
             finally:
                 engine.close(wait=not interrupted)
                 if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
@@ -268,21 +297,40 @@ class Runner:
             result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
         self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
         metrics = self._run_tasks(engine, name, tasks, samples, result)
-        if variant.simulate:
-            result.engine = self._simulated(engine.stats(), variant, result, model_dir)
-        else:
-            result.engine = self._measured(engine.stats(), variant, result, _described_by(variant, model_dir))
+        result.engine = self._figures(engine.stats(), variant, result, model_dir)
+        if not variant.simulate:
             metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
         result.metrics, result.status = metrics, "ok"
+
+    def _figures(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
+        """The record's engine figures from the engine's: measured, or for a simulated variant the
+        memory the planner predicts for the INT4 checkpoint."""
+        if variant.simulate:
+            return self._simulated(stats, variant, result, model_dir)
+        return self._measured(stats, variant, result, _described_by(variant, model_dir))
+
+    def _engine_failed(self, e: EngineFailed, variant: Variant, model_dir: str, result: VariantResult) -> None:
+        """`failed` where the engine completed no task. Otherwise `partial`: minutes of finished
+        tasks are worth their record (compare and gate read them, --resume asks only for the rest),
+        the engine's figures those of its start, since a dead engine has no others to give."""
+        if not isinstance(e, EngineCut) or not e.complete:
+            result.status, result.reason = "failed", str(e)
+            return
+        result.metrics = e.metrics
+        result.engine = self._figures(result.engine, variant, result, model_dir)
+        result.status, result.reason = "partial", e.reason
 
     def _run_tasks(self, engine: Engine, name: str, tasks: list[Task], samples: dict[str, list[Sample]],
                    result: VariantResult) -> list[Metric]:
         metrics: list[Metric] = []
-        for task in tasks:
+        for i, task in enumerate(tasks):
             t_task = time.perf_counter()
             if task.timed_alone:
                 self._host_load(result, ending=False)
-            scores = self.run_task(engine, name, task, samples[task.name])
+            try:
+                scores = self.run_task(engine, name, task, samples[task.name])
+            except EngineFailed as e:
+                raise EngineCut(e, task.name, [t.name for t in tasks[:i]], metrics + interval_metrics(metrics)) from e
             if task.timed_alone:
                 self._host_load(result, ending=True)
             metrics += task.metrics(scores)
