@@ -186,7 +186,7 @@ def test_an_engine_failing_mid_variant_keeps_the_tasks_it_completed(tmp_path, ti
     record = {v["variant"]: v for v in json.loads((run_dir / "run.json").read_text())["variants"]}
     fp8, worse = record["kv_fp8"], record["worse"]
     assert fp8["status"] == "partial"
-    assert fp8["reason"] == f"engine failed in legal: {OOM}; mmlu complete"
+    assert fp8["reason"] == f"engine failed in legal: {OOM}; mmlu complete" and fp8["engine_error"] == OOM
     kept = {k: v for k, v in metrics(run_dir, "kv_fp8").items() if not k.endswith("wall_s")}
     assert kept == {k: v for k, v in metrics(swept, "kv_fp8").items() if k.startswith("mmlu/") and
                     not k.endswith("wall_s")}

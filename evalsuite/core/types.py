@@ -319,6 +319,9 @@ class VariantResult(_Model):
     variant: str
     status: Status = "pending"
     reason: str | None = None
+    # what the engine said where it ended the variant (the reason of a `failed` one holds it too, and
+    # a `partial` one's names the task around it); None where no engine failed
+    engine_error: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     metrics: list[Metric] = Field(default_factory=list)
     # per task, the metric that answers "how did it do", as the task defines it; reports read it here

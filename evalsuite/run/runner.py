@@ -8,7 +8,6 @@ always recomputed from the records.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -88,18 +87,10 @@ class EngineCut(EngineFailed):
         return f"engine failed in {self.task}: {self}; {', '.join(self.complete)} complete"
 
 
-# EngineCut.reason as a record holds it: the engine's error between the task it died in and those it completed
-_CUT = re.compile(r"engine failed in [^:]+: (?P<error>.*); [^;]* complete", re.DOTALL)
-
-
 def engine_error(result: VariantResult) -> str:
-    """What the engine said where it failed the variant: a `failed` one's reason, or the error an
-    EngineCut's `partial` reason quotes (without the task names around it, which may hold any
-    word); '' for any other result."""
-    if result.status == "failed":
-        return result.reason or ""
-    cut = _CUT.fullmatch(result.reason or "") if result.status == "partial" else None
-    return cut["error"] if cut else ""
+    """What the engine said where it failed the variant; '' where none failed. Records written
+    before `engine_error` was kept hold it in a failed variant's reason."""
+    return result.engine_error or (result.reason or "" if result.status == "failed" else "")
 
 
 class Runner:
@@ -313,6 +304,7 @@ class Runner:
         """`failed` where the engine completed no task. Otherwise `partial`: minutes of finished
         tasks are worth their record (compare and gate read them, --resume asks only for the rest),
         the engine's figures those of its start, since a dead engine has no others to give."""
+        result.engine_error = str(e)
         if not isinstance(e, EngineCut) or not e.complete:
             result.status, result.reason = "failed", str(e)
             return
