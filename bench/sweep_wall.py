@@ -8,9 +8,10 @@ speedup errs low. Answers are compared per item
 (`same_answers`: the share of items whose completion text is identical; latency rows are timings and
 left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
 floor a packed run's changes are read against. `--prebuild` builds the W4A16 checkpoints that the
-variants quantize (`evalsuite quantize`, cached) before either mode is timed: without it the packed
-mode, which runs first, pays every build and the sequential mode none, so the speedup errs low by
-the builds' minutes; with it both modes time engines and tasks alone (`prebuilt=` in the RESULT line).
+variants quantize (`evalsuite quantize`, cached) first and says so (`prebuilt=` in the RESULT line);
+the warm-up below builds any still missing, untimed. With neither (`--warmup 0`), the packed mode,
+which runs first, would pay every build and the sequential mode none: the speedup would err low by
+the builds' minutes.
 
 Before either mode, an untimed packed pass over a few items a task (`--warmup N`, default 8) fills
 the compile caches: vLLM compiles each variant's graphs and kernels at its engine's start and first

@@ -98,6 +98,20 @@ def test_first_variant_without_config_baseline(tmp_path):
     assert compare([(RunDir(run), None)]).baseline == "a"
 
 
+def test_a_baseline_without_results_is_refused_naming_those_with_some(tmp_path):
+    """An interrupted run's baseline that never started, or one that failed: a table of changes
+    against it would be all blanks, so compare says so in one line and names the usable ones."""
+    run = build_run(tmp_path, "20250101-000000-p", {"bf16": {"status": "pending", "reason": "not started"},
+                                                    "fp8": {}, "int4": {"status": "failed", "reason": "boom"}},
+                    baseline="bf16")
+    res = runner.invoke(app, ["compare", str(run)])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "--baseline: bf16 is pending (not started): give one with results (allowed: fp8)" in res.output
+    res = runner.invoke(app, ["compare", str(run), "--baseline", "int4"])
+    assert res.exit_code == 2 and "int4 is failed (boom)" in res.output, res.output
+    assert runner.invoke(app, ["compare", str(run), "--baseline", "fp8"]).exit_code == 0
+
+
 def test_labels_disambiguate_across_runs(tmp_path):
     a = build_run(tmp_path, "20250101-000000-a", {"bf16": {}, "fp8": {}})
     b = build_run(tmp_path, "20250101-000000-b", {"bf16": {}})

@@ -220,6 +220,29 @@ def test_an_engine_failing_mid_variant_keeps_the_tasks_it_completed(tmp_path, ti
     assert metrics(run_dir, "kv_fp8")["legal/balanced_acc"] == metrics(swept, "kv_fp8")["legal/balanced_acc"]
 
 
+def test_an_engine_dying_when_asked_for_its_figures_keeps_every_tasks_results(tmp_path, tiny_model, legal_dir,
+                                                                               swept, monkeypatch):
+    """An engine that dies after its last task, asked for its end figures: every task's metrics stand,
+    its start's figures stand in, and the variant is `partial` saying so, not `failed` and empty."""
+    from evalsuite.engine import EngineFailed
+
+    cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
+    real = FakeEngine.stats
+
+    def dies(self):
+        if self.kwargs.get("kv_cache_dtype") == "fp8":
+            raise EngineFailed(OOM)
+        return real(self)
+
+    monkeypatch.setattr(FakeEngine, "stats", dies)
+    assert run("run", str(cfg), "--no-progress", "--variant", "kv_fp8")[0] == 0
+    (fp8,) = json.loads((only_run(tmp_path / "runs") / "run.json").read_text())["variants"]
+    assert fp8["status"] == "partial" and fp8["engine_error"] == OOM
+    assert fp8["reason"].startswith(f"engine failed after its tasks, asked for its figures: {OOM}; mmlu, legal")
+    scored = {k for k, v in metrics(swept, "kv_fp8").items() if not k.startswith("roofline")}
+    assert scored <= set(metrics(only_run(tmp_path / "runs"), "kv_fp8")) and fp8["engine"]["kv_cache_tokens"]
+
+
 def test_resume_refuses_an_edited_config_naming_what_changed(tmp_path, tiny_model, legal_dir):
     """Bad input: one line, exit 2, and the keys that moved (an edit, or an --limit of its own)."""
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)

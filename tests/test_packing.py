@@ -89,7 +89,7 @@ def test_out_of_memory_of_an_engine_cut_after_its_first_tasks():
     from evalsuite.run.runner import EngineCut
 
     def cut(error: str) -> VariantResult:
-        reason = EngineCut(EngineFailed(error), "needle-96k", ["mmlu", "cuad"], []).reason
+        reason = EngineCut(EngineFailed(error), "in needle-96k", ["mmlu", "cuad"], []).reason
         return VariantResult(variant="v", status="partial", reason=reason, engine_error=error)
 
     assert cut("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").reason == (

@@ -210,3 +210,50 @@ def test_the_timing_pass_records_the_hosts_load(tmp_path):
     load = result.host_load
     assert load.cpus == os.cpu_count() and len(load.start) == 3 and len(load.end) == 3
     assert on_disk[0].start == load.start and on_disk[0].end is None
+
+
+def test_a_resumed_timing_pass_keeps_the_load_its_recorded_items_saw(tmp_path, monkeypatch):
+    """Resumed with every timed item recorded, the pass times nothing: the load those items were timed
+    under stands, not the load now. Resumed with items left, the earlier load stands where it marks
+    the figures (a loaded host), else the new pass's is taken."""
+    from evalsuite.core import env as envmod
+
+    cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}})
+    run_dir = RunDir(tmp_path / "run")
+    runner = Runner(cfg, run_dir, "m", TaskContext(base_dir=tmp_path, cache_dir=tmp_path), Progress(False))
+    timed = Counting("timed", timed_alone=True, batch_size=1)
+    busy, quiet = [90.0, 9.0, 9.0], [0.1, 0.1, 0.1]
+    monkeypatch.setattr(envmod, "load_average", lambda: busy)
+    result = runner._opened("bf16", cfg.variants["bf16"])
+    runner._run_tasks(Engine(), "bf16", [timed], {"timed": timed.samples()}, result)
+    run_dir.write_result(result)
+    assert result.host_load.loaded
+    monkeypatch.setattr(envmod, "load_average", lambda: quiet)
+    again = runner._opened("bf16", cfg.variants["bf16"])
+    runner._run_tasks(Engine(), "bf16", [timed], {"timed": timed.samples()}, again)
+    assert again.host_load == result.host_load  # all recorded: nothing timed now
+    more = Counting("timed", n=9, timed_alone=True, batch_size=1)
+    third = runner._opened("bf16", cfg.variants["bf16"])
+    runner._run_tasks(Engine(), "bf16", [more], {"timed": more.samples()}, third)
+    assert third.host_load.start == busy  # three items timed quietly now, six earlier on a loaded host
+
+
+def test_a_cpu_engines_threads_are_the_cores_it_is_bound_to(tmp_path, monkeypatch):
+    """All the host's cores unless VLLM_CPU_OMP_THREADS_BIND names some; none on a GPU or for the
+    fake engine, whose host side is a thread or two."""
+    import os
+
+    from evalsuite.core.env import bound_cores
+
+    assert bound_cores("0-3") == 4 and bound_cores("0,2,5") == 3 and bound_cores("0-3|4-7") == 8
+    ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path)
+
+    def threads(engine: dict, device: str) -> int:
+        cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}, "engine": engine})
+        runner = Runner(cfg, RunDir(tmp_path / "run"), "m", ctx, Progress(False))
+        runner.device = device
+        return runner._engine_threads(os.cpu_count() or 1)
+
+    assert threads({}, "CPU: Xeon") == (os.cpu_count() or 1)
+    assert threads({"env": {"VLLM_CPU_OMP_THREADS_BIND": "2-3"}}, "CPU: Xeon") == 2
+    assert threads({}, "NVIDIA H200") == 0 and threads({"mode": "fake"}, "CPU: Xeon") == 0

@@ -172,7 +172,7 @@ def test_a_simulated_variant_cut_mid_run_records_the_predicted_memory(tmp_path):
     result = VariantResult(variant="v", status="running", settings={"quantized": {"quantization_config": qc}},
                            engine=started)
     acc = Metric(name="mmlu/acc", value=0.5, n=10)
-    runner._engine_failed(EngineCut(EngineFailed("boom"), "needle", ["mmlu"], [acc]), variant, str(tmp_path), result)
+    runner._engine_failed(EngineCut(EngineFailed("boom"), "in needle", ["mmlu"], [acc]), variant, str(tmp_path), result)
     assert (result.status, result.metrics) == ("partial", [acc])
     assert result.reason == "engine failed in needle: boom; mmlu complete"
     assert result.engine.source["weights_gib"] == "predicted" and result.engine.weights_gib < 0.4

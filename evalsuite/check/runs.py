@@ -90,7 +90,8 @@ def find_variant(runs: list[Run], ref: str) -> list[Found]:
     pool = [r for r in runs if r.matches(run_name)] if run_name else runs
     if run_name and not pool:
         raise NotMeasurable(f"no run matching {run_name!r} was given (given: {', '.join(r.run_id for r in runs) or 'none'})")
-    holders = [r for r in pool if variant in r.results]
+    # a variant an interrupted run never started holds nothing: another run's record of it speaks
+    holders = [r for r in pool if variant in r.results and r.results[variant].status != "pending"]
     if not holders:
         where = f"runs matching {run_name!r}" if run_name else "the given runs"
         raise NotMeasurable(f"variant {variant!r} is not in {where}")

@@ -87,6 +87,15 @@ def device_name() -> str:
     return gpus[0] if gpus else f"CPU: {cpu_name()}"
 
 
+def bound_cores(spec: str) -> int:
+    """The cores a VLLM_CPU_OMP_THREADS_BIND list names ("0-3", "0,2,4", "0-3|4-7" for two ranks)."""
+    count = 0
+    for part in spec.replace("|", ",").split(","):
+        low, _, high = part.strip().partition("-")
+        count += int(high) - int(low) + 1 if high else 1 if low else 0
+    return count
+
+
 def load_average() -> list[float] | None:
     """The host's 1-, 5- and 15-minute load averages; None on a platform that keeps none."""
     try:

@@ -85,14 +85,24 @@ def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
         first = entries[0].run_dir
         named = first.read_config().get("baseline")
         match = [e for e in entries if e.run_dir.root == first.root and e.result.variant == named]
-        return match[0] if match else entries[0]  # the config's baseline may not be among those picked
+        return usable(match[0] if match else entries[0], entries)  # the config's baseline may not be among those picked
     rd, name = baseline_ref(wanted, [e.run_dir for e in entries])
     matches = [e for e in entries if e.result.variant == name
                and (rd is None or e.run_dir.root.resolve() == rd.root.resolve())]
     if len(matches) != 1:
         how = "is ambiguous, give RUN:NAME" if matches else "is not a variant of the runs given"
         raise ConfigError(f"--baseline: {wanted!r} {how} (allowed: {', '.join(e.label for e in entries)})")
-    return matches[0]
+    return usable(matches[0], entries)
+
+
+def usable(base: Entry, entries: list[Entry]) -> Entry:
+    """The baseline, if it has results to set the others against: a table of changes against a variant
+    that failed or never started would be all blanks."""
+    if base.result.status in ("ok", "partial"):
+        return base
+    allowed = ", ".join(e.label for e in entries if e.result.status in ("ok", "partial")) or "none"
+    raise ConfigError(f"--baseline: {base.label} is {base.result.status} ({base.result.reason or 'no reason recorded'}): "
+                      f"give one with results (allowed: {allowed})")
 
 
 def metrics_frame(entries: list[Entry]) -> pd.DataFrame:

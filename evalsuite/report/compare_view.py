@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.report.compare import Comparison
-from evalsuite.report.names import loaded_note
+from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
@@ -63,7 +63,6 @@ def _chunks(c: Comparison, width: int) -> list[list[str]]:
 
 def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
     status = dict(zip(c.frame.index, c.frame["status"], strict=True))
-    colour = {"ok": "green", "failed": "red", "skipped": "yellow"}
     tables = []
     chunks = _chunks(c, width)
     for i, labels in enumerate(chunks):
@@ -73,7 +72,7 @@ def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
         t.add_column("metric", overflow="fold", max_width=28)
         for label in labels:
             t.add_column(Text(_header(c, label)), overflow="fold")
-        t.add_row("status", *(Text(status[x], style=colour.get(status[x], "")) for x in labels))
+        t.add_row("status", *(Text.from_markup(STATUS_CELLS.get(status[x], status[x])) for x in labels))
         for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
             t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
         tables.append(t)
@@ -91,7 +90,7 @@ def to_markdown(c: Comparison) -> str:
              f"Baseline: `{c.baseline}`. Each cell: {legend(c)}. Paired intervals by {'; '.join(c.methods()) or '-'}.",
              "",
              "| metric | " + " | ".join(head) + " |", "|" + "---|" * (len(labels) + 1),
-             "| status | " + " | ".join(str(c.frame.at[x, "status"]) for x in labels) + " |"]
+             "| status | " + " | ".join(status_word(str(c.frame.at[x, "status"])) for x in labels) + " |"]
     for metric in c.columns:
         row = [" ".join(c.cell(x, metric)).replace("|", "\\|") for x in labels]
         lines.append(f"| {metric} | " + " | ".join(row) + " |")

@@ -1,9 +1,11 @@
 """Metric names and values as reports show them: units, headline rows, formatting, each task's primary metric,
-and the mark on latency timed on a loaded host."""
+a variant's status, and the mark on latency timed on a loaded host."""
 
 from __future__ import annotations
 
 import math
+
+from rich.text import Text
 
 from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantResult, task_of
 
@@ -11,6 +13,15 @@ ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache
 LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 LOADED = "†"  # beside a latency figure timed on a loaded host
+
+# A variant's status as tables show it (rich markup): `pending` is a variant an interrupted run never reached.
+STATUS_CELLS = {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped",
+                "pending": "[dim]not started"}
+
+
+def status_word(status: str) -> str:
+    """The status as tables say it, without its colour (markdown, CSV)."""
+    return Text.from_markup(STATUS_CELLS.get(status, status)).plain
 
 
 def flat_metrics(result: VariantResult) -> dict[str, float]:

@@ -475,7 +475,7 @@ def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, 
     """
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     # It writes run.json (the MLflow run id): a sync beside a run still writing the folder would
-    # interleave with it, so it waits its turn as a second `run --resume` does (refused, named).
+    # interleave with it, so it is refused as a second `run --resume` is, naming the holder.
     with rd.held():
         return _log_run(rd, tracking_cfg, uri)
 
@@ -506,7 +506,8 @@ def _log_run(rd: RunDir, tracking_cfg: TrackingConfig | None, uri: str | None) -
             log.parent_artifacts(parent_id, result.variant_run_ids)
             _log_batch(client, parent_id, tags={T_SYNCED: parent_digest})
         if parent_run.info.status != "FINISHED" or result.created:
-            all_failed = record.variants and all(v.status == "failed" for v in record.variants)
+            started = [v for v in record.variants if v.status != "pending"]
+            all_failed = started and all(v.status == "failed" for v in started)
             client.set_terminated(parent_id, "FAILED" if all_failed else "FINISHED")
     _write_state(rd, result)
     return result

@@ -382,6 +382,7 @@ def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task])
         names = ", ".join(t.name for t in alone_tasks)
         out.status = "partial"
         out.reason = f"{names} pass {alone.status}, the other tasks complete: {alone.reason or 'no reason given'}"
+        out.engine_error = alone.engine_error
     return out
 
 

@@ -75,16 +75,16 @@ def batches(samples: list[Sample], size: int, max_tokens: int):
 
 
 class EngineCut(EngineFailed):
-    """The engine failed in `task` after the tasks in `complete` ran to their end; `metrics` are
-    theirs, as their run scored them."""
+    """The engine failed `where` (in a task, or asked for its figures after the last) once the
+    tasks in `complete` had run to their end; `metrics` are theirs, as their run scored them."""
 
-    def __init__(self, error: EngineFailed, task: str, complete: list[str], metrics: list[Metric]):
+    def __init__(self, error: EngineFailed, where: str, complete: list[str], metrics: list[Metric]):
         super().__init__(str(error))
-        self.task, self.complete, self.metrics = task, complete, metrics
+        self.where, self.complete, self.metrics = where, complete, metrics
 
     @property
     def reason(self) -> str:
-        return f"engine failed in {self.task}: {self}; {', '.join(self.complete)} complete"
+        return f"engine failed {self.where}: {self}; {', '.join(self.complete)} complete"
 
 
 def engine_error(result: VariantResult) -> str:
@@ -227,8 +227,9 @@ class Runner:
 
     def _opened(self, name: str, variant: Variant) -> VariantResult:
         """The variant's result as it starts: `running`, or `skipped` where this platform cannot run it."""
+        earlier = self.run_dir.load_result(name)  # a resumed variant's: the load its timed items saw
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
-                               started_at=datetime.now(timezone.utc))
+                               started_at=datetime.now(timezone.utc), host_load=earlier.host_load if earlier else None)
         if variant.simulate:  # the label, whatever becomes of the run
             result.settings["simulated"] = True
         reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
@@ -288,7 +289,11 @@ class Runner:
             result.engine = self._measured(result.engine, variant, result, _described_by(variant, model_dir))
         self.run_dir.write_result(result)  # also for a run killed outright, which `finish` scores
         metrics = self._run_tasks(engine, name, tasks, samples, result)
-        result.engine = self._figures(engine.stats(), variant, result, model_dir)
+        try:
+            stats = engine.stats()
+        except EngineFailed as e:  # every task's results are in: the figures of its start stand in
+            raise EngineCut(e, "after its tasks, asked for its figures", [t.name for t in tasks], metrics) from e
+        result.engine = self._figures(stats, variant, result, model_dir)
         if not variant.simulate:
             metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
         result.metrics, result.status = metrics, "ok"
@@ -318,11 +323,12 @@ class Runner:
         for i, task in enumerate(tasks):
             t_task = time.perf_counter()
             if task.timed_alone:
-                self._host_load(result, ending=False)
+                self._host_load(result, ending=False, task=task.name, items=len(samples[task.name]))
             try:
                 scores = self.run_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
-                raise EngineCut(e, task.name, [t.name for t in tasks[:i]], metrics + interval_metrics(metrics)) from e
+                raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
+                                metrics + interval_metrics(metrics)) from e
             if task.timed_alone:
                 self._host_load(result, ending=True)
             metrics += task.metrics(scores)
@@ -330,20 +336,35 @@ class Runner:
                                   kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
 
-    def _host_load(self, result: VariantResult, ending: bool) -> None:
+    def _host_load(self, result: VariantResult, ending: bool, task: str = "", items: int = 0) -> None:
         """The host's load beside the timing pass's figures, which a loaded host slows. Written as the
-        pass starts, so that a run killed inside it (then scored by `finish`) still says."""
+        pass starts, so that a run killed inside it (then scored by `finish`) still says. A resumed
+        pass keeps the load its recorded items were timed under when it times none now, or when that
+        load was the one that marks them."""
         now = envmod.load_average()
         if now is None:
             return
-        if not ending:
-            cpus = os.cpu_count() or 1
-            # vLLM's CPU backend binds one compute thread to each core it is given (all by default).
-            threads = cpus if self.device.startswith("CPU") else 0
-            result.host_load = HostLoad(cpus=cpus, start=now, engine_threads=threads)
-            self.run_dir.write_result(result)
-        elif result.host_load is not None:
-            result.host_load.end = now
+        if ending:
+            if result.host_load is not None and result.host_load.end is None:
+                result.host_load.end = now
+            return
+        recorded = len(self.run_dir.load_samples(result.variant, task))
+        prior = result.host_load if recorded else None  # as _opened carried it from the earlier record
+        if recorded >= items or (prior is not None and prior.loaded):
+            result.host_load = prior
+            return
+        cpus = os.cpu_count() or 1
+        result.host_load = HostLoad(cpus=cpus, start=now, engine_threads=self._engine_threads(cpus))
+        self.run_dir.write_result(result)
+
+    def _engine_threads(self, cpus: int) -> int:
+        """A CPU engine's compute threads: vLLM's CPU backend binds one to each core it is given, all of
+        them unless VLLM_CPU_OMP_THREADS_BIND names some. A GPU engine's host side, or the fake engine,
+        counts none."""
+        if self.cfg.engine.mode == "fake" or not self.device.startswith("CPU"):
+            return 0
+        bind = self.cfg.engine.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+        return cpus if bind in ("auto", "all", "") else envmod.bound_cores(bind)
 
 
 def spread(samples: list[Sample], limit: int | None) -> list[Sample]:

@@ -153,9 +153,10 @@ def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunCon
 
 
 def _score_interrupted(run_dir: RunDir, cache_dir: Path, selected: list[str]) -> None:
-    """An interrupt (Ctrl-C, a time limit's SIGINT) leaves the run folder as `evalsuite finish` would:
-    each interrupted variant `partial`, scored on the samples it recorded, and each selected one it
-    never reached `pending`; --resume completes them."""
+    """An interrupt (Ctrl-C, a time limit's SIGINT) leaves each interrupted variant as `evalsuite
+    finish` would, `partial` and scored on the samples it recorded, and records each selected one it
+    never reached as `pending` (finish, after a kill, cannot know the selection); --resume completes
+    them."""
     from evalsuite.run.finish import finish_run
 
     try:
