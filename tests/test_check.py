@@ -414,3 +414,20 @@ def test_timings_of_different_requests_fall_back_to_welch(tmp_path):
     c = json.loads(out.read_text())["claims"][0]["checks"][0]
     assert c["interval"]["method"].startswith("Welch t on the per-request means (-10.00%; n=3 vs 3")
     assert c["verdict"] == "not measurable" and "straddles" in c["detail"]
+
+
+def test_a_variant_an_interrupted_run_never_started_is_no_holder(tmp_path):
+    """A `pending` entry holds nothing: the plain variant name still means the run that measured it,
+    not "runs of different configs"."""
+    from datetime import datetime, timezone
+
+    from evalsuite.check.runs import Run, find_variant
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunRecord, VariantResult
+
+    def run(run_id: str, status: str, when: int) -> Run:
+        record = RunRecord(run_id=run_id, model="m", created_at=datetime(2026, 1, when, tzinfo=timezone.utc))
+        return Run(RunDir(tmp_path / run_id), record, {}, {"fp8": VariantResult(variant="fp8", status=status)})
+
+    measured, cut = run("20260101-000000-a", "ok", 1), run("20260102-000000-b", "pending", 2)
+    assert [f.run.run_id for f in find_variant([measured, cut], "fp8")] == ["20260101-000000-a"]
