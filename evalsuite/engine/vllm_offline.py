@@ -296,11 +296,23 @@ def _shutdown(llm) -> None:
         pass
 
 
+def _own_resource_tracker() -> None:
+    """A resource tracker of this process's own, started on first use with its stderr the engine log.
+    A spawned child shares its parent's tracker, which reports at the parent's exit the semaphores
+    vLLM registered here and os._exit left registered ("leaked semaphore objects": it unlinks them,
+    harmless) on the user's console. The tracker's public functions are bound to the one instance,
+    so it is re-initialised in place (private in the standard library, unchanged since 3.8)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker._resource_tracker.__init__()
+
+
 def worker_main(conn, model: str, kwargs: dict[str, Any], log_path: str, env: dict[str, str]) -> None:
     """Child-process entry: start the engine, answer requests until told to close."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    _own_resource_tracker()
     os.environ.update(env)
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model ships a function
     try:
