@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -374,6 +375,13 @@ def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
         console.print(table)
     text = console.export_text()
     assert "30†" in text and "loaded host" in text
+    # CSV and JSON carry it as data, for a script to filter on
+    table = pd.read_csv(io.StringIO(runner.invoke(app, ["compare", str(run), "--format", "csv"]).stdout), index_col=0)
+    assert table.at["bf16", "latency host loaded"] and not table.at["fp8", "latency host loaded"]
+    assert table.at["bf16", "latency host load 1m"] == 9.0
+    variants = json.loads(runner.invoke(app, ["compare", str(run), "--format", "json"]).stdout)["variants"]
+    assert variants["bf16"]["host_load"]["loaded"] and variants["bf16"]["host_load"]["cpus"] == 4
+    assert variants["fp8"]["host_load"]["loaded"] is False
 
 
 def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads(repo_root):

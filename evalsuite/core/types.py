@@ -300,11 +300,15 @@ class HostLoad(_Model):
     engine_threads: int = 0
 
     @property
+    def peak(self) -> float:
+        """The 1-minute load as the pass started or as it ended, whichever is higher."""
+        return max(self.start[0], self.end[0] if self.end else 0.0)
+
+    @property
     def loaded(self) -> bool:
         """More runnable threads besides the engine's own than the CPUs they leave free (at least
         one), by the 1-minute load as the pass started or as it ended."""
-        load = max(self.start[0], self.end[0] if self.end else 0.0)
-        return load - self.engine_threads > max(1, self.cpus - self.engine_threads)
+        return self.peak - self.engine_threads > max(1, self.cpus - self.engine_threads)
 
 
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or its engine

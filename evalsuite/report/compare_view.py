@@ -99,7 +99,8 @@ def to_markdown(c: Comparison) -> str:
 
 def to_csv(c: Comparison) -> str:
     """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta` (points or percent, as
-    displayed), `<m> ci95 low/high`, and for the rows shown the paired delta, its ci95 and n."""
+    displayed), `<m> ci95 low/high`, for the rows shown the paired delta, its ci95 and n, and whether
+    the latency pass ran on a loaded host (with its 1-minute load)."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
@@ -114,6 +115,9 @@ def to_csv(c: Comparison) -> str:
             extra[f"{col} delta ci95 low"] = [p.low if p else math.nan for p in paired]
             extra[f"{col} delta ci95 high"] = [p.high if p else math.nan for p in paired]
             extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
+    loads = c.loads()
+    extra["latency host loaded"] = [None if loads[x] is None else loads[x].loaded for x in c.frame.index]
+    extra["latency host load 1m"] = [None if loads[x] is None else loads[x].peak for x in c.frame.index]
     out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
     return out.to_csv()
 
@@ -135,7 +139,9 @@ def to_json(c: Comparison) -> str:
                             "delta": None if label == c.baseline else num(paired.delta if paired else c.deltas.at[label, col]),
                             "delta_ci95": [paired.low, paired.high] if paired else None,
                             "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
-        variants[label] = {"status": num(c.frame.at[label, "status"]), "metrics": metrics}
+        load = c.loads()[label]
+        variants[label] = {"status": num(c.frame.at[label, "status"]), "metrics": metrics,
+                           "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded}}
     return json.dumps({"baseline": c.baseline, "runs": c.runs(), "variants": variants}, indent=2) + "\n"
 
 
