@@ -24,7 +24,8 @@ runner = CliRunner()
 VARIANTS = {
     "bf16": {"wrong": range(20), "ttft": {512: 10.0, 2048: 30.0}, "needle": {1024: 1.0, 4096: 0.9}},
     "fp8": {"wrong": range(30), "weights_gib": 0.5, "kv_cache_tokens": 20000, "ttft": {512: 9.0, 2048: 28.0},
-            "settings": {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "fp8"}},
+            "settings": {"dtype": "bfloat16", "quantization": "fp8", "kv_cache_dtype": "fp8"},
+            "host_load": {"cpus": 4, "start": [9.5, 6.0, 3.0], "end": [8.0, 6.0, 3.0]}},
     "int4": {"status": "skipped", "reason": "no W4A16 kernel on CPU"},
     "broken": {"status": "failed", "reason": "engine exited with code 1"},
 }
@@ -83,6 +84,8 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert fp8.data.tags["mlflow.parentRunId"] == res.parent_run_id
     assert fp8.data.tags["evalsuite.status"] == "ok" and fp8.info.status == "FINISHED"
     assert fp8.data.tags["evalsuite.commit"] == "abc123" and fp8.data.tags["vllm.version"] == "0.0.test"
+    assert fp8.data.tags["evalsuite.latency_host_loaded"] == "true"  # its latency pass saw a load of 9.5 on 4 CPUs
+    assert fp8.data.tags["evalsuite.latency_host_load_1m"] == "9.5"
     assert fp8.data.tags["device"] == "CPU: test"
     assert fp8.data.params["quantization"] == "fp8" and fp8.data.params["model.name"] == "tiny"
     m = fp8.data.metrics
