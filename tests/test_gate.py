@@ -623,3 +623,19 @@ def test_a_partial_candidate_missing_whole_groups_is_not_evidence(tmp_path):
     row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
     assert "insufficient n: no paired item in 1 of the 2 groups behind it (law)" in row, row
     assert res.exit_code != 0 and "passed: 1 passed" not in res.output
+
+
+def test_a_latency_check_timed_on_a_loaded_host_says_so(tmp_path):
+    """The candidate's latency pass ran at a 1-minute load of 9.5 on 4 CPUs: the gate's markdown says
+    which side and at what load beside its latency checks; a quiet pair adds no note."""
+    spec = {"wrong": range(30), "ttft": {512: 10.0}, "itl": {512: 2.0}}
+    busy = {**spec, "host_load": {"cpus": 4, "start": [9.5, 6.0, 3.0], "end": [8.0, 6.0, 3.0]}}
+    base, cand = two_runs(tmp_path, spec, busy)
+    md = tmp_path / "gate.md"
+    gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--markdown", str(md))
+    text = md.read_text()
+    assert "† latency timed on a loaded host" in text and "fp8 (1-min load 9.5 at start, 8.0 at end, 4 CPUs)" in text
+    quiet = tmp_path / "quiet"
+    base, cand = two_runs(quiet, spec, spec)
+    gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--markdown", str(md))
+    assert "loaded host" not in md.read_text()

@@ -42,7 +42,7 @@ from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, MetricKind, VariantResult, meaning_of_name, task_of
+from evalsuite.core.types import HostLoad, Metric, MetricKind, VariantResult, meaning_of_name, task_of
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -406,6 +406,8 @@ class GateReport:
     rules: Rules
     checks: list[Check]
     controls: list[str] = field(default_factory=list)  # candidates that measure the engine's own noise
+    # by label, the host's load over each side's latency pass: a latency check on a loaded host is said so
+    loads: dict[str, HostLoad | None] = field(default_factory=dict)
 
     def candidates(self) -> list[str]:
         return list(dict.fromkeys(c.candidate for c in self.checks))
@@ -528,7 +530,8 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
         raise ConfigError(f"{rules_path}: no metric of baseline {base.variant!r} matched a rule, or no candidate ran; "
                           f"nothing was checked")
     decide(rules, checks)
-    report = GateReport(labels[0], rules_path, rules, checks, control_labels)
+    report = GateReport(labels[0], rules_path, rules, checks, control_labels,
+                        {label: e.host_load for (_, e), label in zip(entries, labels, strict=True)})
     _add_noise(report)
     return report
 

@@ -6,10 +6,10 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.core.types import task_of
+from evalsuite.core.types import TTFT_P50, task_of
 from evalsuite.report.gate import Check, GateReport
 from evalsuite.report.rules import Rules, decision_rule
-from evalsuite.report.names import fmt_value
+from evalsuite.report.names import fmt_value, loaded_note
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
@@ -140,6 +140,15 @@ def _noise(report: GateReport) -> list[str]:
     return lines + [""]
 
 
+def _loaded(report: GateReport) -> list[str]:
+    """The note on latency checks whose baseline or candidate was timed on a loaded host."""
+    timed = {c.candidate for c in report.checks if c.status != "skip" and task_of(c.metric) == task_of(TTFT_P50)}
+    if not timed:
+        return []
+    note = loaded_note({label: report.loads.get(label) for label in [report.baseline, *timed]})
+    return ["", note] if note else []
+
+
 def to_markdown(report: GateReport) -> str:
     """A PR comment: verdict, a row per candidate, failures first, then warnings and passes; skipped
     checks folded into one list."""
@@ -151,7 +160,7 @@ def to_markdown(report: GateReport) -> str:
     order = {"fail": 0, "warn": 1, "uninformative": 2, "pass": 3}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
         lines.append(_row(c))
-    lines += _resolution(report)
+    lines += _resolution(report) + _loaded(report)
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
         lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]
