@@ -139,6 +139,18 @@ def test_a_variant_never_started_is_not_uploaded_until_it_runs(tmp_path, client,
     assert log_run(rd, cfg, uri=mlflow_server.uri).created == ["fp8"]
 
 
+def test_a_parent_whose_started_variants_all_failed_is_failed(tmp_path, client, mlflow_server):
+    """Variants an interrupted run never started do not make a run of failures look finished."""
+    run = build_run(tmp_path / "runs", "20250101-000000-fail", {"bf16": {"status": "failed", "reason": "boom"},
+                                                                 "fp8": {}})
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.variants[1] = VariantResult(variant="fp8", status="pending", reason="not started")
+    rd.write_run(record)
+    res = log_run(rd, TrackingConfig(experiment="t-allfail"), uri=mlflow_server.uri)
+    assert client.get_run(res.parent_run_id).info.status == "FAILED"
+
+
 def test_nan_metrics_are_accepted(client, mlflow_server):
     # a task with no items scores NaN; MLflow stores it rather than refusing the whole batch
     run = client.create_run(client.create_experiment("t-nan"))
