@@ -140,6 +140,41 @@ def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     assert metrics(run) == metrics(reference)
 
 
+def test_an_engine_killed_after_its_first_task_leaves_the_variant_partial(tmp_path, tiny_model, legal_dir, reference):
+    """The engine child SIGKILLed (as the OOM killer does) once MMLU is recorded: the run goes on and
+    ends 0, the variant is `partial` with MMLU's metrics as an unbroken run scores them and the
+    reason naming the task it died in, and --resume asks for the rest and ends `ok`."""
+    import psutil
+
+    cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="e2e")
+    proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline, killed = time.monotonic() + 600, False
+    while time.monotonic() < deadline and proc.poll() is None and not killed:
+        found = list((tmp_path / "runs").glob("*/bf16/samples/mmlu.jsonl"))
+        if found and found[0].read_text().count("\n") >= 12:  # every MMLU item: the task is complete
+            for child in psutil.Process(proc.pid).children():
+                if os.getpgid(child.pid) == child.pid:  # the engine leads its own group (not the driver's helpers)
+                    os.killpg(child.pid, signal.SIGKILL)
+                    killed = True
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=600)
+    assert killed and proc.returncode == 0, err[-3000:]
+    (run,) = run_dirs(tmp_path / "runs")
+    (bf16,) = json.loads((run / "run.json").read_text())["variants"]
+    assert bf16["status"] == "partial" and bf16["reason"].startswith("engine failed in "), bf16["reason"]
+    assert bf16["reason"].endswith("mmlu complete") and bf16["engine_error"], bf16
+    mmlu = lambda r: {m["name"]: m["value"] for v in json.loads((r / "run.json").read_text())["variants"]
+                      if v["variant"] == "bf16" for m in v["metrics"] if m["name"].startswith("mmlu/")
+                      and not m["name"].endswith("_s")}
+    assert mmlu(run) == mmlu(reference)
+    res = evalsuite("run", str(cfg), "--resume", "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["variants"][0]["status"] == "ok"
+    acc = {k: v for k, v in scores(reference, "bf16").items() if not k.startswith("len")}  # latency rows: timings
+    assert {k: scores(run, "bf16")[k]["value"] for k in acc} == {k: v["value"] for k, v in acc.items()}
+
+
 def interrupt_when_recorded(cfg: Path, out: Path, lines: int, sig: int = signal.SIGINT, *args: str) -> None:
     """`evalsuite run CONFIG ARGS` in a process that ignores SIGINT (as a shell's background jobs and
     pytest-xdist workers do), sent `sig` once bf16's MMLU records hold `lines` rows; it must exit 130
