@@ -6,10 +6,10 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-from evalsuite.core.types import TTFT_P50, task_of
+from evalsuite.core.types import task_of
 from evalsuite.report.gate import Check, GateReport
 from evalsuite.report.rules import Rules, decision_rule
-from evalsuite.report.names import fmt_value, loaded_note
+from evalsuite.report.names import fmt_value, is_latency, loaded_note
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
@@ -142,7 +142,7 @@ def _noise(report: GateReport) -> list[str]:
 
 def _loaded(report: GateReport) -> list[str]:
     """The note on latency checks whose baseline or candidate was timed on a loaded host."""
-    timed = {c.candidate for c in report.checks if c.status != "skip" and task_of(c.metric) == task_of(TTFT_P50)}
+    timed = {c.candidate for c in report.checks if c.status != "skip" and is_latency(c.metric)}
     if not timed:
         return []
     note = loaded_note({label: report.loads.get(label) for label in [report.baseline, *timed]})

@@ -87,9 +87,14 @@ def _first_scores(v: VariantResult) -> list[str]:
     return list(seen.values())
 
 
+def is_latency(metric: str) -> bool:
+    """A figure of the latency pass, the one timed pass a loaded host slows."""
+    return task_of(metric) == task_of(TTFT_P50)
+
+
 def loaded_mark(metric: str, load: HostLoad | None) -> str:
     """The mark a figure of the latency pass carries where the host was loaded during the pass."""
-    return LOADED if task_of(metric) == task_of(TTFT_P50) and load is not None and load.loaded else ""
+    return LOADED if is_latency(metric) and load is not None and load.loaded else ""
 
 
 def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
