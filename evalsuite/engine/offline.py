@@ -200,7 +200,7 @@ class OfflineEngine:
                 raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
         try:
             return self._conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # OSError: a child killed mid-send resets the pipe (ConnectionResetError)
             raise EngineFailed(failure_reason(self.log_path, self._died(what))) from None
 
     def _died(self, what: str, grace_s: float = 5.0) -> str:
@@ -222,7 +222,10 @@ class OfflineEngine:
         while self._unread:  # the pipe answers in order: an abandoned stream's answers come first
             self._recv(24 * 3600, "generation")
             self._unread -= 1
-        self._conn.send(msg)
+        try:
+            self._conn.send(msg)
+        except OSError:  # BrokenPipeError, ConnectionResetError: the child is gone
+            raise EngineFailed(failure_reason(self.log_path, self._died("a request"))) from None
 
     def _answer(self, what: str, timeout: float = 24 * 3600):
         kind, payload = self._recv(timeout, what)
