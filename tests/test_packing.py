@@ -109,6 +109,8 @@ def test_cpu_cores_are_split_between_engines():
     assert engine_limit("auto", cpu=True, cores=2) == 2
     assert engine_limit(4, cpu=True, cores=2) == 2
     assert engine_limit(4, cpu=False, cores=2) == 4
+    assert engine_limit("auto", cpu=False, cores=16) == 8  # two busy processes an engine
+    assert engine_limit("auto", cpu=False, cores=1) == 1
 
 
 def test_the_kv_pool_holds_the_longest_request_times_the_batch():

@@ -5,7 +5,7 @@ a KV pool fixed in bytes, sized for the longest request the tasks send times the
 (vLLM gets the pool as `kv_cache_memory_bytes`, so its size does not depend on what the others
 leave free). Engines start, in the config's order, while the running footprints fit in the device's
 memory less a margin: GPU memory as NVML reports it free, or on a CPU the host's available RAM, whose
-cores are split between the engines. A variant without a prediction (a hub id, a GGUF file), one
+cores are split between the engines; `auto` also keeps two host cores for each GPU engine. A variant without a prediction (a hub id, a GGUF file), one
 over the budget on its own, one spread over several GPUs, and one whose engine ran out of memory
 beside others runs alone. The latency pass runs afterwards, each engine alone on the device; its
 failure leaves the variant `partial` with the packed tasks' results, not `failed`.
@@ -168,10 +168,18 @@ def core_slices(cores: list[int], n: int) -> list[str]:
     return [",".join(str(c) for c in cores[i * len(cores) // n:(i + 1) * len(cores) // n]) for i in range(n)]
 
 
+# A GPU engine keeps two processes busy on the host while it works: the frontend (our engine child:
+# tokenizing, detokenizing, the pipe) and vLLM's engine core, whose busy loop schedules and launches
+# the model (the worker runs inside it at tensor parallel 1). vLLM's CPU sizing guide asks for 2 + N
+# cores an engine; packed engines starved of them would stretch the wall time packing is meant to cut.
+HOST_CORES_PER_GPU_ENGINE = 2
+
+
 def engine_limit(parallel: str | int, cpu: bool, cores: int) -> int:
-    """At most this many engines at once; auto leaves it to memory, and on a CPU to one core each."""
+    """At most this many engines at once: auto leaves it to memory and the host's cores (one each for
+    a CPU engine's threads, two for a GPU engine's processes); a number is taken as given on a GPU."""
     if parallel == "auto":
-        return cores if cpu else 64
+        return cores if cpu else max(1, cores // HOST_CORES_PER_GPU_ENGINE)
     return min(int(parallel), cores) if cpu else int(parallel)
 
 
