@@ -42,6 +42,10 @@ import time
 from pathlib import Path
 
 import yaml
+from rich.console import Console
+
+from evalsuite.core.records import RunDir
+from evalsuite.report.placement import placement_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_fanout  # noqa: E402  (its tiny config and config wrapper)
@@ -115,6 +119,9 @@ def say_mode(name: str, wall_s: float, run_dir: Path) -> None:
         place = v.get("placement") or {}
         print(f"{name:10s} {v['variant']}: {v['status']}, {v['duration_s'] or 0:.1f} s (engine start "
               f"{v['engine'].get('startup_s') or 0:.1f} s), beside {place.get('ran_with', [])}", flush=True)
+    table = placement_table(RunDir(run_dir).load_run())
+    if table is not None:  # the planner's footprint against each packed engine's own figures
+        Console(width=160).print(table)
 
 
 def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None,

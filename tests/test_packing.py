@@ -248,6 +248,9 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
                               *extra], capture_output=True, text=True, timeout=900, env=_env())
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
         (runs[label],) = [p for p in out.iterdir() if (p / "run.json").exists()]
+        # the summary shows the plan against the engines only where it packed
+        assert ("packing (--parallel 2): at most 2 engines at once" in res.stdout) == (label == "packed")
+    assert "0.062 / 0.062 (+0%)" in res.stdout  # each engine's 64 MiB KV pool, predicted and measured
     for variant in ("bf16", "kv_fp8"):
         seq, packed = _answers(runs["sequential"], variant), _answers(runs["packed"], variant)
         assert len(seq) == 12 + 4 + 1 and seq == packed
@@ -412,3 +415,33 @@ def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp
     assert fp8.metric("mmlu/acc").n == 12 and fp8.metric("legal/acc").n == 10
     ids = [json.loads(x)["sample"]["id"] for x in (run / "fp8" / "samples" / "mmlu.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 12
+
+
+def test_the_summary_sets_the_plan_beside_the_engine():
+    """Pure: a packed record's placement table and MLflow metrics; an unpacked record shows none."""
+    from rich.console import Console
+
+    from evalsuite.core.types import RunRecord, VariantResult
+    from evalsuite.report.placement import part_error, placement_metrics, placement_table
+
+    packed = VariantResult(variant="fp8", status="ok", placement={
+        "parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
+        "predicted": {"weights_gib": 2.2, "kv_cache_gib": 1.0, "activation_gib": 0.5, "footprint_gib": 3.7},
+        "measured": {"weights_gib": 2.0, "kv_cache_gib": 1.0}})
+    lone = VariantResult(variant="gguf", status="ok", placement={
+        "parallel": "auto", "ran_with": [], "predicted": {"error": "no config.json"}, "measured": {}})
+    record = RunRecord(run_id="r", model="m", variants=[packed, lone],
+                       env={"scheduler": {"parallel": "auto", "limit": 8, "budget_gib": 120.0, "memory_gib": 139.8}})
+    console = Console(width=200, record=True)
+    console.print(placement_table(record))
+    text = " ".join(console.export_text().split())  # the caption wraps
+    assert "packing (--parallel auto): at most 8 engines at once, 120.0 of 139.8 GiB" in text
+    assert "2.200 / 2.000 (+10%)" in text and "0.500 / -" in text
+    assert "alone" in text and "no prediction: no config.json" in text
+    assert "measured alone, after the packed tasks: fp8; the others beside" in text
+    assert part_error(2.2, 2.0) == pytest.approx(10.0) and part_error(1.0, None) is None
+    assert placement_metrics(packed) == {"placement/weights_gib/predicted": 2.2, "placement/kv_cache_gib/predicted": 1.0,
+                                         "placement/activation_gib/predicted": 0.5,
+                                         "placement/footprint_gib/predicted": 3.7,
+                                         "placement/weights_gib/measured": 2.0, "placement/kv_cache_gib/measured": 1.0}
+    assert placement_table(RunRecord(run_id="r", model="m", variants=[VariantResult(variant="a")])) is None

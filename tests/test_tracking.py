@@ -68,6 +68,9 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     rd = RunDir(run)
     record = rd.load_run()
     record.variants[1].metrics.append(Metric(name="mmlu/acc/µ?", value=0.5))  # fp8: a name MLflow refuses
+    record.variants[1].placement = {"parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
+                                    "predicted": {"weights_gib": 0.52, "kv_cache_gib": 1.0, "footprint_gib": 3.5},
+                                    "measured": {"weights_gib": 0.5, "kv_cache_gib": 1.0}}
     rd.write_run(record)
     res = log_run(rd, TrackingConfig(experiment="t-basic"), uri=mlflow_server.uri)
     assert sorted(res.created) == ["bf16", "broken", "fp8", "int4", "parent"]
@@ -92,6 +95,9 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert m["mmlu/acc"] == pytest.approx(0.85) and m["engine/weights_gib"] == 0.5
     assert m["engine/kv_cache_tokens"] == 20000 and m["latency/ttft_ms_p50/ctx512"] == 9.0
     assert m[sanitize("mmlu/acc/µ?")] == 0.5
+    assert fp8.data.tags["evalsuite.placement"] == "bf16"  # packed beside bf16: the plan against the engine
+    assert m["placement/weights_gib/predicted"] == 0.52 and m["placement/weights_gib/measured"] == 0.5
+    assert m["placement/footprint_gib/predicted"] == 3.5 and "placement/activation_gib/measured" not in m
     assert {a.path for a in client.list_artifacts(fp8.info.run_id)} >= {"result.json", "samples"}
     assert [a.path for a in client.list_artifacts(fp8.info.run_id, "samples")] == ["samples/mmlu.jsonl"]
 

@@ -319,6 +319,12 @@ class HostLoad(_Model):
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
 
 
+# The parts of one engine's memory that the packing plan adds up (`run --parallel`), prediction key ->
+# how reports name it; the engine reports some of them itself (vllm-cpu: weights and the KV pool).
+FOOTPRINT_PARTS = {"weights_gib": "weights", "kv_cache_gib": "KV pool", "activation_gib": "activation",
+                   "cuda_graph_gib": "CUDA graphs", "non_torch_gib": "runtime"}
+
+
 class VariantResult(_Model):
     variant: str
     status: Status = "pending"

@@ -16,6 +16,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
+from evalsuite.report.placement import placement_table
 from evalsuite.report.names import STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
@@ -140,6 +141,8 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), resolution_note(record, rules, run_dir)):
         if note:
             console.print(note, markup=False, highlight=False)
+    if (packing := placement_table(record)) is not None:
+        console.print(packing)
     for v in record.variants:
         if v.reason:
             console.print(f"  {v.variant} {v.status}: {v.reason}", markup=False, highlight=False)

@@ -46,6 +46,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir, is_safe_name
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
+from evalsuite.report.placement import beside, placement_metrics
 from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
 from evalsuite.report.settings import TrackingConfig
 
@@ -253,7 +254,7 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
 
 
 def variant_metrics(result: VariantResult) -> dict[str, float]:
-    out = {sanitize(k): v for k, v in flat_metrics(result).items() if v is not None}
+    out = {sanitize(k): v for k, v in {**flat_metrics(result), **placement_metrics(result)}.items() if v is not None}
     if result.duration_s is not None:
         out["variant/duration_s"] = result.duration_s
     return out
@@ -393,6 +394,8 @@ class _Logger:
         for key, tag in (("vllm_version", "vllm.version"), ("device", "device")):
             if getattr(result.engine, key):
                 tags[tag] = str(getattr(result.engine, key))
+        if result.placement.get("parallel") not in (None, 1):
+            tags["evalsuite.placement"] = beside(result)[:MAX_TAG]
         if result.host_load is not None:  # a tag, not a metric: the load is the host's, not the variant's figure
             tags["evalsuite.latency_host_loaded"] = str(result.host_load.loaded).lower()
             tags["evalsuite.latency_host_load_1m"] = f"{result.host_load.peak:g}"

