@@ -1,15 +1,15 @@
-"""Check an evalsuite H200 run against the raw vLLM probe in shared/gpu/README.md.
+"""Check an evalsuite H200 run against a raw vLLM probe of the same card and shapes.
 
 Usage: python bench/h200_vs_probe.py RUN_DIR
 Compares, per variant: weights GiB and KV capacity (must match the probe), TTFT and ITL at
-130K tokens (within 5%: the suite's overhead), and the planner's predictions. The probe
-numbers are copied from shared/gpu/README.md (H200, vLLM 0.26.0, Llama-3.1-8B shape, dummy
-weights, one 130K prompt, measured 2026-11-29).
+130K tokens (within 5%: the suite's overhead), and the planner's predictions. The probe numbers
+below are a bare `vllm.LLM` script's (H200, vLLM 0.26.0, Llama-3.1-8B shape, dummy weights, one
+130K prompt, measured 2026-11-29): they hold for that card and vLLM version only.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 from evalsuite.core.records import RunDir
@@ -55,4 +55,6 @@ def main(run: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="an evalsuite run folder of the probe's variants on an H200")
+    main(parser.parse_args().run_dir)

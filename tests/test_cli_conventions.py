@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 import evalsuite
 from evalsuite.cli.main import app, bare_flags
-from evalsuite.cli.shipped import DEFAULT_RULES, STARTER, STARTER_MODEL
+from evalsuite.cli.shipped import DEFAULT_RULES, STARTER, STARTER_GPU, STARTER_MODEL
 from tests.test_fake_e2e import make_config, metrics, only_run
 
 COMMANDS = ["run", "validate", "finish", "quantize", "init", "plan", "check", "compare", "gate", "sync", "models import"]
@@ -46,14 +46,28 @@ def test_a_command_module_that_fails_to_import_is_an_error():
     assert res.returncode != 0 and "import of evalsuite.cli.plan halted" in res.stderr
 
 
-def test_init_writes_a_starter_that_validates_and_keeps_an_existing_one(tmp_path):
+def test_init_writes_a_starter_that_validates_and_keeps_an_existing_one(tmp_path, monkeypatch):
+    monkeypatch.setattr("evalsuite.cli.shipped.gpu_names", lambda: [])  # a machine without a GPU: the CPU starter
     res = cli("init", str(tmp_path / "here"))
-    assert res.exit_code == 0 and "next: evalsuite run" in res.output
+    assert res.exit_code == 0 and "the CPU starter (no GPU found; --device gpu for the GPU one)" in res.output
     written = tmp_path / "here" / "evalsuite.yaml"
     assert written.read_text() == STARTER.read_text() and STARTER_MODEL in STARTER.read_text()
     assert cli("validate", str(written)).exit_code == 0
     again = cli("init", str(tmp_path / "here"))
     assert again.exit_code == 2 and "exists; give --force" in again.output and again.output.count("\n") == 1
+
+
+def test_init_on_a_gpu_machine_writes_the_gpu_starter_naming_the_model(tmp_path, monkeypatch):
+    monkeypatch.setattr("evalsuite.cli.shipped.gpu_names", lambda: ["NVIDIA L4"])
+    res = cli("init", str(tmp_path), "--model", "meta-llama/Llama-3.1-8B-Instruct")
+    assert res.exit_code == 0 and "the GPU starter (NVIDIA L4 found; --device cpu for the CPU one)" in res.output
+    text = (tmp_path / "evalsuite.yaml").read_text()
+    assert text.startswith(STARTER_GPU.read_text().split("model:")[0])  # its header, then the model named
+    assert "model:\n  hf: meta-llama/Llama-3.1-8B-Instruct\ndefaults:" in text and "Qwen/Qwen2.5-7B-Instruct\n" not in text
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in text and "kv_cache_memory_bytes" not in text  # no CPU settings
+    assert cli("validate", str(tmp_path / "evalsuite.yaml")).exit_code == 0
+    cpu = cli("init", str(tmp_path), "--device", "cpu", "--force")
+    assert cpu.exit_code == 0 and (tmp_path / "evalsuite.yaml").read_text() == STARTER.read_text()
 
 
 @pytest.mark.parametrize("target,line", [

@@ -89,6 +89,18 @@ def test_every_variant_of_every_example_fits_an_h200(path, hf_cache):
     assert plans["kv_fp8"]["kv_bytes_per_token"] < skip < plans["bf16"]["kv_bytes_per_token"]
 
 
+def test_every_variant_of_the_gpu_starter_fits_a_24_gb_card(hf_cache):
+    """`init --device gpu`'s starter on the smallest cards it names (L4, A10G: 22 GiB as torch sees them)."""
+    starter = REPO / "evalsuite" / "configs" / "starter-gpu.yaml"
+    for gpu in ("L4", "A10G"):
+        res = cli("plan", str(starter), "--gpu", gpu, "--format", "json")
+        assert res.exit_code == 0, res.output
+        plans = json.loads(res.output)
+        assert set(plans) == set(load_config(starter).variants)
+        for name, p in plans.items():
+            assert p["fits"] and p["max_len_limit"] >= p["max_model_len"] == 16384, (gpu, name, p)
+
+
 def test_plan_reads_a_hf_id_from_the_local_cache(hf_cache):
     res = cli("plan", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "32768", "--format", "json")
     assert res.exit_code == 0, res.output

