@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.core.types import TTFT_P50, Metric, task_of
+from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -78,7 +78,7 @@ def _pt(v: float) -> str:
 
 
 def verdict_cell(row: Row) -> str:
-    if row.status not in ("ok", "partial"):
+    if row.status not in USABLE_STATUSES:
         return row.status
     if row.baseline:
         return "baseline"
@@ -163,7 +163,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
     length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
-        if e.result.variant in out or e.result.status not in ("ok", "partial"):
+        if e.result.variant in out or e.result.status not in USABLE_STATUSES:
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, RunRecord, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
@@ -83,7 +83,7 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
     nothing where the run has no second usable variant or no metric a rule names."""
     base = _baseline(rd, record)
-    usable = [v for v in record.variants if v.status in ("ok", "partial")]
+    usable = [v for v in record.variants if v.status in USABLE_STATUSES]
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
     try:
