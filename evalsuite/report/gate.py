@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   task_of)
 from evalsuite.report.compare import label_entries
@@ -496,8 +496,8 @@ def _gate_key(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
               controls: list[Side] | None) -> tuple:
     sides = [baseline, *candidates, *(controls or [])]
     roots = {s.run_dir.root.resolve() for s in sides}
-    files = [f for r in sorted(roots) for pattern in ("run.json", "*/result.json", "*/samples/*.jsonl")
-             for f in sorted(r.glob(pattern))]
+    patterns = (RUN_FILE, f"*/{RESULT_FILE}", f"*/{SAMPLES_DIR}/*{SAMPLES_SUFFIX}")
+    files = [f for r in sorted(roots) for pattern in patterns for f in sorted(r.glob(pattern))]
     return (tuple((str(s.run_dir.root.resolve()), s.variant) for s in sides), len(candidates),
             rules.model_dump_json(), rules_path, tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from evalsuite.core.records import ENV_FILE
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
@@ -244,7 +245,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
     rows = []
     for part in report.parts:
         rd = part.run_dir
-        env = json.loads((rd.root / "env.json").read_text()) if (rd.root / "env.json").exists() else {}
+        env = json.loads((rd.root / ENV_FILE).read_text()) if (rd.root / ENV_FILE).exists() else {}
         record = rd.load_run()
         engines = [e.result.engine for e in part.comparison.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
@@ -252,7 +253,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         version = env.get("evalsuite_version") or "-"
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
-                     ", ".join(gpus), config_hash(rd.root / "config.yaml"),
+                     ", ".join(gpus), config_hash(rd.config_path),
                      f"evalsuite run {record.config_path}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]

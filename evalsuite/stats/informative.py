@@ -46,7 +46,7 @@ def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -
     if rd is None:
         return level
     if level is None:
-        path = rd.root / result.variant / "samples" / f"{task}.jsonl"
+        path = rd.samples_file(result.variant, task)
         k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
         level = 1 / k if k >= 2 else None
     constant = _constant_answer(rd, result, metric) if level is not None else None
