@@ -364,13 +364,18 @@ class VariantResult(_Model):
         return {m.name: m for m in [*self.metrics, *engine_metrics(self.engine)]}
 
 
+# how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or
+# evalsuite.engine.fake's seeded stand-in for tests
+EngineMode = Literal["offline", "server", "fake"]
+
+
 class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     config_path: str | None = None
     model: str
-    mode: Literal["offline", "server", "fake"] = "offline"
+    mode: EngineMode = "offline"
     env: dict[str, Any] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     mlflow_run_id: str | None = None

@@ -33,12 +33,11 @@ from evalsuite.report.names import (
     prop,
 )
 from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 from evalsuite.stats.paired import difference_interval, pairing, unpaired
 from evalsuite.stats.significance import two_sided
-
-CONFIDENCE = 0.95  # two-sided, for every interval compare shows
 
 
 @dataclass

@@ -17,11 +17,10 @@ from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, Run
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
-from evalsuite.report.names import STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
+from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
-ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 LATENCY_COLUMNS = [(TTFT_P50, "TTFT p50 ms", "{:.1f}"), (ITL_P50, "ITL p50 ms", "{:.2f}")]
 
 

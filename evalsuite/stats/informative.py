@@ -25,6 +25,7 @@ import json
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, VariantResult, task_of
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.metrics import accuracy_interval
 
 AT_CHANCE, AT_CEILING = "at chance", "at ceiling"
@@ -87,7 +88,7 @@ def _choices(path: str, _mtime_ns: int) -> int:
 
 
 def mark(m: Metric | None, chance: float | None, margin: float = 0.0, ceiling: float = CEILING,
-         confidence: float = 0.95) -> str | None:
+         confidence: float = CONFIDENCE) -> str | None:
     """`at chance`, `at ceiling` or None (informative) for one baseline score; margin and ceiling in
     score units."""
     if m is None or not m.item_score:
