@@ -23,11 +23,10 @@ from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
 from evalsuite.core.configfile import format_validation_error
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.types import MetricKind
+from evalsuite.core.types import REQUEST_TIMINGS, UNIT_SUFFIXES, MetricKind
 from evalsuite.core.units import GIB
 
 Verdict = Literal["held", "not held", "not measurable"]
-_UNITS = (("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"), ("_bytes", "bytes"), ("_tokens", "tokens"), ("_blocks", "blocks"))
 
 
 @dataclass
@@ -77,9 +76,10 @@ def unit_of(kind: str, side: Measured) -> str:
         return {"ratio": "x", "change_pct": "%", "points": "pt"}[kind]
     if side.record is not None:
         return side.record.unit
-    # a planner field or an engine argument is no metric: its name is all that says its unit
+    # a planner field or an engine argument is no metric: its name is all that says its unit, and that
+    # may sit inside it (`kv_gib_per_request`)
     name = split_at(side.metric)[0].rsplit("/", 1)[-1]
-    return next((unit for part, unit in _UNITS if f"{part}_" in f"{name}_"), "")
+    return next((unit for part, unit, _ in UNIT_SUFFIXES if f"{part}_" in f"{name}_"), "")
 
 
 def is_score(side: Measured) -> bool:
@@ -206,14 +206,11 @@ def mean_of(side: Measured) -> str | None:
     return f"{key}@{tokens}" if tokens is not None else key
 
 
-TIMED = ("ttft_ms", "itl_ms", "e2e_ms")  # the per-request timings a timed task's samples keep
-
-
 def paired_timings(check: Check, sides: list[Measured], confidence: float) -> timing.Interval | None:
     """Two variants' timing over the same requests: the paired interval from their samples."""
     (key, tokens), other = central(sides[0]), central(sides[1])
     task, _, timed = key.partition("/")
-    if timed not in TIMED or other != (key, tokens):
+    if timed not in REQUEST_TIMINGS or other != (key, tokens):
         return None
     group = str(tokens) if tokens is not None else None
     per = [stats.request_timings(s.found.run.rd.root, s.found.result.variant, task, timed, group) for s in sides]

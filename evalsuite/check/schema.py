@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evalsuite.core.configfile import load_model
 from evalsuite.core.types import EngineStats
 from evalsuite.memory.planner import Plan, PlanSettings
+from evalsuite.stats import CONFIDENCE
 
 Kind = Literal["ratio", "change_pct", "difference", "points", "value"]
 ENGINE_FIELDS = tuple(k for k, f in EngineStats.model_fields.items() if f.annotation in (int | None, float | None))
@@ -241,7 +242,7 @@ class Claim(_Strict):
 
 class ClaimsFile(_Strict):
     title: str | None = None
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)  # two-sided, for accuracy intervals
+    confidence: float = Field(default=CONFIDENCE, gt=0.5, lt=1)  # two-sided, for accuracy intervals
     decide_on: Literal["interval", "estimate"] = "interval"  # interval: a straddling interval is "insufficient n"
     min_n: int = Field(default=30, ge=1)  # fewer scored items than this: not measurable
     claims: list[Claim] = Field(min_length=1)

@@ -45,8 +45,9 @@ SAFE_NAME_RULE = (f"allowed: {SAFE_NAME.pattern}: letters, digits, '_', '.', '-'
 # Writes below the run folder never follow a symbolic link planted there (the final part of a path).
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
-# The run folder's own files, and each variant folder's engine log
+# The run folder's own files; each variant folder's result, engine log and folder of samples files
 RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
+RESULT_FILE, SAMPLES_DIR, SAMPLES_SUFFIX = "result.json", "samples", ".jsonl"
 LOCK_FILE = "run.lock"
 # Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
 _HELD: set[Path] = set()
@@ -273,7 +274,7 @@ class RunDir:
     def load_run(self) -> RunRecord:
         path = self.root / RUN_FILE
         if not path.is_file():
-            raise ConfigError(f"{self.root}: not a run directory (no run.json)")
+            raise ConfigError(f"{self.root}: not a run directory (no {RUN_FILE})")
         data = _read_json(path)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
@@ -281,10 +282,23 @@ class RunDir:
         return _validated(path, RunRecord, data)
 
     def variant_dir(self, variant: str) -> Path:
-        return self._folder(variant, "samples").parent
+        return self._folder(variant, SAMPLES_DIR).parent
 
     def samples_path(self, variant: str, task: str) -> Path:
-        return self._folder(variant, "samples") / f"{check_name(task, 'task name')}.jsonl"
+        """Where a task's samples are written; its folders are made."""
+        return self._folder(variant, SAMPLES_DIR) / f"{check_name(task, 'task name')}{SAMPLES_SUFFIX}"
+
+    def samples_dir(self, variant: str) -> Path:
+        """A variant's folder of samples files, for reading: checks and creates nothing."""
+        return self.root / variant / SAMPLES_DIR
+
+    def samples_file(self, variant: str, task: str) -> Path:
+        """Where a task's samples are read from: checks and creates nothing."""
+        return self.samples_dir(variant) / f"{task}{SAMPLES_SUFFIX}"
+
+    def sample_files(self, variant: str) -> list[Path]:
+        """The samples files a variant has recorded, by name."""
+        return sorted(self.samples_dir(variant).glob(f"*{SAMPLES_SUFFIX}"))
 
     def engine_log(self, variant: str) -> Path:
         """Where the variant's engine writes its output; a link planted there is refused."""
@@ -316,7 +330,7 @@ class RunDir:
     def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
         """Rows written so far; the last line, when a kill cut it short, is dropped (it is redone).
         Creates nothing."""
-        path = self.root / variant / "samples" / f"{task}.jsonl"
+        path = self.samples_file(variant, task)
         if not path.is_file():
             return []
         lines = path.read_bytes().split(b"\n")
@@ -341,10 +355,10 @@ class RunDir:
         return rows
 
     def write_result(self, result: VariantResult) -> None:
-        _atomic_write(self.variant_dir(result.variant) / "result.json", result.model_dump_json(indent=2))
+        _atomic_write(self.variant_dir(result.variant) / RESULT_FILE, result.model_dump_json(indent=2))
 
     def load_result(self, variant: str) -> VariantResult | None:
-        path = self.root / variant / "result.json"
+        path = self.root / variant / RESULT_FILE
         if not path.exists():
             return None
         return _validated(path, VariantResult, _read_json(path))

@@ -66,6 +66,10 @@ class Completion(_Model):
     e2e_ms: float | None = None
 
 
+# the per-request timings (ms) a Completion carries and a timed task's scores keep under the same names
+REQUEST_TIMINGS = ("ttft_ms", "itl_ms", "e2e_ms")
+
+
 class Score(_Model):
     """The verdict on one sample. `value` is 1.0 for correct, 0.0 for wrong."""
 
@@ -172,10 +176,12 @@ _PERCENTILE = re.compile(r"_p(\d+)(/|$)")
 _STATISTIC = re.compile(r"_(?:p\d+|mean|median|max|min|std|total)$")
 _AT_LENGTH = re.compile(r"^(?:len|ctx|length)(\d+)$")
 _GRID_CELL = re.compile(r"^len(\d+)_depth(\d+)$")
-_SUFFIX_UNITS = (("_gib", "GiB", MetricKind.memory), ("_bytes", "bytes", MetricKind.memory),
-                 ("_ms", "ms", MetricKind.timing), ("_per_s", "/s", MetricKind.quantity),
-                 ("_s", "s", MetricKind.timing), ("_tokens", "tokens", MetricKind.quantity),
-                 ("_token", "per token", MetricKind.quantity), ("_blocks", "blocks", MetricKind.quantity))
+# a name's unit suffix -> the unit and the kind of quantity it measures; the first that a name holds wins
+UNIT_SUFFIXES = (("_gib", "GiB", MetricKind.memory), ("_ms", "ms", MetricKind.timing), ("_s", "s", MetricKind.timing),
+                 ("_bytes", "bytes", MetricKind.memory), ("_tokens", "tokens", MetricKind.quantity),
+                 ("_blocks", "blocks", MetricKind.quantity))
+# a rate's suffix, read only where it ends a metric's name; ahead of the units, as `_per_s` ends in `_s`
+_SUFFIX_UNITS = (("_per_s", "/s", MetricKind.quantity), ("_token", "per token", MetricKind.quantity)) + UNIT_SUFFIXES
 
 
 def meaning_of_name(name: str) -> dict[str, Any]:
@@ -317,6 +323,8 @@ class HostLoad(_Model):
 # failed: nothing measured; the reason says why
 # pending: never started (an interrupted run's variants it did not reach)
 Status = Literal["ok", "partial", "failed", "skipped", "running", "pending"]
+# the statuses whose metrics reports read: a partial variant keeps what it measured
+USABLE_STATUSES: tuple[Status, ...] = ("ok", "partial")
 
 
 # The parts of one engine's memory that the packing plan adds up (`run --parallel`), prediction key ->
@@ -356,13 +364,18 @@ class VariantResult(_Model):
         return {m.name: m for m in [*self.metrics, *engine_metrics(self.engine)]}
 
 
+# how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or
+# evalsuite.engine.fake's seeded stand-in for tests
+EngineMode = Literal["offline", "server", "fake"]
+
+
 class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
     config_path: str | None = None
     model: str
-    mode: Literal["offline", "server", "fake"] = "offline"
+    mode: EngineMode = "offline"
     env: dict[str, Any] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     mlflow_run_id: str | None = None

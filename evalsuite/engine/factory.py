@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evalsuite.core.env import platform_name
+from evalsuite.core.types import EngineMode
 from evalsuite.engine import Engine, tensor_parallel_workaround
 from evalsuite.models.compile_cache import engine_env
 
@@ -15,7 +16,7 @@ from evalsuite.models.compile_cache import engine_env
 class Launch(Protocol):
     """How a run starts its engines: a run config's `engine:` section has these."""
 
-    mode: str  # offline, server or fake
+    mode: EngineMode
     base_url: str | None  # server: attach to this running server instead of starting one
     startup_timeout_s: float
     env: Mapping[str, str]  # the engine's environment variables, over the compile-cache placement

@@ -28,7 +28,7 @@ from typing import Any
 import requests
 
 from evalsuite.core.types import Completion, EngineStats, Request
-from evalsuite.core.units import GIB
+from evalsuite.core.units import DTYPE_BYTES, GIB
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import exited, failure_reason, fill_from_log, kill_process_group
 
@@ -260,11 +260,6 @@ class ServerEngine:
         self._proc = None
 
 
-# Bytes per element of each safetensors dtype name (safetensors reports names, not sizes).
-_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
-                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
-
-
 def checkpoint_gib(model_dir: str) -> float | None:
     """Tensor bytes of the checkpoint, from safetensors' headers: what an unquantized load holds.
 
@@ -281,7 +276,7 @@ def checkpoint_gib(model_dir: str) -> float | None:
         with safe_open(f, framework="numpy") as fh:
             for name in fh.keys():
                 tensor = fh.get_slice(name)
-                total += math.prod(tensor.get_shape()) * _DTYPE_BYTES[tensor.get_dtype()]
+                total += math.prod(tensor.get_shape()) * DTYPE_BYTES[tensor.get_dtype()]
     return total / GIB
 
 

@@ -31,7 +31,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import (GPU_MEMORY_UTILIZATION, KV_CACHE_DTYPES, PER_TENSOR_FP8_KV, allowed_values,
                                      memory_fields, setting)
 from evalsuite.core.settings import QUANTIZATIONS as VARIANT_QUANTIZATIONS
-from evalsuite.core.units import GIB
+from evalsuite.core.units import DTYPE_BYTES, GIB
 from evalsuite.memory.devices import DEVICES, Device, get_device, vllm_batch_defaults
 
 # Fitted on the H200 rows: 1.78 GiB peak activation for Llama-3.1-8B at vLLM's H200 offline
@@ -50,7 +50,9 @@ RUNTIME_RSS_GIB_CPU = 1.5
 # variants). Reported and counted in required_gib; vLLM 0.26 does not take it from the KV cache.
 CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32
 
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# the dtypes a model computes in, by torch's name, and their size (by safetensors' name)
+_DTYPE_BYTES = {name: DTYPE_BYTES[short]
+                for name, short in {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}.items()}
 _DTYPE_ALIASES = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32"}
 QUANTIZATIONS = ("none", *VARIANT_QUANTIZATIONS)
 _QUANT_FAMILY = {"awq_marlin": "awq", "gptq_marlin": "gptq", "compressed_tensors": "compressed-tensors"}

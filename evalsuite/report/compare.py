@@ -18,7 +18,7 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import HostLoad, Metric, VariantResult
+from evalsuite.core.types import USABLE_STATUSES, HostLoad, Metric, VariantResult
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
@@ -33,12 +33,11 @@ from evalsuite.report.names import (
     prop,
 )
 from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 from evalsuite.stats.paired import difference_interval, pairing, unpaired
 from evalsuite.stats.significance import two_sided
-
-CONFIDENCE = 0.95  # two-sided, for every interval compare shows
 
 
 @dataclass
@@ -98,9 +97,9 @@ def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
 def usable(base: Entry, entries: list[Entry]) -> Entry:
     """The baseline, if it has results to set the others against: a table of changes against a variant
     that failed or never started would be all blanks."""
-    if base.result.status in ("ok", "partial"):
+    if base.result.status in USABLE_STATUSES:
         return base
-    allowed = ", ".join(e.label for e in entries if e.result.status in ("ok", "partial")) or "none"
+    allowed = ", ".join(e.label for e in entries if e.result.status in USABLE_STATUSES) or "none"
     raise ConfigError(f"--baseline: {base.label} is {base.result.status} ({base.result.reason or 'no reason recorded'}): "
                       f"give one with results (allowed: {allowed})")
 
@@ -255,7 +254,7 @@ def add_intervals(c: Comparison) -> None:
                     c.intervals[(e.label, m.name)] = ci
     base = next(e for e in c.entries if e.label == c.baseline)
     for e in c.entries:
-        if e is base or e.result.status not in ("ok", "partial"):
+        if e is base or e.result.status not in USABLE_STATUSES:
             continue
         for metric in c.columns:
             found = base.result.metric(metric)

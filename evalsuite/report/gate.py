@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
-from evalsuite.core.types import HostLoad, Metric, MetricKind, VariantResult, meaning_of_name, task_of
+from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
+from evalsuite.core.types import (USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
+                                  task_of)
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -51,10 +52,6 @@ from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
 
-# partial: an interrupted variant scored from what it recorded, or one whose engine (or latency
-# pass) failed after its other tasks; items are paired by id, so only what both sides answered is
-# compared, and every check states its n.
-USABLE = ("ok", "partial")
 MISSING = "missing in candidate"
 
 
@@ -308,7 +305,9 @@ def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
 def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check]:
     """Every baseline metric that a rule names, checked against the candidate."""
     cand = pair.cand
-    if cand.status not in USABLE:
+    # a partial candidate is checked too: items are paired by id, so only what both sides answered is
+    # compared, and every check states its n
+    if cand.status not in USABLE_STATUSES:
         status = "skip" if cand.status in ("skipped", "pending") and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
     measured, cm = pair.base.measured(), flat_metrics(cand)
@@ -371,7 +370,7 @@ def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
     v = record.variant(name)
     if v is None:
         raise ConfigError(f"--baseline: {name!r} is not a variant of run {record.run_id} (allowed: {', '.join(names)})")
-    if v.status not in USABLE:
+    if v.status not in USABLE_STATUSES:
         raise ConfigError(f"baseline variant {name!r} of run {record.run_id} is {v.status}: {v.reason or '-'}")
     return v
 
@@ -497,8 +496,8 @@ def _gate_key(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
               controls: list[Side] | None) -> tuple:
     sides = [baseline, *candidates, *(controls or [])]
     roots = {s.run_dir.root.resolve() for s in sides}
-    files = [f for r in sorted(roots) for pattern in ("run.json", "*/result.json", "*/samples/*.jsonl")
-             for f in sorted(r.glob(pattern))]
+    patterns = (RUN_FILE, f"*/{RESULT_FILE}", f"*/{SAMPLES_DIR}/*{SAMPLES_SUFFIX}")
+    files = [f for r in sorted(roots) for pattern in patterns for f in sorted(r.glob(pattern))]
     return (tuple((str(s.run_dir.root.resolve()), s.variant) for s in sides), len(candidates),
             rules.model_dump_json(), rules_path, tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
 

@@ -11,6 +11,9 @@ from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantRes
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
 LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
+# the engine stats a table of variants (the summary, the MLflow runs view) shows beside their scores:
+# EngineStats field, label, format
+ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 LOADED = "†"  # beside a latency figure timed on a loaded host
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad
+from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
+from evalsuite.core.units import GIB
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, run_gate
@@ -78,7 +79,7 @@ class Row:
         full) would understate it."""
         if self.kv_tokens and self.kv_cache_gib:
             return self.kv_tokens / self.kv_cache_gib
-        return 2**30 / self.kv_bytes_per_token if self.kv_bytes_per_token else None
+        return GIB / self.kv_bytes_per_token if self.kv_bytes_per_token else None
 
 
 @dataclass
@@ -145,7 +146,7 @@ def baseline_name(sources: list[tuple[RunDir, set[str] | None]], wanted: str | N
 
 def _part(rd: RunDir, only: set[str] | None, base: str, rules: Rules, rules_path: str) -> RunPart:
     names = {v.variant: v for v in rd.load_run().variants}
-    has_base = base in names and names[base].status in ("ok", "partial")
+    has_base = base in names and names[base].status in USABLE_STATUSES
     picked = None if only is None else (only | {base} if has_base else only)
     comparison = compare([(rd, picked)], base if has_base else None)
     part = RunPart(rd, comparison, has_base)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.core.types import TTFT_P50, Metric, task_of
+from evalsuite.core.records import ENV_FILE
+from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -78,7 +79,7 @@ def _pt(v: float) -> str:
 
 
 def verdict_cell(row: Row) -> str:
-    if row.status not in ("ok", "partial"):
+    if row.status not in USABLE_STATUSES:
         return row.status
     if row.baseline:
         return "baseline"
@@ -163,7 +164,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
     length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
-        if e.result.variant in out or e.result.status not in ("ok", "partial"):
+        if e.result.variant in out or e.result.status not in USABLE_STATUSES:
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):
@@ -244,7 +245,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
     rows = []
     for part in report.parts:
         rd = part.run_dir
-        env = json.loads((rd.root / "env.json").read_text()) if (rd.root / "env.json").exists() else {}
+        env = json.loads((rd.root / ENV_FILE).read_text()) if (rd.root / ENV_FILE).exists() else {}
         record = rd.load_run()
         engines = [e.result.engine for e in part.comparison.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
@@ -252,7 +253,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         version = env.get("evalsuite_version") or "-"
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
-                     ", ".join(gpus), config_hash(rd.root / "config.yaml"),
+                     ", ".join(gpus), config_hash(rd.config_path),
                      f"evalsuite run {record.config_path}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]

@@ -15,7 +15,7 @@ import pandas as pd
 # Figure objects, not pyplot: rendered by Agg straight to PNG, no display, no global backend state.
 from matplotlib.figure import Figure
 
-from evalsuite.core.types import Metric
+from evalsuite.core.types import USABLE_STATUSES, Metric
 from evalsuite.report.names import LATENCY_HEADLINE, in_points
 
 Intervals = dict[tuple[str, str], tuple[float, float]]  # (variant label, metric) -> (low, high)
@@ -46,7 +46,7 @@ def pareto_front(points: list[tuple[float, float]], x_lower_is_better: bool) -> 
 
 
 def _numeric(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    ok = frame[frame["status"].isin(["ok", "partial"])] if "status" in frame else frame
+    ok = frame[frame["status"].isin(USABLE_STATUSES)] if "status" in frame else frame
     return ok.reindex(columns=cols).apply(pd.to_numeric, errors="coerce")
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from urllib.parse import urlencode
 
+from evalsuite.report.names import ENGINE_COLUMNS
 from evalsuite.report.page import Report
 
 VIEW_KEY = "evalsuite"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 T_VERDICT = "evalsuite.verdict"
-ENGINE_COLUMNS = ["engine/weights_gib", "engine/kv_cache_tokens"]
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 
 
@@ -44,7 +44,7 @@ def view_columns(report: Report) -> list[str]:
     cols = [f"tags.`{T_VERDICT}`"]
     cols += [f"metrics.`{m}`" for m in report.primary]
     cols += [f"metrics.`{delta_key(m)}`" for m in report.primary]
-    cols += [f"metrics.`{m}`" for m in ENGINE_COLUMNS]
+    cols += [f"metrics.`engine/{field}`" for field, _, _ in ENGINE_COLUMNS]
     return cols
 
 

@@ -13,15 +13,14 @@ from rich.table import Table
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import ITL_P50, TTFT_P50, Metric, RunRecord, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
-from evalsuite.report.names import STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
+from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
-ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 LATENCY_COLUMNS = [(TTFT_P50, "TTFT p50 ms", "{:.1f}"), (ITL_P50, "ITL p50 ms", "{:.2f}")]
 
 
@@ -83,7 +82,7 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
     nothing where the run has no second usable variant or no metric a rule names."""
     base = _baseline(rd, record)
-    usable = [v for v in record.variants if v.status in ("ok", "partial")]
+    usable = [v for v in record.variants if v.status in USABLE_STATUSES]
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
     try:

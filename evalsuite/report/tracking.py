@@ -43,7 +43,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir, is_safe_name
+from evalsuite.core.records import (CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR, RunDir,
+                                    is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
 from evalsuite.report.placement import beside, placement_metrics
@@ -262,7 +263,7 @@ def variant_metrics(result: VariantResult) -> dict[str, float]:
 
 def variant_digest(rd: RunDir, result: VariantResult) -> str:
     """Changes whenever the variant's result or its sample files do (e.g. after --resume)."""
-    samples = sorted((p.name, p.stat().st_size) for p in (rd.root / result.variant / "samples").glob("*.jsonl"))
+    samples = [(p.name, p.stat().st_size) for p in rd.sample_files(result.variant)]
     return _digest(result.model_dump_json(), json.dumps(samples))
 
 
@@ -352,7 +353,7 @@ class _Logger:
     def __init__(self, client: MlflowClient, exp_id: str, rd: RunDir, record: RunRecord):
         self.client, self.exp_id, self.rd, self.record = client, exp_id, rd, record
         self.config = rd.read_config()
-        env_path = rd.root / "env.json"
+        env_path = rd.root / ENV_FILE
         self.env = json.loads(env_path.read_text()) if env_path.exists() else dict(record.env)
         self.existing = self.client.search_runs([exp_id], f"tags.`{T_RUN}` = {_quote(record.run_id)}",
                                                 max_results=1000)
@@ -413,27 +414,27 @@ class _Logger:
 
     def _variant_datasets(self, run_id: str, result: VariantResult) -> None:
         """Each task's items as a dataset input of the variant run, so the UI shows what was asked."""
-        tasks = sorted(p.stem for p in (self.rd.root / result.variant / "samples").glob("*.jsonl"))
+        tasks = sorted(p.stem for p in self.rd.sample_files(result.variant))
         inputs = [d for d in (task_dataset(self.rd, result.variant, t) for t in tasks) if d is not None]
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)
 
     def _variant_artifacts(self, run_id: str, result: VariantResult) -> None:
-        vdir = self.rd.root / result.variant
+        vdir, samples = self.rd.root / result.variant, self.rd.samples_dir(result.variant)
         with tempfile.TemporaryDirectory() as tmp:
             # result.json from the record, so a variant that never wrote its own file still has one
-            path = Path(tmp) / "result.json"
+            path = Path(tmp) / RESULT_FILE
             path.write_text(result.model_dump_json(indent=2))
             self.client.log_artifact(run_id, str(path))
-        if (vdir / "samples").is_dir() and any((vdir / "samples").iterdir()):
-            self.client.log_artifacts(run_id, str(vdir / "samples"), "samples")
-        if (vdir / "engine.log").exists():
-            self.client.log_artifact(run_id, str(vdir / "engine.log"))
+        if samples.is_dir() and any(samples.iterdir()):
+            self.client.log_artifacts(run_id, str(samples), SAMPLES_DIR)
+        if (vdir / ENGINE_LOG).exists():
+            self.client.log_artifact(run_id, str(vdir / ENGINE_LOG))
 
     def parent_artifacts(self, parent_id: str, variant_run_ids: dict[str, str]) -> None:
         """run/ (the records), report/ (the decision page, compare's tables and plots), and on each
         variant run its verdict and changes against the baseline; then the runs table's saved view."""
-        for name in ("config.yaml", "env.json", "run.json"):
+        for name in (CONFIG_FILE, ENV_FILE, RUN_FILE):
             if (self.rd.root / name).exists():
                 self.client.log_artifact(parent_id, str(self.rd.root / name), "run")
         with tempfile.TemporaryDirectory() as tmp:
@@ -540,11 +541,11 @@ def find_run_dirs(paths: list[Path], output_dir: Path) -> list[RunDir]:
         dirs = [RunDir(p) for p in paths]
         for d in dirs:
             if not d.exists():
-                raise ConfigError(f"{d.root}: not a run directory (no run.json)")
+                raise ConfigError(f"{d.root}: not a run directory (no {RUN_FILE})")
         return dirs
     if not output_dir.is_dir():
         raise ConfigError(f"--output-dir {output_dir}: no such directory")
-    return [RunDir(p) for p in sorted(output_dir.iterdir()) if (p / "run.json").exists()]
+    return [RunDir(p) for p in sorted(output_dir.iterdir()) if RunDir(p).exists()]
 
 
 # ---------------------------------------------------------------- reading back
@@ -603,6 +604,6 @@ def _fetch_parent(client: MlflowClient, parent, dest: Path, only: set[str] | Non
 def _fetch_variant(client: MlflowClient, run_id: str, vdir: Path) -> None:
     vdir.mkdir(parents=True, exist_ok=True)
     names = {a.path for a in client.list_artifacts(run_id)}
-    for name in ("result.json", "samples"):  # engine.log stays remote: large and not needed to compare
+    for name in (RESULT_FILE, SAMPLES_DIR):  # engine.log stays remote: large and not needed to compare
         if name in names:
             client.download_artifacts(run_id, name, str(vdir))

@@ -15,6 +15,7 @@ from evalsuite.core.configfile import (Strict, deep_merge, format_validation_err
                                        unsafe_name)
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
+from evalsuite.core.types import EngineMode
 from evalsuite.models.quantize import Method
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
@@ -114,7 +115,7 @@ class Variant(CacheSettings, _Build, WeightSettings, _Source):
 
 
 class EngineConfig(Strict):
-    mode: Literal["offline", "server", "fake"] = "offline"  # fake: evalsuite.engine.fake, for tests
+    mode: EngineMode = "offline"
     base_url: str | None = None  # attach to a running server instead of starting one
     batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
     # Prompt tokens per engine call: 150 needle cells at 128K are one call of minutes under batch_size

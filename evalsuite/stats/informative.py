@@ -25,6 +25,7 @@ import json
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, VariantResult, task_of
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.metrics import accuracy_interval
 
 AT_CHANCE, AT_CEILING = "at chance", "at ceiling"
@@ -46,7 +47,7 @@ def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -
     if rd is None:
         return level
     if level is None:
-        path = rd.root / result.variant / "samples" / f"{task}.jsonl"
+        path = rd.samples_file(result.variant, task)
         k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
         level = 1 / k if k >= 2 else None
     constant = _constant_answer(rd, result, metric) if level is not None else None
@@ -87,7 +88,7 @@ def _choices(path: str, _mtime_ns: int) -> int:
 
 
 def mark(m: Metric | None, chance: float | None, margin: float = 0.0, ceiling: float = CEILING,
-         confidence: float = 0.95) -> str | None:
+         confidence: float = CONFIDENCE) -> str | None:
     """`at chance`, `at ceiling` or None (informative) for one baseline score; margin and ceiling in
     score units."""
     if m is None or not m.item_score:

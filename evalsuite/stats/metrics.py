@@ -10,6 +10,7 @@ from statistics import NormalDist
 import numpy as np
 
 from evalsuite.core.types import Metric, MetricKind, Score
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.strata import mean_stderr, strata_stderr
 
 
@@ -88,7 +89,7 @@ def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms
     return out
 
 
-def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float] | None:
+def accuracy_interval(m: Metric, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """A single accuracy's two-sided interval: Wilson for a mean of per-item scores (acc,
     exact_match) and for a mean of partial credit with every item at 0 or every item at 1, else the
     normal interval from its stderr clipped to [0, 1] (partial credit, macro and balanced means of
@@ -107,7 +108,7 @@ def accuracy_interval(m: Metric, confidence: float = 0.95) -> tuple[float, float
     return None
 
 
-def interval_metrics(metrics: Sequence[Metric], confidence: float = 0.95) -> list[Metric]:
+def interval_metrics(metrics: Sequence[Metric], confidence: float = CONFIDENCE) -> list[Metric]:
     """`task/acc_ci95_low` and `_high` beside each task-level proportion and mean (macro, balanced,
     partial credit), for MLflow and readers that have only the metrics; per-group
     intervals are left to compare, to keep MLflow lean."""

@@ -70,7 +70,7 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
 def read_scores(rd: RunDir, variant: str, metric: Metric) -> dict[str, dict]:
     """sample id -> {value, group, target, pred} for the items behind `metric` (a sample id counts once,
     as RunDir.load_samples reads it)."""
-    path = rd.root / variant / "samples" / f"{metric.task}.jsonl"
+    path = rd.samples_file(variant, metric.task)
     if not path.exists():
         return {}
     st = path.stat()

@@ -38,6 +38,7 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import binomtest, norm
 
+from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.strata import strata_stderr
 
 BOOTSTRAP_SEED = 0  # fixed, so a report is reproducible from its run folders
@@ -45,7 +46,7 @@ BOOTSTRAP_RESAMPLES = 9999  # p-values resolve to 1e-4, below Holm's threshold f
 _EDGE = 1e-12
 
 
-def wilson(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
+def wilson(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Two-sided Wilson score interval for a proportion; (nan, nan) without items."""
     from statsmodels.stats.proportion import proportion_confint
 

@@ -50,6 +50,8 @@ def combined_stderr(stderrs: Sequence[float | None]) -> float | None:
     return math.sqrt(sum(se * se for se in stderrs)) / len(stderrs)
 
 
+# Agresti-Coull's pseudo-count, z^2 of a 95% interval: part of the estimator, so a recorded stderr never
+# moves with the level an interval is later drawn at
 _Z2 = NormalDist().inv_cdf(0.975) ** 2
 
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import random
 
 from evalsuite.stats.metrics import latency_summary
-from evalsuite.core.types import TTFT_P50, Completion, Metric, Request, Sample, Score
+from evalsuite.core.types import REQUEST_TIMINGS, TTFT_P50, Completion, Metric, Request, Sample, Score
 from evalsuite.tasks.base import Task
 
 
 def timing_score(task: str, sample: Sample, completion: Completion) -> Score:
     """A timed request's record: nothing to get right, its timings and token counts kept."""
-    extra = {"ttft_ms": completion.ttft_ms, "itl_ms": completion.itl_ms, "e2e_ms": completion.e2e_ms,
-             "prompt_tokens": completion.prompt_tokens, "output_tokens": completion.output_tokens,
-             "cached_prompt_tokens": completion.cached_prompt_tokens}
+    extra = {key: getattr(completion, key) for key in REQUEST_TIMINGS}
+    extra.update(prompt_tokens=completion.prompt_tokens, output_tokens=completion.output_tokens,
+                 cached_prompt_tokens=completion.cached_prompt_tokens)
     return Score(sample_id=sample.id, task=task, value=1.0, pred="", target="", group=sample.group, extra=extra)
 
 
@@ -85,6 +85,6 @@ def _timing(key: str):
 
 
 # metric key -> how to read its values from a list of scores, and their unit
-SERIES = {"ttft_ms": (_timing("ttft_ms"), "ms"), "itl_ms": (_timing("itl_ms"), "ms"),
-          "e2e_ms": (_timing("e2e_ms"), "ms"), "decode_tok_per_s": (_decode, "/s"), "prefill_tok_per_s": (_prefill, "/s")}
+SERIES = {**{key: (_timing(key), "ms") for key in REQUEST_TIMINGS},
+          "decode_tok_per_s": (_decode, "/s"), "prefill_tok_per_s": (_prefill, "/s")}
 RATES = ("/s",)  # tokens per second: more is faster

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsuite.stats.metrics import latency_summary
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.latency import timing_score
-from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
+from evalsuite.core.types import REQUEST_TIMINGS, Completion, Metric, MetricKind, Request, Sample, Score
 
 
 class WorkloadConfig(BaseModel):
@@ -97,7 +97,7 @@ class WorkloadTask(Task):
         out.append(Metric(name=f"{name}/prefix_hit_rate_max", value=ideal, n=n, kind=MetricKind.quantity))
         demand = c.shared_prefix_tokens + c.requests * (c.prompt_tokens - c.shared_prefix_tokens + c.output_tokens)
         out.append(Metric(name=f"{name}/demand_tokens", value=float(demand), n=n, kind=MetricKind.quantity, unit="tokens"))
-        for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        for key in REQUEST_TIMINGS:
             out += latency_summary([s.extra.get(key) for s in scores], f"{name}/{key}")
         ends = [s.extra["e2e_ms"] for s in scores if s.extra.get("e2e_ms")]
         if ends:
