@@ -120,6 +120,8 @@ class Metric(_Model):
     @model_validator(mode="before")
     @classmethod
     def _recorded_before_meanings(cls, data: Any) -> Any:
+        if isinstance(data, dict) and _READ_PAST & data.keys():
+            data = {k: v for k, v in data.items() if k not in _READ_PAST}
         if isinstance(data, dict) and isinstance(data.get("name"), str) and _recorded_without_meaning(data):
             return {**meaning_of_name(data["name"]), **data}
         return data
@@ -155,6 +157,10 @@ class Metric(_Model):
         return self.group is None and self.in_points and self.kind != MetricKind.bound
 
 
+# fields that records of this schema may hold and no reader uses: a macro or balanced accuracy's stored
+# interval (`ci95`), which every report draws from the metric's stderr and items instead. Read past, so
+# that such a run folder still loads rather than being refused as invalid.
+_READ_PAST = {"ci95"}
 # every field a record holds once written (a dump writes them all), but for the prompt position added last
 _BEFORE_LENGTH = {"name", "value", "stderr", "n", "kind", "unit", "direction", "strata", "percentile"}
 
