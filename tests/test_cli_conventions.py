@@ -265,14 +265,99 @@ def test_an_output_path_of_the_wrong_kind_is_one_line_and_keeps_the_verdict(tmp_
     a_file = run / "run.json"
     claims = str(repo_root / "configs" / "claims" / "long-context-128k.yaml")
     for args, line in [
-        (["compare", str(run), "--out", str(a_file)], f"{a_file}: File exists; give a folder, or a path that does not exist yet"),
-        (["report", str(run), "--out", str(a_file / "x")], f"{a_file / 'x'}: Not a directory; a part of it is a file, not a folder"),
+        (["compare", str(run), "--out", str(a_file)],
+         f"--out {a_file}: cannot write it (File exists); give a folder, or a path that does not exist yet"),
+        (["report", str(run), "--out", str(a_file / "x")],
+         f"--out {a_file / 'x'}: cannot write it (Not a directory); a part of it is a file, not a folder"),
         (["gate", "--baseline", f"{run}:a", "--candidate", f"{run}:b", "--markdown", str(run)],
-         f"{run}: Is a directory; give a file, not a folder"),
-        (["check", claims, "--json", str(run)], f"{run}: Is a directory; give a file, not a folder"),
+         f"--markdown {run}: cannot write it (Is a directory); give a file, not a folder"),
+        (["check", claims, "--json", str(run)], f"--json {run}: cannot write it (Is a directory); give a file, not a folder"),
     ]:
         res = cli(*args)
         assert res.exit_code == 2 and res.stderr.endswith(f"evalsuite: error: {line}\n"), (args, res.output)
         assert "Traceback" not in res.output
         if args[0] in ("gate", "check"):
             assert res.stdout.startswith("#"), res.stdout  # the report, printed before the file failed
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory, repo_root):
+    """A run of three variants, one of a single variant, and a claim the planner judges (no run, no vLLM)."""
+    from tests.mlflow_server import build_run
+
+    tmp = tmp_path_factory.mktemp("gated")
+    run = build_run(tmp / "runs", "r1", {"a": {}, "b": {}, "c": {}}, n=20, baseline="a")
+    single = build_run(tmp / "runs", "r2", {"x": {}}, n=20)
+    claims = tmp / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"title": "t", "claims": [{"id": 1, "text": "KV per token", "where": "a test", "checks": [
+        {"what": "KV bytes per token", "source": "planner", "metric": "kv_bytes_per_token",
+         "model": str(repo_root / "configs" / "models" / "llama-2-7b.json"),
+         "effect": {"kind": "value", "equals": 524288, "tolerance_pct": 1}}]}]}))
+    return {"run": str(run), "one": str(single), "claims": str(claims), "rules": str(DEFAULT_RULES)}
+
+
+GATE = "gate --baseline {run}:a --candidate {run}:b"
+UNWRITABLE = "cannot write it (No such file or directory); "
+BAD_OUTPUTS = [
+    ("check {claims} --json /proc/x.json", f"--json /proc/x.json: {UNWRITABLE}give a path in a folder you can write"),
+    ("check {claims} --markdown /proc/x.md", f"--markdown /proc/x.md: {UNWRITABLE}give a path in a folder you can write"),
+    ("check {claims} --markdown {run}", "--markdown {run}: cannot write it (Is a directory); give a file, not a folder"),
+    (f"{GATE} --markdown /proc/x.md", f"--markdown /proc/x.md: {UNWRITABLE}give a path in a folder you can write"),
+    (f"{GATE} --rules {{rules}} --junit /proc/x.xml", f"--junit /proc/x.xml: {UNWRITABLE}give a path in a folder you can write"),
+    ("compare {run} --out /proc/cmpout", f"--out /proc/cmpout: {UNWRITABLE}give a folder that exists or can be created"),
+    ("report {run} --out /proc/repx", f"--out /proc/repx: {UNWRITABLE}give a folder that exists or can be created"),
+]
+
+
+@pytest.mark.parametrize("args,line", BAD_OUTPUTS, ids=[a.split(" --")[0].split()[0] + " --" + a.split(" --")[-1]
+                                                        for a, _ in BAD_OUTPUTS])
+def test_an_output_file_a_flag_names_that_cannot_be_written_is_one_line_naming_the_flag(gated, args, line):
+    """Exit 2 and the flag, its path and what to give, without the rules note of a gate on its
+    default rules: gate and check have printed their report by then, compare and report nothing."""
+    res = cli(*args.format(**gated).split())
+    assert res.exit_code == 2, res.output
+    assert res.stderr == f"evalsuite: error: {line.format(**gated)}\n"
+    assert res.stdout.startswith("#") if args.startswith(("gate", "check")) else res.stdout == ""
+
+
+def test_an_output_file_the_machine_refuses_keeps_exit_4_and_names_the_flag(gated):
+    """sysfs refuses a new file to everyone, root included: the machine's refusal, not the user's input."""
+    res = cli("check", gated["claims"], "--markdown", "/sys/kernel/mm/x.md")
+    assert res.exit_code == 4, res.output
+    assert res.stderr.startswith("evalsuite: error: --markdown /sys/kernel/mm/x.md: cannot write it (")
+    assert res.stderr.count("\n") == 1
+
+
+GATE_INPUTS = [
+    ("gate --baseline {run}:a --candidate {run}:nope", "--candidate: 'nope' is not a variant of run r1 (allowed: a, b, c)"),
+    (f"{GATE} --control {{run}}:nope", "--control: 'nope' is not a variant of run r1 (allowed: a, b, c)"),
+    ("gate --baseline {run} --candidate {run} --variant-baseline nope", "--variant-baseline: 'nope' is not a variant"),
+    ("gate --baseline {run}:a --candidate {run} --variant-candidate nope", "--variant-candidate: 'nope' is not a variant"),
+    (f"{GATE} --control {{run}}", "--control {run}: a control is one variant, and this run holds 3; give RUN:VARIANT "
+                                  "(allowed: a, b, c)"),
+    (f"{GATE} --control {{run}}:b", "--control {run}:b: is a candidate; a control is another variant"),
+    (f"{GATE} --control {{run}}:a", "--control {run}:a: is the baseline; a control is another variant"),
+    (f"{GATE} --n 100", "--n 100: only with --plan; a gate measures the runs as they are"),
+    (f"{GATE} --discordance 0.5", "--discordance 0.5: only with --plan; a gate measures the runs as they are"),
+]
+
+
+@pytest.mark.parametrize("rules", ["", " --rules {rules}"], ids=["default_rules", "own_rules"])
+@pytest.mark.parametrize("args,line", GATE_INPUTS, ids=[a.replace(GATE, "gate").replace("{run}", "RUN")
+                                                        for a, _ in GATE_INPUTS])
+def test_gate_bad_input_is_one_line_naming_the_flag_given(gated, args, line, rules):
+    """Never the rules note before the error, never another flag's name."""
+    res = cli(*(args + rules).format(**gated).split())
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"evalsuite: error: {line.format(**gated)}"), res.stderr
+
+
+def test_a_control_is_a_variant_other_than_the_sides_and_a_single_variant_run_is_one(gated):
+    alone, with_control, single = (cli(*f"{GATE} --rules {{rules}}{extra}".format(**gated).split())
+                                   for extra in ("", " --control {run}:c", " --control {one}"))
+    for res in (alone, with_control, single):
+        assert res.exit_code in (0, 1, 3) and res.stderr == "", res.output
+    assert with_control.exit_code == single.exit_code == alone.exit_code  # a control judges no candidate
+    assert "`c` (control)" in with_control.stdout and "`b` (control)" not in with_control.stdout
+    assert "(control)" in single.stdout and "(control)" not in alone.stdout

@@ -25,15 +25,15 @@ def check_command(
     from evalsuite.check.report import to_json, to_markdown
     from evalsuite.check.runs import open_run
     from evalsuite.check.schema import load_claims
+    from evalsuite.core.outputs import write_output
 
     spec = load_claims(claims)
     opened = [open_run(p) for p in runs or []]
     results = evaluate(spec, claims.resolve().parent, opened, str(claims))
     md, js = to_markdown(results, spec, str(claims), opened), to_json(results, spec, str(claims), opened)
     typer.echo(md if fmt == Format.markdown else js, nl=False)  # first: a file that cannot be written must not cost the verdicts
-    for path, text in ((markdown, md), (json_out, js)):
+    for flag, path, text in (("--markdown", markdown, md), ("--json", json_out, js)):
         if path:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_output(flag, path, text)
     if any(r.verdict == "not held" for r in results):
         raise typer.Exit(1)

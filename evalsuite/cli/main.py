@@ -17,7 +17,8 @@ app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=T
                   help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
 models_app = typer.Typer(cls=OneLineUsageGroup, no_args_is_help=True, help="Import models into the local cache.")
 app.add_typer(models_app, name="models")
-err = Console(stderr=True)
+# emoji off: a message quotes paths and RUN:VARIANT, where `R:b:` would print as an emoji
+err = Console(stderr=True, emoji=False)
 
 
 def _value_names_in_help() -> None:

@@ -19,13 +19,15 @@ def report_command(
     uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
     """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
+    from evalsuite.core.outputs import writing
     from evalsuite.report.page_doc import write
 
     command = shlex.join(["evalsuite", "report", *runs, "--out", str(out)]
                          + (["--baseline", baseline] if baseline else []) + (["--rules", str(rules)] if rules else []))
     with tempfile.TemporaryDirectory(prefix="evalsuite-report-") as scratch:
         report = build_report(runs, baseline, rules, uri, Path(scratch))
-        files = write(report, out, command)
+        with writing("--out", out, folder=True):
+            files = write(report, out, command)
     for f in files[:2]:
         typer.echo(f)
 

@@ -25,13 +25,17 @@ def compare_command(
     uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import rich_tables, to_csv, to_json, to_markdown, write_report
     from evalsuite.report.sources import open_sources
 
     with tempfile.TemporaryDirectory(prefix="evalsuite-compare-") as scratch:
         result = compare(open_sources(runs, uri, Path(scratch)), baseline, metric or None)
-        files = write_report(result, out) if out else []
+        files = []
+        if out:
+            with writing("--out", out, folder=True):
+                files = write_report(result, out)
     if fmt != Format.table:
         typer.echo({Format.markdown: to_markdown, Format.csv: to_csv, Format.json: to_json}[fmt](result), nl=False)
     else:
@@ -46,7 +50,7 @@ def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
-    control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT): the baseline rerun or another engine mode; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
+    control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT, or a run of one variant): the baseline rerun or another engine mode, never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
@@ -58,24 +62,28 @@ def gate_command(
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
     little evidence to pass), 2 on bad input."""
+    from evalsuite.core.outputs import write_output
     from evalsuite.report.gate import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
+    if plan is None:
+        for flag, value in (("--n", n), ("--discordance", discordance)):
+            if value is not None:  # silently dropped, it would read as taken into the verdict
+                raise ConfigError(f"{flag} {value}: only with --plan; a gate measures the runs as they are")
     if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
         rules = Path(plan)
     shown = str(rules) if rules else "the shipped default"  # never a path of this machine in a report
-    if rules is None:
-        rules = default_rules_path()
-        typer.echo(f"rules: the shipped default ({rules}); --rules FILE for your own", err=True)
+    path = rules or default_rules_path()
     if plan is not None:
         if n is None:
             raise ConfigError("--plan: give --n, the number of paired items per check")
-        typer.echo(plan_text(load_rules(rules), shown, n, discordance), nl=False)
+        typer.echo(plan_text(load_rules(path), shown, n, discordance), nl=False)
+        _say_default_rules(rules, path)
         return
     missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate)) if not v]
     if missing:
         raise ConfigError(f"{', '.join(missing)}: required (or --plan --n N)")
-    spec = load_rules(rules)
+    spec = load_rules(path)
     with tempfile.TemporaryDirectory(prefix="evalsuite-gate-") as scratch:
         try:
             report = _run_gate(baseline, candidate, spec, shown, variant_baseline, variant_candidate, uri,
@@ -84,12 +92,18 @@ def gate_command(
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
     text = to_markdown(report)
     typer.echo(text, nl=False)  # first: a file that cannot be written must not cost the verdict
-    for path, body in ((markdown, text), (junit, to_junit(report) if junit else "")):
-        if path:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(body)
+    for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):
+        if out:
+            write_output(flag, out, body)
+    _say_default_rules(rules, path)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
+
+
+def _say_default_rules(rules: Path | None, path: Path) -> None:
+    """Which rules judged, where none were given; said last, so that bad input reads as one line."""
+    if rules is None:
+        typer.echo(f"rules: the shipped default ({path}); --rules FILE for your own", err=True)
 
 
 def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
@@ -97,16 +111,18 @@ def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, varia
     from evalsuite.report.gate import run_gate
     from evalsuite.report.sources import open_sources
 
-    base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline)
-    sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate)
+    base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline, baseline)
+    sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate, ref)
              for i, ref in enumerate(candidates)]
-    ctrl = [_one_run(open_sources([ref], uri, scratch / f"k{i}"), "--control", None)
+    ctrl = [_one_run(open_sources([ref], uri, scratch / f"k{i}"), "--control", None, ref)
             for i, ref in enumerate(controls)] if controls else None
     return run_gate(base, sides, spec, rules_path, ctrl)
 
 
-def _one_run(sources, flag: str, variant: str | None):
-    """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant."""
+def _one_run(sources, flag: str, variant: str | None, ref: str):
+    """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant. The
+    side remembers which flag named its variant (--variant-baseline or --variant-candidate where that
+    gave it), for an error about it."""
     from evalsuite.report.gate import Side
 
     if len(sources) != 1:
@@ -117,7 +133,19 @@ def _one_run(sources, flag: str, variant: str | None):
         # --variant-candidate is documented as the default for candidates named without one; the baseline
         # is one variant, and two names for it leave no way to tell which the user meant
         raise ConfigError(f"--baseline names variant {picked!r} and --variant-baseline {variant!r}; give one")
-    return Side(rd, picked or variant)
+    if flag == "--control" and not picked:
+        picked = _only_variant(rd, ref)
+    named_by = flag if picked or not variant else f"--variant-{flag.removeprefix('--')}"
+    return Side(rd, picked or variant, named_by)
+
+
+def _only_variant(rd, ref: str) -> str:
+    """A control is one variant: a bare run is one only where it holds one."""
+    names = [v.variant for v in rd.load_run().variants]
+    if len(names) != 1:
+        raise ConfigError(f"--control {ref}: a control is one variant, and this run holds {len(names)}; "
+                          f"give RUN:VARIANT (allowed: {', '.join(names)})")
+    return names[0]
 
 
 def sync_command(

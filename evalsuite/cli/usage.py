@@ -21,7 +21,7 @@ NoSuchOption = _click_errors.NoSuchOption
 NoArgsIsHelpError = _click_errors.NoArgsIsHelpError
 
 _COMMAND = "evalsuite.command"  # ctx.meta key: the command being parsed, for errors that carry no context
-_err = Console(stderr=True)
+_err = Console(stderr=True, emoji=False)  # a usage line quotes values as given
 
 
 class OneLineUsageGroup(TyperGroup):

@@ -357,9 +357,11 @@ class Side:
 
     run_dir: RunDir
     variant: str | None = None
+    # the command-line flag that named this side's variant, for an error about it; not part of its identity
+    flag: str | None = field(default=None, compare=False)
 
 
-def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
+def baseline_variant(rd: RunDir, wanted: str | None, flag: str = "--baseline") -> VariantResult:
     """The variant named, else the only variant, else the config's `baseline` key."""
     record = rd.load_run()
     names = [v.variant for v in record.variants]
@@ -369,7 +371,7 @@ def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
                           f"{rd.root}:VARIANT or with --variant-baseline (or set `baseline` in its config)")
     v = record.variant(name)
     if v is None:
-        raise ConfigError(f"--baseline: {name!r} is not a variant of run {record.run_id} (allowed: {', '.join(names)})")
+        raise ConfigError(f"{flag}: {name!r} is not a variant of run {record.run_id} (allowed: {', '.join(names)})")
     if v.status not in USABLE_STATUSES:
         raise ConfigError(f"baseline variant {name!r} of run {record.run_id} is {v.status}: {v.reason or '-'}")
     return v
@@ -378,16 +380,17 @@ def baseline_variant(rd: RunDir, wanted: str | None) -> VariantResult:
 def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list[VariantResult]:
     """The variant named, else every variant of the candidate run but the baseline itself."""
     record = side.run_dir.load_run()
+    flag = side.flag or "--candidate"
     if side.variant:
         v = record.variant(side.variant)
         if v is None:
-            raise ConfigError(f"--candidate: {side.variant!r} is not a variant of run {record.run_id} "
+            raise ConfigError(f"{flag}: {side.variant!r} is not a variant of run {record.run_id} "
                               f"(allowed: {', '.join(v.variant for v in record.variants)})")
         return [v]
     same_run = side.run_dir.root.resolve() == base_rd.root.resolve()
     out = [v for v in record.variants if not (same_run and v.variant == base.variant)]
     if not out:
-        raise ConfigError(f"--candidate: run {record.run_id} has no variant to compare with {base.variant!r}")
+        raise ConfigError(f"{flag}: run {record.run_id} has no variant to compare with {base.variant!r}")
     return out
 
 
@@ -476,6 +479,23 @@ def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
     return [Side(baseline.run_dir, str(n)) for n in names if str(n) in measured]
 
 
+def _controls(baseline: Side, base: VariantResult, candidates: list[Side], controls: list[Side] | None) -> list[Side]:
+    """control_sides, less the baseline and every candidate named: a control's checks are a noise
+    reference, not a verdict, so a candidate that were also a control would pass unjudged. One given
+    on the command line is refused; one the config names is left out."""
+    taken = {(c.run_dir.root.resolve(), c.variant): "a candidate" for c in candidates if c.variant}
+    taken[(baseline.run_dir.root.resolve(), base.variant)] = "the baseline"
+    out = []
+    for side in control_sides(baseline, controls):
+        role = taken.get((side.run_dir.root.resolve(), side.variant))
+        if role and controls is not None:
+            raise ConfigError(f"{side.flag or '--control'} {side.run_dir.root}:{side.variant}: is {role}; "
+                              f"a control is another variant (the baseline rerun, or another engine mode)")
+        if not role:
+            out.append(side)
+    return out
+
+
 _LAST: dict[tuple, GateReport] = {}
 
 
@@ -504,9 +524,9 @@ def _gate_key(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
 
 def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: str,
               controls: list[Side] | None) -> GateReport:
-    base = baseline_variant(baseline.run_dir, baseline.variant)
+    base = baseline_variant(baseline.run_dir, baseline.variant, baseline.flag or "--baseline")
     entries = [(baseline.run_dir, base)]
-    ctrl = control_sides(baseline, controls)
+    ctrl = _controls(baseline, base, candidates, controls)
     is_control, named = [], set()
     for side in [*candidates, *ctrl]:
         for v in candidate_variants(side, baseline.run_dir, base):
