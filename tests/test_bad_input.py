@@ -346,3 +346,22 @@ def test_resume_on_a_damaged_run_folder(tmp_path, tiny_model, damaged):
     assert_bad(cli(["run", str(cfg), "--resume", "--no-progress"], tmp_path), f"runs/{run.name}/{damaged}",
                "damaged" if damaged == "config.yaml" else "corrupt JSON")
     assert files(tmp_path) == before
+
+
+RAY_ALLOWED = "(allowed: auto, local, HOST:PORT or ray://HOST:PORT)"
+
+
+@pytest.mark.parametrize("address", ["not a valid address", "host:port", "ray://:6379", "head:70000", "a/b:6379"])
+def test_a_malformed_ray_address_is_refused_before_the_run_folder(tmp_path, address):
+    """Said at once, in one line, exit 2: not after a run folder was made and Ray tried it (exit 1, two lines)."""
+    cfg = write(tmp_path, GOOD)
+    before = files(tmp_path)
+    assert_bad(cli(["run", str(cfg), "--ray", address, "-V", "bf16", "--limit", "1", "-o", str(tmp_path / "out"),
+                    "--no-progress"], tmp_path), f"--ray: {address!r} is not a Ray address {RAY_ALLOWED}")
+    assert files(tmp_path) == before
+    in_config = write(tmp_path, GOOD + f"scheduler: {{kind: ray, address: {address!r}}}\n", "ray.yaml")
+    before = files(tmp_path)
+    for command in (["validate", str(in_config)], ["run", str(in_config), "--no-progress"]):
+        assert_bad(cli(command, tmp_path), str(in_config), f"scheduler.address: {address!r} is not a Ray address "
+                                                           f"{RAY_ALLOWED}")
+    assert files(tmp_path) == before

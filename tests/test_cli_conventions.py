@@ -102,6 +102,14 @@ USAGE_ERRORS = [
     ("check X --format table", "check: --format: table is not allowed (allowed: markdown, json)"),
     ("plan X --json", "plan: --json: no such option; did you mean --format json?"),
     ("compare X --csv", "compare: --csv: no such option; did you mean --format csv?"),
+    # quantize's flags, checked before the config is read or anything is built
+    ("quantize X --method foo", "quantize: --method: foo is not allowed (allowed: awq, gptq, rtn, kv_fp8)"),
+    ("quantize X --samples 0", "quantize: --samples: 0 is not allowed (allowed: N >= 1)"),
+    ("quantize X --seq-len 8", "quantize: --seq-len: 8 is not allowed (allowed: TOKENS >= 16)"),
+    ("quantize X --calibration wiki", "quantize: --calibration: wiki is not allowed (allowed: paul_graham, licensedcode)"),
+    ("quantize X --compute-dtype float16", "quantize: --compute-dtype: float16 is not allowed (allowed: float32, bfloat16)"),
+    ("quantize X --timeout -5", "quantize: --timeout: -5 is not allowed (allowed: SECONDS >= 1)"),
+    ("quantize X --timeout 0", "quantize: --timeout: 0 is not allowed (allowed: SECONDS >= 1)"),
 ]
 
 
@@ -361,3 +369,88 @@ def test_a_control_is_a_variant_other_than_the_sides_and_a_single_variant_run_is
     assert with_control.exit_code == single.exit_code == alone.exit_code  # a control judges no candidate
     assert "`c` (control)" in with_control.stdout and "`b` (control)" not in with_control.stdout
     assert "(control)" in single.stdout and "(control)" not in alone.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_lists_every_option(command):
+    """Every option a command takes is in its help, so none is there to be found only in the code."""
+    res = cli(*command.split(), "-h", env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    for p in _options(command):
+        if not p.hidden:
+            assert max(p.opts, key=len) in res.output, (command, p.opts)
+
+
+def test_quantize_help_lists_the_methods_it_accepts():
+    from evalsuite.models.quantize import METHODS
+
+    helped = cli("quantize", "-h", env={"COLUMNS": "200"}).stdout
+    assert ", ".join(METHODS) in helped
+
+
+PLAN_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+
+
+@pytest.mark.parametrize("source,line", [
+    ("models/llama-3.1-8b.json", "models/llama-3.1-8b.json: no such file or folder (allowed: " + PLAN_SOURCES + ")"),
+    ("./llama", "./llama: no such file or folder (allowed: " + PLAN_SOURCES + ")"),
+    ("NOTES.md", "NOTES.md: not a config.json or an evalsuite config: not readable JSON (Expecting value: line 1 "
+                 "column 1 (char 0)); allowed: " + PLAN_SOURCES),
+    ("list.json", "list.json: not a config.json or an evalsuite config: top level must be a JSON object; allowed: "
+                  + PLAN_SOURCES),
+    ("missing.yaml", "{cwd}/missing.yaml: file not found"),
+], ids=["missing_json", "dot_slash", "existing_not_json", "json_not_an_object", "missing_yaml"])
+def test_plan_says_a_path_is_missing_or_not_a_config_rather_than_no_hub_id(tmp_path, monkeypatch, source, line):
+    """A path-looking MODEL is never looked up as a Hugging Face id (`hf download models/x.json`)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "NOTES.md").write_text("# notes\n")
+    (tmp_path / "list.json").write_text("[1]")
+    res = cli("plan", source)
+    assert res.exit_code == 2 and res.stderr == f"evalsuite: error: {line.format(cwd=tmp_path.resolve())}\n", res.output
+    hub = cli("plan", "org/not-cached-here")
+    assert hub.exit_code == 2 and "no such file or folder here, and no config.json for it in the local Hugging " \
+        "Face cache" in hub.stderr and hub.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--kv-cache-dtype-skip-layers", "foo"], "{model}: --kv-cache-dtype-skip-layers: 'foo' is not a layer of this "
+                                              "model; allowed: 0..31 or sliding_window"),
+    (["--kv-cache-dtype-skip-layers", "foo", "--kv-cache-dtype", "fp8"],
+     "{model}: --kv-cache-dtype-skip-layers: 'foo' is not a layer of this model; allowed: 0..31 or sliding_window"),
+    (["--kv-cache-dtype-skip-layers", "0"], "--kv-cache-dtype-skip-layers: keeps layers out of a quantized KV cache, "
+     "and the cache is auto; give --kv-cache-dtype (allowed: fp8, fp8_e4m3, fp8_e5m2, fp8_per_token_head, "
+     "int8_per_token_head, int4_per_token_head)"),
+    (["--kv-cache-dtype-skip-layers", "0", "--kv-cache-dtype", "bfloat16"], "--kv-cache-dtype-skip-layers: keeps "
+     "layers out of a quantized KV cache, and the cache is bfloat16; give --kv-cache-dtype (allowed: fp8, "),
+], ids=["bad_layer_no_fp8", "bad_layer_fp8", "no_fp8", "bf16_cache"])
+def test_plan_checks_skip_layers_with_or_without_an_fp8_cache(repo_root, args, line):
+    model = str(repo_root / "configs" / "models" / "llama-3.1-8b.json")
+    res = cli("plan", model, *args)
+    assert res.exit_code == 2 and res.stderr.startswith("evalsuite: error: " + line.format(model=model)), res.output
+    assert res.stderr.count("\n") == 1
+    good = cli("plan", model, "--kv-cache-dtype-skip-layers", "0", "--kv-cache-dtype", "fp8")
+    assert good.exit_code == 0 and "KV cache of layers 0 kept in bfloat16, the others in fp8" in good.stdout
+
+
+@pytest.mark.parametrize("source,said", [
+    ("/nonexistent/x.gguf", "no such file or folder"),
+    ("/nonexistent/folder", "no such file or folder"),
+    ("FILE", "neither a folder nor a .gguf file"),
+], ids=["missing_gguf", "missing_folder", "other_file"])
+def test_models_import_says_what_the_source_is(tmp_path, source, said):
+    if source == "FILE":
+        source = str(tmp_path / "notes.txt")
+        (tmp_path / "notes.txt").write_text("x")
+    res = cli("models", "import", source)
+    assert res.exit_code == 2 and res.stderr == (f"evalsuite: error: model source {source!r}: {said} (allowed: a model "
+                                                 "folder, a .gguf file or pypi:NAME==VERSION)\n"), res.output
+
+
+@pytest.mark.parametrize("kind,said", [("file", "a file, not a folder"), ("missing", "no such folder")])
+def test_sync_output_dir_of_the_wrong_kind(tmp_path, kind, said):
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("x")
+    res = cli("sync", "--output-dir", str(out))
+    assert res.exit_code == 2 and res.stderr == (f"evalsuite: error: --output-dir {out}: {said}; give the folder "
+                                                 "that holds run folders\n"), res.output

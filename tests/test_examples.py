@@ -111,7 +111,8 @@ def test_plan_reads_a_hf_id_from_the_local_cache(hf_cache):
 def test_plan_of_a_hf_id_absent_from_the_cache_is_one_line_and_exit_2(hf_cache):
     res = cli("plan", "nobody/absent-model")
     assert res.exit_code == 2
-    assert res.output.count("\n") == 1 and "nobody/absent-model: no config.json for it in the local Hugging Face cache" in res.output
+    assert res.output.count("\n") == 1 and ("nobody/absent-model: no such file or folder here, and no config.json "
+                                            "for it in the local Hugging Face cache") in res.output
 
 
 def test_plan_fits_agrees_with_vllms_length_check():

@@ -141,6 +141,16 @@ def test_scheduler_section_is_validated(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"])
+def test_well_formed_ray_addresses_pass(address):
+    """Only the form is checked before a run starts; whether anything answers, `connect` finds out."""
+    from evalsuite.run.config import SchedulerConfig
+    from evalsuite.run.scheduler import check_ray
+
+    assert SchedulerConfig(kind="ray", address=address).address == address
+    check_ray(address)
+
+
 def test_bare_ray_flag_means_no_address(tmp_path):
     from evalsuite.cli.main import bare_flags
 

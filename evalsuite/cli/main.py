@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from evalsuite.cli.usage import OneLineUsageGroup
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
+from evalsuite.models import quantize as quant
 
 app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -206,25 +208,35 @@ def models_import(source: str = typer.Argument(..., metavar="SOURCE", help="A lo
     typer.echo(import_model(source, cache_dir()))
 
 
+# Choices as typer checks them before anything runs: a bad one is a usage error naming its flag
+QuantMethod = StrEnum("QuantMethod", list(quant.METHODS))
+Calibration = StrEnum("Calibration", list(quant.CALIBRATION_SOURCES))
+ComputeDtype = StrEnum("ComputeDtype", list(quant.COMPUTE_DTYPES))
+
+
 @app.command()
 @friendly
 def quantize(
     target: Path = typer.Argument(..., metavar="TARGET", help="A config file (its model is quantized) or a model folder."),
-    method: str | None = typer.Option(None, "--method", "-m", metavar="METHOD", help="awq, gptq or rtn (default: the variants')."),
+    method: QuantMethod | None = typer.Option(None, "--method", "-m", metavar="METHOD",
+                                              help=f"{', '.join(quant.METHODS)} (default: the variants')."),
     variant: str | None = typer.Option(None, "--variant", metavar="NAME", help="Take the method from this variant of the config."),
-    samples: int = typer.Option(32, "--samples", metavar="N", help="Calibration samples (AWQ, GPTQ)."),
-    seq_len: int = typer.Option(256, "--seq-len", metavar="TOKENS", help="Tokens per calibration sample."),
-    calibration: str = typer.Option("paul_graham", "--calibration", metavar="TEXT", help="Local text: paul_graham or licensedcode."),
-    compute_dtype: str = typer.Option("float32", "--compute-dtype", metavar="DTYPE", help="Calibration math: float32, bfloat16."),
-    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="Give up after this many seconds."),
+    samples: int = typer.Option(32, "--samples", metavar="N", min=quant.MIN_SAMPLES,
+                                help="Calibration samples (AWQ, GPTQ)."),
+    seq_len: int = typer.Option(256, "--seq-len", metavar="TOKENS", min=quant.MIN_SEQ_LEN,
+                                help="Tokens per calibration sample."),
+    calibration: Calibration = typer.Option(Calibration.paul_graham, "--calibration", metavar="TEXT",
+                                            help=f"Local text: {', '.join(quant.CALIBRATION_SOURCES)}."),
+    compute_dtype: ComputeDtype = typer.Option(ComputeDtype.float32, "--compute-dtype", metavar="DTYPE",
+                                               help=f"Calibration math: {', '.join(quant.COMPUTE_DTYPES)}."),
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", min=1,
+                                         help="Give up after this many seconds."),
 ) -> None:
     """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
-    from evalsuite.models.quantize import QuantParams, quantize_model
-
-    model_dir, method = _quantize_target(target, method, variant)
-    params = QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration,
-                         compute_dtype=compute_dtype)
-    res = quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
+    model_dir, method = _quantize_target(target, method and method.value, variant)
+    params = quant.QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration.value,
+                               compute_dtype=compute_dtype.value)
+    res = quant.quantize_model(model_dir, params, cache_dir(), timeout_s=timeout)
     how = "cached" if res.cached else f"built in {res.info.get('wall_s', 0):.1f} s"
     err.print(f"{method}: {how} (quantization {res.info.get('quantize_s', 0):.1f} s)", highlight=False)
     from evalsuite.run.config import Variant
@@ -244,7 +256,7 @@ def _quantize_target(target: Path, method: str | None, variant: str | None) -> t
         if variant:
             raise ConfigError(f"--variant needs a config file, and {target} is a folder")
         if not method:
-            raise ConfigError("--method is required with a model folder (awq, gptq or rtn)")
+            raise ConfigError(f"--method is required with a model folder (allowed: {', '.join(quant.METHODS)})")
         return target, method
     from evalsuite.run.config import load_config
     from evalsuite.run.session import resolve_model
@@ -258,7 +270,7 @@ def _quantize_target(target: Path, method: str | None, variant: str | None) -> t
         if len(methods) != 1:
             asked = ", ".join(sorted(methods)) or "none"
             who = f"variant {variant!r} asks" if variant else "its variants ask"
-            raise ConfigError(f"{target}: give --method (awq, gptq or rtn); {who} for {asked}")
+            raise ConfigError(f"{target}: give --method (allowed: {', '.join(quant.METHODS)}); {who} for {asked}")
         method = methods.pop()
     return Path(resolve_model(cfg, target.resolve().parent, cache_dir())), method
 

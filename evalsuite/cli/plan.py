@@ -17,7 +17,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.settings import allowed_values, extra
+from evalsuite.core.settings import QUANTIZED_KV, allowed_values, extra
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
 from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
@@ -100,6 +100,9 @@ def plan_command(ctx: typer.Context, source: str, revision: str | None, variant:
             config, prompt_tokens=p.max_model_len, **{k: v for k, v in given.items() if k in shared})
     except ConfigError as e:
         raise with_file(e, cfg_file) from None
+    if given.get("kv_cache_dtype_skip_layers") and p.kv_cache_dtype not in QUANTIZED_KV:
+        raise ConfigError(f"--kv-cache-dtype-skip-layers: keeps layers out of a quantized KV cache, and the cache is "
+                          f"{p.kv_cache_dtype}; give --kv-cache-dtype (allowed: {', '.join(QUANTIZED_KV)})")
     if as_json:
         payload = p.model_dump()
         payload["roofline"] = r.model_dump() if r else None

@@ -15,19 +15,37 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.memory.planner import Plan, plan, read_config
 
 
+# What MODEL may be, for the lines that say it was none of them
+ALLOWED_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+
+
+def looks_like_path(source: str) -> bool:
+    """A file name or a path as a shell user writes one: never looked up as a Hugging Face id."""
+    return source.endswith((".json", ".yaml", ".yml")) or source.startswith(("./", "../", "/", "~"))
+
+
 def model_config(source: str, revision: str | None = None) -> tuple[str, dict]:
     """(where it was read, config.json) for a folder, a config.json file or a cached Hugging Face id."""
     from evalsuite.models.hub import cache_location, cached_config, is_hf_id
 
     path = Path(source).expanduser()
-    if not path.exists() and is_hf_id(source):
+    if not path.exists() and is_hf_id(source) and not looks_like_path(source):
         found = cached_config(source, revision)
         if found is None:
-            raise ConfigError(f"{source}: no config.json for it in the local Hugging Face cache ({cache_location()}); "
-                              f"fetch it once (`hf download {source} config.json`) or give a model folder")
+            raise ConfigError(f"{source}: no such file or folder here, and no config.json for it in the local Hugging "
+                              f"Face cache ({cache_location()}); fetch it once (`hf download {source} config.json`) "
+                              "or give a model folder")
         return str(found), read_config(found)
-    file = path / "config.json" if path.is_dir() else path
-    return str(file), read_config(path)
+    if not path.exists():
+        raise ConfigError(f"{source}: no such file or folder (allowed: {ALLOWED_SOURCES})")
+    if path.is_dir():
+        return str(path / "config.json"), read_config(path)
+    try:
+        return str(path), read_config(path)
+    except ConfigError as e:  # a file, but not JSON of an object: what the user meant is unclear, say both kinds
+        why = str(e).removeprefix(f"{path}: ")
+        raise ConfigError(f"{source}: not a config.json or an evalsuite config: {why}; allowed: {ALLOWED_SOURCES}") \
+            from None
 
 
 def verdict(p: Plan) -> str:

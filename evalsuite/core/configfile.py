@@ -9,10 +9,12 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Tag, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
@@ -147,14 +149,25 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
     merged: dict = {}
     for inc in includes:
         inc_path = (path.parent / os.path.expandvars(inc)).resolve()
+        if not inc_path.exists():
+            raise ConfigError(f"{path}: include: {inc!r}: no such file ({inc_path}); {_include_hint(path, inc_path)}")
         inc_data = load_raw(inc_path, rebase, _seen + (path,))
         if rebase is not None:
             rebase(inc_data, inc_path.parent)
         merged = deep_merge(merged, inc_data)
     if included is not None and merged:  # nothing included: no key's value came from elsewhere
-        own = _leaf_paths(data)
+        own = _leaf_paths(data) if data else set()  # a file of only `include:` owns no key
         included |= {p for p in _leaf_paths(merged) if not any(p[:len(q)] == q for q in own)}
     return deep_merge(merged, data)
+
+
+def _include_hint(including: Path, missing: Path) -> str:
+    """What is allowed, and the YAML files in the folder the missing one was looked for in."""
+    folder = missing.parent
+    readable = folder.is_dir() and os.access(folder, os.R_OK | os.X_OK)
+    near = sorted(p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")) if readable else []
+    shown = f"; in {folder}: {', '.join(near[:8])}{', ...' if len(near) > 8 else ''}" if near else ""
+    return f"allowed: a YAML file relative to {including.parent}, or an absolute path{shown}"
 
 
 def _leaf_paths(data: Any, prefix: tuple = ()) -> set[tuple]:
@@ -175,28 +188,62 @@ def load_model(path: str | Path, model: type[M]) -> M:
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
-    """Walk the config models along `loc` to list the keys allowed where an unknown key sits."""
-    candidates: list[type[BaseModel]] = [model]
-    for part in loc[:-1]:
-        if isinstance(part, int) or not candidates:
-            continue
-        owner = next((c for c in candidates if part in c.model_fields), None)
-        if owner is not None:
-            candidates = _inner_models(owner.model_fields[part].annotation)
-        else:  # a discriminated union puts its tag in loc (e.g. 'mmlu'); a dict puts its key there
-            tagged = [c for c in candidates if getattr(c.model_fields.get("type"), "default", None) == part]
-            # a tag no model fixes as its default names a task definition: the model whose type is free
-            free = [c for c in candidates if "type" in c.model_fields and c.model_fields["type"].is_required()]
-            candidates = tagged or free or candidates
-    fields = candidates[0].model_fields if candidates else None
-    return sorted(fields) if fields else None
+    """The keys allowed where an unknown key sits: the fields of the model at `loc`, and their aliases."""
+    found = _model_at(model, loc[:-1])
+    return _keys(found) if found is not None else None
 
 
-def _inner_models(ann: Any) -> list[type[BaseModel]]:
-    """The models inside an annotation: `X`, `list[X]`, `dict[str, X]`, `Union[A, B]`, `Annotated[...]`."""
+def _model_at(ann: Any, loc: tuple) -> type[BaseModel] | None:
+    """Follow an error's `loc` through the annotations: a field name into a model, an index into a
+    list, a key into a dict, a tag (or class name) into a union."""
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is Annotated:
+        return _model_at(args[0], loc)
     if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return [ann]
-    return [m for a in get_args(ann) for m in _inner_models(a)]
+        if not loc:
+            return ann
+        field = _field(ann, loc[0])
+        return _model_at(field.annotation, loc[1:]) if field is not None else None
+    if origin in (Union, UnionType):
+        members = [a for a in args if a is not type(None)]
+        tagged = next((a for a in members if loc and _tag(a) == loc[0]), None)
+        if tagged is not None:  # a discriminated union puts the member's tag in loc
+            return _model_at(tagged, loc[1:])
+        # `X | None`, or a union pydantic reports without a tag: the one member that leads somewhere
+        found = {m for m in (_model_at(a, loc) for a in members) if m is not None}
+        return found.pop() if len(found) == 1 else None
+    if not loc:
+        return None
+    if origin in (list, tuple, set, frozenset):
+        return _model_at(args[0], loc[1:]) if isinstance(loc[0], int) and args else None
+    if origin is dict:
+        return _model_at(args[1], loc[1:]) if len(args) == 2 else None
+    return None
+
+
+def _tag(ann: Any) -> str | None:
+    """The name pydantic puts in `loc` for a union member: its Tag, else a model's class name."""
+    if get_origin(ann) is Annotated:
+        tag = next((m.tag for m in get_args(ann)[1:] if isinstance(m, Tag)), None)
+        return tag or _tag(get_args(ann)[0])
+    return ann.__name__ if isinstance(ann, type) else None
+
+
+def _aliases(name: str, field: FieldInfo) -> list[str]:
+    """Every key a field is read from: its own name, or each of its validation aliases."""
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [c for c in alias.choices if isinstance(c, str)]
+    return [alias if isinstance(alias, str) else field.alias or name]
+
+
+def _field(model: type[BaseModel], key: Any) -> FieldInfo | None:
+    return next((f for n, f in model.model_fields.items() if key in _aliases(n, f)), None)
+
+
+def _keys(model: type[BaseModel]) -> list[str] | None:
+    keys = sorted({a for n, f in model.model_fields.items() for a in _aliases(n, f)})
+    return keys or None
 
 
 def unsafe_name(what: str, name: Any) -> None:

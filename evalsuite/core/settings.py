@@ -40,6 +40,8 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2",
                    "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head")
 KVCacheDtype = Literal[KV_CACHE_DTYPES]
 PER_TENSOR_FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2")
+# the ones stored in fewer bits than the model's: what kv_cache_dtype_skip_layers keeps layers out of
+QUANTIZED_KV = tuple(d for d in KV_CACHE_DTYPES if d not in ("auto", "bfloat16", "float16"))
 # gpu_memory_utilization where a variant or plan leaves it out: vLLM 0.32's own default (older releases
 # took 0.9). The engine gets it explicitly, so the planner's figures, the device
 # watch's reservation and the engine agree whichever vLLM is installed.

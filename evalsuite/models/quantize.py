@@ -46,6 +46,8 @@ Method = Literal[METHODS]
 # kv_fp8 keeps the weights and calibrates static per-tensor k/v scales for an FP8 KV cache.
 DEFAULT_SCHEME = {"awq": "W4A16", "gptq": "W4A16", "rtn": "W4A16", "kv_fp8": "FP8_KV"}
 CALIBRATION_SOURCES = BUILTIN_SOURCES  # the shipped texts the haystacks are cut from calibrate too
+COMPUTE_DTYPES = ("float32", "bfloat16")
+MIN_SAMPLES, MIN_SEQ_LEN = 1, 16  # the least calibration a build takes; `quantize` refuses less before reading TARGET
 MARKER = "evalsuite-quant.json"
 LOG_NAME = "quantize.log"
 # Bump when the worker's recipe or calibration changes in a way the parameters do not show.
@@ -85,10 +87,11 @@ class QuantParams:
             object.__setattr__(self, "scheme", DEFAULT_SCHEME[self.method])
         if self.calibration not in CALIBRATION_SOURCES:
             raise ConfigError(f"calibration {self.calibration!r} is not one of {', '.join(CALIBRATION_SOURCES)}")
-        if self.compute_dtype not in ("float32", "bfloat16"):
-            raise ConfigError(f"compute dtype {self.compute_dtype!r} is not one of float32, bfloat16")
-        if self.samples < 1 or self.seq_len < 16:
-            raise ConfigError(f"calibration needs samples >= 1 and seq_len >= 16, got {self.samples} x {self.seq_len}")
+        if self.compute_dtype not in COMPUTE_DTYPES:
+            raise ConfigError(f"compute dtype {self.compute_dtype!r} is not one of {', '.join(COMPUTE_DTYPES)}")
+        if self.samples < MIN_SAMPLES or self.seq_len < MIN_SEQ_LEN:
+            raise ConfigError(f"calibration needs samples >= {MIN_SAMPLES} and seq_len >= {MIN_SEQ_LEN}, "
+                              f"got {self.samples} x {self.seq_len}")
 
     def identity(self) -> dict[str, Any]:
         """The parameters that matter: RTN ignores calibration, so it must not split the cache."""

