@@ -454,3 +454,15 @@ def test_sync_output_dir_of_the_wrong_kind(tmp_path, kind, said):
     res = cli("sync", "--output-dir", str(out))
     assert res.exit_code == 2 and res.stderr == (f"evalsuite: error: --output-dir {out}: {said}; give the folder "
                                                  "that holds run folders\n"), res.output
+
+
+@pytest.mark.parametrize("args,line", [
+    ("gate --plan --n 100 --candidate runs/x", "--candidate runs/x: not with --plan, which reads only the rules and --n"),
+    ("gate --plan --n 100 --markdown gate.md", "--markdown gate.md: not with --plan, which reads only the rules and --n"),
+    ("gate --plan --n 100 --control runs/x:a", "--control runs/x:a: not with --plan, which reads only the rules and --n"),
+    ("gate --baseline a --candidate b --discordance 0.1", "--discordance 0.1: only with --plan; a gate measures the "
+                                                          "runs as they are"),
+])
+def test_a_gate_flag_of_the_other_mode_is_refused_not_dropped(args, line):
+    res = cli(*bare_flags(args.split()))
+    assert res.exit_code == 2 and res.stdout == "" and res.stderr == f"evalsuite: error: {line}\n", res.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -66,10 +67,10 @@ def gate_command(
     from evalsuite.report.gate import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
-    if plan is None:
-        for flag, value in (("--n", n), ("--discordance", discordance)):
-            if value is not None:  # silently dropped, it would read as taken into the verdict
-                raise ConfigError(f"{flag} {value}: only with --plan; a gate measures the runs as they are")
+    _check_plan_flags(plan is not None, {"--n": n, "--discordance": discordance},
+                      {"--baseline": baseline, "--candidate": candidate, "--control": control, "--uri": uri,
+                       "--variant-baseline": variant_baseline, "--variant-candidate": variant_candidate,
+                       "--markdown": markdown, "--junit": junit})
     if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
         rules = Path(plan)
     shown = str(rules) if rules else "the shipped default"  # never a path of this machine in a report
@@ -98,6 +99,17 @@ def gate_command(
     _say_default_rules(rules, path)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
+
+
+def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict[str, Any]) -> None:
+    """A flag of the other mode is refused, not dropped: silently ignored, it would read as taken
+    into the verdict (--n without --plan) or as a gate that ran (--candidate with --plan)."""
+    for flag, value in (runs_only if planning else plan_only).items():
+        if value:
+            shown = " ".join(map(str, value)) if isinstance(value, list) else value
+            if planning:
+                raise ConfigError(f"{flag} {shown}: not with --plan, which reads only the rules and --n")
+            raise ConfigError(f"{flag} {shown}: only with --plan; a gate measures the runs as they are")
 
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
