@@ -229,6 +229,8 @@ def test_single_length_run_reads_the_pooled_latency_key(tmp_path, runs):
     (lambda c: c["checks"][0].update(metric="engine/kv_tokens"), "'kv_tokens' is not an engine stat; allowed: startup_s"),
     (lambda c: c["checks"][0]["effect"].update(above=1), "give exactly one of equals, between, above, below"),
     (lambda c: c["checks"][0].update(requires={"kv_dtype": "int2"}), "unknown engine setting kv_dtype; allowed: model"),
+    (lambda c: c["checks"][0].update(source="planner", settings={"gpu": "H300"}),
+     "claims.0.checks.0.settings.gpu: unknown device 'H300' (allowed: H200, H100-SXM,"),
 ])
 def test_bad_claims_file_is_one_line_exit_2(tmp_path, runs, mutate, expected):
     c = claim("3", dict(TTFT_HELD, effect=dict(TTFT_HELD["effect"])))

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from evalsuite.core.configfile import join_errors
 from evalsuite.core.errors import ConfigError
@@ -86,6 +86,17 @@ class PlanSettings(_MemorySettings):
         (), "Layers whose KV cache keeps the model's dtype (repeatable): an index, or sliding_window.", metavar="LAYER")
     non_torch_gib: float | None = Field(default=None, ge=0)  # measured non-torch memory instead of the constant
     kv_cache_memory_gib: float | None = Field(default=None, ge=0)  # vLLM's kv_cache_memory_bytes: no budget arithmetic
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_device(cls, name: str) -> str:
+        """An unknown device is refused where the settings are read (a claims file's `settings.gpu`
+        as `--gpu`), not later as a claim the planner cannot measure."""
+        try:
+            get_device(name)
+        except ConfigError:
+            raise ValueError(f"unknown device {name!r} (allowed: {', '.join(DEVICES)})") from None
+        return name
 
 
 def plan_settings(settings: dict[str, Any]) -> PlanSettings:
