@@ -466,3 +466,24 @@ def test_sync_output_dir_of_the_wrong_kind(tmp_path, kind, said):
 def test_a_gate_flag_of_the_other_mode_is_refused_not_dropped(args, line):
     res = cli(*bare_flags(args.split()))
     assert res.exit_code == 2 and res.stdout == "" and res.stderr == f"evalsuite: error: {line}\n", res.output
+
+
+@pytest.mark.parametrize("command", ["sync", "compare runs/x", "gate --baseline a --candidate b", "report runs/x --out r"])
+def test_a_tracking_uri_mlflow_cannot_open_is_one_line(command, tmp_path):
+    res = cli(*command.split(), "--uri", "foo://bar")
+    assert res.exit_code == 2 and res.stderr == (
+        f"evalsuite: error: {command.split()[0]}: --uri: 'foo://bar': not a tracking URI MLflow opens (allowed: a "
+        "folder path, or a URI of http:, https:, sqlite:, file:, postgresql:, mysql:, mssql:, databricks:, "
+        "databricks-uc:, uc:)\n"), res.output
+    env = cli("sync", "-o", str(tmp_path), env={"MLFLOW_TRACKING_URI": "foo://z"})
+    assert env.exit_code == 2 and env.stderr.startswith("evalsuite: error: $MLFLOW_TRACKING_URI: 'foo://z': not a ")
+
+
+def test_the_tracking_schemes_are_mlflows():
+    from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+    from evalsuite.report.settings import TRACKING_SCHEMES, uri_problem
+
+    assert set(TRACKING_SCHEMES) == set(_tracking_store_registry._registry) - {""}
+    assert uri_problem("postgresql+psycopg2://u@h/db") is None and uri_problem("runs/mlruns") is None
+    assert uri_problem("sqlite:///runs/mlflow.db") is None and uri_problem("http://127.0.0.1:5000") is None

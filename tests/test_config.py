@@ -292,3 +292,11 @@ def test_a_missing_include_names_the_including_file_and_the_key(tmp_path, includ
               f"allowed: a YAML file relative to {tmp_path.resolve()}, or an absolute path"
               f"{near.format(base=tmp_path.resolve() / 'base')}\n")
     assert res.exit_code == 2 and res.stderr == wanted, res.output
+
+
+def test_a_tracking_uri_mlflow_cannot_open_is_refused_by_validate(tmp_path):
+    path = write(tmp_path, GOOD + "tracking: {uri: 'foo://bar'}\n")
+    res = CliRunner().invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2 and res.stderr.startswith(
+        f"evalsuite: error: {path}: tracking.uri: 'foo://bar': not a tracking URI MLflow opens (allowed: a folder path"
+    ), res.output

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from evalsuite.report.baseline import BASELINE_HELP
+from evalsuite.cli.track import uri_flag
 
 
 def report_command(
@@ -16,7 +17,7 @@ def report_command(
     out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
     baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help=f"{BASELINE_HELP}; each run folder is set against its own NAME (default: the first run's config `baseline`, else its first variant)."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml)."),
-    uri: str | None = typer.Option(None, "--uri", help="MLflow tracking URI for run ids and experiment names."),
+    uri: str | None = typer.Option(None, "--uri", callback=uri_flag, help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
     """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
     from evalsuite.core.outputs import writing

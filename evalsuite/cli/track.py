@@ -12,8 +12,17 @@ from rich.console import Console
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.report.baseline import BASELINE_HELP
+from evalsuite.report.settings import uri_problem
 
 Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
+def uri_flag(value: str | None) -> str | None:
+    """--uri as given, or a usage error where MLflow could not open it (before any run is read)."""
+    problem = uri_problem(value) if value is not None else None
+    if problem:
+        raise typer.BadParameter(problem)
+    return value
+
+
 URI_HELP = "MLflow tracking URI for run ids and experiment names (default: $MLFLOW_TRACKING_URI, else runs/mlflow.db)."
 
 
@@ -23,7 +32,7 @@ def compare_command(
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Also write compare.md, compare.csv and PNG plots here."),
     fmt: Format = typer.Option(Format.table, "--format", metavar="FORMAT", help="What to print: table, markdown, csv or json."),
     metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
-    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
+    uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
     from evalsuite.core.outputs import writing
@@ -59,7 +68,7 @@ def gate_command(
     plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
     n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
     discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
-    uri: str | None = typer.Option(None, "--uri", metavar="URI", help=URI_HELP),
+    uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
     little evidence to pass), 2 on bad input."""
@@ -163,14 +172,15 @@ def _only_variant(rd, ref: str) -> str:
 def sync_command(
     run_dirs: list[Path] | None = typer.Argument(None, metavar="[RUN_DIR]...", help="Run folders (default: every run under --output-dir)."),
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
-    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
+    uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
     try:
-        from evalsuite.report.tracking import find_run_dirs, log_run, run_tracking_config
+        from evalsuite.report.tracking import env_uri, find_run_dirs, log_run, run_tracking_config
     except ImportError as e:
         raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 
+    env_uri()  # a $MLFLOW_TRACKING_URI MLflow cannot open is one line, not a failure per run
     failed, links = 0, []
     found = find_run_dirs(list(run_dirs or []), output_dir)
     if not found:  # an empty --output-dir is no error, but a silent exit 0 reads as "uploaded"

@@ -49,7 +49,7 @@ from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
 from evalsuite.report.placement import beside, placement_metrics
 from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
-from evalsuite.report.settings import TrackingConfig
+from evalsuite.report.settings import TrackingConfig, check_uri
 
 STATE_FILE = "tracking.json"
 # An unreachable server must fail in seconds, not after MLflow's default 7 retries with backoff;
@@ -128,7 +128,12 @@ def default_uri(output_dir: Path) -> str:
 
 def read_uri(uri: str | None, output_dir: Path = Path("runs")) -> str:
     """For readers (compare, gate): --uri, else $MLFLOW_TRACKING_URI, else the default store."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(output_dir)
+    return uri or env_uri() or default_uri(output_dir)
+
+
+def env_uri() -> str | None:
+    """$MLFLOW_TRACKING_URI, refused in one line where MLflow could not open it."""
+    return check_uri("$MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI") or None)
 
 
 def run_tracking_config(run_dir: RunDir) -> TrackingConfig:
@@ -152,7 +157,7 @@ def local_store(uri: str) -> Path | None:
 def resolve_target(run_dir: RunDir, cfg: TrackingConfig | None, uri: str | None = None) -> Target:
     """--uri, else the config's tracking.uri, else $MLFLOW_TRACKING_URI, else SQLite beside the run."""
     cfg = cfg or run_tracking_config(run_dir)
-    chosen = uri or cfg.uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(run_dir.root.parent)
+    chosen = uri or cfg.uri or env_uri() or default_uri(run_dir.root.parent)
     return Target(uri=chosen, experiment=cfg.experiment)
 
 
