@@ -92,7 +92,8 @@ def test_run_ids_differ_within_one_second_and_folders_are_exclusive(tmp_path):
     (b"[1, 2, 3]", "a list, not an object"),
     (b"{not json", "corrupt JSON"),
     (b'{"schema_version": 1, "run_id": 5, "variants": 3}', "not a valid RunRecord"),
-], ids=["binary", "list", "corrupt", "wrong_types"])
+    (b'{"schema_version": 1, "run_id": "r", "model": "m"}', "no `variants` key: not a run record as evalsuite writes"),
+], ids=["binary", "list", "corrupt", "wrong_types", "no_variants"])
 def test_damaged_run_json_is_one_config_error(tmp_path, content, fragment):
     from evalsuite.core.types import SCHEMA_VERSION
 

@@ -279,6 +279,8 @@ class RunDir:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ConfigError(f"{path}: schema_version {version} is not supported (this evalsuite reads {SCHEMA_VERSION})")
+        if "variants" not in data:  # every run writes it, empty or not: without it the file was cut or edited
+            raise ConfigError(f"{path}: no `variants` key: not a run record as evalsuite writes it (damaged or edited?)")
         return _validated(path, RunRecord, data)
 
     def variant_dir(self, variant: str) -> Path:
