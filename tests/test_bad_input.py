@@ -273,11 +273,14 @@ def test_a_folder_where_a_yaml_file_goes_is_one_line(tmp_path, command):
     assert_bad(cli([*command, str(tmp_path / "conf.yaml")], tmp_path), f"{tmp_path / 'conf.yaml'}: is a folder")
 
 
-@pytest.mark.parametrize("kind", ["regular_file", "dangling_symlink"])
+@pytest.mark.parametrize("kind", ["regular_file", "dangling_symlink", "under_a_file"])
 def test_output_dir_that_is_no_folder(tmp_path, kind):
     out = tmp_path / "out"
     if kind == "regular_file":
         out.write_text("not a folder")
+    elif kind == "under_a_file":  # no folder can be made through a file: bad input, not the machine's refusal
+        (tmp_path / "f").write_text("a file")
+        out = tmp_path / "f" / "runs"
     else:
         out.symlink_to(tmp_path / "nowhere")
     cfg = write(tmp_path, GOOD)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.types import SCHEMA_VERSION, RunRecord, VariantResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -116,6 +116,10 @@ def check_output_dir(out: Path) -> Path:
         raise ConfigError(f"--output-dir {out}: a symbolic link to nothing ({os.readlink(out)})")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--output-dir {out}: not a folder")
+    above = next((p for p in out.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():  # found before any work, not when the run folder is made
+        raise ConfigError(f"--output-dir {out}: {above} is a file, not a folder; give a folder that exists or "
+                          "can be created")
     return out
 
 
@@ -132,8 +136,12 @@ def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
             except FileExistsError:
                 continue
     except OSError as e:
-        cls = StorageError if e.errno in STORAGE_ERRNOS else EvalsuiteError
-        raise cls(f"--output-dir {out}: cannot make a run folder there ({e.strerror})") from None
+        said = f"--output-dir {out}: cannot make a run folder there ({e.strerror})"
+        if e.errno in STORAGE_ERRNOS:  # the machine's refusal (full, read-only): exit 4
+            raise StorageError(said) from None
+        # a path no folder can be made at (through a file, under /proc): bad input
+        hint = PATH_KIND_HINTS.get(e.errno) or "give a folder that exists or can be created"
+        raise ConfigError(f"{said}; {hint}") from None
     raise EvalsuiteError(f"{out}: no free run folder name after 8 tries")
 
 
