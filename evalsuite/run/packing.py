@@ -1,16 +1,17 @@
-"""Several variants' engines at once on one device (`run --parallel`).
+"""Several variants' engines at once on one host's devices (`run --parallel`).
 
 A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
 a KV pool fixed in bytes, sized for the longest request the tasks send times the batch they send
 (vLLM gets the pool as `kv_cache_memory_bytes`, so its size does not depend on what the others
-leave free). Engines start, in the config's order, while the running footprints fit in the device's
-memory less a margin: GPU memory as NVML reports it free, or on a CPU the host's available RAM, whose
-cores are split between the engines; `auto` also keeps two host cores for each GPU engine. A variant without a prediction (a hub id, a GGUF file), one
-over the budget on its own, one spread over several GPUs, and one whose engine ran out of memory
-beside others runs alone. The latency pass runs afterwards, each engine alone on the device; its
-failure leaves the variant `partial` with the packed tasks' results, not `failed`.
+leave free). Engines start, in the config's order, while the running footprints fit in a device's
+memory less a margin: GPU memory as NVML reports it free, on each GPU the process may use (an engine
+goes to the card with the most room and is pinned there), or on a CPU the host's available RAM,
+whose cores are split between the engines; `auto` also keeps two host cores for each GPU engine. A
+variant without a prediction (a hub id, a GGUF file), one over every card's budget on its own, one
+spread over several GPUs, and one whose engine ran out of memory beside others runs alone. The
+latency pass runs afterwards, each engine alone on the host; its failure leaves the variant
+`partial` with the packed tasks' results, not `failed`.
 """
-
 from __future__ import annotations
 
 import json
@@ -115,40 +116,54 @@ def out_of_memory(result: VariantResult) -> bool:
 @dataclass
 class Packer:
     """Pure bookkeeping of the plan: `needs` is each variant's footprint in GiB (None: unknown, so
-    alone), started first-fit in the given order while the running ones and it fit in `budget_gib`
-    and at most `limit` run."""
+    alone), started in the given order while it fits beside the running ones in a device's budget
+    (`budget_gib`, one per device: the one with the most room left takes it) and at most `limit` run."""
 
     needs: dict[str, float | None]
-    budget_gib: float
+    budget_gib: float | list[float]
     limit: int
     alone: set[str] = field(default_factory=set)  # beside nothing, nothing beside them
     pending: list[str] = field(default_factory=list)
     running: dict[str, float] = field(default_factory=dict)
     retried: set[str] = field(default_factory=set)
+    device: dict[str, int] = field(default_factory=dict)  # running variant -> the device it is on
 
     def __post_init__(self) -> None:
+        self.budgets = list(self.budget_gib) if isinstance(self.budget_gib, list) else [self.budget_gib]
         self.pending = list(self.needs)
-        self.alone |= {n for n, g in self.needs.items() if g is None or g > self.budget_gib}
+        self.alone |= {n for n, g in self.needs.items() if g is None or g > max(self.budgets)}
 
-    def _fits(self, name: str) -> bool:
+    def room(self, d: int) -> float:
+        return self.budgets[d] - sum(g for n, g in self.running.items() if self.device.get(n) == d)
+
+    def _place(self, name: str) -> int | None:
+        """The device to start `name` on now, or None while it must wait."""
+        by_room = sorted(range(len(self.budgets)), key=lambda d: -self.room(d))
         if not self.running:
-            return True
+            return next((d for d in by_room if (self.needs[name] or 0.0) <= self.room(d)), by_room[0])
         if name in self.alone or self.alone & self.running.keys() or len(self.running) >= self.limit:
-            return False
-        return sum(self.running.values()) + (self.needs[name] or 0.0) <= self.budget_gib
+            return None
+        return next((d for d in by_room if (self.needs[name] or 0.0) <= self.room(d)), None)
 
     def start(self) -> list[str]:
-        """The variants to start now (marked running)."""
+        """The variants to start now (marked running on their device)."""
         out = []
         for name in list(self.pending):
-            if self._fits(name):
+            d = self._place(name)
+            if d is not None:
                 self.pending.remove(name)
-                self.running[name] = self.needs[name] or 0.0
+                self.running[name], self.device[name] = self.needs[name] or 0.0, d
                 out.append(name)
         return out
 
+    def beside(self, name: str) -> list[str]:
+        """The running variants that share `name`'s device (every running one, for one alone on the host)."""
+        d = self.device.get(name)
+        return sorted(n for n in self.running if n != name and (self.device.get(n) == d or name in self.alone))
+
     def done(self, name: str) -> None:
         self.running.pop(name, None)
+        self.device.pop(name, None)
 
     def retry_alone(self, name: str) -> bool:
         """Queue a variant again, to run alone, once; False when it already had its retry."""
@@ -182,15 +197,27 @@ def engine_limit(parallel: str | int, cpu: bool, cores: int) -> int:
     return min(int(parallel), cores) if cpu else int(parallel)
 
 
-def capacity(cpu: bool, margin: float) -> tuple[float, float]:
-    """(memory of the device, what packing may fill) in GiB: free memory less `margin` of the total."""
+def capacity(cpu: bool, margin: float, pinned: bool = False) -> list[tuple[str | None, float, float]]:
+    """Per device packing may fill: (its CUDA_VISIBLE_DEVICES index, its memory, what packing may fill:
+    free memory less `margin` of the total) in GiB. Every GPU this process may use where there are
+    several and the config pins none (`pinned`: its engine env sets CUDA_VISIBLE_DEVICES); else the
+    one device, index None: the CPU's RAM, or the GPU vLLM takes."""
     if cpu:
         vm = psutil.virtual_memory()
-        return vm.total / GIB, vm.available / GIB - margin * vm.total / GIB
-    from evalsuite.memory.cuda import device_memory_gib
+        return [(None, vm.total / GIB, vm.available / GIB - margin * vm.total / GIB)]
+    from evalsuite.memory.cuda import device_memory_gib, visible_gpus
 
+    gpus = [] if pinned else visible_gpus()
+    if len(gpus) > 1:
+        return [(index, total, free - margin * total) for index, total, free in gpus]
     total, free = device_memory_gib()
-    return total, free - margin * total
+    return [(None, total, free - margin * total)]
+
+
+def gpu_env(env: dict[str, str], index: str) -> dict[str, str]:
+    """An engine's environment that puts it on GPU `index` (NVML's, PCI bus order), CUDA's ordinals
+    ordered as NVML's so that the index means the same card to both."""
+    return {**env, "CUDA_VISIBLE_DEVICES": index, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -261,6 +288,7 @@ class _Slot:
     env: dict[str, str]
     beside: list[str]
     cores: str | None = None
+    gpu: str | None = None  # the GPU's index, where the run spreads its engines over several
 
 
 class PackedRun:
@@ -273,7 +301,8 @@ class PackedRun:
         self.ctx, self.progress = ctx, progress
         self.cpu = planner_gpu(record.env.get("device")) == "cpu"
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-        self.total_gib, self.budget_gib = capacity(self.cpu, cfg.scheduler.margin)
+        self.devices = capacity(self.cpu, cfg.scheduler.margin, pinned="CUDA_VISIBLE_DEVICES" in cfg.engine.env)
+        _, self.total_gib, self.budget_gib = self.devices[0]  # the planner's card: a host's GPUs taken as alike
         self.predicted: dict[str, dict[str, Any]] = {}
         self.interrupt = Interrupt()
 
@@ -292,17 +321,22 @@ class PackedRun:
         self.slices = core_slices(self.cores, limit) if self.cpu else []
         self.record.env.setdefault("scheduler", {}).update(
             {"kind": "local", "parallel": self.cfg.scheduler.parallel, "limit": limit,
-             "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3)})
-        return Packer(needs, self.budget_gib, limit, alone=multi)
+             "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3),
+             **({"gpus": [{"gpu": i, "memory_gib": round(t, 3), "budget_gib": round(b, 3)} for i, t, b in self.devices]}
+                if len(self.devices) > 1 else {})})
+        return Packer(needs, [b for _, _, b in self.devices], limit, alone=multi)
 
     def _slot(self, name: str, packer: Packer) -> _Slot:
         p, alone = self.predicted.get(name, {}), name in packer.alone
+        index, total_gib, _ = self.devices[packer.device.get(name, 0)]
         overrides: dict[str, Any] = {}
         if p.get("kv_cache_memory_bytes") and not alone:
             overrides["kv_cache_memory_bytes"] = p["kv_cache_memory_bytes"]
             if not self.cpu:
-                overrides["gpu_memory_utilization"] = utilization(p["footprint_gib"], self.total_gib)
-        slot = _Slot(name, overrides, dict(self.cfg.engine.env), sorted(set(packer.running) - {name}))
+                overrides["gpu_memory_utilization"] = utilization(p["footprint_gib"], total_gib)
+        slot = _Slot(name, overrides, dict(self.cfg.engine.env), packer.beside(name))
+        if index is not None and not alone:
+            slot.gpu, slot.env = index, gpu_env(slot.env, index)
         if self.cpu and "VLLM_CPU_OMP_THREADS_BIND" not in slot.env and self.slices and not alone:
             slot.cores = self.slices.pop(0)
             slot.env["VLLM_CPU_OMP_THREADS_BIND"] = slot.cores
@@ -319,7 +353,8 @@ class PackedRun:
         result.placement = {"parallel": self.cfg.scheduler.parallel, "alone": not ran_with,
                             "ran_with": sorted(ran_with), "predicted": self.predicted.get(slot.name, {}),
                             "measured": measured(result), "engine_args": slot.overrides,
-                            **({"cpu_cores": slot.cores} if slot.cores else {})}
+                            **({"cpu_cores": slot.cores} if slot.cores else {}),
+                            **({"gpu": slot.gpu} if slot.gpu is not None else {})}
         self.run_dir.write_result(result)
         return result
 
