@@ -433,3 +433,21 @@ def test_a_variant_an_interrupted_run_never_started_is_no_holder(tmp_path):
 
     measured, cut = run("20260101-000000-a", "ok", 1), run("20260102-000000-b", "pending", 2)
     assert [f.run.run_id for f in find_variant([measured, cut], "fp8")] == ["20260101-000000-a"]
+
+
+def test_a_vllm_default_claim_prints_only_checks_report(tmp_path):
+    """Reading a default imports the installed vLLM, whose import-time warnings (a CPU build finding
+    Triton without its CPU backend) must not become lines of check's output."""
+    import subprocess
+    import sys
+
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"claims": [{"id": 1, "text": "vLLM reserves 90% of GPU memory by default.",
+                                                  "where": "docs", "checks": [{
+                                                      "what": "default utilization", "source": "vllm_default",
+                                                      "metric": "gpu_memory_utilization",
+                                                      "effect": {"kind": "value", "equals": 0.9}}]}]}))
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "check", str(claims)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode in (0, 1) and res.stderr == "", res.stderr
+    assert "EngineArgs default" in res.stdout

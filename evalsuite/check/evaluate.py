@@ -10,6 +10,7 @@ its checks is, else not measurable when any is, else held; informational checks 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,11 +129,17 @@ def measure_planner(ctx: Context, check: Check, side: Side) -> Measured:
 
 def measure_vllm_default(check: Check) -> Measured:
     """An engine argument's default, read from the vLLM installed where `check` runs."""
+    # check reads a default here and starts no engine: vLLM's warnings at import (a CPU build finding
+    # Triton without its CPU backend, logged before vLLM's logger has a handler) would print as lines
+    # of check's own output.
+    logging.disable(logging.WARNING)
     try:
         import vllm
         from vllm.engine.arg_utils import EngineArgs
     except Exception as e:  # noqa: BLE001 - any import failure means this machine cannot answer
         raise NotMeasurable(f"vLLM is not importable here ({type(e).__name__}); run check where vLLM is installed") from None
+    finally:
+        logging.disable(logging.NOTSET)
     fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
     f = fields.get(check.metric)
     if f is None or not isinstance(f.default, (int, float)):
