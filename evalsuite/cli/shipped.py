@@ -40,7 +40,7 @@ def init_command(
     directory: Path = typer.Argument(Path("."), metavar="[DIR]", help="Where to write evalsuite.yaml (default: here)."),
     model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
                                      help="A Hugging Face id (org/name) or a local model folder, instead of the "
-                                          "starter's small CPU model."),
+                                          "starter's own model."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing evalsuite.yaml."),
     device: Device = typer.Option(Device.auto, "--device", metavar="DEVICE",
                                   help="The starter to write: gpu (one NVIDIA GPU, a 7B model), cpu (a small model), "
@@ -48,9 +48,11 @@ def init_command(
 ) -> None:
     """Write DIR/evalsuite.yaml: a starter config that runs as it is, on this machine's GPU or CPU.
 
-    On a GPU: Qwen2.5-7B-Instruct under bf16, FP8 weights and four KV caches, a sample of every task
-    kind. On a CPU: a small real model, bf16 against simulated INT4 weights and an FP8 KV cache, a few
-    items of every task kind. Then: evalsuite run DIR/evalsuite.yaml"""
+    GPU: Qwen2.5-7B-Instruct under bf16, FP8 weights and three KV caches, a sample of each task.
+
+    CPU: a small real model, bf16 against INT4 weights and an FP8 KV cache, a few items of each task.
+
+    Then: evalsuite run DIR/evalsuite.yaml"""
     out = directory / "evalsuite.yaml"
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")
