@@ -11,6 +11,7 @@ import typer
 
 from evalsuite.core.env import gpu_names
 from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError
+from evalsuite.core.outputs import FOLDER_HINT
 from evalsuite.report.rules import default_rules_path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "configs"
@@ -80,8 +81,7 @@ def _write(directory: Path, out: Path, text: str) -> None:
             raise
         # a place no folder can be made (/proc, a path through a file): a DIR to give differently
         what = "it" if e.filename in (None, str(directory)) else e.filename
-        raise ConfigError(f"DIR {directory}: cannot create {what} ({e.strerror}); "
-                          "give a folder that exists or can be created") from None
+        raise ConfigError(f"DIR {directory}: cannot create {what} ({e.strerror}); {FOLDER_HINT}") from None
 
 
 def _source(model: str) -> str:

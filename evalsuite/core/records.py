@@ -32,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.outputs import FOLDER_HINT
 from evalsuite.core.types import SCHEMA_VERSION, RunRecord, VariantResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -118,8 +119,7 @@ def check_output_dir(out: Path) -> Path:
         raise ConfigError(f"--output-dir {out}: not a folder")
     above = next((p for p in out.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():  # found before any work, not when the run folder is made
-        raise ConfigError(f"--output-dir {out}: {above} is a file, not a folder; give a folder that exists or "
-                          "can be created")
+        raise ConfigError(f"--output-dir {out}: {above} is a file, not a folder; {FOLDER_HINT}")
     return out
 
 
@@ -140,7 +140,7 @@ def create_run_dir(output_dir: Path, stem: str) -> "RunDir":
         if e.errno in STORAGE_ERRNOS:  # the machine's refusal (full, read-only): exit 4
             raise StorageError(said) from None
         # a path no folder can be made at (through a file, under /proc): bad input
-        hint = PATH_KIND_HINTS.get(e.errno) or "give a folder that exists or can be created"
+        hint = PATH_KIND_HINTS.get(e.errno) or FOLDER_HINT
         raise ConfigError(f"{said}; {hint}") from None
     raise EvalsuiteError(f"{out}: no free run folder name after 8 tries")
 

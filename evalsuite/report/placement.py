@@ -10,9 +10,13 @@ from rich.table import Table
 from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, VariantResult
 
 
+def is_packed(v: VariantResult) -> bool:
+    """Whether a packing plan placed the variant (an unpacked run records no placement)."""
+    return v.placement.get("parallel") not in (None, 1)
+
+
 def packed(record: RunRecord) -> list[VariantResult]:
-    """The variants a packing plan placed (an unpacked run records no placement)."""
-    return [v for v in record.variants if v.placement.get("parallel") not in (None, 1)]
+    return [v for v in record.variants if is_packed(v)]
 
 
 def beside(v: VariantResult) -> str:
@@ -76,6 +80,5 @@ def placement_table(record: RunRecord) -> Table | None:
 def placement_metrics(v: VariantResult) -> dict[str, float]:
     """MLflow metrics of a packed variant: placement/<part>/predicted and /measured, in GiB."""
     pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
-    out = {f"placement/{k}/{side}": float(val) for side, src in (("predicted", pred), ("measured", meas))
-           for k in (*FOOTPRINT_PARTS, "footprint_gib") if isinstance(val := src.get(k), int | float)}
-    return out
+    return {f"placement/{k}/{side}": float(val) for side, src in (("predicted", pred), ("measured", meas))
+            for k in (*FOOTPRINT_PARTS, "footprint_gib") if isinstance(val := src.get(k), int | float)}

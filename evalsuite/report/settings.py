@@ -15,16 +15,18 @@ TRACKING_SCHEMES = ("http", "https", "sqlite", "file", "postgresql", "mysql", "m
                     "uc")
 
 
+URIS_ALLOWED = "allowed: a folder path, or a URI of " + ", ".join(f"{s}:" for s in TRACKING_SCHEMES)
+
+
 def uri_problem(uri: str) -> str | None:
     """Why MLflow cannot open `uri` as a tracking store, in words; None where it can (a bare path is a
     local file store)."""
     scheme = urlparse(uri).scheme
     if not uri.strip():
-        return "empty (allowed: a folder path, or a URI of " + ", ".join(f"{s}:" for s in TRACKING_SCHEMES) + ")"
+        return f"empty ({URIS_ALLOWED})"
     if scheme == "" or len(scheme) == 1 or scheme.split("+", 1)[0] in TRACKING_SCHEMES:
         return None
-    return f"{uri!r}: not a tracking URI MLflow opens (allowed: a folder path, or a URI of " \
-           + ", ".join(f"{s}:" for s in TRACKING_SCHEMES) + ")"
+    return f"{uri!r}: not a tracking URI MLflow opens ({URIS_ALLOWED})"
 
 
 def check_uri(where: str, uri: str | None) -> str | None:

@@ -47,7 +47,7 @@ from evalsuite.core.records import (CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FI
                                     is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
-from evalsuite.report.placement import beside, placement_metrics
+from evalsuite.report.placement import beside, is_packed, placement_metrics
 from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
 from evalsuite.report.settings import TrackingConfig, check_uri
 
@@ -400,7 +400,7 @@ class _Logger:
         for key, tag in (("vllm_version", "vllm.version"), ("device", "device")):
             if getattr(result.engine, key):
                 tags[tag] = str(getattr(result.engine, key))
-        if result.placement.get("parallel") not in (None, 1):
+        if is_packed(result):
             tags["evalsuite.placement"] = beside(result)[:MAX_TAG]
         if result.host_load is not None:  # a tag, not a metric: the load is the host's, not the variant's figure
             tags["evalsuite.latency_host_loaded"] = str(result.host_load.loaded).lower()

@@ -12,6 +12,7 @@ spread over several GPUs, and one whose engine ran out of memory beside others r
 latency pass runs afterwards, each engine alone on the host; its failure leaves the variant
 `partial` with the packed tasks' results, not `failed`.
 """
+
 from __future__ import annotations
 
 import json
