@@ -11,6 +11,13 @@ L=lab/configs/h200/qwen-1.5b-ruler-128k.yaml
 D=docs/results/h200-2026-12-01-qwen2.5-coder-1.5b
 I=runs/h200/items
 mkdir -p $I
+# The configs' 16 GiB pools are for four lanes on a 141 GB card; on an 80 GB one (an H100) four
+# engines fit with 8 GiB pools, which still hold two 128K items' bf16 caches (3.5 GiB each) at once.
+# Edited in this private copy only: the run records carry the pool each engine had.
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+if [ -n "$gpu_mib" ] && [ "$gpu_mib" -lt 100000 ]; then
+  sed -i 's/^\(    kv_cache_memory_bytes:\) 17179869184 .*/\1 8589934592   # 8 GiB each: four engines on an 80 GB card/' $S $L
+fi
 # Items are built once, on every core, before any lane: a run builds what the cache lacks, and runs
 # started side by side would each build the same ones.
 short_items() { bash lab/device.sh py lab/ruler_items.py $S > $I/items-short.log 2>&1; }
