@@ -2,19 +2,22 @@
 # What the RULER plans left unmeasured, at every length, resumed from the per-item scores kept in
 # $D/scores-ruler, $D/scores-ruler-64k and $D/scores-ruler-128k (`slim.sh aside` with the three as KEEP,
 # so that they travel): `seed` rebuilds each lane's run folder and `run --resume` scores only the
-# items without a score. Four lanes, in order of need (left after 2026-12-04):
-#   r4    kv_int8_per_token_head at 4K-32K (128 of 528 RULER items done, 32K first; Triton attention,
-#         ~64 items in 10 minutes beside two other runs), then kv_fp8's last 54 legal_long_multi items
-#   l128  128K: fp8's last 28 items (vt, cwe, fwe), then awq (its build ~3 minutes first)
-#   l128b 128K: kv_fp8 (~10 minutes beside another run)
+# items without a score. Four lanes, in order of need (left after 2026-12-05):
+#   r4    kv_int8_per_token_head's 150 legal_long_multi items at 32K (its 528 RULER items are done;
+#         Triton attention, ~64 items at 32K in 10 minutes beside two other runs), then kv_fp8's last
+#         54 legal_long_multi items
+#   l128  128K: awq (its build first: several minutes beside three engines)
+#   l128b 128K: kv_fp8's last 60 items (niah_multivalue, niah_multiquery, vt, cwe, fwe)
 #   l64   64K: kv_int8_per_token_head (~25 minutes alone on Triton)
+# Four runs starting together reach their first item ~3.5 minutes after the plan starts (items
+# loaded, then each engine's torch.compile, ~50 s).
 # ORDER_LONG, ORDER_LONG2 and ORDER_64 replace the variants of l128, l128b and l64 (every variant of
 # the 64K and 128K configs is defined there, kv_int8_per_token_head included).
 # Items: built on the host (~1 minute for 4K-32K, ~5 for 64K+128K) or carried, as qwen-1.5b-ruler-long.sh
 # says. Carrying, start and polls: as qwen-1.5b-ruler.sh.
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-rest.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"
-long=${ORDER_LONG:-fp8 awq} long2=${ORDER_LONG2:-kv_fp8} mid=${ORDER_64:-kv_int8_per_token_head}
+long=${ORDER_LONG:-awq} long2=${ORDER_LONG2:-kv_fp8} mid=${ORDER_64:-kv_int8_per_token_head}
 short_items
 items $M 65536
 items $L 131072
