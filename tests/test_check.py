@@ -147,7 +147,7 @@ def test_planner_answers_claims_1_and_4_without_a_run(tmp_path):
 
 def test_shipped_claims_file(monkeypatch):
     """Every claim of the issue is there; without runs the planner still answers 1, 2 and 4."""
-    def no_vllm(check):
+    def no_vllm(ctx, check):
         raise NotMeasurable("vLLM not imported in this test")
 
     monkeypatch.setattr(ev, "measure_vllm_default", no_vllm)
@@ -451,3 +451,52 @@ def test_a_vllm_default_claim_prints_only_checks_report(tmp_path):
                          timeout=300)
     assert res.returncode in (0, 1) and res.stderr == "", res.stderr
     assert "EngineArgs default" in res.stdout
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda c: c.update(baseline="shape:defualts"),
+     "claims.0.checks.0.baseline.variant: 'shape:defualts': the runs matching 'shape' define no variant 'defualts'; "
+     "allowed: shape:block32, shape:broken, shape:defaults, shape:fp8"),
+    (lambda c: c.update(given=[{"what": "pre", "metric": "engine/kv_cache_tokens", "variant": "shape:blok32",
+                                "effect": {"kind": "value", "above": 1}}]),
+     "claims.0.checks.0.given.0.variant: 'shape:blok32': the runs matching 'shape' define no variant 'blok32'"),
+])
+def test_a_misspelled_variant_of_a_given_run_is_bad_input(tmp_path, runs, mutate, expected):
+    """A claim naming a variant that the run it points at never defined would read "not measurable"
+    and exit 0: a typo in a claims file must not pass for a missing measurement."""
+    c = dict(TTFT_HELD)
+    mutate(c)
+    res = check(write_claims(tmp_path, [claim("3", c)]), *runs)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_a_variant_defined_but_not_measured_or_a_run_not_given_stays_not_measurable(tmp_path, runs):
+    """Measuring some variants (`-V`) or checking against some runs is not bad input."""
+    rd = RunDir(runs[0])
+    cfg = rd.read_config()
+    cfg["variants"]["block64"] = {}
+    rd.write_config(cfg)
+    unmeasured = dict(TTFT_HELD, candidate="shape:block64")
+    elsewhere = dict(TTFT_HELD, baseline="other:defaults")
+    out = tmp_path / "r.json"
+    assert check(write_claims(tmp_path, [claim("3", unmeasured), claim("4", elsewhere)]), *runs, "--json", out).exit_code == 0
+    why = [c["checks"][0]["detail"] for c in json.loads(out.read_text())["claims"]]
+    assert "variant 'block64' is not in runs matching 'shape'" in why[0]
+    assert "no run matching 'other' was given" in why[1]
+
+
+def test_a_vllm_default_that_vllm_lacks_is_bad_input(tmp_path):
+    """`vllm_default` reads the installed vLLM's EngineArgs: a name it lacks is a misspelling, said with
+    the nearest names, not a claim left unanswered."""
+    bad = {"what": "default utilization", "source": "vllm_default", "metric": "gpu_memory_utilisation",
+           "effect": {"kind": "value", "equals": 0.9}}
+    res = check(write_claims(tmp_path, [claim("1", bad)]))
+    assert res.exit_code == 2, res.output
+    line = res.output.strip().splitlines()
+    assert len(line) == 1 and "claims.0.checks.0.metric: vLLM" in line[0]
+    assert "no engine argument 'gpu_memory_utilisation'" in line[0] and "gpu_memory_utilization" in line[0]
+    text = {**bad, "metric": "tokenizer_mode"}
+    res = check(write_claims(tmp_path, [claim("1", text)]))
+    assert res.exit_code == 2 and "no numeric default for the engine argument" in res.output

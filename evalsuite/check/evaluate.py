@@ -10,6 +10,7 @@ its checks is, else not measurable when any is, else held; informational checks 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import math
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 
 from evalsuite.check import stats
 from evalsuite.stats import timing
-from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
+from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup, undefined_variant
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
 from evalsuite.core.configfile import format_validation_error
 from evalsuite.core.errors import ConfigError
@@ -127,7 +128,7 @@ def measure_planner(ctx: Context, check: Check, side: Side) -> Measured:
     return Measured(float(value), f"planner: {check.model}" + (f" ({shown})" if shown else ""), metric)
 
 
-def measure_vllm_default(check: Check) -> Measured:
+def measure_vllm_default(ctx: Context, check: Check) -> Measured:
     """An engine argument's default, read from the vLLM installed where `check` runs."""
     # check reads a default here and starts no engine: vLLM's warnings at import (a CPU build finding
     # Triton without its CPU backend, logged before vLLM's logger has a handler) would print as lines
@@ -140,10 +141,16 @@ def measure_vllm_default(check: Check) -> Measured:
         raise NotMeasurable(f"vLLM is not importable here ({type(e).__name__}); run check where vLLM is installed") from None
     finally:
         logging.disable(logging.NOTSET)
-    fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
-    f = fields.get(check.metric)
-    if f is None or not isinstance(f.default, (int, float)):
-        raise NotMeasurable(f"vLLM {vllm.__version__} has no numeric engine argument {check.metric!r}")
+    # the installed vLLM's own fields are the allowed values: a name it lacks is a misspelling (or an
+    # argument of another release), which the claims file must say, not an unanswerable claim
+    numeric = sorted(f.name for f in dataclasses.fields(EngineArgs)
+                     if isinstance(f.default, (int, float)) and not isinstance(f.default, bool))
+    f = next((f for f in dataclasses.fields(EngineArgs) if f.name == check.metric), None)
+    if f is None or f.name not in numeric:
+        what = "no engine argument" if f is None else f"no numeric default for the engine argument (it is {f.default!r})"
+        near = difflib.get_close_matches(check.metric, numeric, n=5, cutoff=0.5) or numeric[:8]
+        raise ConfigError(f"{ctx.where}.metric: vLLM {vllm.__version__} has {what} {check.metric!r}; "
+                          f"allowed: its numeric engine arguments, e.g. {', '.join(near)}")
     return Measured(float(f.default), f"vLLM {vllm.__version__} EngineArgs default", check.metric)
 
 
@@ -151,7 +158,7 @@ def measure(ctx: Context, check: Check, side: Side) -> Measured:
     if check.source == "planner":
         return measure_planner(ctx, check, side)
     if check.source == "vllm_default":
-        return measure_vllm_default(check)
+        return measure_vllm_default(ctx, check)
     return measure_run(ctx, check, side)
 
 
@@ -172,7 +179,19 @@ def measure_pair(ctx: Context, check: Check, sides: list[Side]) -> list[Measured
     return None
 
 
+def check_references(ctx: Context, check: Check) -> None:
+    """A `run:variant` that names no variant of the runs given is bad input (exit 2), named by its key."""
+    if check.source != "run":
+        return
+    for key, side in (("variant", check.variant), ("baseline.variant", check.baseline),
+                      ("candidate.variant", check.candidate)):
+        why = undefined_variant(ctx.runs, side.variant) if side and side.variant else None
+        if why:
+            raise ConfigError(f"{ctx.where}.{key}: {why}")
+
+
 def measure_sides(ctx: Context, check: Check) -> list[Measured]:
+    check_references(ctx, check)
     sides = check.sides()
     if check.source == "run" and len(sides) == 2 and all(s.variant for s in sides):
         pair = measure_pair(ctx, check, sides)
@@ -298,8 +317,11 @@ def _unsupported(requires: dict) -> str | None:
 
 
 def _preconditions(ctx: Context, check: Check) -> str | None:
-    for pre in check.given:
+    where = ctx.where
+    for k, pre in enumerate(check.given):
+        ctx.where = f"{where}.given.{k}"  # a bad reference in a precondition is named where it is
         r = evaluate_check(ctx, pre)
+        ctx.where = where
         if r.verdict == "not measurable":
             return f"precondition not measurable ({pre.what}: {r.detail})"
         if r.verdict == "not held":

@@ -106,6 +106,23 @@ def find_variant(runs: list[Run], ref: str) -> list[Found]:
     return [Found(r, r.results[variant]) for r in ok]
 
 
+def undefined_variant(runs: list[Run], ref: str) -> str | None:
+    """Why a `run:variant` reference is bad input, or None: the runs it matches were given and none of
+    their configs defines the variant (a misspelling). A variant a config defines but a run did not
+    measure (`-V`, a cut run) is not measurable, not bad input; so is a run that was not given."""
+    run_name, _, variant = ref.rpartition(":")
+    pool = [r for r in runs if r.matches(run_name)] if run_name else []
+    defined: set[str] = set()
+    for r in pool:
+        if not isinstance(r.config.get("variants"), dict):
+            return None  # a run whose config cannot be read may define it
+        defined |= set(r.config["variants"]) | set(r.results)
+    if not pool or variant in defined:
+        return None
+    return (f"{ref!r}: the runs matching {run_name!r} define no variant {variant!r}; "
+            f"allowed: {', '.join(f'{run_name}:{v}' for v in sorted(defined))}")
+
+
 def lookup(found: Found, metric: str) -> tuple[float, Metric | None]:
     """The number a metric address names in one variant, and its Metric record (an engine stat's as
     engine/<field>)."""
