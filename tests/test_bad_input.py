@@ -368,3 +368,23 @@ def test_a_malformed_ray_address_is_refused_before_the_run_folder(tmp_path, addr
         assert_bad(cli(command, tmp_path), str(in_config), f"scheduler.address: {address!r} is not a Ray address "
                                                            f"{RAY_ALLOWED}")
     assert files(tmp_path) == before
+
+
+def test_a_ray_address_where_nothing_answers_leaves_no_run_folder(tmp_path):
+    """A cluster that is down is found out before the run folder exists (one line, exit 1), whether
+    `--ray` or the config's scheduler.address names it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"  # bound, never listening: refused at once
+        cfg = write(tmp_path, GOOD)
+        in_config = write(tmp_path, GOOD + f"scheduler: {{kind: ray, address: '{address}'}}\n", "ray.yaml")
+        before = files(tmp_path)
+        for command, said in ((["run", str(cfg), "--ray", address], f"--ray {address}: nothing answers there"),
+                              (["run", str(in_config)], f"scheduler.address {address}: nothing answers there")):
+            res = cli([*command, "-o", str(tmp_path / "out"), "--no-progress"], tmp_path)
+            lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+            assert res.returncode == 1 and len(lines) == 1 and said in lines[0], res.stdout + res.stderr
+            assert "Traceback" not in res.stdout + res.stderr
+        assert files(tmp_path) == before

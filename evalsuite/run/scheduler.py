@@ -36,17 +36,22 @@ def _ray():
     return ray
 
 
-def check_ray(address: str | None) -> None:
-    """What is known before a run folder is made: the form of `--ray`'s address, and Ray installed.
-    Whether a well-formed address answers takes a round trip: `connect` finds that out."""
+def check_ray(address: str | None, config_address: str | None = None) -> None:
+    """What is known before a run folder is made: the form of `--ray`'s address, Ray installed, and
+    whether anything answers at a HOST:PORT (`--ray`'s, else the config's `scheduler.address`), so
+    that a cluster that is down leaves no run folder behind."""
     problem = ray_address_problem(address or "")
     if problem:
         raise ConfigError(f"--ray: {problem}")
     if importlib.util.find_spec("ray") is None:
         _ray()  # says how to install it
+    if address:
+        _check_reachable(address)
+    else:
+        _check_reachable(config_address, "scheduler.address")
 
 
-def _check_reachable(address: str | None) -> None:
+def _check_reachable(address: str | None, source: str = "--ray") -> None:
     """ray.init retries an address where nothing listens for minutes; a HOST:PORT is tried first."""
     found = ray_host_port(address or "")
     if found is None:
@@ -55,7 +60,7 @@ def _check_reachable(address: str | None) -> None:
     try:
         socket.create_connection((host, port), timeout=10).close()
     except OSError as e:
-        raise EvalsuiteError(f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
+        raise EvalsuiteError(f"{source} {address}: nothing answers there ({e.strerror or e}); start the head with "
                              f"`ray start --head --port={port}` or give its address") from None
 
 

@@ -34,7 +34,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     if ray_address is not None or cfg.scheduler.kind == "ray":
         from evalsuite.run.scheduler import check_ray
 
-        check_ray(ray_address)
+        check_ray(ray_address, cfg.scheduler.address)
     if parallel is not None:
         from evalsuite.run.packing import parallel_flag
 
