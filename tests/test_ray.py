@@ -143,12 +143,29 @@ def test_scheduler_section_is_validated(tmp_path):
 
 @pytest.mark.parametrize("address", ["auto", "local", "10.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"])
 def test_well_formed_ray_addresses_pass(address):
-    """Only the form is checked before a run starts; whether anything answers, `connect` finds out."""
-    from evalsuite.run.config import SchedulerConfig
-    from evalsuite.run.scheduler import check_ray
+    """The form a config and `--ray` accept; whether anything answers there is the next test's."""
+    from evalsuite.run.config import SchedulerConfig, ray_address_problem
 
     assert SchedulerConfig(kind="ray", address=address).address == address
-    check_ray(address)
+    assert ray_address_problem(address) is None
+
+
+def test_a_listening_address_is_reachable_in_either_ip_version():
+    """A HOST:PORT where something listens passes before the run starts, an IPv6 host in brackets too."""
+    import socket
+
+    from evalsuite.run.scheduler import check_ray
+
+    for family, host, shown in ((socket.AF_INET, "127.0.0.1", "127.0.0.1"), (socket.AF_INET6, "::1", "[::1]")):
+        try:
+            server = socket.socket(family)
+            server.bind((host, 0))
+        except OSError:  # a machine without IPv6 loopback: the IPv4 case still runs
+            continue
+        with server:
+            server.listen()
+            check_ray(f"{shown}:{server.getsockname()[1]}")
+            check_ray(None, f"ray://{shown}:{server.getsockname()[1]}")
 
 
 def test_bare_ray_flag_means_no_address(tmp_path):

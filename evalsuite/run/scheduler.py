@@ -57,8 +57,8 @@ def _check_reachable(address: str | None, source: str = "--ray") -> None:
     if found is None:
         return  # auto, local, unset: Ray's own rules
     host, port = found
-    try:
-        socket.create_connection((host, port), timeout=10).close()
+    try:  # an IPv6 host is written in brackets ([::1]:6379); the socket takes it bare
+        socket.create_connection((host.removeprefix("[").removesuffix("]"), port), timeout=10).close()
     except OSError as e:
         raise EvalsuiteError(f"{source} {address}: nothing answers there ({e.strerror or e}); start the head with "
                              f"`ray start --head --port={port}` or give its address") from None
