@@ -185,6 +185,26 @@ def test_items_are_kept_and_served_from_the_cache(built, tiny_tokenizer, monkeyp
     assert all(s.model_dump() == kept[s.id] for s in fewer)
 
 
+def test_limit_builds_no_more_items_than_it_keeps_and_they_are_a_full_runs(built):
+    """`--limit` on a config whose RULER task holds 28 items a task and length (the shipped examples'):
+    building hundreds of 128K items to keep ten would cost CPU minutes before a quick try starts."""
+    from evalsuite.run.session import narrowed
+
+    def ruler_n(limit, lengths=(65536, 131072), n=28):
+        cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
+                                        "tasks": [{"type": "ruler", "lengths": list(lengths), "n": n}]})
+        return narrowed(cfg, [], limit).tasks[0].n
+
+    assert (ruler_n(10), ruler_n(23), ruler_n(10_000), ruler_n(None)) == (1, 2, 28, 28)
+    task, samples = built
+    cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
+                                    "tasks": [{"type": "ruler", "lengths": [3072], "n": 2}]})
+    limited = narrowed(cfg, [], len(ALL_TASKS)).tasks[0]
+    assert limited.n == 1
+    full = {s.id: s.model_dump() for s in samples}
+    assert all(s.model_dump() == full[s.id] for s in limited.build(task.ctx).samples())
+
+
 def test_missing_items_are_built_in_parallel_in_order(monkeypatch):
     from evalsuite.tasks import ruler
 
@@ -257,6 +277,23 @@ def test_ruler_cpu_config_runs_on_vllm(tmp_path, tiny_model):
         ids[v["variant"]] = [r["sample"]["id"] for r in rows]
         assert all(0 <= Score.model_validate(r["score"]).value <= 1 for r in rows)
     assert sorted(ids["bf16"]) == sorted(ids["fp32"]) and len(ids["bf16"]) == len(set(ids["bf16"]))
+
+
+def test_the_shipped_examples_run_ruler_from_4k_to_128k_with_a_verdicts_n():
+    """A model of the user's own: the 32K example runs RULER's eleven tasks at 4K-32K and the harder
+    contract questions, its 128K sibling 64K and 128K, with the n that the changed-answer rates
+    measured on the 1.5B ask for a 5-point verdict a length (docs/tasks-ruler.md: 28 a task)."""
+    examples = REPO / "evalsuite" / "configs" / "examples"
+    for model in ("qwen2.5-7b-instruct", "llama-3.1-8b-instruct"):
+        lengths = []
+        for path in (examples / f"{model}.yaml", examples / f"{model}-128k.yaml"):
+            cfg = load_config(path)
+            (ruler,) = [t for t in cfg.tasks if t.type == "ruler"]
+            assert ruler.tasks == ALL_TASKS and ruler.n >= 28 and ruler.chat, path.name
+            assert max(ruler.lengths) <= min(v.max_model_len for v in cfg.variants.values()), path.name
+            lengths += ruler.lengths
+        assert sorted(lengths) == [4096, 8192, 16384, 32768, 65536, 131072], model
+        assert any(t.type == "legal_long_multi" for t in load_config(examples / f"{model}.yaml").tasks)
 
 
 def test_items_are_kept_under_what_the_tokenizer_does_not_how_it_is_written(tiny_tokenizer, tmp_path):

@@ -20,6 +20,7 @@ from evalsuite.run.resume import open_run_dir
 from evalsuite.run.runner import execute
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
+from evalsuite.tasks.ruler import RulerConfig
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
@@ -153,6 +154,10 @@ def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunCon
         for task in cfg.tasks:
             if isinstance(task, LMEvalConfig):  # lm-eval picks its own items
                 task.limit = min(task.limit or limit, limit)
+            elif isinstance(task, RulerConfig):
+                # a 128K RULER item takes CPU seconds to build: build no more per (task, length) than the
+                # limit can keep (the first items do not depend on n, so they are those of a full run)
+                task.n = min(task.n, -(-limit // (len(task.tasks) * len(task.lengths))))
     return cfg
 
 
