@@ -156,3 +156,17 @@ def test_a_hf_model_with_a_revision_reaches_the_engine_for_its_own_variants_only
 def test_bad_model_sources_are_one_line(tmp_path, model, message):
     res = cli("validate", str(_config(tmp_path, model)))
     assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1, res.output
+
+
+def test_the_install_line_of_the_readme_carries_what_the_examples_run():
+    """`pip install ".[gpu]"` (and `.[cpu]`) then `evalsuite run examples/NAME`: the examples' RULER
+    task needs lm-eval's RULER code, so both extras carry it, at the version its items are checked
+    against (tests/test_ruler.py)."""
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    types = {t.type for path in EXAMPLES for t in load_config(path).tasks}
+    assert "ruler" in types
+    for extra in ("gpu", "cpu"):
+        assert "lm-eval[ruler]==0.4.13" in extras[extra], extra
+    assert 'pip install ".[gpu]"' in (REPO / "README.md").read_text()
