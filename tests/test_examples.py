@@ -99,6 +99,9 @@ def test_every_variant_of_the_gpu_starter_fits_a_24_gb_card(hf_cache):
         assert set(plans) == set(load_config(starter).variants)
         for name, p in plans.items():
             assert p["fits"] and p["max_len_limit"] >= p["max_model_len"] == 16384, (gpu, name, p)
+    kinds = {t.type: t for t in load_config(starter).tasks}
+    assert {"mmlu", "legal", "needle", "ruler"} <= set(kinds)  # a sample of every kind a stranger will meet
+    assert max(kinds["ruler"].lengths) <= 16384 and len(kinds["ruler"].tasks) == 11  # all eleven
 
 
 def test_plan_reads_a_hf_id_from_the_local_cache(hf_cache):
