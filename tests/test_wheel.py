@@ -69,7 +69,7 @@ def test_the_installed_wheel_inits_validates_and_runs_the_smoke_config(installed
     sh(evalsuite, "init", "--device", "cpu", cwd=tmp_path, env=env)
     assert "ok (3 variant(s), 3 task(s))" in sh(evalsuite, "validate", "evalsuite.yaml", cwd=tmp_path, env=env).stdout
     sh(evalsuite, "init", "gpu", "--device", "gpu", cwd=tmp_path, env=env)  # the GPU starter ships in the wheel too
-    assert "ok (6 variant(s), 3 task(s))" in sh(evalsuite, "validate", "gpu/evalsuite.yaml", cwd=tmp_path, env=env).stdout
+    assert "ok (6 variant(s), 4 task(s))" in sh(evalsuite, "validate", "gpu/evalsuite.yaml", cwd=tmp_path, env=env).stdout
     assert "ok (9 variant(s)" in sh(evalsuite, "validate", "examples/qwen2.5-7b-instruct", cwd=tmp_path, env=env).stdout
     # the smoke run on the tiny model: every task kind, the CUAD data and task definitions from the wheel
     sh(evalsuite, "init", "--model", tiny_model, "--device", "cpu", "--force", cwd=tmp_path, env=env)
