@@ -259,11 +259,11 @@ def test_ruler_cpu_config_runs_on_vllm(tmp_path, tiny_model):
     raw.update(model={"path": str(tiny_model)}, output_dir=str(tmp_path / "runs"), tracking={"enabled": False})
     raw["defaults"].update(enforce_eager=True, max_num_batched_tokens=4096)
     raw["variants"] = {"bf16": {}, "fp32": {"dtype": "float32"}}  # both run on any CPU
-    raw["tasks"][0]["n"] = 1  # the engine's part: every task once
     path = tmp_path / "ruler.yaml"
     path.write_text(yaml.safe_dump(raw))
-    res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(path), "--no-progress"],
-                         capture_output=True, text=True, timeout=900)
+    # the engine's part: every task once, through --limit, which then builds one item a task
+    res = subprocess.run([sys.executable, "-m", "evalsuite", "run", str(path), "--no-progress",
+                          "--limit", str(len(ALL_TASKS))], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
     ids = {}
@@ -271,12 +271,14 @@ def test_ruler_cpu_config_runs_on_vllm(tmp_path, tiny_model):
         assert v["status"] == "ok", v.get("reason")
         metrics = {m["name"]: m for m in v["metrics"]}
         length = raw["tasks"][0]["lengths"][0]
-        assert metrics[f"ruler/score/len{length}"]["n"] == len(ALL_TASKS) * raw["tasks"][0]["n"]
+        assert metrics[f"ruler/score/len{length}"]["n"] == len(ALL_TASKS) * 1
         assert all(f"ruler/score/{t}_len{length}" in metrics for t in ALL_TASKS)
         rows = [json.loads(x) for x in (run / v["variant"] / "samples" / "ruler.jsonl").read_text().splitlines()]
         ids[v["variant"]] = [r["sample"]["id"] for r in rows]
         assert all(0 <= Score.model_validate(r["score"]).value <= 1 for r in rows)
     assert sorted(ids["bf16"]) == sorted(ids["fp32"]) and len(ids["bf16"]) == len(set(ids["bf16"]))
+    recorded = yaml.safe_load((run / "config.yaml").read_text())
+    assert raw["tasks"][0]["n"] == 2 and recorded["tasks"][0]["n"] == 1 and recorded["limit"] == len(ALL_TASKS)
 
 
 def test_the_shipped_examples_run_ruler_from_4k_to_128k_with_a_verdicts_n():

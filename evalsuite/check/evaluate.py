@@ -143,10 +143,11 @@ def measure_vllm_default(ctx: Context, check: Check) -> Measured:
         logging.disable(logging.NOTSET)
     # the installed vLLM's own fields are the allowed values: a name it lacks is a misspelling (or an
     # argument of another release), which the claims file must say, not an unanswerable claim
-    numeric = sorted(f.name for f in dataclasses.fields(EngineArgs)
+    fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+    numeric = sorted(n for n, f in fields.items()
                      if isinstance(f.default, (int, float)) and not isinstance(f.default, bool))
-    f = next((f for f in dataclasses.fields(EngineArgs) if f.name == check.metric), None)
-    if f is None or f.name not in numeric:
+    f = fields.get(check.metric)
+    if check.metric not in numeric:
         what = "no engine argument" if f is None else f"no numeric default for the engine argument (it is {f.default!r})"
         near = difflib.get_close_matches(check.metric, numeric, n=5, cutoff=0.5) or numeric[:8]
         raise ConfigError(f"{ctx.where}.metric: vLLM {vllm.__version__} has {what} {check.metric!r}; "
@@ -317,11 +318,9 @@ def _unsupported(requires: dict) -> str | None:
 
 
 def _preconditions(ctx: Context, check: Check) -> str | None:
-    where = ctx.where
     for k, pre in enumerate(check.given):
-        ctx.where = f"{where}.given.{k}"  # a bad reference in a precondition is named where it is
-        r = evaluate_check(ctx, pre)
-        ctx.where = where
+        # a bad reference in a precondition is named where it is
+        r = evaluate_check(dataclasses.replace(ctx, where=f"{ctx.where}.given.{k}"), pre)
         if r.verdict == "not measurable":
             return f"precondition not measurable ({pre.what}: {r.detail})"
         if r.verdict == "not held":
