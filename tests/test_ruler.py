@@ -223,6 +223,18 @@ def test_config_errors_are_one_line():
     assert cfg.tasks[0].tasks == ALL_TASKS and cfg.tasks[0].n == 50
 
 
+def test_a_base_model_without_a_chat_template_is_told_to_set_chat_false(word_tokenizer, tmp_path):
+    """The GPU starter's RULER task with `init --model` naming a base model: one line, before any engine."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(word_tokenizer)
+    ctx = TaskContext(base_dir=REPO, cache_dir=tmp_path, tokenizer=tok, max_model_len=4096)
+    item = {"input": "What is the value of X ?", "gen_prefix": "Answer :"}
+    with pytest.raises(ConfigError, match="chat: true but the tokenizer has no chat template; set chat: false"):
+        RulerConfig().build(ctx).prompt_ids("vt", item, " ")
+    assert RulerConfig(chat=False).build(ctx).prompt_ids("vt", item, " ")
+
+
 def test_too_long_for_the_window_and_too_short_for_a_task(tiny_tokenizer, tmp_path):
     ctx = TaskContext(base_dir=REPO, cache_dir=tmp_path, tokenizer=tiny_tokenizer, max_model_len=4096)
     with pytest.raises(ConfigError, match="exceed max_model_len 4096"):
