@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -395,3 +396,42 @@ def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads
     assert c.frame.at["bf16", "needle/prompt_tokens"] == 638832.0
     assert "needle/prompt_tokens delta" in to_csv(c)
     assert "†" not in to_markdown(c) and all(v is None for v in c.loads().values())
+
+
+def _set_pool(run: Path, variant: str, device: str, fixed: int | None = None) -> None:
+    path = run / "run.json"
+    rec = json.loads(path.read_text())
+    v = next(v for v in rec["variants"] if v["variant"] == variant)
+    v["engine"]["device"] = device
+    if fixed:
+        v["settings"] = {**v["settings"], "engine_args": {"kv_cache_memory_bytes": fixed}}
+    path.write_text(json.dumps(rec))
+
+
+def test_kv_capacity_from_another_gpus_pool_gets_no_delta(tmp_path):
+    """vLLM carves the KV pool from the card's free memory: a variant measured on an H100 against an H200
+    baseline would show the cards' difference as the variant's capacity change. Such a cell says whose
+    pool it is instead of a delta; weights and scores still compare. Fixed pools of one size compare
+    across cards."""
+    run = build_run(tmp_path, "20250101-000000-pools", {"bf16": {}, "fp8": {"kv_cache_tokens": 20000}})
+    _set_pool(run, "bf16", "NVIDIA H200")
+    _set_pool(run, "fp8", "NVIDIA H100 80GB HBM3")
+    c = compare([(RunDir(run), None)], "bf16")
+    assert c.cell("fp8", "engine/kv_cache_tokens") == ["20,000", "other GPU's pool"]
+    assert math.isnan(c.deltas.at["fp8", "engine/kv_cache_tokens"])
+    assert c.cell("fp8", "engine/weights_gib")[1] == "+0.0%"
+    csv = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "csv"])
+    frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
+    assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
+    md = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "markdown"]).stdout
+    assert "other GPU's pool: KV capacity measured on another GPU model" in md
+    assert c.plot_frame()["engine/kv_cache_tokens"].isna().tolist() == [False, True]
+    for v in ("bf16", "fp8"):
+        _set_pool(run, v, "NVIDIA H200" if v == "bf16" else "NVIDIA H100 80GB HBM3", fixed=2**30)
+    assert compare([(RunDir(run), None)], "bf16").cell("fp8", "engine/kv_cache_tokens") == ["20,000", "+100.0%"]
+
+
+def test_kv_capacity_on_one_gpu_model_keeps_its_delta(run):
+    assert "other GPU" not in compare([(RunDir(run), None)]).cell("bf16", "engine/kv_cache_tokens")[-1]
+    md = runner.invoke(app, ["compare", str(run), "--format", "markdown"]).stdout
+    assert "other GPU's pool" not in md

@@ -85,6 +85,34 @@ def test_kv_capacity_drop_fails(tmp_path):
     assert "engine/kv_cache_tokens" in res.output and "drop +20.0%" in res.output
 
 
+def _on_device(run: Path, device: str) -> None:
+    import json
+
+    rec = json.loads((run / "run.json").read_text())
+    for v in rec["variants"]:
+        v["engine"]["device"] = device
+    (run / "run.json").write_text(json.dumps(rec))
+
+
+def test_kv_capacity_from_another_gpus_pool_is_not_measured_not_passed(tmp_path):
+    """The candidate's KV pool sized on an H100 against an H200 baseline: its capacity on the baseline's
+    card is unknown, so the check fails as not measured (never green without evidence), whichever way
+    the two cards' numbers point; weights still compare."""
+    base, cand = two_runs(tmp_path, {"kv_cache_tokens": 10000}, {"kv_cache_tokens": 20000})
+    _on_device(base, "NVIDIA H200")
+    _on_device(cand, "NVIDIA H100 80GB HBM3")
+    md = tmp_path / "gate.md"
+    res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--markdown", str(md))
+    assert res.exit_code == 1, res.output
+    text = md.read_text()
+    row = next(ln for ln in text.splitlines() if "`engine/kv_cache_tokens`" in ln and "❌" in ln)
+    assert "not measured on the baseline's GPU: KV pool sized on NVIDIA H100 80GB HBM3 (baseline: NVIDIA H200)" in row
+    assert "| 0 | 0 | 1 |" in text  # failed as not measured, nothing beyond or unshown
+    assert "growth +0.0% <= limit 5%" in text  # weights_gib compares across cards
+    _on_device(cand, "NVIDIA H200")
+    assert gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES)).exit_code == 0
+
+
 def test_latency_growth_fails(tmp_path):
     base, cand = two_runs(tmp_path, {"ttft": {512: 10.0}}, {"ttft": {512: 20.0}})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import USABLE_STATUSES, HostLoad, Metric, VariantResult
+from evalsuite.core.types import POOL_BOUND, USABLE_STATUSES, HostLoad, Metric, VariantResult, pools_comparable
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
@@ -47,6 +47,10 @@ class Entry:
     label: str
     run_dir: RunDir
     result: VariantResult
+
+
+# in place of a pool-bound figure's delta where the candidate's KV pool was sized on another GPU model
+OTHER_POOL = "other GPU's pool"
 
 
 def label_entries(pairs: list[tuple[RunDir, VariantResult]]) -> list[str]:
@@ -189,6 +193,22 @@ class Comparison:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
 
+    def other_pool(self, label: str) -> set[str]:
+        """The pool-bound engine metrics of `label` that do not compare with the baseline's: its pool was
+        sized on another GPU model (core.types.pools_comparable); empty where they compare."""
+        base = next(e for e in self.entries if e.label == self.baseline).result
+        cand = next(e for e in self.entries if e.label == label).result
+        return set() if pools_comparable(base, cand) else {f"engine/{f}" for f in POOL_BOUND}
+
+    def plot_frame(self) -> pd.DataFrame:
+        """The frame with the figures that do not compare with the baseline's left out, so that no plot
+        draws a Pareto front across KV pools of two cards."""
+        frame = self.frame.copy()
+        for e in self.entries:
+            cols = [c for c in self.other_pool(e.label) if c in frame.columns]
+            frame.loc[e.label, cols] = float("nan")
+        return frame
+
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
         lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
@@ -201,7 +221,9 @@ class Comparison:
             lines.append(f"({prop(ci[0])}–{prop(ci[1])}" + (f", n={n:,})" if n else ")"))
         if label == self.baseline and metric in self.marks:
             lines.append(self.marks[metric])
-        if label != self.baseline:
+        if label != self.baseline and metric in self.other_pool(label):
+            lines.append(OTHER_POOL)
+        elif label != self.baseline:
             pd_ = self.paired.get((label, metric))
             d = fmt_delta(self.unit(metric), pd_.delta if pd_ else self.deltas.at[label, metric])
             if d:
@@ -220,6 +242,9 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label, meaning),
                             headline(frame, primary, meaning, patterns), primary=primary, meaning=meaning)
     add_intervals(comparison)
+    for e in entries:  # no delta between pools of two cards (the cell says why)
+        cols = [c for c in comparison.other_pool(e.label) if c in comparison.deltas.columns]
+        comparison.deltas.loc[e.label, cols] = float("nan")
     rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
     comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison

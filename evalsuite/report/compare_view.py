@@ -15,19 +15,21 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
-from evalsuite.report.compare import Comparison
+from evalsuite.report.compare import OTHER_POOL, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
           "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
+POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another GPU model than the baseline's, its pool not fixed "
+             "alike, so no delta (and left out of the KV capacity plot)")
 
 
 def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
-    note = loaded_note(c.loads())
-    return LEGEND + (f". {note}" if note else "")
+    notes = [n for n in (loaded_note(c.loads()), POOL_NOTE if any(c.other_pool(e.label) for e in c.entries) else "") if n]
+    return ". ".join([LEGEND, *notes])
 
 
 # ---------------------------------------------------------------- terminal
@@ -151,5 +153,5 @@ def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
     md, csv = out_dir / "compare.md", out_dir / "compare.csv"
     md.write_text(to_markdown(comparison))
     csv.write_text(to_csv(comparison))
-    return [md, csv, *write_plots(comparison.frame, comparison.primary, out_dir, comparison.meaning, comparison.intervals,
+    return [md, csv, *write_plots(comparison.plot_frame(), comparison.primary, out_dir, comparison.meaning, comparison.intervals,
                                   comparison.counts())]

@@ -42,8 +42,8 @@ from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
-from evalsuite.core.types import (USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
-                                  task_of)
+from evalsuite.core.types import (POOL_BOUND, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
+                                  pools_comparable, task_of)
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -295,6 +295,15 @@ def _measured_differently(metric: str, pair: Pair) -> str | None:
     return None
 
 
+def _other_pool(metric: str, pair: Pair) -> str | None:
+    """A KV-capacity figure of a pool sized on another GPU model measures the card, not the variant:
+    the candidate's capacity on the baseline's card is not measured (core.types.pools_comparable)."""
+    if metric.removeprefix("engine/") not in POOL_BOUND or pools_comparable(pair.base, pair.cand):
+        return None
+    return (f"not measured on the baseline's GPU: KV pool sized on {pair.cand.engine.device} "
+            f"(baseline: {pair.base.engine.device}), not fixed alike")
+
+
 def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
     """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a timing over mixed lengths."""
     return m.kind == MetricKind.timing and m.group is None and any(
@@ -321,6 +330,8 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
+        elif rule.kind != "max_drop_points" and (elsewhere := _other_pool(metric, pair)):
+            checks.append(Check(label, rule.label, metric, "fail", elsewhere, b, None, None, rule.limit_for(metric), "%"))
         elif rule.kind != "max_drop_points":
             m = cand.metric(metric) or pair.base.metric(metric)
             checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None,
