@@ -417,14 +417,14 @@ def test_kv_capacity_from_another_gpus_pool_gets_no_delta(tmp_path):
     _set_pool(run, "bf16", "NVIDIA H200")
     _set_pool(run, "fp8", "NVIDIA H100 80GB HBM3")
     c = compare([(RunDir(run), None)], "bf16")
-    assert c.cell("fp8", "engine/kv_cache_tokens") == ["20,000", "other GPU's pool"]
+    assert c.cell("fp8", "engine/kv_cache_tokens") == ["20,000", "another device's pool"]
     assert math.isnan(c.deltas.at["fp8", "engine/kv_cache_tokens"])
     assert c.cell("fp8", "engine/weights_gib")[1] == "+0.0%"
     csv = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
     assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
     md = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "markdown"]).stdout
-    assert "other GPU's pool: KV capacity measured on another GPU model" in md
+    assert "another device's pool: KV capacity measured on another device model" in md
     assert c.plot_frame()["engine/kv_cache_tokens"].isna().tolist() == [False, True]
     for v in ("bf16", "fp8"):
         _set_pool(run, v, "NVIDIA H200" if v == "bf16" else "NVIDIA H100 80GB HBM3", fixed=2**30)
@@ -432,6 +432,6 @@ def test_kv_capacity_from_another_gpus_pool_gets_no_delta(tmp_path):
 
 
 def test_kv_capacity_on_one_gpu_model_keeps_its_delta(run):
-    assert "other GPU" not in compare([(RunDir(run), None)]).cell("bf16", "engine/kv_cache_tokens")[-1]
+    assert "another device" not in compare([(RunDir(run), None)]).cell("bf16", "engine/kv_cache_tokens")[-1]
     md = runner.invoke(app, ["compare", str(run), "--format", "markdown"]).stdout
-    assert "other GPU's pool" not in md
+    assert "another device's pool" not in md

@@ -106,7 +106,7 @@ def test_kv_capacity_from_another_gpus_pool_is_not_measured_not_passed(tmp_path)
     assert res.exit_code == 1, res.output
     text = md.read_text()
     row = next(ln for ln in text.splitlines() if "`engine/kv_cache_tokens`" in ln and "❌" in ln)
-    assert "not measured on the baseline's GPU: KV pool sized on NVIDIA H100 80GB HBM3 (baseline: NVIDIA H200)" in row
+    assert "not measured on the baseline's device: KV pool sized on NVIDIA H100 80GB HBM3 (baseline: NVIDIA H200)" in row
     assert "| 0 | 0 | 1 |" in text  # failed as not measured, nothing beyond or unshown
     assert "growth +0.0% <= limit 5%" in text  # weights_gib compares across cards
     _on_device(cand, "NVIDIA H200")

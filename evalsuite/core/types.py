@@ -288,19 +288,19 @@ ENGINE_MEANING: dict[str, tuple[MetricKind, str, Direction | None]] = {
 
 
 # The EngineStats fields that follow the size of the KV pool. vLLM sizes the pool from the card's free
-# memory (gpu_memory_utilization) unless kv_cache_memory_bytes fixes it, so between engines on two GPU
-# models whose pools were not fixed alike these fields differ by the card, not by the variant.
+# memory (gpu_memory_utilization) unless kv_cache_memory_bytes fixes it, so between engines on two device
+# models (GPUs, CPUs) whose pools were not fixed alike these fields differ by the device, not by the variant.
 POOL_BOUND = ("kv_cache_gib", "kv_cache_blocks", "kv_cache_tokens", "max_concurrency")
 
 
 def pool_basis(result: "VariantResult") -> tuple[str, object]:
-    """What sized a variant's KV pool: a fixed size, or the GPU model it was carved from."""
+    """What sized a variant's KV pool: a fixed size, or the device model (GPU, CPU) it was carved from."""
     fixed = (result.settings.get("engine_args") or {}).get("kv_cache_memory_bytes")
     return ("fixed", fixed) if fixed else ("device", result.engine.device)
 
 
 def pools_comparable(a: "VariantResult", b: "VariantResult") -> bool:
-    """Whether the POOL_BOUND figures of two variants compare: the same GPU model, or the same fixed pool
+    """Whether the POOL_BOUND figures of two variants compare: the same device model, or the same fixed pool
     (or one of them has none of those figures, so there is nothing to compare)."""
     measured = all(any(getattr(r.engine, f) is not None for f in POOL_BOUND) for r in (a, b))
     return not measured or a.engine.device == b.engine.device or pool_basis(a) == pool_basis(b)

@@ -49,8 +49,8 @@ class Entry:
     result: VariantResult
 
 
-# in place of a pool-bound figure's delta where the candidate's KV pool was sized on another GPU model
-OTHER_POOL = "other GPU's pool"
+# in place of a pool-bound figure's delta where the candidate's KV pool was sized on another device model
+OTHER_POOL = "another device's pool"
 
 
 def label_entries(pairs: list[tuple[RunDir, VariantResult]]) -> list[str]:
@@ -195,7 +195,7 @@ class Comparison:
 
     def other_pool(self, label: str) -> set[str]:
         """The pool-bound engine metrics of `label` that do not compare with the baseline's: its pool was
-        sized on another GPU model (core.types.pools_comparable); empty where they compare."""
+        sized on another device model (core.types.pools_comparable); empty where they compare."""
         base = next(e for e in self.entries if e.label == self.baseline).result
         cand = next(e for e in self.entries if e.label == label).result
         return set() if pools_comparable(base, cand) else {f"engine/{f}" for f in POOL_BOUND}

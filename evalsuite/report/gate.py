@@ -296,11 +296,11 @@ def _measured_differently(metric: str, pair: Pair) -> str | None:
 
 
 def _other_pool(metric: str, pair: Pair) -> str | None:
-    """A KV-capacity figure of a pool sized on another GPU model measures the card, not the variant:
+    """A KV-capacity figure of a pool sized on another device model measures the device, not the variant:
     the candidate's capacity on the baseline's card is not measured (core.types.pools_comparable)."""
     if metric.removeprefix("engine/") not in POOL_BOUND or pools_comparable(pair.base, pair.cand):
         return None
-    return (f"not measured on the baseline's GPU: KV pool sized on {pair.cand.engine.device} "
+    return (f"not measured on the baseline's device: KV pool sized on {pair.cand.engine.device} "
             f"(baseline: {pair.base.engine.device}), not fixed alike")
 
 
