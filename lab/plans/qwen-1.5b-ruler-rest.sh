@@ -15,9 +15,10 @@
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-ruler-rest.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"
 long=${ORDER_LONG:-kv_int8_per_token_head} mid=${ORDER_64:-kv_int8_per_token_head}
-short_items
-items $M 65536
-items $L 131072
+# Side by side: each config's items are its own files, and carried ones still cost a minute or so each
+# of reading the tokenizer over the essays (the cache key), which the lanes would otherwise wait for.
+short_items & items $M 65536 & items $L 131072 &
+wait
 bash lab/lanes.sh $DL \
   "$(seeds $D/scores-ruler-64k $M l64 $mid) run $M l64 $mid; \
 $(seeds $D/scores-ruler-128k $L l128 $long) run $L l128 $long" \
