@@ -291,6 +291,7 @@ ENGINE_MEANING: dict[str, tuple[MetricKind, str, Direction | None]] = {
 # memory (gpu_memory_utilization) unless kv_cache_memory_bytes fixes it, so between engines on two device
 # models (GPUs, CPUs) whose pools were not fixed alike these fields differ by the device, not by the variant.
 POOL_BOUND = ("kv_cache_gib", "kv_cache_blocks", "kv_cache_tokens", "max_concurrency")
+POOL_METRICS = frozenset(f"engine/{f}" for f in POOL_BOUND)  # as engine_metrics names them
 
 
 def pool_basis(result: "VariantResult") -> tuple[str, object]:

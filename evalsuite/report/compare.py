@@ -18,7 +18,7 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import POOL_BOUND, USABLE_STATUSES, HostLoad, Metric, VariantResult, pools_comparable
+from evalsuite.core.types import POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, VariantResult, pools_comparable
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
@@ -174,6 +174,9 @@ class Comparison:
     primary: list[str] = field(default_factory=list)  # per task, its primary metric
     marks: dict[str, str] = field(default_factory=dict)  # baseline's metric -> at chance / at ceiling
     meaning: dict[str, Metric] = field(default_factory=dict)  # metric name -> what it is (names.meanings)
+    # labels whose KV pool was sized on another device model than the baseline's (core.types.pools_comparable):
+    # their POOL_METRICS get no delta
+    elsewhere: set[str] = field(default_factory=set)
 
     def unit(self, metric: str) -> str:
         m = self.meaning.get(metric)
@@ -193,20 +196,11 @@ class Comparison:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
 
-    def other_pool(self, label: str) -> set[str]:
-        """The pool-bound engine metrics of `label` that do not compare with the baseline's: its pool was
-        sized on another device model (core.types.pools_comparable); empty where they compare."""
-        base = next(e for e in self.entries if e.label == self.baseline).result
-        cand = next(e for e in self.entries if e.label == label).result
-        return set() if pools_comparable(base, cand) else {f"engine/{f}" for f in POOL_BOUND}
-
     def plot_frame(self) -> pd.DataFrame:
         """The frame with the figures that do not compare with the baseline's left out, so that no plot
         draws a Pareto front across KV pools of two cards."""
         frame = self.frame.copy()
-        for e in self.entries:
-            cols = [c for c in self.other_pool(e.label) if c in frame.columns]
-            frame.loc[e.label, cols] = float("nan")
+        frame.loc[list(self.elsewhere), [c for c in frame.columns if c in POOL_METRICS]] = float("nan")
         return frame
 
     def cell(self, label: str, metric: str) -> list[str]:
@@ -221,7 +215,7 @@ class Comparison:
             lines.append(f"({prop(ci[0])}–{prop(ci[1])}" + (f", n={n:,})" if n else ")"))
         if label == self.baseline and metric in self.marks:
             lines.append(self.marks[metric])
-        if label != self.baseline and metric in self.other_pool(label):
+        if label in self.elsewhere and metric in POOL_METRICS:
             lines.append(OTHER_POOL)
         elif label != self.baseline:
             pd_ = self.paired.get((label, metric))
@@ -242,9 +236,9 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label, meaning),
                             headline(frame, primary, meaning, patterns), primary=primary, meaning=meaning)
     add_intervals(comparison)
-    for e in entries:  # no delta between pools of two cards (the cell says why)
-        cols = [c for c in comparison.other_pool(e.label) if c in comparison.deltas.columns]
-        comparison.deltas.loc[e.label, cols] = float("nan")
+    comparison.elsewhere = {e.label for e in entries if not pools_comparable(base.result, e.result)}
+    deltas = comparison.deltas  # no delta between pools of two devices (the cell says why)
+    deltas.loc[list(comparison.elsewhere), [c for c in deltas.columns if c in POOL_METRICS]] = float("nan")
     rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
     comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison

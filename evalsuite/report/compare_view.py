@@ -28,7 +28,7 @@ POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than t
 
 def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
-    notes = [n for n in (loaded_note(c.loads()), POOL_NOTE if any(c.other_pool(e.label) for e in c.entries) else "") if n]
+    notes = [n for n in (loaded_note(c.loads()), POOL_NOTE if c.elsewhere else "") if n]
     return ". ".join([LEGEND, *notes])
 
 

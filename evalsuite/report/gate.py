@@ -42,7 +42,7 @@ from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
-from evalsuite.core.types import (POOL_BOUND, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
+from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of)
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
@@ -298,7 +298,7 @@ def _measured_differently(metric: str, pair: Pair) -> str | None:
 def _other_pool(metric: str, pair: Pair) -> str | None:
     """A KV-capacity figure of a pool sized on another device model measures the device, not the variant:
     the candidate's capacity on the baseline's card is not measured (core.types.pools_comparable)."""
-    if metric.removeprefix("engine/") not in POOL_BOUND or pools_comparable(pair.base, pair.cand):
+    if metric not in POOL_METRICS or pools_comparable(pair.base, pair.cand):
         return None
     return (f"not measured on the baseline's device: KV pool sized on {pair.cand.engine.device} "
             f"(baseline: {pair.base.engine.device}), not fixed alike")
