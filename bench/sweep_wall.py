@@ -7,7 +7,10 @@ warm-up below leaves cold (the page cache of the task data, say) helps the seque
 speedup errs low. Answers are compared per item
 (`same_answers`: the share of items whose completion text is identical; latency rows are timings and
 left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
-floor a packed run's changes are read against. `--prebuild` builds the W4A16 checkpoints that the
+floor a packed run's changes are read against. Each variant's primary metrics are also paired
+packed against sequential through the suite's paired test, a line each with its 95% interval
+(`score_delta_max_pt`: the largest difference, in points): on a GPU, batches composed differently can flip near-tied
+answers, and what matters is whether a score moves. `--prebuild` builds the W4A16 checkpoints that the
 variants quantize (`evalsuite quantize`, cached) first and says so (`prebuilt=` in the RESULT line);
 the warm-up below builds any still missing, untimed. With neither (`--warmup 0`), the packed mode,
 which runs first, would pay every build and the sequential mode none: the speedup would err low by
@@ -45,7 +48,9 @@ import yaml
 from rich.console import Console
 
 from evalsuite.core.records import RunDir
+from evalsuite.report.names import primary_metrics
 from evalsuite.report.placement import placement_table
+from evalsuite.stats.paired import difference_interval, pairing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_fanout  # noqa: E402  (its tiny config and config wrapper)
@@ -111,6 +116,32 @@ def same_share(a: dict[str, str], b: dict[str, str]) -> float:
     return sum(a[k] == b.get(k) for k in a) / max(len(a), 1)
 
 
+def score_deltas(seq: Path, packed: Path) -> float | None:
+    """Each variant's primary metrics, packed against sequential, through the suite's paired test:
+    printed a line each (items whose answer changed, the difference and its 95% interval); returns
+    the largest difference in points, so that changed answers are read as what they do to a score.
+    (The intervals' bounds would not do as that figure: a task of 15 unchanged items bounds
+    its difference only to +-20 points.)"""
+    rd_seq, rd_packed = RunDir(seq), RunDir(packed)
+    base, cand = rd_seq.load_run(), rd_packed.load_run()
+    largest = None
+    for v in base.variants:
+        c = cand.variant(v.variant)
+        for name in primary_metrics([v]) if c else []:
+            metric = v.metric(name)
+            if metric is None or c.metric(name) is None:
+                continue
+            p = pairing(rd_seq, v.variant, rd_packed, v.variant, metric)
+            if not p.n:
+                continue
+            lo, hi, _ = difference_interval(p, 0.95)
+            b, k = p.means()
+            largest = max(largest or 0.0, 100 * abs(k - b))
+            print(f"scores     {v.variant} {name}: n={p.n}, {p.changed} answers changed; sequential {b:.4f}, "
+                  f"packed {k:.4f}: {100 * (k - b):+.2f} pt [{100 * lo:+.2f}, {100 * hi:+.2f}]", flush=True)
+    return largest
+
+
 def say_mode(name: str, wall_s: float, run_dir: Path) -> None:
     """One mode's wall time and each variant's, printed as the mode ends: a sweep cut short (a time
     limit) still tells what it measured."""
@@ -129,13 +160,15 @@ def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str
     records = {name: json.loads((d / "run.json").read_text()) for name, d in (("sequential", seq), ("packed", packed))}
     ok = all(v["status"] == "ok" for rec in records.values() for v in rec["variants"])
     a, b = answers(seq), answers(packed)
+    largest = score_deltas(seq, packed)
     sched = records["packed"]["env"].get("scheduler", {})
     print(f"packed with --parallel {parallel}: at most {sched.get('limit')} engines, budget {sched.get('budget_gib')} "
           f"of {sched.get('memory_gib')} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
     return (f"RESULT bench=sweep_wall variants={len(records['sequential']['variants'])} parallel={parallel} "
             f"all_ok={int(ok)} sequential_s={seq_s:.1f} packed_s={packed_s:.1f} speedup={seq_s / packed_s:.3f} "
             f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'} "
-            f"prebuilt={'-' if prebuilt is None else prebuilt}")
+            f"prebuilt={'-' if prebuilt is None else prebuilt} "
+            f"score_delta_max_pt={'-' if largest is None else f'{largest:.2f}'}")
 
 
 def main() -> None:

@@ -64,11 +64,13 @@ def test_packed_engines_of_one_process_are_each_others_other_processes():
         peak = NvmlPeak(root=lambda: a.pid)
         peak.nv = _Nvml(devices)
         peak._sample()
-        assert peak.other_processes() == 1 and peak.peak_gib() == 1.0
+        assert peak.other_processes() == 1 and peak.peak_gib() == 1.0 and peak.peak_is_own()
         before_start = NvmlPeak(root=lambda: None)
         before_start.nv = _Nvml(devices)
         before_start._sample()
         assert before_start.other_processes() is None  # nothing of the engine's seen yet
+        # without its own bytes the peak is the whole card's, both engines together: not this engine's
+        assert before_start.peak_gib() == 4.0 and not before_start.peak_is_own()
     finally:
         for p in (a, b):
             p.kill()

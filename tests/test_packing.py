@@ -477,6 +477,22 @@ def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp
     assert len(ids) == len(set(ids)) == 12
 
 
+def test_the_measured_footprint_is_the_engines_own_nvml_peak_only():
+    """Pure: a packed engine's footprint is NVML's peak of its own processes; a card-wide peak
+    (NVML could not tell processes apart) holds the other engines' bytes too and is left out."""
+    from evalsuite.core.types import EngineStats
+
+    def result(source: str | None) -> VariantResult:
+        stats = EngineStats(weights_gib=3.3179, kv_cache_gib=28.4375, nvml_peak_gib=35.7207,
+                            source={"nvml_peak_gib": source} if source else {})
+        return VariantResult(variant="bf16", engine=stats)
+
+    assert packing.measured(result("process")) == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
+                                                   "footprint_gib": 35.7207}
+    assert "footprint_gib" not in packing.measured(result("device"))
+    assert "footprint_gib" not in packing.measured(result(None))
+
+
 def test_the_summary_sets_the_plan_beside_the_engine():
     """Pure: a packed record's placement table and MLflow metrics; an unpacked record shows none."""
     from rich.console import Console
@@ -487,7 +503,7 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     packed = VariantResult(variant="fp8", status="ok", placement={
         "parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
         "predicted": {"weights_gib": 2.2, "kv_cache_gib": 1.0, "activation_gib": 0.5, "footprint_gib": 3.7},
-        "measured": {"weights_gib": 2.0, "kv_cache_gib": 1.0}})
+        "measured": {"weights_gib": 2.0, "kv_cache_gib": 1.0, "footprint_gib": 4.0}})
     lone = VariantResult(variant="gguf", status="ok", placement={
         "parallel": "auto", "ran_with": [], "predicted": {"error": "no config.json"}, "measured": {}})
     record = RunRecord(run_id="r", model="m", variants=[packed, lone],
@@ -497,11 +513,13 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     text = " ".join(console.export_text().split())  # the caption wraps
     assert "packing (--parallel auto): at most 8 engines at once, 120.0 of 139.8 GiB" in text
     assert "2.200 / 2.000 (+10%)" in text and "0.500 / -" in text
+    assert "3.700 / 4.000 (-7%)" in text  # the planner's footprint against the engine's NVML peak
     assert "alone" in text and "no prediction: no config.json" in text
     assert "measured alone, after the packed tasks: fp8; the others beside" in text
     assert part_error(2.2, 2.0) == pytest.approx(10.0) and part_error(1.0, None) is None
     assert placement_metrics(packed) == {"placement/weights_gib/predicted": 2.2, "placement/kv_cache_gib/predicted": 1.0,
                                          "placement/activation_gib/predicted": 0.5,
                                          "placement/footprint_gib/predicted": 3.7,
-                                         "placement/weights_gib/measured": 2.0, "placement/kv_cache_gib/measured": 1.0}
+                                         "placement/weights_gib/measured": 2.0, "placement/kv_cache_gib/measured": 1.0,
+                                         "placement/footprint_gib/measured": 4.0}
     assert placement_table(RunRecord(run_id="r", model="m", variants=[VariantResult(variant="a")])) is None

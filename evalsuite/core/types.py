@@ -262,7 +262,9 @@ class EngineStats(_Model):
     # processes outside this engine seen on its GPU at once (NVML): 0, it had the device to itself;
     # more, its latency was shared and vLLM's free-memory deltas are withheld (source "withheld")
     other_processes: int | None = None
-    source: dict[str, str] = Field(default_factory=dict)  # field -> "api" | "log" | "computed" | "withheld"
+    # field -> "api" | "log" | "computed" | "withheld"; nvml_peak_gib: "process" (the engine's own
+    # processes) | "device" (the whole card: NVML could not tell processes apart)
+    source: dict[str, str] = Field(default_factory=dict)
 
 
 _GIB, _LOWER, _HIGHER = "GiB", "lower", "higher"

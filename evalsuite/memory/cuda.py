@@ -128,3 +128,8 @@ class NvmlPeak:
         if self.nv is None:
             return None
         return (self.tree_peak or self.device_peak) / GIB
+
+    def peak_is_own(self) -> bool:
+        """Whether peak_gib() is the tree's own bytes rather than the whole device's (which, with
+        engines side by side, counts the others' too)."""
+        return self.tree_peak > 0

@@ -64,6 +64,8 @@ class DeviceWatch:
         stats = without_shared_deltas(stats, self.others_at_start)
         stats.other_processes = self.nvml.other_processes()
         stats.nvml_peak_gib = self.nvml.peak_gib()
+        if stats.nvml_peak_gib is not None:
+            stats.source["nvml_peak_gib"] = "process" if self.nvml.peak_is_own() else "device"
         total = device_total_gib()
         if total and stats.reserved_gib is None:
             stats.reserved_gib = total * self.gpu_memory_utilization

