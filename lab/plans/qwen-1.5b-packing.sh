@@ -29,8 +29,9 @@ OV="bench/overhead.py --model $MD --mmlu-per-subject 50 --mmlu-shots 5 --needle-
 # compile caches first (an untimed packed pass, 8 items a task): on a fresh machine the packed mode,
 # which ran first, otherwise paid all eight variants' compilations and the sequential mode none.
 # Measured on 2026-12-05 (H200, the first ask answered; 24 carrying calls back to back, start call
-# 186 s with setup): builds 40 s side by side, warm-up 247.5 s, packed 206.7 s, sequential 583.8 s;
-# the lanes ended ~18 minutes after the start call began, 349 s of the budget left.
+# 186 s with setup): builds ~1.5 min side by side (AWQ's quantization 67.6 s), warm-up 247.5 s,
+# packed 206.7 s, sequential 583.8 s; the bench ended ~21 minutes after the start call began, with
+# 349 s of the budget left.
 QB="mkdir -p runs/h200/sw; for v in awq gptq rtn; do bash lab/device.sh run quantize $C --variant \$v \
 > runs/h200/sw/quantize-\$v.log 2>&1 & done; wait; echo builds \$(date +%T);"
 case ${PART:-sweep} in
