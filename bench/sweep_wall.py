@@ -4,13 +4,13 @@ Both modes are `evalsuite run` as a user runs it, in a subprocess each, on the s
 time of each command is what a user waits for, engine starts and preparation included. Tracking is
 off in both so MLflow does not enter the timing. The packed mode runs first, so that what the
 warm-up below leaves cold (the page cache of the task data, say) helps the sequential mode: the
-speedup errs low. Answers are compared per item
-(`same_answers`: the share of items whose completion text is identical; latency rows are timings and
-left out); `--noise` runs the sequential mode a second time, whose share of identical answers is the
-floor a packed run's changes are read against. Each variant's primary metrics are also paired
-packed against sequential through the suite's paired test, a line each with its 95% interval
-(`score_delta_max_pt`: the largest difference, in points): on a GPU, batches composed differently can flip near-tied
-answers, and what matters is whether a score moves. `--prebuild` builds the W4A16 checkpoints that the
+speedup errs low. Answers are compared per item (`same_answers`: the share of items whose completion
+text is identical; latency rows are timings and left out); `--noise` runs the sequential mode a
+second time, whose share of identical answers is the floor a packed run's changes are read against.
+Each variant's primary metrics are also paired packed against sequential through the suite's paired
+test, a line each with its 95% interval (`score_delta_max_pt`: the largest difference, in points):
+on a GPU, batches composed differently can flip near-tied answers, and what matters is whether a
+score moves. `--prebuild` builds the W4A16 checkpoints that the
 variants quantize (`evalsuite quantize`, cached) first and says so (`prebuilt=` in the RESULT line);
 the warm-up below builds any still missing, untimed. With neither (`--warmup 0`), the packed mode,
 which runs first, would pay every build and the sequential mode none: the speedup would err low by
