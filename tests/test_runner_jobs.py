@@ -166,6 +166,9 @@ class _Nvml:
     def peak_gib(self):
         return 7.5
 
+    def peak_is_own(self):
+        return True
+
 
 def test_a_shared_device_withholds_the_start_deltas_and_counts_its_tenants(monkeypatch):
     monkeypatch.setattr(sharing, "NvmlPeak", lambda root=None: _Nvml([2, 3]))
@@ -176,6 +179,7 @@ def test_a_shared_device_withholds_the_start_deltas_and_counts_its_tenants(monke
     ended = device.ended(EngineStats(cuda_graph_gib=21.0, non_torch_gib=0.3, weights_gib=3.0))
     assert ended.cuda_graph_gib is None and ended.non_torch_gib is None and ended.weights_gib == 3.0
     assert (ended.other_processes, ended.nvml_peak_gib, ended.reserved_gib) == (3, 7.5, 40.0)
+    assert ended.source["nvml_peak_gib"] == "process"  # the engine's own bytes: its packed footprint
 
 
 def test_a_device_to_itself_keeps_every_figure(monkeypatch):
