@@ -48,6 +48,7 @@ import yaml
 from rich.console import Console
 
 from evalsuite.core.records import RunDir
+from evalsuite.core.types import RunRecord
 from evalsuite.report.names import primary_metrics
 from evalsuite.report.placement import placement_table
 from evalsuite.stats.paired import difference_interval, pairing
@@ -116,14 +117,12 @@ def same_share(a: dict[str, str], b: dict[str, str]) -> float:
     return sum(a[k] == b.get(k) for k in a) / max(len(a), 1)
 
 
-def score_deltas(seq: Path, packed: Path) -> float | None:
+def score_deltas(seq: RunDir, packed: RunDir, base: RunRecord, cand: RunRecord) -> float | None:
     """Each variant's primary metrics, packed against sequential, through the suite's paired test:
     printed a line each (items whose answer changed, the difference and its 95% interval); returns
     the largest difference in points, so that changed answers are read as what they do to a score.
     (The intervals' bounds would not do as that figure: a task of 15 unchanged items bounds
     its difference only to +-20 points.)"""
-    rd_seq, rd_packed = RunDir(seq), RunDir(packed)
-    base, cand = rd_seq.load_run(), rd_packed.load_run()
     largest = None
     for v in base.variants:
         c = cand.variant(v.variant)
@@ -131,7 +130,7 @@ def score_deltas(seq: Path, packed: Path) -> float | None:
             metric = v.metric(name)
             if metric is None or c.metric(name) is None:
                 continue
-            p = pairing(rd_seq, v.variant, rd_packed, v.variant, metric)
+            p = pairing(seq, v.variant, packed, v.variant, metric)
             if not p.n:
                 continue
             lo, hi, _ = difference_interval(p, 0.95)
@@ -157,14 +156,15 @@ def say_mode(name: str, wall_s: float, run_dir: Path) -> None:
 
 def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str, noise: float | None,
            prebuilt: int | None = None) -> str:
-    records = {name: json.loads((d / "run.json").read_text()) for name, d in (("sequential", seq), ("packed", packed))}
-    ok = all(v["status"] == "ok" for rec in records.values() for v in rec["variants"])
+    dirs = {name: RunDir(d) for name, d in (("sequential", seq), ("packed", packed))}
+    records = {name: rd.load_run() for name, rd in dirs.items()}
+    ok = all(v.status == "ok" for rec in records.values() for v in rec.variants)
     a, b = answers(seq), answers(packed)
-    largest = score_deltas(seq, packed)
-    sched = records["packed"]["env"].get("scheduler", {})
+    largest = score_deltas(dirs["sequential"], dirs["packed"], records["sequential"], records["packed"])
+    sched = records["packed"].env.get("scheduler", {})
     print(f"packed with --parallel {parallel}: at most {sched.get('limit')} engines, budget {sched.get('budget_gib')} "
           f"of {sched.get('memory_gib')} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
-    return (f"RESULT bench=sweep_wall variants={len(records['sequential']['variants'])} parallel={parallel} "
+    return (f"RESULT bench=sweep_wall variants={len(records['sequential'].variants)} parallel={parallel} "
             f"all_ok={int(ok)} sequential_s={seq_s:.1f} packed_s={packed_s:.1f} speedup={seq_s / packed_s:.3f} "
             f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'} "
             f"prebuilt={'-' if prebuilt is None else prebuilt} "

@@ -296,17 +296,12 @@ POOL_BOUND = ("kv_cache_gib", "kv_cache_blocks", "kv_cache_tokens", "max_concurr
 POOL_METRICS = frozenset(f"engine/{f}" for f in POOL_BOUND)  # as engine_metrics names them
 
 
-def pool_basis(result: "VariantResult") -> tuple[str, object]:
-    """What sized a variant's KV pool: a fixed size, or the device model (GPU, CPU) it was carved from."""
-    fixed = (result.settings.get("engine_args") or {}).get("kv_cache_memory_bytes")
-    return ("fixed", fixed) if fixed else ("device", result.engine.device)
-
-
 def pools_comparable(a: "VariantResult", b: "VariantResult") -> bool:
     """Whether the POOL_BOUND figures of two variants compare: the same device model, or the same fixed pool
     (or one of them has none of those figures, so there is nothing to compare)."""
     measured = all(any(getattr(r.engine, f) is not None for f in POOL_BOUND) for r in (a, b))
-    return not measured or a.engine.device == b.engine.device or pool_basis(a) == pool_basis(b)
+    fixed = [(r.settings.get("engine_args") or {}).get("kv_cache_memory_bytes") for r in (a, b)]
+    return not measured or a.engine.device == b.engine.device or (fixed[0] is not None and fixed[0] == fixed[1])
 
 
 def engine_metrics(engine: EngineStats) -> list[Metric]:

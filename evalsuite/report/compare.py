@@ -196,12 +196,16 @@ class Comparison:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
 
+    def without_other_pools(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """A copy of `frame` (values or deltas) with the pool-bound figures of `elsewhere` left out."""
+        frame = frame.copy()
+        frame.loc[list(self.elsewhere), [c for c in frame.columns if c in POOL_METRICS]] = float("nan")
+        return frame
+
     def plot_frame(self) -> pd.DataFrame:
         """The frame with the figures that do not compare with the baseline's left out, so that no plot
         draws a Pareto front across KV pools of two cards."""
-        frame = self.frame.copy()
-        frame.loc[list(self.elsewhere), [c for c in frame.columns if c in POOL_METRICS]] = float("nan")
-        return frame
+        return self.without_other_pools(self.frame)
 
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
@@ -237,8 +241,7 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
                             headline(frame, primary, meaning, patterns), primary=primary, meaning=meaning)
     add_intervals(comparison)
     comparison.elsewhere = {e.label for e in entries if not pools_comparable(base.result, e.result)}
-    deltas = comparison.deltas  # no delta between pools of two devices (the cell says why)
-    deltas.loc[list(comparison.elsewhere), [c for c in deltas.columns if c in POOL_METRICS]] = float("nan")
+    comparison.deltas = comparison.without_other_pools(comparison.deltas)  # the cell says why there is none
     rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
     comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison

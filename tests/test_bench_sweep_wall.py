@@ -1,0 +1,25 @@
+"""bench/sweep_wall.py's reading of two modes' scores: each variant's primary metric paired packed
+against sequential through the suite's paired test (pure: run folders as the runner writes them)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from evalsuite.core.records import RunDir
+from tests.mlflow_server import build_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import sweep_wall  # noqa: E402
+
+
+def test_score_deltas_pair_each_variant_with_itself_across_the_modes(tmp_path, capsys):
+    seq = RunDir(build_run(tmp_path, "seq", {"bf16": {}, "rtn": {"wrong": [1, 2, 3, 4]}}, n=100))
+    packed = RunDir(build_run(tmp_path, "packed", {"bf16": {}, "rtn": {"wrong": [1, 2, 5, 6, 7, 8]}}, n=100))
+    largest = sweep_wall.score_deltas(seq, packed, seq.load_run(), packed.load_run())
+    out = capsys.readouterr().out
+    assert "bf16 mmlu/acc: n=100, 0 answers changed; sequential 1.0000, packed 1.0000: +0.00 pt" in out
+    # 3 and 4 right again, 5-8 wrong: 6 changed, 96% -> 94%
+    assert "rtn mmlu/acc: n=100, 6 answers changed; sequential 0.9600, packed 0.9400: -2.00 pt [" in out
+    assert abs(largest - 2.0) < 1e-9
