@@ -667,3 +667,39 @@ def test_a_latency_check_timed_on_a_loaded_host_says_so(tmp_path):
     base, cand = two_runs(quiet, spec, spec)
     gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--markdown", str(md))
     assert "loaded host" not in md.read_text()
+
+
+def test_a_drop_on_the_groups_a_partial_candidate_reached_fails_only_if_the_missing_ones_cannot_undo_it(tmp_path):
+    """Paired items that miss whole groups show a drop beyond the limit on those groups; whether the
+    metric's drop does depends on what the missing groups could give back (the candidate right on all
+    of them): 80 points lost on one group of two is a drop of at least 40 where the baseline gets the
+    other group all right, and no evidence where it gets it all wrong (the candidate could gain 100)."""
+    from evalsuite.stats.paired import p_exceeds_whole, pair, paired_result
+
+    def items(group: str, right: int, n: int = 50) -> dict[str, dict]:
+        return {f"{group}-{i}": {"value": float(i < right), "group": group} for i in range(n)}
+
+    cand = items("math", 5)
+    for law_right, beyond in ((50, True), (0, False)):
+        base = {**items("math", 45), **items("law", law_right)}
+        p = pair(base, cand, [])
+        assert p.missing_groups == ("law",) and p.unmeasured[0] == pytest.approx(0.5)
+        test = paired_result(p, 0.95)
+        assert test.p_exceeds(0.05) < 0.05  # the paired items alone: 80 points lost
+        assert (p_exceeds_whole(test, p.unmeasured, 0.05) < 0.05) is beyond
+    assert p_exceeds_whole(test, (0.0, 0.0), 0.05) == test.p_exceeds(0.05)  # nothing missing: the test as it is
+
+
+def test_a_partial_candidate_with_a_collapse_on_the_groups_it_reached_is_not_shown_beyond_the_limit(tmp_path):
+    # the cut candidate lost 20 of the 100 "math" items (odd ids) and never reached "law", where the
+    # baseline is wrong on every item: were the candidate right on all of law, the average would be
+    # better than the baseline's, so the check is insufficient, not failed
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {"wrong": range(0, 200, 2)}})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {"wrong": range(1, 41, 2)}})
+    samples = b / "awq" / "samples" / "mmlu.jsonl"
+    lines = samples.read_text().splitlines()
+    samples.write_text("".join(line + "\n" for line in lines if '"group": "math"' in line))
+    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--rules", str(DEFAULT_RULES))
+    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
+    assert "insufficient n: no paired item in 1 of the 2 groups behind it (law)" in row, row
+    assert "shown to exceed" not in row and "no significant drop" in row, row

@@ -23,7 +23,8 @@ over each candidate's checks.
 Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
 `min_stratum_n`, a limit this n cannot resolve either way, or paired items that miss whole groups
 the metric averages over, e.g. a RULER length a cut run never reached) never counts as evidence: the check
-follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit. A check on
+follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit (where groups
+are missing, even with the candidate right on every item of them). A check on
 a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
 check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
@@ -49,7 +50,7 @@ from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_pat
 from evalsuite.report.names import flat_metrics
 from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, chance_level, mark
 from evalsuite.stats.metrics import min_samples
-from evalsuite.stats.paired import Pairing, paired_result, pairing, unpaired
+from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
 
 MISSING = "missing in candidate"
@@ -88,6 +89,7 @@ class Check:
     mark: str | None = None  # the baseline's task is "at chance" or "at ceiling" (evalsuite.stats.informative)
     evidence: bool = False  # passed because the data show it, not because a too-small check was let through
     changed: int | None = None  # paired items whose answer changed
+    unmeasured: tuple[float, float] = (0.0, 0.0)  # Pairing.unmeasured: groups the paired items miss
     noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
     value_unit: str = ""  # the unit of baseline and value (the metric's own; "" for a score)
 
@@ -140,7 +142,8 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
 def _coverage_gap(p: Pairing) -> str | None:
     """Why the paired items cannot stand for the metric: whole groups that one side scored are
     missing from them (a variant cut before some tasks or lengths), so their mean is another
-    population's, however many items it has. A drop shown on them still fails the check."""
+    population's, however many items it has. The check still fails on a drop shown beyond the limit
+    with the candidate right on every item of the missing groups (`p_exceeds_whole`)."""
     if not p.missing_groups:
         return None
     names = ", ".join(p.missing_groups[:3]) + (", ..." if len(p.missing_groups) > 3 else "")
@@ -178,7 +181,8 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     if t.on_pairs:
         how += f"; values on the paired items (each side's own: {b.value:.3f} / {c.value:.3f})"
     check = Check(label, rule.label, metric, "pending", "", base_value, cand_value, (base_value - cand_value) * 100,
-                  limit, "pt", test=test, pairs=how, insufficient=why, mark=base_mark, changed=p.changed if p.n else None)
+                  limit, "pt", test=test, pairs=how, insufficient=why, mark=base_mark, changed=p.changed if p.n else None,
+                  unmeasured=p.unmeasured)
     if test is None:
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
@@ -197,8 +201,8 @@ def decide(rules: Rules, checks: list[Check]) -> None:
     tested = [c for c in checks if c.status == "pending" and c.test is not None]
     for c in tested:
         within = rules.decision == "upper_bound" and c.insufficient is None
-        c.p = (c.test.p_within if within else c.test.p_exceeds)(c.limit / 100)
-        c.p_worse = c.test.p_worse
+        c.p = c.test.p_within(c.limit / 100) if within else _p_beyond(c, c.limit)
+        c.p_worse = _p_beyond(c, 0.0) if c.unmeasured[0] else c.test.p_worse
     for cand in dict.fromkeys(c.candidate for c in tested):
         mine = [c for c in tested if c.candidate == cand]
         for c, q in zip(mine, adjust([c.p for c in mine], rules.adjust), strict=True):
@@ -221,7 +225,8 @@ def _verdict(rules: Rules, c: Check) -> None:
     limit = f"limit {c.limit:g} pt"
     if c.insufficient is not None:
         c.status = "fail" if shown else rules.insufficient_n
-        verdict = f"but the drop is shown to exceed the {limit} ({p})" if shown else f"{rules.insufficient_n} as configured"
+        whole = " even with the candidate right on every item of the groups it lacks" if c.unmeasured[0] else ""
+        verdict = f"but the drop is shown to exceed the {limit}{whole} ({p})" if shown else f"{rules.insufficient_n} as configured"
         c.detail = f"insufficient n: {c.insufficient}; {verdict}"
     elif rules.decision == "upper_bound":
         c.status, c.evidence = ("pass", True) if shown else ("fail", False)
@@ -240,10 +245,16 @@ def _verdict(rules: Rules, c: Check) -> None:
     _uninformative(rules, c)
 
 
+def _p_beyond(c: Check, points: float) -> float:
+    """p for H0: the metric's drop <= `points`, over every group behind it: a drop on paired items that
+    miss whole groups must hold whatever the candidate scores there."""
+    return p_exceeds_whole(c.test, c.unmeasured, points / 100)
+
+
 def _uninformative(rules: Rules, c: Check) -> None:
     """A check on an at-chance task is no evidence either way, unless the drop is shown beyond the limit
     (a candidate far below a near-chance baseline still fails); at ceiling, a pass means no collapse."""
-    beyond = c.test is not None and c.test.p_exceeds(c.limit / 100) < rules.alpha
+    beyond = c.test is not None and _p_beyond(c, c.limit) < rules.alpha
     if c.mark == AT_CHANCE and not beyond:
         c.status, c.evidence = "uninformative", False
         c.detail = (f"uninformative: the baseline is within the {c.limit:g} pt limit of chance, so a candidate that "

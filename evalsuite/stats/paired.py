@@ -11,6 +11,7 @@ balanced by group, then by target).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,9 @@ class Pairing:
     # in: the paired mean then stands for another population than the metric's
     missing_groups: tuple[str, ...] = ()
     groups: int = 0  # groups behind the metric in either side
+    # (the missing groups' share of the metric's weight, the least drop they can add): what the
+    # paired items cannot speak for, bounded by the candidate being right on all of it
+    unmeasured: tuple[float, float] = (0.0, 0.0)
 
     @property
     def n(self) -> int:
@@ -131,7 +135,29 @@ def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pai
     missing = groups - {str(base[s].get("group")) for s in shared}
     return Pairing([base[s]["value"] for s in shared], [cand[s]["value"] for s in shared],
                    [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand),
-                   sum(_differs(base[s], cand[s]) for s in shared), tuple(sorted(missing)), len(groups))
+                   sum(_differs(base[s], cand[s]) for s in shared), tuple(sorted(missing)), len(groups),
+                   _unmeasured(base, cand, strata, missing))
+
+
+def _unmeasured(base: dict[str, dict], cand: dict[str, dict], strata: list[str], missing: set[str]) -> tuple[float, float]:
+    """The `missing` groups' share of the whole metric's weight (every item either side scored, weighed
+    by `strata`) and the least drop they can add to it: the candidate right on each of their items the
+    baseline scored, the baseline wrong on those only the candidate scored (scores lie in [0, 1])."""
+    if not missing:
+        return 0.0, 0.0
+    items = [(r, r["value"] - 1.0) for r in base.values()] + [(r, -r["value"]) for s, r in cand.items() if s not in base]
+    w = stratum_weights([tuple(str(r.get(k)) for k in strata) for r, _ in items])
+    out = [i for i, (r, _) in enumerate(items) if str(r.get("group")) in missing]
+    return float(w[out].sum()), float(sum(w[i] * items[i][1] for i in out))
+
+
+def p_exceeds_whole(test: PairedTest, unmeasured: tuple[float, float], drop: float) -> float:
+    """p for H0: the whole metric's drop <= `drop`, where the paired items miss groups (`unmeasured`,
+    as Pairing holds it): their drop must then exceed what keeps the whole within `drop` even with the
+    candidate right on every missing item. A drop of scores in [0, 1] never exceeds 1: p is 1 there."""
+    share, least = unmeasured
+    at = drop if share <= 0 else (drop - least) / (1 - share) if share < 1 else math.inf
+    return test.p_exceeds(at) if at < 1 else 1.0
 
 
 def pairing(base_rd: RunDir, base_variant: str, cand_rd: RunDir, cand_variant: str, metric: Metric,
