@@ -639,17 +639,23 @@ def test_the_same_gate_asked_twice_is_computed_once_and_again_when_a_record_chan
     assert len(calls) == 2 and changed.verdicts() == {"fp8": "failed"}
 
 
-def test_a_partial_candidate_missing_whole_groups_is_not_evidence(tmp_path):
-    # the candidate was cut before any "law" item (the odd ids are "math"): its 100 paired items are
-    # all right, but they are one subject's, so the average over both cannot pass on them
-    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {}})
-    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {}})
+def _gate_cut_before_law(tmp_path, base: dict, cand: dict) -> tuple[object, str]:
+    """Gate a candidate cut before any "law" item (the odd ids are "math"): the result and its MMLU row."""
+    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": base})
+    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": cand})
     samples = b / "awq" / "samples" / "mmlu.jsonl"
     lines = samples.read_text().splitlines()
     samples.write_text("".join(line + "\n" for line in lines if '"group": "math"' in line))
     res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--rules", str(DEFAULT_RULES))
     row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
     assert "insufficient n: no paired item in 1 of the 2 groups behind it (law)" in row, row
+    return res, row
+
+
+def test_a_partial_candidate_missing_whole_groups_is_not_evidence(tmp_path):
+    # its 100 paired items are all right, but they are one subject's, so the average over both cannot
+    # pass on them
+    res, _ = _gate_cut_before_law(tmp_path, {}, {})
     assert res.exit_code != 0 and "passed: 1 passed" not in res.output
 
 
@@ -669,7 +675,7 @@ def test_a_latency_check_timed_on_a_loaded_host_says_so(tmp_path):
     assert "loaded host" not in md.read_text()
 
 
-def test_a_drop_on_the_groups_a_partial_candidate_reached_fails_only_if_the_missing_ones_cannot_undo_it(tmp_path):
+def test_a_drop_on_the_groups_a_partial_candidate_reached_fails_only_if_the_missing_ones_cannot_undo_it():
     """Paired items that miss whole groups show a drop beyond the limit on those groups; whether the
     metric's drop does depends on what the missing groups could give back (the candidate right on all
     of them): 80 points lost on one group of two is a drop of at least 40 where the baseline gets the
@@ -690,16 +696,9 @@ def test_a_drop_on_the_groups_a_partial_candidate_reached_fails_only_if_the_miss
     assert p_exceeds_whole(test, (0.0, 0.0), 0.05) == test.p_exceeds(0.05)  # nothing missing: the test as it is
 
 
-def test_a_partial_candidate_with_a_collapse_on_the_groups_it_reached_is_not_shown_beyond_the_limit(tmp_path):
-    # the cut candidate lost 20 of the 100 "math" items (odd ids) and never reached "law", where the
-    # baseline is wrong on every item: were the candidate right on all of law, the average would be
-    # better than the baseline's, so the check is insufficient, not failed
-    a = build_run(tmp_path / "runs", "20250101-000000-A", {"bf16": {"wrong": range(0, 200, 2)}})
-    b = build_run(tmp_path / "runs", "20250102-000000-B", {"awq": {"wrong": range(1, 41, 2)}})
-    samples = b / "awq" / "samples" / "mmlu.jsonl"
-    lines = samples.read_text().splitlines()
-    samples.write_text("".join(line + "\n" for line in lines if '"group": "math"' in line))
-    res = gate("--baseline", f"{a}:bf16", "--candidate", f"{b}:awq", "--rules", str(DEFAULT_RULES))
-    row = next(line for line in res.output.splitlines() if "`awq`" in line and "`mmlu/acc`" in line)
-    assert "insufficient n: no paired item in 1 of the 2 groups behind it (law)" in row, row
+def test_a_partial_candidates_loss_on_the_groups_it_reached_is_no_verdict_on_the_average(tmp_path):
+    # it lost 20 of the 100 "math" items; the baseline is wrong on every "law" item: were the candidate
+    # right on all of law, the average would be better than the baseline's, so the check is
+    # insufficient, not failed
+    _, row = _gate_cut_before_law(tmp_path, {"wrong": range(0, 200, 2)}, {"wrong": range(1, 41, 2)})
     assert "shown to exceed" not in row and "no significant drop" in row, row
