@@ -21,6 +21,7 @@ from evalsuite.run import packing
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
 from evalsuite.run.runner import Runner
+from tests.test_ray import rows as _rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -324,11 +325,6 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         assert {"mmlu/acc", "needle/acc", "latency/ttft_ms_p50"} <= names
     sched = json.loads((runs["packed"] / "run.json").read_text())["env"]["scheduler"]
     assert sched["parallel"] == 2 and sched["budget_gib"] > 0
-
-
-def _rows(run: Path, variant: str) -> list[dict]:
-    path = run / variant / "samples" / "mmlu.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
 @pytest.mark.engine

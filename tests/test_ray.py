@@ -77,7 +77,8 @@ def record(run: Path) -> dict[str, dict]:
 
 def rows(run: Path, variant: str) -> list[dict]:
     path = run / variant / "samples" / "mmlu.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    # the run appends to the file while this reads it: only lines with their newline are whole
+    return [json.loads(x) for x in path.read_text().split("\n")[:-1] if x.strip()] if path.exists() else []
 
 
 def wait_for_first_sample(out: Path, variant: str, proc: subprocess.Popen) -> int:
