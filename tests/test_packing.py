@@ -21,7 +21,7 @@ from evalsuite.run import packing
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
 from evalsuite.run.runner import Runner
-from tests.test_ray import rows as _rows
+from tests.samples_file import rows as _rows
 
 REPO = Path(__file__).resolve().parent.parent
 

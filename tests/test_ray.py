@@ -28,6 +28,7 @@ from evalsuite.core.types import VariantResult
 from evalsuite.run.config import SchedulerConfig, Variant, load_config
 from evalsuite.run.progress import Progress
 from evalsuite.run.scheduler import QueueProgress, _Display, demand, failure, unplaceable
+from tests.samples_file import rows
 
 # Token authentication would need a token file shared by the test's cluster and its drivers.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -73,12 +74,6 @@ def the_run(out: Path) -> Path:
 
 def record(run: Path) -> dict[str, dict]:
     return {v["variant"]: v for v in json.loads((run / "run.json").read_text())["variants"]}
-
-
-def rows(run: Path, variant: str) -> list[dict]:
-    path = run / variant / "samples" / "mmlu.jsonl"
-    # the run appends to the file while this reads it: only lines with their newline are whole
-    return [json.loads(x) for x in path.read_text().split("\n")[:-1] if x.strip()] if path.exists() else []
 
 
 def wait_for_first_sample(out: Path, variant: str, proc: subprocess.Popen) -> int:

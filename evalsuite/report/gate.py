@@ -202,6 +202,7 @@ def decide(rules: Rules, checks: list[Check]) -> None:
     for c in tested:
         within = rules.decision == "upper_bound" and c.insufficient is None
         c.p = c.test.p_within(c.limit / 100) if within else _p_beyond(c, c.limit)
+        # the test's own p_worse where no group is missing: exact McNemar for 0/1 items
         c.p_worse = _p_beyond(c, 0.0) if c.unmeasured[0] else c.test.p_worse
     for cand in dict.fromkeys(c.candidate for c in tested):
         mine = [c for c in tested if c.candidate == cand]
