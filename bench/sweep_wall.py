@@ -103,13 +103,13 @@ def prebuild(config: Path, variants: list[str]) -> int:
 
 def answers(run_dir: Path) -> dict[str, str]:
     """variant/task/item -> completion text, the latency pass left out."""
-    out = {}
+    rd, out = RunDir(run_dir), {}
     for f in run_dir.glob("*/samples/*.jsonl"):
-        if f.stem == "latency":
+        variant, task = f.parent.parent.name, f.stem
+        if task == "latency":
             continue
-        for line in f.read_text().splitlines():
-            row = json.loads(line)
-            out[f"{f.parent.parent.name}/{f.stem}/{row['sample']['id']}"] = row["completion"]["text"]
+        for row in rd.load_samples(variant, task):
+            out[f"{variant}/{task}/{row['sample']['id']}"] = row["completion"]["text"]
     return out
 
 

@@ -75,6 +75,8 @@ CASES = [
      ["tasks.needle.lengths", "[4096]", "variants.small.max_model_len 1024"]),
     ("latency_too_long", GOOD.replace("prompt_tokens: [256]", "prompt_tokens: [1020]"),
      ["latency.prompt_tokens", "[1020] + output_tokens 16", "variants.small.max_model_len 1024"]),
+    ("ruler_too_short", GOOD.replace("{type: needle, lengths: [512, 1024]}", "{type: ruler, lengths: [512, 1024]}"),
+     ["tasks.1.ruler.lengths", "at least 1024 tokens", "[512, 1024]"]),
     ("nested_40", GOOD + "engine: {env: " + "{a: " * 40 + "1" + "}" * 41 + "\n", ["nested more than 32 levels"]),
 ]
 

@@ -243,6 +243,15 @@ def test_too_long_for_the_window_and_too_short_for_a_task(tiny_tokenizer, tmp_pa
         RulerConfig(lengths=[4096], tasks=["cwe"], n=1).build(ctx).samples()
 
 
+def test_a_length_without_room_for_a_task_makes_no_items(tiny_tokenizer, essays):
+    """Where a task's template, needles and answer budget leave no room, lm-eval's needle generator
+    raises and its cwe generator retries forever; either makes no items, which the task names."""
+    from evalsuite.tasks import ruler_data as rd
+
+    for task in ("niah_multikey_3", "cwe"):
+        assert rd.generate(task, 150, 1, tiny_tokenizer, essays, 0) == [], task
+
+
 def test_shipped_configs_validate():
     cpu = load_config(REPO / "configs" / "ruler-cpu.yaml")
     (ruler,) = [t for t in cpu.tasks if t.type == "ruler"]

@@ -46,6 +46,10 @@ RulerTask = Literal["niah_single_1", "niah_single_2", "niah_single_3", "niah_mul
                     "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe"]
 ALL_TASKS: list[str] = list(get_args(RulerTask))
 MIN_ANSWER_TOKENS = 16  # room an answer needs at least once the prompt is in the window
+# Below this, lm-eval's generators make items without a haystack (the needle tasks), none (vt) or never
+# finish one (cwe, fwe: they retry a text that cannot fit); at 1024 every task makes real items for
+# common tokenizers. RULER's own lengths start at 4096.
+MIN_LENGTH = 1024
 
 
 class RulerConfig(BaseModel):
@@ -62,7 +66,10 @@ class RulerConfig(BaseModel):
     @field_validator("lengths")
     @classmethod
     def _check_lengths(cls, v: list[int]) -> list[int]:
-        return check_lengths(v)
+        if any(x < MIN_LENGTH for x in check_lengths(v)):
+            raise ValueError(f"RULER's tasks need lengths of at least {MIN_LENGTH} tokens (its own tables "
+                             "start at 4096)")
+        return v
 
     @field_validator("tasks")
     @classmethod

@@ -140,19 +140,44 @@ def generate(task: str, length: int, n: int, tokenizer, essays: list[str], seed:
     dicts with input, outputs (the answers), gen_prefix, length and max_length, as lm-eval's docs."""
     with offline(essays) as mods, seeded(seed):
         if task in NIAH:
-            kind, key, value, needles = NIAH[task]
-            niah = mods["niah"]
-            return niah.generate_samples(niah.get_haystack(type_haystack=kind), max_seq_length=length,
-                                         template=niah_template(), type_haystack=kind, type_needle_k=key,
-                                         type_needle_v=value, num_samples=n, TOKENIZER=tokenizer, **needles)
+            return needles_in_haystack(mods["niah"], task, length, n, tokenizer)
         if task == "vt":
             return variable_tracking(mods["vt"], length, n, tokenizer)
         if task == "cwe":
-            reset_cwe_rng(mods["cwe"])
-            return mods["cwe"].sys_word_pair_random(num_samples=n, max_seq_length=length, tokenizer=tokenizer)
+            return common_words(mods["cwe"], length, n, tokenizer)
         if task == "fwe":
             return mods["fwe"].sys_kwext(tokenizer=tokenizer, max_seq_length=length, num_samples=n)
     raise ValueError(f"unknown RULER task {task!r}")
+
+
+def needles_in_haystack(niah, task: str, length: int, n: int, tokenizer) -> list[dict[str, Any]]:
+    """prepare_niah.generate_samples for one NIAH task; no items (the caller names the task and length)
+    where lm-eval finds no room at `length` for its template, needles and answer budget."""
+    kind, key, value, needles = NIAH[task]
+    try:
+        return niah.generate_samples(niah.get_haystack(type_haystack=kind), max_seq_length=length,
+                                     template=niah_template(), type_haystack=kind, type_needle_k=key,
+                                     type_needle_v=value, num_samples=n, TOKENIZER=tokenizer, **needles)
+    except ValueError as e:
+        if str(e).startswith("Could not generate any sample"):
+            return []
+        raise
+
+
+def common_words(cwe, length: int, n: int, tokenizer) -> list[dict[str, Any]]:
+    """cwe_utils.sys_word_pair_random, or no items where its smallest word list does not fit `length`.
+
+    It retries an item that does not fit forever (a bare `except:` around it, which no signal gets
+    through), which it does when even its first step, `incremental` (10) words with the worked example
+    and the answer budget, does not fit: checked first, sized as it sizes it, under a seed of its own;
+    the module's word-list RNG is reset afterwards, so the items are lm-eval's."""
+    with seeded(0):
+        example, text, answer = cwe.generate_input_output(10, length)
+    listed = " ".join(f"{i + 1}. {word}" for i, word in enumerate(answer))
+    if len(tokenizer(example + "\n" + text + " " + listed).input_ids) + MAX_GEN_TOKS["cwe"] > length:
+        return []
+    reset_cwe_rng(cwe)
+    return cwe.sys_word_pair_random(num_samples=n, max_seq_length=length, tokenizer=tokenizer)
 
 
 def variable_tracking(vt, length: int, n: int, tokenizer) -> list[dict[str, Any]]:
