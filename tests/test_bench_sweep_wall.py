@@ -23,3 +23,13 @@ def test_score_deltas_pair_each_variant_with_itself_across_the_modes(tmp_path, c
     # 3 and 4 right again, 5-8 wrong: 6 changed, 96% -> 94%
     assert "rtn mmlu/acc: n=100, 6 answers changed; sequential 0.9600, packed 0.9400: -2.00 pt [" in out
     assert abs(largest - 2.0) < 1e-9
+
+
+def test_answers_are_each_items_text_without_the_latency_pass(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    rd.append_samples("bf16", "mmlu", [{"sample": {"id": f"q{i}"}, "completion": {"text": text}, "score": {}}
+                                       for i, text in enumerate("AB")])
+    rd.append_samples("bf16", "latency", [{"sample": {"id": "l0"}, "completion": {"text": "x"}, "score": {}}])
+    with rd.samples_file("bf16", "mmlu").open("a") as f:
+        f.write('{"sample": {"id": "q2"}, "compl')  # a line a killed run left half written
+    assert sweep_wall.answers(rd.root) == {"bf16/mmlu/q0": "A", "bf16/mmlu/q1": "B"}
