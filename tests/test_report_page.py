@@ -120,6 +120,18 @@ def test_synthetic_runs_pick_within_limits(tmp_path):
     assert verdicts["small_bad"] == "failed" and verdicts["base"] == "baseline"
 
 
+def test_a_variant_too_small_to_judge_is_no_pick(tmp_path):
+    """12 items resolve no limit of the shipped rules: the lighter variant answers as the baseline does,
+    yet its accuracy is inconclusive, so "what to serve" keeps the baseline (as on the CPU demo)."""
+    run = build_run(tmp_path, "r1", {"base": {}, "light": {"weights_gib": 0.3}}, n=12, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert {r[0]: r[1] for r in _table(md, "| variant | verdict |")}["light"] == "inconclusive"
+    assert {r[0]: r[1] for r in _table(md, "| objective |")}["least memory (weights)"] == "base"
+    assert "the baseline itself): `base`." in md
+
+
 def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_path):
     """fast_ok's latency pass ran at a 1-minute load of 3.5 on 2 CPUs: its speed cell and the pick
     that quotes its TTFT carry the mark, and both tables' notes give its load."""

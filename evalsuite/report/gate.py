@@ -448,7 +448,15 @@ class GateReport:
             return "failed"
         if all(c.status == "skip" for c in checks):
             return "skipped"
-        accuracy = [c for c in checks if c.unit == "pt" and c.status != "skip"]
+        return self.accuracy_verdict(candidate)
+
+    def accuracy_verdict(self, candidate: str) -> Verdict:
+        """The verdict of the accuracy checks alone, by the same rules: `passed` only where every one
+        shows its drop within its limit on evidence. What `report` means by "within the accuracy
+        limits" when it picks a variant for memory or speed."""
+        accuracy = [c for c in self.checks if c.candidate == candidate and c.unit == "pt" and c.status != "skip"]
+        if any(c.status == "fail" for c in accuracy):
+            return "failed"
         if any(c.status == "warn" for c in accuracy):
             return "inconclusive"
         let_through = self.rules.insufficient_n == "pass" and any(c.status == "pass" for c in accuracy)

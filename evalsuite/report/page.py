@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +54,7 @@ class Row:
     status: str
     baseline: bool = False
     verdict: str | None = None
-    accuracy_ok: bool | None = None  # no accuracy check of the gate failed
+    accuracy_ok: bool | None = None  # the gate's accuracy checks all passed on evidence (accuracy_verdict)
     weights_gib: float | None = None
     kv_tokens: int | None = None
     kv_bytes_per_token: int | None = None
@@ -220,16 +219,15 @@ def _judge(rows: dict[str, Row], part: RunPart) -> None:
     by_label = {e.label: e.result.variant for e in part.comparison.entries}
     for label in part.gate.controls:
         rows[by_label.get(label, label)].control = True
-    acc: dict[str, list[str]] = defaultdict(list)
+    judged = {}  # label -> name, for the candidates with accuracy checks in this folder
     for c in part.gate.checks:
         if c.unit != "pt":
             continue
-        name = by_label.get(c.candidate, c.candidate)
-        acc[name].append(c.status)
+        name = judged.setdefault(c.candidate, by_label.get(c.candidate, c.candidate))
         if c.changed is not None and c.n:
             rows[name].changed.setdefault(c.metric, c.changed / c.n)
-    for name, statuses in acc.items():
-        ok = "fail" not in statuses
+    for label, name in judged.items():
+        ok = part.gate.accuracy_verdict(label) == "passed"
         rows[name].accuracy_ok = ok if rows[name].accuracy_ok is None else rows[name].accuracy_ok and ok
 
 
@@ -266,8 +264,9 @@ def longest_common(report: Report, rows: list[Row]) -> int | None:
 
 
 def within_limits(report: Report) -> list[Row]:
-    """The baseline and every variant no accuracy check of the gate failed (usable, measured ones;
-    controls measure noise and are never served)."""
+    """The baseline and every variant whose accuracy checks the gate passed on evidence, in every
+    folder that judged it (usable, measured ones; controls measure noise and are never served). A
+    variant too small to judge is no pick: a recommendation is a verdict too."""
     return [r for r in report.rows if r.status == "ok" and not r.control and (r.baseline or r.accuracy_ok)]
 
 
