@@ -46,9 +46,9 @@ RulerTask = Literal["niah_single_1", "niah_single_2", "niah_single_3", "niah_mul
                     "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe"]
 ALL_TASKS: list[str] = list(get_args(RulerTask))
 MIN_ANSWER_TOKENS = 16  # room an answer needs at least once the prompt is in the window
-# Below this, lm-eval's generators make items without a haystack (the needle tasks), none (vt) or never
-# finish one (cwe, fwe: they retry a text that cannot fit); at 1024 every task makes real items for
-# common tokenizers. RULER's own lengths start at 4096.
+# Below this, lm-eval's generators make items without a haystack (the needle tasks), none (vt), none
+# with a word to count (cwe) or, where not even fwe's template fits, never finish one (it retries);
+# at 1024 every task makes real items for common tokenizers. RULER's own lengths start at 4096.
 MIN_LENGTH = 1024
 
 
