@@ -132,6 +132,27 @@ def test_a_variant_too_small_to_judge_is_no_pick(tmp_path):
     assert "the baseline itself): `base`." in md
 
 
+def test_a_latency_pass_at_one_prompt_length_is_shown_at_that_length(tmp_path):
+    """One prompt length records only the pooled `latency/<x>_p50` (no `/ctx<N>` twin, as the CPU demo):
+    the page shows and picks them at the length the run's config timed."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Metric
+
+    rd = RunDir(build_run(tmp_path, "r1", {"base": {}, "fast": {}}, n=400, baseline="base"))
+    rd.write_config({**rd.read_config(), "latency": {"prompt_tokens": [256], "output_tokens": 16, "repeats": 2}})
+    record = rd.load_run()
+    for v, ms in zip(record.variants, (50.0, 40.0), strict=True):
+        v.metrics += [Metric(name="latency/ttft_ms_p50", value=ms), Metric(name="latency/itl_ms_p50", value=ms / 10)]
+        rd.write_result(v)
+    rd.write_run(record)
+    res = runner.invoke(app, ["report", str(rd.root), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    serve = {r[0]: r[1:3] for r in _table(md, "| objective |")}
+    assert serve["fastest first token at 256 prompt tokens"] == ["fast", "TTFT p50 40.0 ms"]
+    assert {r[0]: r[5] for r in _table(md, "| variant | verdict |")} == {"base": "50.0 / 5.00", "fast": "40.0 / 4.00"}
+
+
 def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_path):
     """fast_ok's latency pass ran at a 1-minute load of 3.5 on 2 CPUs: its speed cell and the pick
     that quotes its TTFT carry the mark, and both tables' notes give its load."""

@@ -196,10 +196,13 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
         row.kv_bytes_per_token, row.kv_cache_gib = v.engine.kv_bytes_per_token, v.engine.kv_cache_gib
     if not row.ttft:
         row.host_load = v.host_load
+        only = single_length(part.run_dir)
         for m in v.metrics:
-            for prefix, into in ((TTFT, row.ttft), (ITL, row.itl)):
+            for pooled, prefix, into in ((TTFT_P50, TTFT, row.ttft), (ITL_P50, ITL, row.itl)):
                 if m.name.startswith(prefix) and m.name[len(prefix):].isdigit():
                     into[int(m.name[len(prefix):])] = m.value
+                elif only and m.name == pooled:
+                    into[only] = m.value
     scored = [name for name in primary if v.metric(name) is not None and name not in row.accuracy]
     for name in scored:
         m = v.metric(name)
@@ -211,6 +214,14 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
             row.delta[name] = part.comparison.paired[(entry.label, name)]
     if scored:
         row.status = v.status
+
+
+def single_length(rd: RunDir) -> int | None:
+    """The prompt length of a latency pass that timed one length only: its figures are the pooled
+    `latency/<x>_p50`, with no `/ctx<N>` twin (evalsuite.tasks.latency), and the run's config names it."""
+    latency = rd.read_config().get("latency") or {}
+    lengths = latency.get("prompt_tokens") if isinstance(latency, dict) else None
+    return lengths[0] if isinstance(lengths, list) and len(lengths) == 1 and isinstance(lengths[0], int) else None
 
 
 def _judge(rows: dict[str, Row], part: RunPart) -> None:
