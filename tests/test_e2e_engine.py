@@ -108,6 +108,19 @@ def test_sweep_records_failure_and_continues(reference):
     assert len(scores(reference, "bf16")) == 12 + 6 + 6 + 4 + 2  # legal: 6 test items, 6 train items calibrating
 
 
+def test_report_shows_the_timings_at_the_one_prompt_length_the_run_timed(reference, tmp_path):
+    """`evalsuite report` on the real engine's run, whose latency pass timed one prompt length (64):
+    the decision table shows bf16's TTFT and ITL p50 there, as the run recorded them."""
+    res = evalsuite("report", str(reference), "--out", str(tmp_path / "page"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    md = (tmp_path / "page" / "report.md").read_text()
+    (bf16,) = [v for v in json.loads((reference / "run.json").read_text())["variants"] if v["variant"] == "bf16"]
+    recorded = {m["name"]: m["value"] for m in bf16["metrics"]}
+    row = next(line for line in md.splitlines() if line.startswith("| bf16 | baseline"))
+    assert "TTFT / ITL p50 ms @64" in md
+    assert f"| {recorded['latency/ttft_ms_p50']:,.1f} / {recorded['latency/itl_ms_p50']:.2f} |" in row
+
+
 def test_resume_after_kill(tmp_path, tiny_model, legal_dir, reference):
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="e2e")
     proc = subprocess.Popen([sys.executable, "-m", "evalsuite", "run", str(cfg), "--no-progress"],

@@ -89,6 +89,7 @@ class RunPart:
     comparison: Comparison
     has_baseline: bool
     gate: GateReport | None = None
+    latency_length: int | None = None  # single_length: the one prompt length its latency pass timed
 
 
 @dataclass
@@ -148,7 +149,7 @@ def _part(rd: RunDir, only: set[str] | None, base: str, rules: Rules, rules_path
     has_base = base in names and names[base].status in USABLE_STATUSES
     picked = None if only is None else (only | {base} if has_base else only)
     comparison = compare([(rd, picked)], base if has_base else None)
-    part = RunPart(rd, comparison, has_base)
+    part = RunPart(rd, comparison, has_base, latency_length=single_length(rd))
     candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
     if has_base and candidates:
         try:
@@ -196,7 +197,7 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
         row.kv_bytes_per_token, row.kv_cache_gib = v.engine.kv_bytes_per_token, v.engine.kv_cache_gib
     if not row.ttft:
         row.host_load = v.host_load
-        only = single_length(part.run_dir)
+        only = part.latency_length
         for m in v.metrics:
             for pooled, prefix, into in ((TTFT_P50, TTFT, row.ttft), (ITL_P50, ITL, row.itl)):
                 if m.name.startswith(prefix) and m.name[len(prefix):].isdigit():
