@@ -88,11 +88,16 @@ def fetch_command(
 def pack_command(
     page: list[str] = typer.Argument(..., metavar="PAGE...", help=PAGE_HELP),
     out: Path = typer.Option(Path("build/results"), "--out", metavar="DIR", help="Where the archives are written."),
+    summary: list[str] | None = typer.Option(None, "--summary", metavar="FILE", help="A file of the page's folder "
+                                             "kept in git, not archived (repeatable; default: those the page "
+                                             "records). Markdown always is."),
     root: Path | None = typer.Option(None, "--root", metavar="DIR", help="Where pages named by name are (default: "
                                      "docs/results)."),
 ) -> None:
-    """Pack each page's data (every file of its folder but Markdown and its JSON summaries) into a versioned
-    archive, and record its sha256 in the page: the file to publish as a release asset."""
+    """Pack pages' data into versioned archives (the release assets), their sha256 recorded in each page.
+
+    An archive holds every file of the page's folder but its Markdown and JSON summaries; the same files
+    make the same tar."""
     from evalsuite.core.outputs import writing
     from evalsuite.results.archive import pack
     from evalsuite.results.pages import find_page
@@ -100,7 +105,7 @@ def pack_command(
     for ref in page:
         p = find_page(ref, root)
         with writing("--out", out, folder=True):
-            done = pack(p, out)
+            done = pack(p, out, summary or None)
         what = "new version: publish it" if done.changed else "unchanged"
         typer.echo(f"{done.path}: {done.archive.files} files, {done.archive.bytes:,} bytes, "
                    f"sha256 {done.archive.sha256} ({what})")

@@ -69,11 +69,15 @@ def _tar(page: Page, files: list[str], out) -> int:
     return total
 
 
-def pack(page: Page, out_dir: Path) -> Packed:
+def pack(page: Page, out_dir: Path, summaries: list[str] | None = None) -> Packed:
     """Pack the page's data files into out_dir/NAME-vN.tar.gz and record it in NAME/archive.json: the
-    version the page records where the tar is the same, the next one where the files changed."""
+    version the page records where the tar is the same, the next one where the files changed.
+    `summaries`: the folder's files kept in git instead (default: those the page records)."""
     old = page.archive()
-    summaries = old.summaries if old else []
+    summaries = sorted(summaries if summaries is not None else old.summaries if old else [])
+    missing = [s for s in summaries if not (page.folder / s).is_file()]
+    if missing:
+        raise ConfigError(f"--summary: {', '.join(missing)} not a file in {page.folder}")
     files = page.data_files(summaries)
     if not files:
         raise ConfigError(f"{page.folder}: no data files to pack (fetched? `evalsuite results fetch {page.markdown}`)")
@@ -94,6 +98,7 @@ def pack(page: Page, out_dir: Path) -> Packed:
                           sha256=gz_hash.sha.hexdigest(), bytes=gz_hash.n, tar_sha256=tar_sha, files=len(files),
                           unpacked_bytes=unpacked, summaries=summaries)
         path = out_dir / archive.file
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a file meant for publishing from others on the machine
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -109,8 +114,8 @@ def pack(page: Page, out_dir: Path) -> Packed:
 def quote_lines(page: Page, archive: Archive) -> list[str]:
     """What the page says of its archive, between its QUOTE_START and QUOTE_END lines."""
     return [QUOTE_START,
-            f"Data: [`{archive.file}`]({RELEASE_URL}/{archive.file}) ({archive.bytes / 1e6:.1f} MB, {archive.files} files: "
-            f"per-item scores, run folders, plots), sha256 `{archive.sha256}`.",
+            f"Data: [`{archive.file}`]({RELEASE_URL}/{archive.file}) ({archive.bytes / 1e6:.1f} MB, {archive.files} files), "
+            f"sha256 `{archive.sha256}`.",
             f"`evalsuite results fetch {page.name}` puts it in [{page.name}/]({page.name}/), its sha256 checked.",
             QUOTE_END]
 
