@@ -194,7 +194,7 @@ def import_scores(kept: Path, out: Path, config: Path | None, variants: Sequence
 @dataclass
 class _Config:
     cfg: object  # RunConfig
-    path: Path
+    path: Path | None  # the config file given; None for the kept one, which names no file a run was started from
 
 
 def _config(kept: Path, names: list[str], config: Path | None, check_models: bool) -> _Config:
@@ -208,15 +208,15 @@ def _config(kept: Path, names: list[str], config: Path | None, check_models: boo
         odd = sorted(n for n, t in texts.items() if t != texts[names[0]] or t is None) or names
         raise ConfigError(f"{kept}: the kept configs of {', '.join(odd)} are missing or differ from "
                           f"{names[0]}'s; give --config CONFIG")
-    path = kept / names[0] / CONFIG_FILE
     from pydantic import ValidationError
 
     from evalsuite.core.configfile import format_validation_error
 
     try:
-        return _Config(RunConfig.model_validate(yaml.safe_load(texts[names[0]])), path)
-    except ValidationError as e:
-        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+        return _Config(RunConfig.model_validate(yaml.safe_load(texts[names[0]])), None)
+    except (ValidationError, yaml.YAMLError, TypeError) as e:
+        what = format_validation_error(e, RunConfig) if isinstance(e, ValidationError) else "not a config"
+        raise ConfigError(f"{kept / names[0] / CONFIG_FILE}: {what}") from None
 
 
 def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_tasks: set[str] | None,
@@ -227,7 +227,8 @@ def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_task
     rd = RunDir(out)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
     results = {n: _kept_result(kept / n / RESULT_FILE) for n in names}
-    rd.write_run(RunRecord(run_id=out.name, config_path=str(config.path), model=cfg.model.name or cfg.model.source,
+    rd.write_run(RunRecord(run_id=out.name, config_path=config.path and str(config.path),
+                           model=cfg.model.name or cfg.model.source,
                            env={SEEDED_KEY: str(kept)}))
     meta = _sample_meta(cfg)
     for name, result in results.items():

