@@ -331,7 +331,7 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
     """`evalsuite export` keeps per-item scores of runs whose run folders are too large to keep, and
     `evalsuite import` rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
     said = export(swept, tmp_path / "kept")
-    assert f"{swept.name}/bf16: mmlu 20" in said
+    assert f"{swept.name}/bf16: latency 2, legal.calibration 6, legal 10, mmlu 20" in said
     rebuilt = tmp_path / "rebuilt"
     code, out = run("import", str(tmp_path / "kept"), str(rebuilt))  # the kept variants share their config
     assert code == 0 and out.strip() == str(rebuilt), out

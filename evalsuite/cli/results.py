@@ -43,12 +43,12 @@ def import_command(
 ) -> None:
     """A run folder from kept per-item scores, every metric recomputed as `evalsuite finish` does:
     `gate`, `compare`, `report` and `check` read it as the run it came from."""
-    from evalsuite.cli.main import cache_dir
     from evalsuite.core.outputs import writing
+    from evalsuite.data.assets import default_cache_dir
     from evalsuite.results.scores import import_scores
 
     with writing("OUT", out, folder=True):
-        done = import_scores(kept, out, config, variant, cache_dir(), for_resume=for_resume)
+        done = import_scores(kept, out, config, variant, default_cache_dir(), for_resume=for_resume)
     for line in done.said:
         typer.echo(line)
     if done.root is not None:

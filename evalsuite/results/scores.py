@@ -79,7 +79,7 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
     rd = RunDir(run)
     record = rd.load_run()
     seeded = record.env.get(SEEDED_KEY) is not None
-    names = [v for v in (variants or [p.name for p in sorted(run.iterdir()) if (p / RESULT_FILE).is_file()])]
+    names = list(variants) or [p.name for p in sorted(run.iterdir()) if (p / RESULT_FILE).is_file()]
     missing = [v for v in names if rd.load_result(v) is None]
     if missing:
         raise ConfigError(f"--variant: {', '.join(missing)} not in {run} (allowed: {', '.join(v.variant for v in record.variants)})")
@@ -178,7 +178,8 @@ def import_scores(kept: Path, out: Path, config: Path | None, variants: Sequence
             raise ConfigError(f"{kept}: no kept variant{' of ' + ', '.join(variants) if variants else ''} there")
         if out.exists() and any(out.iterdir()):
             raise ConfigError(f"{out}: not empty; give a new folder for the imported run")
-        return Imported(_rebuild(kept, _config(kept, names, config, check_models=False), out, names, None, cache_dir), [])
+        cfg = _config(kept, names, config, check_models=False)
+        return Imported(_rebuild(kept, cfg, out, names, None, cache_dir), _outside(cfg, names))
     if config is None:
         raise ConfigError("--for-resume needs --config: the config the resumed run will run")
     found = find_resumable(out, config.stem)
@@ -188,7 +189,14 @@ def import_scores(kept: Path, out: Path, config: Path | None, variants: Sequence
         return Imported(None, [f"no kept scores of {', '.join(variants) or 'any variant'} in {kept}; nothing to seed"])
     cfg = _config(kept, names, config, check_models=True)
     root = _rebuild(kept, cfg, out / new_run_id(config.stem), names, {t.name for t in cfg.cfg.tasks}, cache_dir)
-    return Imported(root, [])
+    return Imported(root, _outside(cfg, names))
+
+
+def _outside(config: _Config, names: list[str]) -> list[str]:
+    """A line naming the kept variants the config has no variant for: a run folder records only its
+    config's variants, so these are left out."""
+    left = [n for n in names if n not in config.cfg.variants]
+    return [f"not in {config.path or 'the kept config'}, left out: {', '.join(left)}"] if left else []
 
 
 @dataclass
@@ -224,6 +232,7 @@ def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_task
     from evalsuite.run.finish import finish_run
 
     cfg = config.cfg
+    names = [n for n in names if n in cfg.variants]  # the others are said by _outside and left out
     rd = RunDir(out)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
     results = {n: _kept_result(kept / n / RESULT_FILE) for n in names}
