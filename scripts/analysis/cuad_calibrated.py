@@ -17,7 +17,6 @@ CALIBRATION_RUN is the run folder, or its scores as ``evalsuite export`` keeps t
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
