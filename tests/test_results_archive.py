@@ -206,6 +206,23 @@ def test_bad_input_is_one_line(tmp_path):
         assert code == 2 and said in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
 
 
+@pytest.mark.parametrize("content", [b"not gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage", None])
+def test_a_damaged_kept_scores_file_is_one_line(tmp_path, content):
+    import gzip
+    import shutil
+
+    from tests.results_pages import DATA as SAMPLES
+
+    kept = tmp_path / "kept"
+    shutil.copytree(SAMPLES / SAMPLE / "latency", kept)
+    f = kept / "bf16" / "latency.scores.jsonl.gz"
+    f.write_bytes(content if content is not None else gzip.compress(b'{"value": 1}\n'))
+    code, out = run("import", str(kept), str(tmp_path / "out"))
+    assert code == 2 and f"{f}: " in out and "not a kept scores file" in out and "Traceback" not in out, out
+    assert len(out.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # no half-made run folder
+
+
 def test_the_kept_scores_loader_reads_a_fetched_page(results_pages):
     """evalsuite.results.kept_scores: a page's kept scores, wherever `fetch` unpacked them."""
     from evalsuite.results import kept_scores

@@ -17,7 +17,10 @@ import gzip
 import io
 import json
 import re
+import os
 import shutil
+import tempfile
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +61,7 @@ def read_rows(path: Path) -> list[dict]:
     try:
         with gzip.open(path, "rt", encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
-    except (OSError, EOFError, ValueError) as e:
+    except (OSError, EOFError, ValueError, zlib.error) as e:
         raise ConfigError(f"{path}: not a kept scores file (gzip JSONL of scores): {e}") from None
     if not all(isinstance(r, dict) and isinstance(r.get("sample_id"), str) for r in rows):
         raise ConfigError(f"{path}: a line without a sample_id; not a kept scores file")
@@ -229,16 +232,28 @@ def _config(kept: Path, names: list[str], config: Path | None, check_models: boo
 
 def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_tasks: set[str] | None,
              cache_dir: Path) -> Path:
+    """Made in a folder beside `out` and moved there whole: a kept file that turns out damaged leaves
+    no half-made run folder that a second try would refuse."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        _fill(kept, config, staging, out.name, [n for n in names if n in config.cfg.variants], only_tasks, cache_dir)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str], only_tasks: set[str] | None,
+          cache_dir: Path) -> None:
     from evalsuite.run.finish import finish_run
 
     cfg = config.cfg
-    names = [n for n in names if n in cfg.variants]  # the others are said by _outside and left out
-    rd = RunDir(out)
+    rd = RunDir(root)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
     results = {n: _kept_result(kept / n / RESULT_FILE) for n in names}
-    rd.write_run(RunRecord(run_id=out.name, config_path=config.path and str(config.path),
-                           model=cfg.model.name or cfg.model.source,
-                           env={SEEDED_KEY: str(kept)}))
+    rd.write_run(RunRecord(run_id=run_id, config_path=config.path and str(config.path),
+                           model=cfg.model.name or cfg.model.source, env={SEEDED_KEY: str(kept)}))
     meta = _sample_meta(cfg)
     for name, result in results.items():
         for f in sorted((kept / name).glob(f"*{KEPT_SUFFIX}")):
@@ -250,7 +265,7 @@ def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_task
                 rd.append_samples(name, task, [{"sample": {"id": r["sample_id"], "meta": meta(r)}, "completion": {},
                                                 "score": r} for r in rows])
         rd.write_result(result.model_copy(update={"status": "running", "metrics": []}))
-    record = finish_run(out, cache_dir)
+    record = finish_run(root, cache_dir)
     for v in record.variants:  # metrics from the kept scores; status and reason as recorded
         v.status, v.reason = results[v.variant].status, results[v.variant].reason
         if only_tasks is not None and v.status in ("ok", "partial"):
@@ -260,7 +275,6 @@ def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_task
             v.status, v.reason = "ok", f"seeded from {kept}"
         rd.write_result(v)
     rd.write_run(record)
-    return out
 
 
 def _kept_result(path: Path) -> VariantResult:
