@@ -7,8 +7,9 @@
 #         bench NAME ARGS...           bench/mmlu_vs_lmeval.py ARGS, work folder runs/h200/NAME
 #         py NAME SCRIPT ARGS...       any other bench/ script; its output in runs/h200/NAME/bench.log
 #         seed SCORES CONFIG NAME VARIANT...  a run folder in runs/h200/NAME from the per-item scores kept
-#                                      in SCORES (docs/results/...), so that the next `run` step of NAME
-#                                      resumes those variants instead of measuring their items again
+#                                      in SCORES (a fetched page's, docs/results/...: `evalsuite import
+#                                      --for-resume`), so that the next `run` step of NAME resumes those
+#                                      variants instead of measuring their items again
 # lab/poll.sh waits on the lanes and sends their folders back.
 set -uo pipefail
 export DEADLINE=$1
@@ -49,7 +50,7 @@ seed() {
   local args=()
   for v in "$@"; do args+=(--variant "$v"); done
   mkdir -p "$out"
-  bash lab/device.sh py lab/scores.py seed "$scores" "$config" "$out" "${args[@]}" \
+  bash lab/device.sh run import "$scores" "$out" --config "$config" --for-resume "${args[@]}" \
     > "$out/seed.log" 2>&1
   echo "seed $config $* rc=$?"
 }

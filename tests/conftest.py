@@ -16,14 +16,12 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def scores_py(repo_root: Path):
-    """lab/scores.py (the maintainers' tooling, not the package): keeps and rebuilds GPU runs' scores."""
-    import importlib.util
+def results_pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pages root (as docs/results) with the results pages the tests read fetched into it, their
+    archives served from a local folder over HTTP (tests/results_pages.py)."""
+    from tests.results_pages import fetched_pages
 
-    spec = importlib.util.spec_from_file_location("scores", repo_root / "lab" / "scores.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return fetched_pages(tmp_path_factory.mktemp("results"))
 
 
 @pytest.fixture(scope="session")

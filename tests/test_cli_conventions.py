@@ -95,7 +95,7 @@ USAGE_ERRORS = [
     ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
     ("run X --limit", "run: option '--limit' requires an argument"),
     ("rnu", "no such command 'rnu'. Did you mean 'run'? (allowed: validate, prepare, run, finish, quantize, init, plan, "
-            "check, report, compare, gate, sync, models)"),
+            "check, report, compare, gate, sync, export, import, models, results)"),
     ("models imprt x", "models: no such command 'imprt'. Did you mean 'import'? (allowed: import)"),
     ("models import", "models import: SOURCE: required, not given"),
     ("compare X --format xml", "compare: --format: xml is not allowed (allowed: table, markdown, csv, json)"),

@@ -385,13 +385,14 @@ def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     assert variants["fp8"]["host_load"]["loaded"] is False
 
 
-def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads(repo_root):
-    """docs/results keeps run folders as they were written: their `needle/prompt_tokens` (a total, as
-    `needle/prompt_tokens_total` now says) still reads as a token count, and with no host load
-    recorded their latency carries no mark."""
+def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads(results_pages):
+    """A results page's archive keeps run folders as they were written (h200-2026-11-29's, fetched):
+    their `needle/prompt_tokens` (a total, as `needle/prompt_tokens_total` now says) still reads as a
+    token count, and with no host load recorded their latency carries no mark."""
     from evalsuite.report.compare_view import to_csv, to_markdown
+    from evalsuite.results import page_data
 
-    c = compare([(RunDir(repo_root / "docs" / "results" / "h200-2026-11-29"), None)])
+    c = compare([(RunDir(page_data("h200-2026-11-29", results_pages)), None)])
     assert c.meaning["needle/prompt_tokens"].unit == "tokens" and not c.meaning["needle/prompt_tokens"].in_points
     assert c.frame.at["bf16", "needle/prompt_tokens"] == 638832.0
     assert "needle/prompt_tokens delta" in to_csv(c)

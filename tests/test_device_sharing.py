@@ -91,15 +91,17 @@ def test_shared_device_withholds_the_free_memory_deltas():
     assert shared.source["required_gib"] == "withheld"
 
 
-def test_export_never_restores_a_figure_the_run_withheld(scores_py):
-    """lab/scores.py merges a cut run's record with the kept one of the same settings; a
+def test_export_never_restores_a_figure_the_run_withheld():
+    """`evalsuite export` merges a cut run's record with the kept one of the same settings; a
     free-memory delta the new run withheld (shared device) must not come back from an older record."""
+    from evalsuite.results.scores import with_kept_figures
+
     settings = {"kv_cache_dtype": "auto"}
     kept = {"settings": settings, "engine": {"cuda_graph_gib": 20.8, "weights_gib": 3.3, "startup_s": 50.0,
                                              "source": {"cuda_graph_gib": "log", "weights_gib": "api"}}}
     new = {"settings": settings, "engine": {"cuda_graph_gib": None, "weights_gib": 3.3, "startup_s": None,
                                             "source": {"cuda_graph_gib": "withheld", "weights_gib": "api"}}}
-    merged = scores_py._with_kept_figures(new, kept)["engine"]
+    merged = with_kept_figures(new, kept)["engine"]
     assert merged["cuda_graph_gib"] is None and merged["source"]["cuda_graph_gib"] == "withheld"
     assert merged["startup_s"] == 50.0  # what the cut run lacks and did not withhold is still kept
 

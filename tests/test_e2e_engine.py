@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kept_scores import kept_partial
+from tests.kept_scores import kept_partial, seed
 
 pytestmark = pytest.mark.engine
 
@@ -317,15 +317,15 @@ def test_layers_kept_in_16_bits_hold_what_the_planner_predicts(tmp_path, tiny_mo
 
 
 @pytest.mark.parametrize("kept_status", ["partial", "ok"])
-def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, scores_py, kept_status):
-    """A variant left partial in one GPU session, completed in the next from the per-item scores kept in
-    docs (lab/scores.py export, then seed): the real engine answers only the items without a
+def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, reference, kept_status):
+    """A variant left partial in one GPU session, completed in the next from its kept per-item scores
+    (`evalsuite export`, then `evalsuite import --for-resume`): the real engine answers only the items without a
     score, and the metrics are those of the uninterrupted run. Also when the kept variant was `ok` on
     a smaller grid than the config's now."""
     # the session ended after 5 of 12 MMLU items
-    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5, status=kept_status)
+    kept = kept_partial(reference, tmp_path / "kept", "bf16", 5, status=kept_status)
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
     res = evalsuite("run", str(cfg), "--resume", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = run_dirs(tmp_path / "runs")
@@ -342,17 +342,16 @@ def test_kept_scores_resume_on_the_engine(tmp_path, tiny_model, legal_dir, refer
     assert json.loads((run / "bf16" / "result.json").read_text())["status"] == "ok"
 
 
-def test_a_resumed_variant_cut_again_is_scored_on_all_it_recorded(tmp_path, tiny_model, legal_dir, reference,
-                                                                   scores_py):
+def test_a_resumed_variant_cut_again_is_scored_on_all_it_recorded(tmp_path, tiny_model, legal_dir, reference):
     """What a GPU session's deadline did to a variant seeded from kept scores: `run --resume` answers
     more items, then is interrupted. The variant is `partial` on every sample its folder now holds, in
     run.json and result.json alike, not on the 5 MMLU items it was seeded with."""
-    kept = kept_partial(scores_py, reference, tmp_path / "kept", "bf16", 5)
+    kept = kept_partial(reference, tmp_path / "kept", "bf16", 5)
     cfg = make_config(tmp_path, tiny_model, legal_dir, {"bf16": {}}, name="seeded")
     raw = yaml.safe_load(cfg.read_text())
     raw["latency"] = {"prompt_tokens": [64], "output_tokens": 64, "repeats": 40}  # still running when cut
     cfg.write_text(yaml.safe_dump(raw))
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
     interrupt_when_recorded(cfg, tmp_path / "runs", 9, signal.SIGINT, "--resume")  # a first new batch of 4
     (run,) = run_dirs(tmp_path / "runs")
     recorded = len((run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines())

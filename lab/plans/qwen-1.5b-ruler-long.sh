@@ -7,7 +7,7 @@
 #   l128  128K: bf16, kv_fp8_skip_layers_0_1 (its 32 kept 128K items seeded), fp8, kv_fp8, awq
 #   l64   64K:  bf16, kv_fp8_skip_layers_0_1, fp8, kv_fp8, awq (built on the card, ~3 min, last)
 # Re-runnable: each lane seeds its folder from the scores kept in $D/scores-ruler-64k and
-# $D/scores-ruler-128k where they exist (`slim.sh aside` with them as KEEP), so a second session
+# $D/scores-ruler-128k where they exist (fetched, and carried with the start call), so a second session
 # resumes where this one stopped.
 # The items: 64K ~1.5 minutes and 128K ~3.5 minutes on the host's 16 cores, or none where they were
 # built beforehand on any machine with the 1.5B (`python lab/ruler_items.py` on the two configs; the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the RULER plans left unmeasured, at every length, resumed from the per-item scores kept in
-# $D/scores-ruler, $D/scores-ruler-64k and $D/scores-ruler-128k (`slim.sh aside` with the three as KEEP,
-# so that they travel): `seed` rebuilds each lane's run folder and `run --resume` scores only the
+# $D/scores-ruler, $D/scores-ruler-64k and $D/scores-ruler-128k (fetched, and carried with the start call,
+# since git ignores them): `seed` rebuilds each lane's run folder and `run --resume` scores only the
 # items without a score. Left after 2026-12-05 (second session): INT8 per-token-head alone (Triton
 # attention, whose prefill is the slowest) and the control its 64K single needles need:
 #   A  bf16_triton_attn on the 64K single needles (36 items; qwen-1.5b-ruler-64k-single.yaml: was the

@@ -8,7 +8,7 @@
 #   r4  kv_int8_per_token_head at 4K-32K (Triton attention: ~10x bf16's prefill, a lane of its own)
 # A lane stops at the deadline; what it finished is in its run folder (`partial` variants keep every
 # item they scored), which lab/poll.sh sends back.
-# Carrying, start and polls: as lab/plans/qwen-1.5b-yarn-rest.sh describes (slim.sh aside, pack.sh,
+# Carrying, start and polls: as lab/plans/qwen-1.5b-yarn-rest.sh describes (pack.sh,
 # the kit, .gpu/carry with `device.sh prepare`, the model's pieces, then the start call).
 # Usage (lab/ruler_items.py builds the items; lanes.sh runs the rest): setsid nohup bash lab/plans/qwen-1.5b-ruler.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 source "$(dirname "$0")/ruler-common.sh" "$@"

