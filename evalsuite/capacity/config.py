@@ -53,6 +53,9 @@ class CapacityConfig(Strict):
     requests: int = Field(default=200, ge=MIN_REQUESTS)  # per level
     warmups: int = Field(default=2, ge=0)  # per level, before its timed requests (the load generator's own)
     timeout_s: float = Field(default=1800, gt=0)  # per level; one that runs longer is recorded as broken
+    # levels run above the first that missed the SLO (a length's sweep stops after them); None: every
+    # level. Levels that errored never stop a sweep. Above the break a level only draws the curve on.
+    stop_after: int | None = Field(default=None, ge=0)
     metrics_interval_s: float = Field(default=1.0, gt=0)  # how often /metrics is read during a level
     slo: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: {"ttft_p90_ms": 2000.0, "itl_p90_ms": 50.0}, min_length=1)

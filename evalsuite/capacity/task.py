@@ -65,15 +65,11 @@ class CapacityTask(Task):
                        meta={"length": n, "level": x, "mode": self.cfg.mode})
                 for n in self.cfg.prompt_tokens for x in self.cfg.levels]
 
-    def resume(self, rows: list[dict[str, Any]]) -> bool:
-        self._recorded = {r["sample"]["id"]: r for r in rows}
-        return all(s.id in self._recorded for s in self.samples())
-
     def evaluate(self, engine: Any, tokenizer: Any, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
         target = _Target.of(engine)
         rows = dict(self._recorded)
         for s in self.samples():
-            if s.id in rows:
+            if s.id in rows or self._stopped(s, rows):
                 continue
             level = self._measure(target, s)
             rows[s.id] = {"sample": s.model_dump(), "completion": _completion(level).model_dump(),
@@ -81,6 +77,19 @@ class CapacityTask(Task):
             record([rows[x.id] for x in self.samples() if x.id in rows])
             target.check_alive(s.id)
         return [Score.model_validate(rows[s.id]["score"]) for s in self.samples()]
+
+    def _stopped(self, sample: Sample, rows: dict[str, dict[str, Any]]) -> bool:
+        """Whether `stop_after` levels already ran above the first of this length that missed the SLO."""
+        if self.cfg.stop_after is None:
+            return False
+        below = [rows[s.id]["score"]["extra"] for s in self.samples()
+                 if s.id in rows and s.group == sample.group and s.meta["level"] < sample.meta["level"]]
+        missed = [i for i, lv in enumerate(below) if lv.get("met") is False]
+        return bool(missed) and len(below) - missed[0] - 1 >= self.cfg.stop_after
+
+    def resume(self, rows: list[dict[str, Any]]) -> bool:
+        self._recorded = {r["sample"]["id"]: r for r in rows}
+        return all(s.id in self._recorded or self._stopped(s, self._recorded) for s in self.samples())
 
     def score_of(self, sample: Sample, level: Level) -> Score:
         return Score(sample_id=sample.id, task=self.name, value=1.0 if level.met else 0.0, pred="", target="",
