@@ -324,14 +324,16 @@ class Runner:
         metrics: list[Metric] = []
         for i, task in enumerate(tasks):
             t_task = time.perf_counter()
-            if task.timed_alone:
+            # the latency pass's load; a timed harness (the capacity pass) records each level's itself
+            timed = task.timed_alone and not task.harness
+            if timed:
                 self._host_load(result, ending=False, task=task.name, items=len(samples[task.name]))
             try:
                 scores = self.run_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
                 raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
                                 metrics + interval_metrics(metrics)) from e
-            if task.timed_alone:
+            if timed:
                 self._host_load(result, ending=True)
             metrics += task.metrics(scores)
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
