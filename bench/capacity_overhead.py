@@ -63,12 +63,13 @@ def start_server(model: str, work: Path, extra: dict):
 
 def task_for(args, work: Path):
     from evalsuite.capacity.config import CapacityConfig
+    from evalsuite.capacity.task import CapacityTask
     from evalsuite.tasks.base import TaskContext
 
     cfg = CapacityConfig(prompt_tokens=[args.prompt_tokens], output_tokens=args.output_tokens,
                          concurrency=[int(x) for x in args.levels.split(",")], requests=args.requests,
                          metrics_interval_s=args.interval, slo={"ttft_p90_ms": 1e9, "itl_p90_ms": 1e9})
-    return cfg, cfg.build(TaskContext(base_dir=work, cache_dir=work))
+    return cfg, CapacityTask(cfg, TaskContext(base_dir=work, cache_dir=work))
 
 
 def alone(cfg, engine, work: Path, tag: str) -> tuple[float, list[float]]:

@@ -102,8 +102,3 @@ class CapacityConfig(Strict):
     def percentiles(self) -> list[float]:
         """Every percentile recorded: the usual three and the SLO's own."""
         return sorted({*REPORTED_PERCENTILES, *(slo_term(k)[1] for k in self.slo)})
-
-    def build(self, ctx: Any):
-        from evalsuite.capacity.task import CapacityTask
-
-        return CapacityTask(self, ctx)

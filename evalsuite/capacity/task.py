@@ -24,12 +24,11 @@ from evalsuite.capacity.scrape import Sampler
 from evalsuite.capacity.sweep import UNITS, Bracket, Level, bracket, from_summary, judge
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import CAPACITY_DIR
 from evalsuite.core.types import Completion, HostLoad, Metric, MetricKind, Request, Sample, Score
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.server import parse_prometheus
 from evalsuite.tasks.base import Task, TaskContext
-
-FOLDER = "capacity"  # beside the variant's samples: the load generator's own files
 
 
 def level_tag(cfg: CapacityConfig, level: float) -> str:
@@ -170,7 +169,7 @@ class _Target:
     def __init__(self, engine: Any):
         self.base_url, self.api_key, self.model = engine.endpoint()
         self.tokenizer = engine.kwargs.get("tokenizer") or engine.model
-        self.folder = Path(engine.log_path).parent / FOLDER  # the variant's folder of the run
+        self.folder = Path(engine.log_path).parent / CAPACITY_DIR  # the variant's folder of the run
         self.folder.mkdir(parents=True, exist_ok=True)
         self._http = requests.Session()
         if self.api_key:

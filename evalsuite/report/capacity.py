@@ -263,3 +263,22 @@ def view(entries) -> View | None:
     if not swept:
         return None
     return View(swept, sorted({n for _, s in swept.values() for n in s.brackets}))
+
+
+# ---------------------------------------------------------------- the run summary
+
+
+def summary_columns(variants: list[VariantResult]) -> list[str]:
+    """The load-at-the-SLO metrics any variant recorded, shortest prompt first."""
+    names = {m.name for v in variants for m in v.metrics if m.name.startswith(AT_SLO)}
+    return sorted(names, key=lambda n: length_of(n) or 0)
+
+
+def summary_cell(v: VariantResult, name: str) -> str:
+    """`2 (4 broke)`, `>= 4`, `-`; † where a loaded host timed it, from the variant's own metrics."""
+    at, n = v.metric(name), length_of(name)
+    if at is None:
+        return "-"
+    broke, loaded = v.metric(f"capacity/broke_at/ctx{n}"), v.metric(f"capacity/host_loaded/ctx{n}")
+    mark = "†" if loaded is not None and loaded.value == 1 else ""
+    return (f"{at.value:g} ({broke.value:g} broke)" if broke is not None else f">= {at.value:g}") + mark

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.capacity.config import CapacityConfig
+from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, join_errors, load_raw, not_allowed,
                                        unsafe_name)
 from evalsuite.core.errors import ConfigError
@@ -152,6 +153,13 @@ class LatencyConfig(Strict):
         return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
 
 
+class CapacitySection(CapacityConfig):
+    """The capacity pass (evalsuite.capacity.config says what each setting is)."""
+
+    def build(self, ctx: TaskContext) -> CapacityTask:
+        return CapacityTask(self, ctx)
+
+
 PARALLEL_ALLOWED = "auto or a whole number >= 1"
 
 
@@ -220,7 +228,7 @@ class RunConfig(Strict):
     defaults: Variant | None = None
     tasks: list[TaskConfig] = Field(default_factory=list)
     latency: LatencyConfig | None = None
-    capacity: CapacityConfig | None = None  # load levels through `vllm bench serve` (evalsuite.capacity)
+    capacity: CapacitySection | None = None  # load levels through `vllm bench serve` (evalsuite.capacity)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
