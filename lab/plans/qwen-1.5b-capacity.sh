@@ -21,10 +21,9 @@
 #                                                   under MMLU's large batches; then `partial`, with
 #                                                   the levels it finished)
 # 125 minutes in all; the first three answer the issue's question (~62 min).
-# PART=kv4g: lab/configs/h200/qwen-1.5b-capacity-4g.yaml, the KV pool fixed at 4 GiB, 32K only, one
-# levels 1-16: bf16 (~4 users' KV), kv_fp8_skip_layers_0_1_triton_attn and
-# kv_int8_per_token_head (~8 each), a user a step up to 6, then 8-16: ~12, ~20, ~25 min. Where the
-# pool, not compute, binds.
+# PART=kv4g: lab/configs/h200/qwen-1.5b-capacity-4g.yaml, the KV pool fixed at 4 GiB, 32K only, a
+# user a step up to 6, then 8-16: bf16 (~4 users' KV), kv_fp8_skip_layers_0_1_triton_attn and
+# kv_int8_per_token_head (~8 each): ~12, ~20, ~25 min. Where the pool, not compute, binds.
 # PART=overhead: bench/capacity_overhead.py at 8K, 1/8/32 users, two rounds (~12 min):
 # RESULT line in runs/h200/capov/bench.log.
 # The estimates rest on the latency page's single-request figures (TTFT / ITL p50 at 32K: bf16
