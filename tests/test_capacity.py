@@ -253,3 +253,21 @@ def test_task_metrics_and_resume(tmp_path):
     rows = [{"sample": {"id": s.sample_id}, "score": s.model_dump()} for s in scores[:2]]
     assert task.resume(rows) is False and task.resume(rows + [{"sample": {"id": "ctx512_c4"}}]) is True
     assert isinstance(scores[0], Score) and scores[2].value == 0.0
+
+
+def test_stop_after_ends_a_length_past_its_first_miss_only(tmp_path):
+    """stop_after 1: one level runs past the first that missed the SLO; a broken level (an error) is
+    no miss and stops nothing; another length starts afresh."""
+    cfg = CapacityConfig(prompt_tokens=[64, 128], output_tokens=8, concurrency=[1, 2, 4, 8], slo=SLO, stop_after=1)
+    task = CapacityTask(cfg, TaskContext(base_dir=tmp_path, cache_dir=tmp_path))
+    samples = {s.id: s for s in task.samples()}
+
+    def row(lv: Level) -> dict:
+        return {"sample": {"id": level_id(cfg, lv.length, lv.level)}, "score": {"extra": lv.model_dump(mode="json")}}
+
+    rows = {r["sample"]["id"]: r for r in [row(level(1, length=64)), row(level(2, length=64, ttft=3000.0)),
+                                            row(level(4, length=64))]}
+    assert task._stopped(samples["ctx64_c8"], rows) and not task._stopped(samples["ctx128_c1"], rows)
+    broken = {r["sample"]["id"]: r for r in [row(level(1, length=64, status="broken")), row(level(2, length=64))]}
+    assert not task._stopped(samples["ctx64_c4"], broken)
+    assert task.resume(list(rows.values())) is False  # ctx128 is still to run

@@ -332,9 +332,10 @@ class RunDir:
             raise storage_error(path, e) from None
 
     def write_samples(self, variant: str, task: str, rows: list[dict[str, Any]]) -> None:
-        """A task's every row at once, or none: a harness records its rows in one go, and a resume
-        takes any rows of it as the whole task, so a write cut short (a full disk, Ctrl-C) must
-        leave no file rather than some of the rows."""
+        """A task's every row at once, or none: a harness records its rows in one go (the capacity pass
+        all its levels so far, after each), and a resume takes the rows as the whole task unless the task
+        goes on from them (Task.resume), so a write cut short (a full disk, Ctrl-C) must leave no file
+        rather than some of the rows."""
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         _atomic_write(self.samples_path(variant, task), text)
 
