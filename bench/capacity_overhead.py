@@ -53,8 +53,13 @@ def start_server(model: str, work: Path, extra: dict):
 
     kwargs = {"dtype": "bfloat16", "max_model_len": 4096, "max_num_batched_tokens": 512, "seed": 0,
               "enable_prefix_caching": True, "kv_cache_memory_bytes": 1 << 30, **extra}
-    launch = EngineConfig(mode="server", env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    from evalsuite.core.env import gpu_names
     from evalsuite.data.assets import default_cache_dir
+
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if not gpu_names() and (os.cpu_count() or 1) > 1:  # as configs/cpu-capacity.yaml: the load generator's core apart
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0"
+    launch = EngineConfig(mode="server", env=env)
 
     engine = make_engine(launch, model, kwargs, work / "engine.log", default_cache_dir())
     engine.start()
