@@ -158,8 +158,8 @@ def _gzipped(path: Path) -> str | None:
 
 
 def _completion(level: Level) -> Completion:
-    tokens = int((level.output_tok_per_s or 0) * (level.duration_s or 0))
-    return Completion(text="", prompt_tokens=level.length * level.completed, output_tokens=tokens,
+    """The level as a completion: its requests' tokens in and out (the row's level record has the rest)."""
+    return Completion(text="", prompt_tokens=level.input_tokens, output_tokens=level.output_tokens,
                       finish_reason=level.status)
 
 

@@ -193,16 +193,17 @@ class View:
                 f"{'closed loop of N users' if s.mode == 'concurrency' else 'Poisson arrivals' if s.burstiness == 1 else 'gamma arrivals'}")
 
     def table(self, n: int) -> tuple[list[str], list[list[str]]]:
-        cols = ["variant", "at SLO", "what broke it", "req/s at SLO", "output tok/s at SLO", "TTFT / ITL p90 ms at SLO",
-                "peak KV use at SLO", "KV-bound users (engine's pool)", "predicted (plan)", "host"]
+        terms = [slo_term(k) for k in self.cfg.slo]
+        cols = ["variant", "at SLO", "what broke it", "req/s at SLO", "output tok/s at SLO",
+                " / ".join(f"{m.upper()} p{q:g}" for m, q in terms) + " ms at SLO", "peak KV use at SLO",
+                "KV-bound users (engine's pool)", "predicted (plan)", "host"]
         rows = []
         for name, (result, s) in self.swept.items():
             b = s.brackets.get(n)
             if b is None:
                 continue
             at = b.at
-            lat = f"{at.percentile('ttft', 90):,.0f} / {at.percentile('itl', 90):,.1f}" if at and \
-                at.percentile("ttft", 90) is not None and at.percentile("itl", 90) is not None else "-"
+            lat = " / ".join(_fmt(at.percentile(m, q) if at else None, "{:,.1f}") for m, q in terms)
             kv = f"{at.server.kv_usage_peak:.0%}" if at and at.server.kv_usage_peak is not None else "-"
             rows.append([name, cell(b), b.why or ("-" if b.missing == [] else "levels not run"),
                          _fmt(at.req_per_s if at else None, "{:.2f}"), _fmt(at.output_tok_per_s if at else None, "{:,.0f}"),
