@@ -271,3 +271,21 @@ def test_stop_after_ends_a_length_past_its_first_miss_only(tmp_path):
     broken = {r["sample"]["id"]: r for r in [row(level(1, length=64, status="broken")), row(level(2, length=64))]}
     assert not task._stopped(samples["ctx64_c4"], broken)
     assert task.resume(list(rows.values())) is False  # ctx128 is still to run
+
+
+def test_a_broken_level_says_why():
+    from evalsuite.capacity.loadgen import LevelRun
+    from evalsuite.capacity.task import _broken
+
+    base = Level(length=64, output_tokens=8, mode="concurrency", level=2, requests=100, slo=SLO)
+    ok = base.model_copy(update={"completed": 100})
+    assert _broken(LevelRun({}, 0, 1.0, "", []), ok, 60) == ("ok", None)
+    assert _broken(LevelRun(None, None, 60.0, "", []), base, 60)[1] == "timed out after 60 s (the load generator was ended)"
+    assert _broken(LevelRun(None, 1, 1.0, "x\nConnection refused\n", []), base, 60)[1] == \
+        "vllm bench serve exited with code 1: Connection refused"
+    failed = base.model_copy(update={"completed": 97, "failed": 3})
+    assert _broken(LevelRun({}, 0, 1.0, "", ["HTTP 500: engine dead"]), failed, 60)[1] == \
+        "3 of 100 requests failed: HTTP 500: engine dead"
+    short = base.model_copy(update={"completed": 60})
+    assert "fewer than the 100" in _broken(LevelRun({}, 0, 1.0, "", []), short, 60)[1]
+    assert judge(base.model_copy(update={"status": "broken"})).met is None
