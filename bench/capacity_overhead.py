@@ -96,16 +96,17 @@ def alone(cfg, engine, work: Path, tag: str) -> tuple[float, list[float]]:
 
 
 def through_pass(task, engine, work: Path, tag: str) -> tuple[float, list[float], float]:
-    """The capacity pass over the same levels, recording as a run does; its engine log sits in `work/pass-tag`,
-    so its files go there. Returns (wall, req/s per level, seconds inside the load generator)."""
+    """The capacity pass over the same levels, recording as a run does: `work` as a run folder, each
+    round a variant of it (the pass keeps its files in the folder its engine logs into).
+    Returns (wall, req/s per level, seconds inside the load generator)."""
     from evalsuite.core.records import RunDir
 
-    folder = work / f"pass-{tag}"
-    folder.mkdir()
-    engine.log_path = folder / "engine.log"  # the pass keeps its files beside the variant's engine log
-    rd = RunDir(folder / "run")
+    variant = f"pass-{tag}"
+    (work / variant).mkdir()
+    engine.log_path = work / variant / "engine.log"
+    rd = RunDir(work)
     t0 = time.perf_counter()
-    scores = task.evaluate(engine, None, lambda rows: rd.write_samples("bf16", task.name, rows))
+    scores = task.evaluate(engine, None, lambda rows: rd.write_samples(variant, task.name, rows))
     wall = time.perf_counter() - t0
     levels = [s.extra for s in scores]
     if any(lv["status"] != "ok" for lv in levels):

@@ -24,7 +24,7 @@ from evalsuite.capacity.scrape import Sampler
 from evalsuite.capacity.sweep import UNITS, Bracket, Level, bracket, from_summary, judge
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import CAPACITY_DIR
+from evalsuite.core.records import CAPACITY_DIR, RunDir
 from evalsuite.core.types import Completion, HostLoad, Metric, MetricKind, Request, Sample, Score
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.server import parse_prometheus
@@ -55,7 +55,6 @@ class CapacityTask(Task):
     def __init__(self, cfg: CapacityConfig, ctx: TaskContext):
         self.cfg, self.ctx = cfg, ctx
         self.primary_metric = at_slo_name(cfg, cfg.prompt_tokens[0])
-        self._recorded: dict[str, dict[str, Any]] = {}
 
     def samples(self) -> list[Sample]:
         """One placeholder a level, naming it; the load generator makes the requests."""
@@ -66,7 +65,7 @@ class CapacityTask(Task):
 
     def evaluate(self, engine: Any, tokenizer: Any, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
         target = _Target.of(engine)
-        rows = dict(self._recorded)
+        rows = {r["sample"]["id"]: r for r in target.recorded(self.name)}  # this variant's, before a cut
         for s in self.samples():
             if s.id in rows or self._stopped(s, rows):
                 continue
@@ -75,7 +74,7 @@ class CapacityTask(Task):
                           "score": self.score_of(s, level).model_dump(mode="json")}
             record([rows[x.id] for x in self.samples() if x.id in rows])
             target.check_alive(s.id)
-        return [Score.model_validate(rows[s.id]["score"]) for s in self.samples()]
+        return [Score.model_validate(rows[s.id]["score"]) for s in self.samples() if s.id in rows]
 
     def _stopped(self, sample: Sample, rows: dict[str, dict[str, Any]]) -> bool:
         """Whether `stop_after` levels already ran above the first of this length that missed the SLO."""
@@ -87,8 +86,9 @@ class CapacityTask(Task):
         return bool(missed) and len(below) - missed[0] - 1 >= self.cfg.stop_after
 
     def resume(self, rows: list[dict[str, Any]]) -> bool:
-        self._recorded = {r["sample"]["id"]: r for r in rows}
-        return all(s.id in self._recorded or self._stopped(s, self._recorded) for s in self.samples())
+        """Whether the levels recorded are the whole pass (evaluate() runs the rest otherwise)."""
+        done = {r["sample"]["id"]: r for r in rows}
+        return all(s.id in done or self._stopped(s, done) for s in self.samples())
 
     def score_of(self, sample: Sample, level: Level) -> Score:
         return Score(sample_id=sample.id, task=self.name, value=1.0 if level.met else 0.0, pred="", target="",
@@ -96,19 +96,18 @@ class CapacityTask(Task):
 
     def _measure(self, target: "_Target", sample: Sample) -> Level:
         n, x = sample.meta["length"], sample.meta["level"]
-        files = target.folder / sample.id
-        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x,
-                            files.with_suffix(".json"), self.ctx.seed)
+        result, log = target.folder / f"{sample.id}.json", target.folder / f"{sample.id}.log"
+        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x, result, self.ctx.seed)
         base = Level(length=n, output_tokens=self.cfg.output_tokens, mode=self.cfg.mode, level=x,
                      requests=self.cfg.requests, slo=self.cfg.slo, kv_cache_tokens=target.pool_tokens,
                      block_size=target.block_size, host_load=target.load_now())
         with Sampler(target.metrics, self.cfg.metrics_interval_s) as sampler:
-            run = run_level(cmd, target.api_key, files.with_suffix(".log"), self.cfg.timeout_s)
+            run = run_level(cmd, target.api_key, log, self.cfg.timeout_s)
         level = from_summary(base, run.summary, self.cfg.percentiles) if run.summary is not None else base
         level.server = sampler.view
         level.host_load = target.load_ended(base.host_load)
         level.loadgen = {"tool": TOOL, "version": tool_version(), "command": _shown(cmd), "wall_s": run.wall_s,
-                         "result": _gzipped(files.with_suffix(".json")), "log": files.with_suffix(".log").name}
+                         "result": _gzipped(result), "log": log.name}
         level.status, level.reason = _broken(run, level, self.cfg.timeout_s)
         return judge(level)
 
@@ -169,7 +168,8 @@ class _Target:
     def __init__(self, engine: Any):
         self.base_url, self.api_key, self.model = engine.endpoint()
         self.tokenizer = engine.kwargs.get("tokenizer") or engine.model
-        self.folder = Path(engine.log_path).parent / CAPACITY_DIR  # the variant's folder of the run
+        self.variant_dir = Path(engine.log_path).parent  # the engine logs into its variant's folder of the run
+        self.folder = self.variant_dir / CAPACITY_DIR
         self.folder.mkdir(parents=True, exist_ok=True)
         self._http = requests.Session()
         if self.api_key:
@@ -186,6 +186,10 @@ class _Target:
             raise ConfigError("capacity: the load generator drives a server: needs engine.mode server "
                               f"(the engine is {type(engine).__name__})")
         return cls(engine)
+
+    def recorded(self, task: str) -> list[dict[str, Any]]:
+        """The rows the variant recorded of `task` before (its levels of a cut pass)."""
+        return RunDir(self.variant_dir.parent).load_samples(self.variant_dir.name, task)
 
     def metrics(self) -> dict[str, Any]:
         try:
