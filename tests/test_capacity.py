@@ -12,7 +12,7 @@ import yaml
 from evalsuite.capacity.config import CapacityConfig
 from evalsuite.capacity.loadgen import bench_command, run_level
 from evalsuite.capacity.predict import kv_bound_users
-from evalsuite.capacity.scrape import KV_USAGE, PREEMPTIONS, RUNNING, summarize
+from evalsuite.capacity.scrape import HITS, KV_USAGE, PREEMPTIONS, QUERIES, RUNNING, summarize
 from evalsuite.capacity.sweep import Level, bracket, from_summary, judge
 from evalsuite.capacity.task import CapacityTask, level_id
 from evalsuite.core.errors import ConfigError
@@ -160,10 +160,12 @@ def test_bracket_marks_a_loaded_host_up_to_the_break_only():
 
 def test_summarize_peaks_means_and_preemptions():
     readings = [{KV_USAGE: 0.2, RUNNING: 3}, {KV_USAGE: 0.6, RUNNING: 4}, {}]
-    view = summarize(readings, {PREEMPTIONS: 5.0}, {PREEMPTIONS: 9.0})
+    view = summarize(readings, {PREEMPTIONS: 5.0, HITS: 100.0, QUERIES: 1000.0},
+                     {PREEMPTIONS: 9.0, HITS: 116.0, QUERIES: 1800.0})
     assert view.readings == 3 and view.kv_usage_peak == 0.6 and view.kv_usage_mean == pytest.approx(0.4)
     assert view.running_peak == 4 and view.waiting_peak is None and view.preemptions == 4
-    assert summarize([], {}, {}).preemptions is None
+    assert view.prefix_hit_rate == pytest.approx(16 / 800)
+    assert summarize([], {}, {}).preemptions is None and summarize([], {}, {}).prefix_hit_rate is None
 
 
 def test_kv_bound_users_counts_whole_blocks():

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 KV_USAGE, RUNNING, WAITING = "vllm:kv_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions_total"
+HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 
 
 class ServerView(BaseModel):
@@ -29,6 +30,9 @@ class ServerView(BaseModel):
     running_peak: int | None = None
     waiting_peak: int | None = None
     preemptions: int | None = None
+    # prompt tokens served from the prefix cache over the level: ~0 for its distinct random prompts,
+    # more where a prompt repeats (the load generator's warm-up sends the first one again)
+    prefix_hit_rate: float | None = None
 
 
 class Sampler:
@@ -63,10 +67,13 @@ def summarize(readings: list[dict[str, Any]], first: dict[str, Any], last: dict[
         return [float(r[name]) for r in readings if name in r]
 
     kv, running, waiting = series(KV_USAGE), series(RUNNING), series(WAITING)
-    preempted = None
-    if PREEMPTIONS in first and PREEMPTIONS in last:
-        preempted = int(last[PREEMPTIONS] - first[PREEMPTIONS])
+    def change(name: str) -> float | None:
+        return last[name] - first[name] if name in first and name in last else None
+
+    preempted, hits, queries = change(PREEMPTIONS), change(HITS), change(QUERIES)
     return ServerView(readings=len(readings), kv_usage_peak=max(kv) if kv else None,
                       kv_usage_mean=sum(kv) / len(kv) if kv else None,
                       running_peak=int(max(running)) if running else None,
-                      waiting_peak=int(max(waiting)) if waiting else None, preemptions=preempted)
+                      waiting_peak=int(max(waiting)) if waiting else None,
+                      preemptions=None if preempted is None else int(preempted),
+                      prefix_hit_rate=hits / queries if hits is not None and queries else None)

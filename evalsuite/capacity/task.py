@@ -97,7 +97,9 @@ class CapacityTask(Task):
     def _measure(self, target: "_Target", sample: Sample) -> Level:
         n, x = sample.meta["length"], sample.meta["level"]
         result, log = target.folder / f"{sample.id}.json", target.folder / f"{sample.id}.log"
-        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x, result, self.ctx.seed)
+        # a seed a level: the same prompts again would be served from the prefix cache the last level filled
+        seed = self.ctx.seed * 1_000 + [s.id for s in self.samples()].index(sample.id)
+        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x, result, seed)
         base = Level(length=n, output_tokens=self.cfg.output_tokens, mode=self.cfg.mode, level=x,
                      requests=self.cfg.requests, slo=self.cfg.slo, kv_cache_tokens=target.pool_tokens,
                      block_size=target.block_size, host_load=target.load_now())
@@ -250,7 +252,8 @@ def level_metrics(cfg: CapacityConfig, lv: Level) -> list[Metric]:
                               direction="lower", percentile=int(float(q)), n=lv.completed))
     view = lv.server
     for key, value, unit in (("kv_usage_peak_pct", view.kv_usage_peak, "%"), ("preemptions", view.preemptions, "preemptions"),
-                             ("running_peak", view.running_peak, "requests")):
+                             ("running_peak", view.running_peak, "requests"),
+                             ("prefix_hit_pct", view.prefix_hit_rate, "%")):
         if value is not None:
             out.append(Metric(name=f"capacity/{key}/{tag}", value=value * (100 if unit == "%" else 1), unit=unit))
     return out
