@@ -75,6 +75,7 @@ def test_every_level_is_recorded_with_its_server_and_host(capacity_run):
         assert set(lv["percentiles"]) == {"ttft", "itl", "tpot", "e2el"}
         assert lv["server"]["readings"] >= 1 and 0 < lv["server"]["kv_usage_peak"] <= 1
         assert lv["server"]["preemptions"] is not None and lv["server"]["running_peak"] >= 1
+        assert lv["server"]["prefix_hit_rate"] < 0.1  # its own prompts: not the level before's, from the cache
         assert lv["host_load"]["cpus"] >= 1 and lv["host_load"]["end"] is not None
         assert lv["loadgen"]["tool"] == "vllm bench serve" and "vllm" in lv["loadgen"]["version"]
         assert not any("key" in part.lower() for part in lv["loadgen"]["command"])
