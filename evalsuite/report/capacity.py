@@ -55,6 +55,11 @@ def is_capacity(metric: str) -> bool:
     return metric.startswith("capacity/")
 
 
+def is_at_slo(metric: str) -> bool:
+    """The load at the SLO of one prompt length: what the gate judges bracket against bracket."""
+    return metric.startswith(AT_SLO)
+
+
 def headline_rows(cols: list[str]) -> list[str]:
     """The capacity rows compare shows by default: load at the SLO and throughput there, per length."""
     return [c for c in cols if c.startswith(HEADLINE)]

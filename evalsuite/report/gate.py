@@ -45,7 +45,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of)
-from evalsuite.report.capacity import bracket_for, is_capacity, judge_brackets
+from evalsuite.report.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -360,7 +360,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             continue
         if _pooled_timing(measured[metric], measured):
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
-        elif is_capacity(metric) and rule.kind == "max_drop_pct":
+        elif is_at_slo(metric) and rule.kind == "max_drop_pct":
             checks.append(capacity_check(rules, rule, metric, pair, label))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
