@@ -91,6 +91,7 @@ def test_compare_report_and_summary_show_the_bracket(tmp_path):
     assert "| at SLO @512 |" in md.replace(" | ", " | ") or "at SLO @512" in md
     assert "8 users (16 broke)" in md and "2 users (4 broke)" in md and "4 users (8 broke)†" in md
     assert "## Capacity under load" in md and (tmp_path / "page" / "capacity_512.png").is_file()
+    assert "| most users at the SLO, 512-token prompts | base | 8 users (16 broke) |" in md
     row = next(line for line in md.splitlines() if line.startswith("| base | 8 users"))
     pool = RunDir(run).load_run().variant("base").engine
     users = pool.kv_cache_tokens // 576  # 512 + 64 tokens: 36 blocks of 16

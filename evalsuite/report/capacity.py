@@ -197,6 +197,22 @@ class View:
         return (f"SLO {terms}; {s.requests} requests a level ({s.warmups} warm-up), {s.output_tokens} output tokens, "
                 f"{'closed loop of N users' if s.mode == 'concurrency' else 'Poisson arrivals' if s.burstiness == 1 else 'gamma arrivals'}")
 
+    def picks(self, allowed: list[str]) -> list[list[str]]:
+        """Per prompt length, the variant of `allowed` (within the accuracy limits) with the most users at
+        the SLO: objective, variant, figure, why (the report's "what to serve" rows)."""
+        out = []
+        for n in self.lengths:
+            have = {name: s.brackets[n] for name, (_, s) in self.swept.items() if name in allowed and n in s.brackets}
+            objective = f"most {'users' if self.cfg.mode == 'concurrency' else 'requests/s'} at the SLO, {n:,}-token prompts"
+            if not have:
+                out.append([objective, "-", "-", "no variant within the accuracy limits swept it"])
+                continue
+            best = max(have, key=lambda name: have[name].at_slo)
+            tied = sorted(x for x, b in have.items() if b.at_slo == have[best].at_slo)
+            why = f"best of {len(have)} variant(s) within the accuracy limits"
+            out.append([objective, ", ".join(tied), cell(have[best]), why + (" (tied on the levels swept)" if len(tied) > 1 else "")])
+        return out
+
     def table(self, n: int) -> tuple[list[str], list[list[str]]]:
         terms = [slo_term(k) for k in self.cfg.slo]
         cols = ["variant", "at SLO", "what broke it", "req/s at SLO", "output tok/s at SLO",

@@ -131,6 +131,7 @@ def _loaded(report: Report) -> str | None:
 def answer(report: Report) -> list[str | Table]:
     ok = [r.name for r in within_limits(report)]
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
+    rows += cap.picks(ok) if (cap := capacity_view(report.entries())) else []
     intro = (f"Within the accuracy limits (the gate's accuracy checks passed, each shown within its limit, "
              f"tasks at chance aside; the baseline itself): {', '.join(f'`{n}`' for n in ok) or 'none'}.")
     return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
