@@ -116,13 +116,13 @@ def test_a_failing_load_generator_leaves_its_exit_code(tmp_path):
 
 def test_from_summary_reads_the_load_generators_fields():
     summary = {"completed": 100, "failed": 0, "duration": 20.0, "request_throughput": 5.0, "output_throughput": 640.0,
-               "total_token_throughput": 3200.0, "max_concurrent_requests": 4, "p50_ttft_ms": 80.0,
+               "total_token_throughput": 3200.0, "max_concurrent_requests": 4, "total_output_tokens": 12_800, "p50_ttft_ms": 80.0,
                "p90_ttft_ms": 150.0, "p99_ttft_ms": 300.0, "p90_itl_ms": 12.5, "mean_ttft_ms": 90.0}
     base = Level(length=512, output_tokens=128, mode="concurrency", level=4, requests=100, slo=SLO)
     lv = judge(from_summary(base, summary, [50.0, 90.0, 99.0]))
     assert lv.req_per_s == 5.0 and lv.output_tok_per_s == 640.0 and lv.peak_concurrent == 4
     assert lv.percentile("ttft", 90) == 150.0 and lv.percentile("itl", 90) == 12.5 and lv.mean_ms["ttft"] == 90.0
-    assert lv.met is True and lv.misses == []
+    assert lv.met is True and lv.misses == [] and lv.output_tokens == 128  # asked a request, not the total
 
 
 def test_judge_names_each_miss():

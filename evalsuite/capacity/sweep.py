@@ -40,8 +40,8 @@ class Level(BaseModel):
     misses: list[str] = Field(default_factory=list)  # the SLO terms it broke, each with its value
     completed: int = 0
     failed: int = 0
-    input_tokens: int = 0  # over the completed requests, as the load generator counted them
-    output_tokens: int = 0
+    tokens_in: int = 0  # prompt and output tokens over the completed requests, as the load generator counted them
+    tokens_out: int = 0
     duration_s: float | None = None
     req_per_s: float | None = None
     output_tok_per_s: float | None = None
@@ -89,8 +89,8 @@ def from_summary(base: Level, summary: dict[str, Any], percentiles: list[float])
     """A level's figures from the load generator's saved summary (`vllm bench serve --save-result`)."""
     out = base.model_copy(update={
         "completed": int(summary.get("completed") or 0), "failed": int(summary.get("failed") or 0),
-        "input_tokens": int(summary.get("total_input_tokens") or 0),
-        "output_tokens": int(summary.get("total_output_tokens") or 0),
+        "tokens_in": int(summary.get("total_input_tokens") or 0),
+        "tokens_out": int(summary.get("total_output_tokens") or 0),
         "duration_s": summary.get("duration"), "req_per_s": summary.get("request_throughput"),
         "output_tok_per_s": summary.get("output_throughput"), "total_tok_per_s": summary.get("total_token_throughput"),
         "peak_concurrent": summary.get("max_concurrent_requests")})

@@ -160,7 +160,7 @@ def _gzipped(path: Path) -> str | None:
 
 def _completion(level: Level) -> Completion:
     """The level as a completion: its requests' tokens in and out (the row's level record has the rest)."""
-    return Completion(text="", prompt_tokens=level.input_tokens, output_tokens=level.output_tokens,
+    return Completion(text="", prompt_tokens=level.tokens_in, output_tokens=level.tokens_out,
                       finish_reason=level.status)
 
 
