@@ -57,7 +57,7 @@ def cli(*args: str):
 def test_the_examples_cover_both_models_at_32k_and_128k():
     names = {p.stem for p in EXAMPLES}
     assert names == {"llama-3.1-8b-instruct", "llama-3.1-8b-instruct-128k", "qwen2.5-7b-instruct",
-                     "qwen2.5-7b-instruct-128k"}
+                     "qwen2.5-7b-instruct-128k", "qwen2.5-7b-instruct-capacity"}
     assert (REPO / "configs" / "examples").resolve() == EXAMPLES[0].parent  # the repo's view of the package's
 
 
@@ -133,6 +133,21 @@ def test_plan_of_a_config_prints_one_row_per_variant(hf_cache):
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if line.startswith("│")]
     assert [r.split("│")[1].strip() for r in rows] == ["bf16", "kv_fp8"] and all("yes" in r for r in rows)
+
+
+def test_plan_predicts_the_users_a_kv_pool_holds_for_the_capacity_example(hf_cache):
+    """The users whose 32,000 + 256 tokens the predicted pool holds whole: FP8 KV about twice bf16's."""
+    res = cli("plan", "examples/qwen2.5-7b-instruct-capacity", "-V", "bf16", "-V", "kv_fp8", "--gpu", "H100",
+              "--format", "json")
+    assert res.exit_code == 0, res.output
+    plans = json.loads(res.output)
+    bf16, fp8 = (plans[v]["capacity_kv_users"] for v in ("bf16", "kv_fp8"))
+    p = plans["bf16"]
+    assert bf16["32000"] == p["kv_capacity_tokens"] // (-(-32256 // p["block_size"]) * p["block_size"])
+    assert 1.9 <= fp8["32000"] / bf16["32000"] <= 2.1 and bf16["1024"] > bf16["32000"]
+    table = CliRunner().invoke(app, ["plan", "examples/qwen2.5-7b-instruct-capacity", "-V", "bf16", "--gpu", "H100"],
+                               env={"COLUMNS": "250"})
+    assert "users @32,000 (KV)" in table.output and f"{bf16['32000']:,}" in table.output
 
 
 def _config(tmp_path: Path, model: str, variants: str = "{bf16: {}, awq: {model: org/m-awq}}") -> Path:

@@ -157,7 +157,7 @@ def run(
     variant: list[str] = typer.Option([], "--variant", "-V", metavar="NAME",
                                       help="Run only these variants (repeatable); the rest can follow with --resume."),
     tasks: list[str] = typer.Option([], "--tasks", "-t", metavar="NAME",
-                                    help="Run only these tasks (repeatable or comma-separated; `latency` is the latency pass)."),
+                                    help="Run only these tasks (repeatable or comma-separated; `latency`, `capacity`: those passes)."),
     limit: int | None = typer.Option(None, "--limit", "-l", min=1, metavar="N",
                                      help="At most N items per task, spread over the task's items: a quick try."),
     ray: str | None = typer.Option(None, "--ray", metavar="[ADDRESS]", show_default=False,

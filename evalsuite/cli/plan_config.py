@@ -74,11 +74,26 @@ def plan_config(path: Path, only: list[str], gpu: str, device_memory_gib: float 
     for name, variant in cfg.variants.items():
         if not only or name in only:
             plans[name] = _variant_plan(cfg, variant, base, gpu, device_memory_gib)
+    users = _kv_users(cfg, plans)
     if as_json:
-        typer.echo(json.dumps({k: p.model_dump() if isinstance(p, Plan) else {"error": p} for k, p in plans.items()},
-                              indent=2))
+        typer.echo(json.dumps({k: {**p.model_dump(), **users.get(k, {})} if isinstance(p, Plan) else {"error": p}
+                               for k, p in plans.items()}, indent=2))
         return
-    Console().print(_table(path, plans))
+    Console().print(_table(path, plans, users))
+
+
+def _kv_users(cfg, plans: dict[str, Plan | str]) -> dict[str, dict[str, dict[int, int]]]:
+    """With a capacity pass: per variant, the users whose requests (its prompt lengths, its output
+    tokens) the predicted KV pool holds whole at once, under the variant's max_num_seqs: the most a
+    capacity pass can find within the SLO without queueing (evalsuite.capacity.predict)."""
+    from evalsuite.capacity.predict import kv_bound_users
+
+    c = cfg.capacity
+    if c is None:
+        return {}
+    return {name: {"capacity_kv_users": {n: kv_bound_users(p.kv_capacity_tokens, n, c.output_tokens, p.block_size,
+                                                          p.max_num_seqs) for n in c.prompt_tokens}}
+            for name, p in plans.items() if isinstance(p, Plan)}
 
 
 def _base_config(cfg, path: Path) -> tuple[str, dict]:
@@ -111,16 +126,20 @@ def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_
         return str(with_file(e, where))
 
 
-def _table(path: Path, plans: dict[str, Plan | str]) -> Table:
+def _table(path: Path, plans: dict[str, Plan | str], users: dict[str, dict[str, dict[int, int]]]) -> Table:
     first = next((p for p in plans.values() if isinstance(p, Plan)), None)
     device = f" on {first.device} ({first.device_memory_gib:.0f} GiB)" if first else ""
     table = Table(title=f"{path.name}{device}, per GPU", title_justify="left")
-    for head in ("variant", "weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency", "fits"):
+    lengths = sorted({n for u in users.values() for n in u["capacity_kv_users"]})
+    heads = ("variant", "weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency",
+             *(f"users @{n:,} (KV)" for n in lengths), "fits")
+    for head in heads:
         table.add_column(head, justify="left" if head in ("variant", "fits") else "right")
     for name, p in plans.items():
         if isinstance(p, str):
-            table.add_row(name, "-", "-", "-", "-", "-", p)
+            table.add_row(name, *["-"] * (len(heads) - 2), p)
             continue
+        kv = users.get(name, {}).get("capacity_kv_users", {})
         table.add_row(name, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}", f"{p.kv_capacity_tokens:,}",
-                      f"{p.max_model_len:,}", f"{p.max_concurrency:.1f}x", verdict(p))
+                      f"{p.max_model_len:,}", f"{p.max_concurrency:.1f}x", *(f"{kv[n]:,}" for n in lengths), verdict(p))
     return table

@@ -96,6 +96,14 @@ def bound_cores(spec: str) -> int:
     return count
 
 
+def engine_threads(device: str, bind: str | None, cpus: int) -> int:
+    """A CPU engine's compute threads: vLLM's CPU backend binds one to each core it is given, all of
+    them unless VLLM_CPU_OMP_THREADS_BIND (`bind`) names some. A GPU engine's host side counts none."""
+    if not device.startswith("CPU"):
+        return 0
+    return cpus if (bind or "auto") in ("auto", "all") else bound_cores(bind)
+
+
 def load_average() -> list[float] | None:
     """The host's 1-, 5- and 15-minute load averages; None on a platform that keeps none."""
     try:

@@ -7,6 +7,7 @@ runs/<run_id>/
   <variant>/result.json  VariantResult, rewritten as the variant progresses
   <variant>/samples/<task>.jsonl   one line per sample: sample, completion, score
   <variant>/engine.log   vLLM's own output
+  <variant>/capacity/    the load generator's own output per capacity level (evalsuite.capacity)
   run.lock               held by the one process writing the folder; names it (pid, host)
 """
 
@@ -48,7 +49,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only inside it (remove the link)"
 # The run folder's own files; each variant folder's result, engine log and folder of samples files
 RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
-RESULT_FILE, SAMPLES_DIR, SAMPLES_SUFFIX = "result.json", "samples", ".jsonl"
+RESULT_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, CAPACITY_DIR = "result.json", "samples", ".jsonl", "capacity"
 LOCK_FILE = "run.lock"
 # Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
 _HELD: set[Path] = set()
@@ -331,9 +332,10 @@ class RunDir:
             raise storage_error(path, e) from None
 
     def write_samples(self, variant: str, task: str, rows: list[dict[str, Any]]) -> None:
-        """A task's every row at once, or none: a harness records its rows in one go, and a resume
-        takes any rows of it as the whole task, so a write cut short (a full disk, Ctrl-C) must
-        leave no file rather than some of the rows."""
+        """A task's every row at once, or none: a harness records its rows in one go (the capacity pass
+        all its levels so far, after each), and a resume takes the rows as the whole task unless the task
+        goes on from them (Task.resume), so a write cut short (a full disk, Ctrl-C) must leave no file
+        rather than some of the rows."""
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         _atomic_write(self.samples_path(variant, task), text)
 

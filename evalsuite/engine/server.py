@@ -237,6 +237,11 @@ class ServerEngine:
             on_done(len(requests_))
         return out
 
+    def endpoint(self) -> tuple[str | None, str | None, str | None]:
+        """Where another client of this server (a load generator) reaches it, once started: its base
+        URL, its API key and the id it serves the model under."""
+        return self.base_url, self._api_key, self._served
+
     @property
     def pid(self) -> int | None:
         proc = self._proc

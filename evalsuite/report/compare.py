@@ -20,6 +20,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, VariantResult, pools_comparable
 from evalsuite.report.baseline import baseline_ref
+from evalsuite.report.capacity import headline_rows, loaded_at
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
@@ -147,7 +148,7 @@ def headline(frame: pd.DataFrame, primary: list[str], meaning: dict[str, Metric]
     latency = [c for c, m in per_length.items() if m.base in LATENCY_HEADLINE and m.depth is None]
     latency = sorted(latency, key=lambda c: (LATENCY_HEADLINE.index(per_length[c].base), per_length[c].length))
     latency = latency or [c for c in LATENCY_HEADLINE if c in cols]
-    return scores + latency + [c for c in ENGINE_HEADLINE if c in cols]
+    return scores + latency + [c for c in ENGINE_HEADLINE if c in cols] + headline_rows(cols)
 
 
 @dataclass
@@ -196,6 +197,10 @@ class Comparison:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
 
+    def capacity_loaded(self, label: str, metric: str) -> bool:
+        """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity)."""
+        return loaded_at(self.frame.loc[label].to_dict(), metric)
+
     def without_other_pools(self, frame: pd.DataFrame) -> pd.DataFrame:
         """A copy of `frame` (values or deltas) with the pool-bound figures of `elsewhere` left out."""
         frame = frame.copy()
@@ -212,7 +217,7 @@ class Comparison:
         lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
         if lines[0] == "-":
             return lines
-        lines[0] += loaded_mark(metric, self.loads()[label])
+        lines[0] += loaded_mark(metric, self.loads()[label]) or ("†" if self.capacity_loaded(label, metric) else "")
         ci = self.intervals.get((label, metric))
         if ci:
             n = self.counts().get((label, metric))

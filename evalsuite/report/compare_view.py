@@ -15,6 +15,7 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
+from evalsuite.report.capacity import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots
@@ -28,7 +29,8 @@ POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than t
 
 def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
-    notes = [n for n in (loaded_note(c.loads()), POOL_NOTE if c.elsewhere else "") if n]
+    swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
+    notes = [n for n in (loaded_note(c.loads()), capacity_note(swept), POOL_NOTE if c.elsewhere else "") if n]
     return ". ".join([LEGEND, *notes])
 
 

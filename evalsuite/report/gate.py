@@ -45,6 +45,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of)
+from evalsuite.report.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
@@ -316,6 +317,25 @@ def _other_pool(metric: str, pair: Pair) -> str | None:
             f"(baseline: {pair.base.engine.device}), not fixed alike")
 
 
+def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """The capacity pass's load at the SLO, the candidate's bracket against the baseline's
+    (evalsuite.report.capacity); a bracket the grid cannot resolve counts as an insufficient n."""
+    limit = rule.limit_for(metric)
+    if pair.cand.settings.get("simulated"):
+        return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this")
+    base, cand = bracket_for(pair.base_rd, pair.base, metric), bracket_for(pair.cand_rd, pair.cand, metric)
+    if base is None:
+        return Check(label, rule.label, metric, "skip", "the baseline's level records are missing")
+    if cand is None:
+        return Check(label, rule.label, metric, "fail", MISSING, base[1].at_slo, None, None, limit, "%")
+    if pair.base.engine.device != pair.cand.engine.device:
+        return Check(label, rule.label, metric, "fail", f"not measured on the baseline's device: {pair.cand.engine.device} "
+                     f"(baseline: {pair.base.engine.device})", base[1].at_slo, cand[1].at_slo, None, limit, "%")
+    v = judge_brackets(*base, *cand, limit)
+    status = rules.insufficient_n if v.status == "insufficient" else v.status
+    return Check(label, rule.label, metric, status, v.detail, base[1].at_slo, cand[1].at_slo, v.change, limit, "%")
+
+
 def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
     """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a timing over mixed lengths."""
     return m.kind == MetricKind.timing and m.group is None and any(
@@ -340,6 +360,8 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             continue
         if _pooled_timing(measured[metric], measured):
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
+        elif is_at_slo(metric) and rule.kind == "max_drop_pct":
+            checks.append(capacity_check(rules, rule, metric, pair, label))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
         elif rule.kind != "max_drop_points" and (elsewhere := _other_pool(metric, pair)):

@@ -17,6 +17,7 @@ import pandas as pd
 
 from evalsuite.core.records import ENV_FILE
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
+from evalsuite.report.capacity import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -105,13 +106,15 @@ def _shown_path(path: str) -> str:
 
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
+    cap = capacity_view(report.entries())
     cols = ["variant", "verdict", "weights GiB", "KV tokens", "tokens per KV GiB",
-            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths),
+            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(cap.decision_columns() if cap else []),
             *(f"{m} change, pt [95%]" for m in report.primary), "Pareto (weights vs accuracy)"]
     rows = []
     for r in report.rows:
         rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
+                     *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
             "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
@@ -128,6 +131,7 @@ def _loaded(report: Report) -> str | None:
 def answer(report: Report) -> list[str | Table]:
     ok = [r.name for r in within_limits(report)]
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
+    rows += cap.picks(ok) if (cap := capacity_view(report.entries())) else []
     intro = (f"Within the accuracy limits (the gate's accuracy checks passed, each shown within its limit, "
              f"tasks at chance aside; the baseline itself): {', '.join(f'`{n}`' for n in ok) or 'none'}.")
     return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
@@ -259,6 +263,29 @@ def provenance(report: Report, command: str) -> list[str | Table]:
     return [Table("provenance", cols, rows), f"This page: `{command}`"]
 
 
+def capacity_sections(report: Report, out: Path) -> list[Section]:
+    """Per prompt length of the capacity pass: each variant's bracket beside the users its KV pool holds
+    (the engine's, and the plan's prediction), and throughput against latency through the levels."""
+    cap = capacity_view(report.entries())
+    if cap is None:
+        return []
+    sec = Section("Capacity under load", "capacity", [
+        f"Users (or requests/s) each variant serves within the SLO, from `vllm bench serve` against its own "
+        f"server: {cap.slo_text()}. At SLO: the highest level that met it with every lower level meeting it too, "
+        f"and the level above it that broke it; the capacity lies between. KV-bound users: requests of the "
+        f"prompt and output length whose KV the pool holds whole at once (the engine's pool, and the plan's "
+        f"prediction of it): more users than that wait or are preempted."])
+    for n in cap.lengths:
+        cols, rows = cap.table(n)
+        sec.blocks.append(Table(f"capacity-{n}", cols, rows, f"{_kilo(n)}-token prompts; † timed on a loaded host, "
+                                                            "not gated"))
+        path = cap.plot(n, out / f"capacity_{n}.png")
+        if path:
+            sec.blocks.append(Figure(path, f"output tokens/s against each SLO latency, {_kilo(n)}-token prompts; "
+                                           "points labelled by level, the SLO dashed"))
+    return [sec]
+
+
 def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
     frame, intervals = merged_frame(report)
     mem = Section("Memory and latency", "detail", [memory_table(report)])
@@ -281,7 +308,8 @@ def document(report: Report, out: Path, command: str) -> Document:
         f"{len(report.parts)} run folder(s)" + (f"; latency alone on the card up to {n:,} prompt tokens." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
-                    [head, *task_sections(report, out), *detail_sections(report, out, command)])
+                    [head, *task_sections(report, out), *capacity_sections(report, out),
+                     *detail_sections(report, out, command)])
 
 
 # ---------------------------------------------------------------- writing

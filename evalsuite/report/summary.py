@@ -14,6 +14,7 @@ from rich.table import Table
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
+from evalsuite.report.capacity import length_of, summary_cell, summary_columns
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
@@ -48,7 +49,7 @@ def _fmt(value, fmt: str) -> str:
 
 
 def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | None, str, str]],
-         marks: dict[str, str]) -> list[str]:
+         marks: dict[str, str], capacity: list[str]) -> list[str]:
     cells = [v.variant, STATUS_CELLS.get(v.status, v.status)]
     if v.settings.get("simulated"):
         cells[1] += " [cyan](simulated)"
@@ -61,7 +62,7 @@ def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | N
     for base, length, _, fmt in latency:
         m = _at_length(v, base, length)
         cells.append(_fmt(m.value if m else None, fmt) + (loaded_mark(base, v.host_load) if m else ""))
-    return cells
+    return cells + [summary_cell(v, name) for name in capacity]
 
 
 def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict[str, str] | None = None) -> Table:
@@ -71,10 +72,13 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
               "proportion, normal over fixed strata for a macro or balanced one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
               caption_justify="left")
     gate_col = ["gate"] if verdicts else []
-    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency], *gate_col]:
+    capacity = summary_columns(record.variants)
+    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency],
+                *(f"at SLO @{length_of(c):,}" for c in capacity), *gate_col]:
         t.add_column(col, overflow="fold")
     for v in record.variants:
-        t.add_row(*_row(v, acc, latency, marks or {}), *([verdicts.get(v.variant, "baseline")] if verdicts else []))
+        t.add_row(*_row(v, acc, latency, marks or {}, capacity),
+                  *([verdicts.get(v.variant, "baseline")] if verdicts else []))
     return t
 
 

@@ -43,8 +43,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import (CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR, RunDir,
-                                    is_safe_name)
+from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
+                                    RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.names import flat_metrics
 from evalsuite.report.placement import beside, is_packed, placement_metrics
@@ -435,6 +435,8 @@ class _Logger:
             self.client.log_artifacts(run_id, str(samples), SAMPLES_DIR)
         if (vdir / ENGINE_LOG).exists():
             self.client.log_artifact(run_id, str(vdir / ENGINE_LOG))
+        if (vdir / CAPACITY_DIR).is_dir():  # the load generator's own output of each capacity level
+            self.client.log_artifacts(run_id, str(vdir / CAPACITY_DIR), CAPACITY_DIR)
 
     def parent_artifacts(self, parent_id: str, variant_run_ids: dict[str, str]) -> None:
         """run/ (the records), report/ (the decision page, compare's tables and plots), and on each

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from evalsuite.capacity.config import CapacityConfig
+from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, join_errors, load_raw, not_allowed,
                                        unsafe_name)
 from evalsuite.core.errors import ConfigError
@@ -151,6 +153,13 @@ class LatencyConfig(Strict):
         return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
 
 
+class CapacitySection(CapacityConfig):
+    """The capacity pass (evalsuite.capacity.config says what each setting is)."""
+
+    def build(self, ctx: TaskContext) -> CapacityTask:
+        return CapacityTask(self, ctx)
+
+
 PARALLEL_ALLOWED = "auto or a whole number >= 1"
 
 
@@ -219,6 +228,7 @@ class RunConfig(Strict):
     defaults: Variant | None = None
     tasks: list[TaskConfig] = Field(default_factory=list)
     latency: LatencyConfig | None = None
+    capacity: CapacitySection | None = None  # load levels through `vllm bench serve` (evalsuite.capacity)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -359,7 +369,19 @@ def check_semantics(cfg: RunConfig) -> list[str]:
         problems += _too_long(f"tasks.{task.name}.lengths", lengths, 0, limits)
     if cfg.latency is not None:
         problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
+    if cfg.capacity is not None:
+        problems += _capacity_problems(cfg, limits)
     return problems
+
+
+def _capacity_problems(cfg: RunConfig, limits: dict[str, int]) -> list[str]:
+    """The load generator drives a `vllm serve` (started or attached), and its longest request must fit."""
+    c = cfg.capacity
+    if cfg.engine.mode != "server":
+        return [f"capacity: needs engine.mode server, the mode is {cfg.engine.mode} (allowed: server: the load "
+                f"generator drives `vllm serve`; add `engine: {{mode: server}}`)"]
+    longest = [int(n * (1 + c.range_ratio)) for n in c.prompt_tokens]
+    return _too_long("capacity.prompt_tokens", longest, int(c.output_tokens * (1 + c.range_ratio)), limits)
 
 
 def _too_long(key: str, lengths: list[int], extra: int, limits: dict[str, int]) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import ENGINE_LOG, RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
@@ -73,11 +74,12 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
 
 
 def _scorers(cfg: RunConfig):
-    """(task name, its config) for every task the run records samples of, the latency pass included:
-    a pass cut at a time limit still holds the lengths it finished, each with its own n. Built only
-    where samples exist: building some tasks reads their data."""
+    """(task name, its config) for every task the run records samples of, the latency and capacity
+    passes included: a pass cut at a time limit still holds the lengths (levels) it finished, each with
+    its own n. Built only where samples exist: building some tasks reads their data."""
     out = [(t.name, t) for t in cfg.tasks]
-    return out + [(LatencyTask.name, cfg.latency)] if cfg.latency is not None else out
+    out += [(LatencyTask.name, cfg.latency)] if cfg.latency is not None else []
+    return out + [(CapacityTask.name, cfg.capacity)] if cfg.capacity is not None else out
 
 
 def _engine_from_log(run_dir: RunDir, variant: str) -> EngineStats:

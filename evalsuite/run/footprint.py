@@ -18,7 +18,7 @@ from evalsuite.run.config import Variant, variant_max_len
 PREDICTED_KEYS = ("weights_gib", "kv_bytes_per_token", "kv_bytes_per_block", "kv_capacity_tokens", "kv_cache_blocks",
                   "kv_cache_gib",
                   "max_concurrency", "activation_gib", "cuda_graph_gib", "non_torch_gib", "required_gib",
-                  "block_size", "max_model_len", "device", "gpu_count")
+                  "block_size", "max_model_len", "max_num_seqs", "device", "gpu_count")
 
 # A GGUF variant: what depends on the architecture alone (its `hf_config_path` is the imported folder),
 # and, where the KV pool is fixed in bytes, the capacity; the rest would be a bf16 model's figures.

@@ -44,6 +44,8 @@ def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
     tasks: list[Task] = [t.build(ctx) for t in cfg.tasks]
     if cfg.latency is not None:
         tasks.append(cfg.latency.build(ctx))
+    if cfg.capacity is not None:
+        tasks.append(cfg.capacity.build(ctx))
     return tasks
 
 
@@ -153,7 +155,7 @@ class Runner:
 
     def _evaluate(self, engine: Engine, variant: str, task: Task) -> list[Score]:
         recorded = self.run_dir.load_samples(variant, task.name)
-        if recorded:  # finished before an interruption: its rows hold every item
+        if recorded and task.resume(recorded):  # finished before an interruption: its rows hold every item
             return [Score.model_validate(r["score"]) for r in recorded]
         with self.progress.status(f"{variant}: {task.name}"):
             return task.evaluate(engine, self.ctx.tokenizer,
@@ -322,14 +324,16 @@ class Runner:
         metrics: list[Metric] = []
         for i, task in enumerate(tasks):
             t_task = time.perf_counter()
-            if task.timed_alone:
+            # the latency pass's load; a timed harness (the capacity pass) records each level's itself
+            timed = task.timed_alone and not task.harness
+            if timed:
                 self._host_load(result, ending=False, task=task.name, items=len(samples[task.name]))
             try:
                 scores = self.run_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
                 raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
                                 metrics + interval_metrics(metrics)) from e
-            if task.timed_alone:
+            if timed:
                 self._host_load(result, ending=True)
             metrics += task.metrics(scores)
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
@@ -358,13 +362,10 @@ class Runner:
         self.run_dir.write_result(result)
 
     def _engine_threads(self, cpus: int) -> int:
-        """A CPU engine's compute threads: vLLM's CPU backend binds one to each core it is given, all of
-        them unless VLLM_CPU_OMP_THREADS_BIND names some. A GPU engine's host side, or the fake engine,
-        counts none."""
-        if self.cfg.engine.mode == "fake" or not self.device.startswith("CPU"):
+        """The engine's compute threads (core.env.engine_threads); the fake engine's are none."""
+        if self.cfg.engine.mode == "fake":
             return 0
-        bind = self.cfg.engine.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
-        return cpus if bind in ("auto", "all", "") else envmod.bound_cores(bind)
+        return envmod.engine_threads(self.device, self.cfg.engine.env.get("VLLM_CPU_OMP_THREADS_BIND"), cpus)
 
 
 def spread(samples: list[Sample], limit: int | None) -> list[Sample]:

@@ -141,14 +141,16 @@ def recorded_exclude(cfg: RunConfig) -> set[str]:
 
 
 def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunConfig:
-    """The config with only the named tasks (`latency`: the latency pass) and at most `limit` items a task."""
+    """The config with only the named tasks (`latency`, `capacity`: those passes) and at most `limit` items a task."""
     if only_tasks:
-        allowed = [t.name for t in cfg.tasks] + (["latency"] if cfg.latency else [])
+        allowed = [t.name for t in cfg.tasks] + (["latency"] if cfg.latency else []) + \
+            (["capacity"] if cfg.capacity else [])
         unknown = [t for t in only_tasks if t not in allowed]
         if unknown:
             raise ConfigError(f"--tasks: unknown {', '.join(unknown)} (allowed: {', '.join(allowed)})")
         cfg.tasks = [t for t in cfg.tasks if t.name in only_tasks]
         cfg.latency = cfg.latency if "latency" in only_tasks else None
+        cfg.capacity = cfg.capacity if "capacity" in only_tasks else None
     if limit:
         cfg.limit = limit
         for task in cfg.tasks:

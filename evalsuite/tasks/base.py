@@ -65,6 +65,11 @@ class Task:
     def calibrate(self, scores: Sequence[Score]) -> None:
         """Fit the scoring to the calibration items' scores."""
 
+    def resume(self, rows: list[dict[str, Any]]) -> bool:
+        """A harness shown the rows it recorded before an interruption: True where they are its whole
+        run (they are scored as they are), False where evaluate() goes on from them."""
+        return True
+
     def evaluate(self, engine: Any, tokenizer: Any, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
         """A harness's own run over the engine; `record` takes its rows as they are to be kept."""
         raise NotImplementedError(f"{self.name}: not a harness")
