@@ -54,15 +54,15 @@ def test_table_and_deltas(run):
 
 
 def test_table_fits_80_columns_and_names_the_method(run):
-    from evalsuite.report.compare_view import rich_tables
+    from evalsuite.report.compare_view import terminal_view
 
     console = Console(width=80, record=True, file=io.StringIO())
-    for table in rich_tables(compare([(RunDir(run), None)]), 80):
-        console.print(table)
+    for part in terminal_view(compare([(RunDir(run), None)]), 80):
+        console.print(part)
     text = console.export_text()
     assert max(map(len, text.splitlines())) <= 80
     assert "fp8 (baseline)" in text and "[+2.7, +9.0]" in text and "[low, high]" in text
-    assert text.count("fp8 (baseline)") == 2  # more variants than fit: a second table, baseline first again
+    assert text.count("fp8 (baseline)") == 1  # more variants than fit side by side: a block each, once
 
 
 def test_baseline_choice(run):
@@ -359,7 +359,7 @@ def test_an_unchanged_score_reads_plus_zero_not_minus_zero(tmp_path):
 def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     """bf16's latency pass ran at a 1-minute load of 9 on 4 CPUs: its latency cells carry the mark and
     the legend says its load; its accuracy, and fp8's latency timed on a quiet host, carry none."""
-    from evalsuite.report.compare_view import rich_tables
+    from evalsuite.report.compare_view import terminal_view
 
     loaded = {**VARIANTS["bf16"], "host_load": {"cpus": 4, "start": [9.0, 6.0, 3.0], "end": [8.0, 6.0, 3.0]}}
     quiet = {**VARIANTS["fp8"], "host_load": {"cpus": 4, "start": [0.5, 0.5, 0.5], "end": [0.5, 0.5, 0.5]}}
@@ -372,8 +372,8 @@ def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     assert "† latency timed on a loaded host" in res.stdout
     assert "bf16 (1-min load 9.0 at start, 8.0 at end, 4 CPUs)" in res.stdout and "fp8 (1-min" not in res.stdout
     console = Console(width=80, record=True, file=io.StringIO())
-    for table in rich_tables(compare([(RunDir(run), None)]), 80):
-        console.print(table)
+    for part in terminal_view(compare([(RunDir(run), None)]), 80):
+        console.print(part)
     text = console.export_text()
     assert "30†" in text and "loaded host" in text
     # CSV and JSON carry it as data, for a script to filter on

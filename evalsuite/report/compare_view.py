@@ -1,8 +1,7 @@
 """A Comparison's three views (rich tables sized to the terminal, Markdown, CSV) and the report files.
 
-Tables put metrics in rows and variants in columns, so that a terminal 80 columns wide shows
-three or four variants side by side; more variants continue in further tables, each starting
-with the baseline's column.
+On a terminal the variants are columns where they all fit side by side; where they do not (80
+columns hold two or three), each variant is a block of its metrics, every variant once.
 """
 
 from __future__ import annotations
@@ -12,12 +11,15 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.compare import OTHER_POOL, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots
+from evalsuite.report.terminal import Block, Blocks, fits
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
           "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
@@ -40,45 +42,56 @@ def _header(c: Comparison, label: str) -> str:
     return label.replace(":", ":\n") + (" (baseline)" if label == c.baseline else "")
 
 
-def _column_width(c: Comparison, label: str) -> int:
-    lines = [line for m in c.columns for line in c.cell(label, m)]
-    head = max(map(len, _header(c, label).split("\n")))
-    return max([head, *map(len, lines)]) + 3  # padding and the rule between columns
+def _labels(c: Comparison) -> list[str]:
+    return [c.baseline, *(e.label for e in c.entries if e.label != c.baseline)]
 
 
-def _chunks(c: Comparison, width: int) -> list[list[str]]:
-    """Variant labels per table: the baseline first in each, as many others as fit."""
-    name_w = min(max(len(m) for m in [*c.columns, "metric"]), 28) + 3
-    base_w = _column_width(c, c.baseline)
-    others = [e.label for e in c.entries if e.label != c.baseline]
-    chunks, cur, used = [], [], name_w + base_w + 1
-    for label in others:
-        w = _column_width(c, label)
-        if cur and used + w > width:
-            chunks.append(cur)
-            cur, used = [], name_w + base_w + 1
-        cur.append(label)
-        used += w
-    chunks.append(cur)
-    return [[c.baseline, *chunk] for chunk in chunks]
+def _title(c: Comparison, label: str) -> Text:
+    """run:variant (baseline) · status: what a table column head says, on one line."""
+    status = str(c.frame.at[label, "status"])
+    title = Text(label, style="bold") + Text(" (baseline)" if label == c.baseline else "")
+    title += Text("  ") + Text.from_markup(STATUS_CELLS.get(status, status))
+    reason = next(e.result.reason for e in c.entries if e.label == label)
+    if status not in USABLE_STATUSES and reason:
+        title += Text(f": {reason}")
+    return title
 
 
-def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
+def wide_table(c: Comparison) -> Table:
+    """Metrics as rows, every variant a column."""
+    labels = _labels(c)
     status = dict(zip(c.frame.index, c.frame["status"], strict=True))
-    tables = []
-    chunks = _chunks(c, width)
-    for i, labels in enumerate(chunks):
-        part = f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""
-        t = Table(title=Text(f"evalsuite compare{part}: {', '.join(c.runs())}"), show_lines=True,
-                  caption=Text(legend(c)) if i == len(chunks) - 1 else None, caption_justify="left")
-        t.add_column("metric", overflow="fold", max_width=28)
-        for label in labels:
-            t.add_column(Text(_header(c, label)), overflow="fold")
-        t.add_row("status", *(Text.from_markup(STATUS_CELLS.get(status[x], status[x])) for x in labels))
-        for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
-            t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
-        tables.append(t)
-    return tables
+    t = Table(title=Text(f"evalsuite compare: {', '.join(c.runs())}"), show_lines=True,
+              caption=Text(legend(c)), caption_justify="left")
+    t.add_column("metric", overflow="fold", max_width=28)
+    for label in labels:
+        t.add_column(Text(_header(c, label)), overflow="fold")
+    t.add_row("status", *(Text.from_markup(STATUS_CELLS.get(status[x], status[x])) for x in labels))
+    for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
+        t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
+    return t
+
+
+def variant_blocks(c: Comparison) -> Blocks:
+    """Each variant once, one block of metrics each: where the variants do not fit side by side."""
+    blocks = []
+    for label in _labels(c):
+        rows = []
+        for metric in c.columns:
+            value = c.value_lines(label, metric)
+            if value != ["-"]:
+                rows.append([metric, " ".join(value), " ".join(c.change_lines(label, metric))])
+        blocks.append(Block(_title(c, label), rows))
+    return Blocks(["metric", "value (95% interval, n)", "change vs baseline [paired 95%]"], blocks,
+                  caption=legend(c))
+
+
+def terminal_view(c: Comparison, width: int = 80) -> list[RenderableType]:
+    """The variants as columns where they fit in `width`, else each variant as a block of rows."""
+    wide = wide_table(c)
+    if fits(wide, width):
+        return [wide]
+    return [Text(f"evalsuite compare: {', '.join(c.runs())}", style="bold"), variant_blocks(c).render(width)]
 
 
 # ---------------------------------------------------------------- files
