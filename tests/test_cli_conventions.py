@@ -237,7 +237,8 @@ def test_compare_json_holds_values_intervals_and_paired_deltas(quick):
     assert data["baseline"] == "bf16" and set(data["variants"]) == {"bf16", "kv_fp8", "worse"}
     acc = data["variants"]["worse"]["metrics"]["mmlu/acc"]
     assert acc["value"] == metrics(full, "worse")["mmlu/acc"] and acc["n"] == 20 and len(acc["ci95"]) == 2
-    assert acc["delta_ci95"] and acc["paired_n"] == 20 and data["variants"]["bf16"]["metrics"]["mmlu/acc"]["delta"] is None
+    assert acc["delta_pt_ci95"] and acc["paired_n"] == 20 and data["variants"]["bf16"]["metrics"]["mmlu/acc"]["delta_pt"] is None
+    assert acc["delta_pct"] is None and acc["unit"] == "score" and data["interval"] == "two-sided 95%"
 
 
 def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):

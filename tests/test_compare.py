@@ -131,8 +131,13 @@ def test_formats(run):
     assert "exact McNemar; Tango score bounds" in md.stdout
     csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
-    assert frame.at["bf16", "mmlu/acc delta"] == pytest.approx(5.0)
-    assert frame.at["bf16", "mmlu/acc delta ci95 low"] == pytest.approx(2.74, abs=0.01)
+    assert frame.at["bf16", "mmlu/acc delta_pt"] == pytest.approx(5.0)
+    assert frame.at["bf16", "engine/weights_gib delta_pct"] == pytest.approx(100.0)
+    assert frame.at["bf16", "mmlu/acc paired delta_pt ci95 low"] == pytest.approx(2.74, abs=0.01)
+    data = json.loads(runner.invoke(app, ["compare", str(run), "--format", "json"]).stdout)["variants"]["bf16"]
+    assert data["metrics"]["mmlu/acc"]["delta_pt"] == pytest.approx(5.0) and data["metrics"]["mmlu/acc"]["delta_pct"] is None
+    weights = data["metrics"]["engine/weights_gib"]
+    assert weights["delta_pct"] == pytest.approx(100.0) and weights["delta_pt"] is None and weights["unit"] == "GiB"
     assert frame.at["fp8", "mmlu/acc ci95 low"] == pytest.approx(0.794, abs=0.001)
     assert "needle/acc/len4096" in frame.columns  # CSV holds every metric, not only the headline
     table = runner.invoke(app, ["compare", str(run), "--metric", "engine/*"])
@@ -394,7 +399,7 @@ def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads
     c = compare([(RunDir(repo_root / "docs" / "results" / "h200-2026-11-29"), None)])
     assert c.meaning["needle/prompt_tokens"].unit == "tokens" and not c.meaning["needle/prompt_tokens"].in_points
     assert c.frame.at["bf16", "needle/prompt_tokens"] == 638832.0
-    assert "needle/prompt_tokens delta" in to_csv(c)
+    assert "needle/prompt_tokens delta_pct" in to_csv(c)
     assert "†" not in to_markdown(c) and all(v is None for v in c.loads().values())
 
 
@@ -422,7 +427,7 @@ def test_kv_capacity_from_another_gpus_pool_gets_no_delta(tmp_path):
     assert c.cell("fp8", "engine/weights_gib")[1] == "+0.0%"
     csv = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
-    assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
+    assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta_pct"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
     md = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "markdown"]).stdout
     assert "another device's pool: KV capacity measured on another device model" in md
     assert c.plot_frame()["engine/kv_cache_tokens"].isna().tolist() == [False, True]

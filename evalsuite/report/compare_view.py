@@ -112,23 +112,30 @@ def to_markdown(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def delta_key(c: Comparison, metric: str) -> str:
+    """The name a change carries its unit in: `delta_pt` (points, for scores) or `delta_pct` (percent of
+    the baseline's figure, for quantities with a unit)."""
+    return "delta_pt" if c.unit(metric) == "" else "delta_pct"
+
+
 def to_csv(c: Comparison) -> str:
-    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta` (points or percent, as
-    displayed), `<m> ci95 low/high`, for the rows shown the paired delta, its ci95 and n, and whether
-    the latency pass ran on a loaded host (with its 1-minute load)."""
+    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta_pt` (points, for scores) or `<m>
+    delta_pct` (percent, for quantities), `<m> ci95 low/high`, for the rows shown the paired delta in
+    points, its two-sided 95% interval and n, and whether the latency pass ran on a loaded host (with
+    its 1-minute load)."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
         extra[col] = list(c.frame[col])
-        extra[f"{col} delta"] = list(c.deltas[col])
+        extra[f"{col} {delta_key(c, col)}"] = list(c.deltas[col])
         if c.unit(col) == "" and any((x, col) in c.intervals for x in c.frame.index):
             extra[f"{col} ci95 low"] = [c.intervals.get((x, col), (math.nan,) * 2)[0] for x in c.frame.index]
             extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
         if any((x, col) in c.paired for x in c.frame.index):
             paired = [c.paired.get((x, col)) for x in c.frame.index]
-            extra[f"{col} delta paired"] = [p.delta if p else math.nan for p in paired]
-            extra[f"{col} delta ci95 low"] = [p.low if p else math.nan for p in paired]
-            extra[f"{col} delta ci95 high"] = [p.high if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt"] = [p.delta if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt ci95 low"] = [p.low if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt ci95 high"] = [p.high if p else math.nan for p in paired]
             extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
     loads = c.loads()
     extra["latency host loaded"] = [None if loads[x] is None else loads[x].loaded for x in c.frame.index]
@@ -137,27 +144,35 @@ def to_csv(c: Comparison) -> str:
     return out.to_csv()
 
 
-def to_json(c: Comparison) -> str:
-    """Every metric of every variant as numbers: value, n, 95% interval, and against the baseline the
-    delta with (where items pair) its paired 95% interval; missing numbers are null."""
-    def num(x):
-        return None if x is None or (isinstance(x, float) and math.isnan(x)) else x.item() if hasattr(x, "item") else x
+def _num(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x.item() if hasattr(x, "item") else x
 
-    counts = c.counts()
+
+def _metric_json(c: Comparison, label: str, col: str) -> dict:
+    """One metric of one variant: its value and unit, n, 95% interval, and against the baseline the
+    change in the unit its key names (`delta_pt` or `delta_pct`, the other null), with, where items
+    pair, the paired two-sided 95% interval of `delta_pt`."""
+    ci, paired = c.intervals.get((label, col)), c.paired.get((label, col))
+    delta = None if label == c.baseline else _num(paired.delta if paired else c.deltas.at[label, col])
+    key = delta_key(c, col)
+    return {"value": _num(c.frame.at[label, col]), "unit": c.unit(col) or "score", "n": c.counts().get((label, col)),
+            "ci95": list(ci) if ci else None,
+            "delta_pt": delta if key == "delta_pt" else None, "delta_pct": delta if key == "delta_pct" else None,
+            "delta_pt_ci95": [paired.low, paired.high] if paired else None,
+            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
+
+
+def to_json(c: Comparison) -> str:
+    """Every metric of every variant as numbers (missing ones null): see _metric_json. Intervals are
+    two-sided 95%."""
     variants = {}
     for label in c.frame.index:
-        metrics = {}
-        for col in c.deltas.columns:
-            ci, paired = c.intervals.get((label, col)), c.paired.get((label, col))
-            metrics[col] = {"value": num(c.frame.at[label, col]), "n": counts.get((label, col)),
-                            "ci95": list(ci) if ci else None,
-                            "delta": None if label == c.baseline else num(paired.delta if paired else c.deltas.at[label, col]),
-                            "delta_ci95": [paired.low, paired.high] if paired else None,
-                            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
         load = c.loads()[label]
-        variants[label] = {"status": num(c.frame.at[label, "status"]), "metrics": metrics,
+        variants[label] = {"status": _num(c.frame.at[label, "status"]),
+                           "metrics": {col: _metric_json(c, label, col) for col in c.deltas.columns},
                            "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded}}
-    return json.dumps({"baseline": c.baseline, "runs": c.runs(), "variants": variants}, indent=2) + "\n"
+    return json.dumps({"baseline": c.baseline, "runs": c.runs(), "interval": "two-sided 95%", "variants": variants},
+                      indent=2) + "\n"
 
 
 def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:
