@@ -144,7 +144,7 @@ def _figures(p: Plan | str) -> list[str]:
 def _title(path: Path, plans: dict[str, Plan | str]) -> str:
     first = next((p for p in plans.values() if isinstance(p, Plan)), None)
     device = f" on {first.device} ({first.device_memory_gib:.0f} GiB)" if first else ""
-    return f"{path.name}{device}, per GPU"
+    return f"{path.name}{device}" + ("" if first and first.device == "CPU" else ", per GPU")
 
 
 def _view(path: Path, plans: dict[str, Plan | str], width: int):
