@@ -54,6 +54,7 @@ class Row:
     status: str
     baseline: bool = False
     verdict: str | None = None
+    failing: str = ""  # the checks that failed it, where the verdict is `failed`
     accuracy_ok: bool | None = None  # the gate's accuracy checks all passed on evidence (accuracy_verdict)
     weights_gib: float | None = None
     kv_tokens: int | None = None
