@@ -110,3 +110,21 @@ def test_plan_that_does_not_fit_says_so_and_exits_1(tmp_path):
     res = CliRunner().invoke(app, ["plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "131072",
                                    "--format", "json"])
     assert res.exit_code == 1 and json.loads(res.stdout)["fits"] is False
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_aligned_lines_keep_names_whole_and_wrap_the_last_column(columns):
+    """The helper a one-line-per-record output (gate's candidates) prints with."""
+    import io
+
+    from rich.console import Console
+
+    from evalsuite.report.terminal import aligned
+
+    why = "mmlu/acc dropped 7.0 pt [6.3, 7.8] (two-sided 95%), limit 2 pt; needle/acc dropped 81.3 pt, limit 5 pt"
+    console = Console(width=columns, record=True, file=io.StringIO())
+    console.print(aligned([[LONG, "FAILED", why], ["bf16_repeat", "passed", "every check within its limit"]]))
+    text = console.export_text()
+    lines_fit(text, columns)
+    assert LONG in text and "bf16_repeat" in text and text.index("FAILED") == text.splitlines()[0].index("FAILED")
+    assert (len(text.splitlines()) == 2) == (columns == 200)  # at 80 the reason wraps under itself

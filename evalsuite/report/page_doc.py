@@ -68,7 +68,7 @@ def delta_cell(row: Row, metric: str) -> str:
     if d is None:
         # the variant's own score here would read as a change in points (0.750 beside a baseline of
         # 0.625): the cell says why it has none instead
-        return NO_CHANGE if metric in row.accuracy else "- (not measured)"
+        return NO_CHANGE if metric in row.accuracy else "-"  # not measured: its verdict says so
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
 
 

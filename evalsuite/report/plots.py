@@ -247,7 +247,9 @@ def plot_heatmaps(grids: dict[str, Grid], title: str, path: Path) -> Path | None
             for i, row in enumerate(cells):
                 for j, v in enumerate(row):
                     if not math.isnan(v):
-                        ax.text(j, i, f"{v:.0f}%", ha="center", va="center", fontsize=7)
+                        # white on the scale's dark ends (deep red, deep green), black between
+                        ax.text(j, i, f"{v:.0f}%", ha="center", va="center", fontsize=7,
+                                color="white" if v <= 15 or v >= 85 else "black")
         ax.set_xticks(range(len(lengths)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in lengths])
         ax.set_yticks(range(len(depths)), [str(d) for d in depths])
         ax.set_xlabel("context length (tokens)")

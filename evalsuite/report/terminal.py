@@ -36,6 +36,19 @@ def text_width(lines: str) -> int:
     return max((len(line) for line in lines.splitlines()), default=0)
 
 
+def aligned(rows: list[list[str | Text]]) -> Table:
+    """Records one a line, columns aligned, every column but the last kept whole (a name is never
+    cut) and the last wrapping under itself where the terminal is narrower: `kv_fp8  FAILED
+    mmlu/acc dropped 7.0 pt [6.3, 7.8], limit 2`, one line per candidate."""
+    grid = Table.grid(padding=(0, GAP, 0, 0), pad_edge=False)
+    columns = max((len(r) for r in rows), default=0)
+    for i in range(columns):
+        grid.add_column(no_wrap=i < columns - 1, overflow="fold")
+    for row in rows:
+        grid.add_row(*(c if isinstance(c, Text) else Text(c) for c in row))
+    return grid
+
+
 @dataclass
 class Block:
     """One record: a title (its name, status, verdict) and rows of fields."""
