@@ -22,7 +22,7 @@ from evalsuite.report.plots import write_plots
 from evalsuite.report.terminal import Block, Blocks, fits
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
-          "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
+          "two-sided 95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
 POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than the baseline's, its pool not fixed "
              "alike, so no delta (and left out of the KV capacity plot)")

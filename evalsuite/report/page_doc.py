@@ -122,7 +122,7 @@ def decision_table(report: Report) -> Table:
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
-            "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
+            "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
             "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
             "none has both fewer weight GiB and a higher score on that task. KV tokens (pool): the tokens the engine's KV cache "
             "holds as configured; tokens per KV GiB: the same per GiB of that cache, which compares variants whose "
