@@ -1,1 +1,1 @@
-"""Reading runs back: summary, a packed run's plan against its engines, compare, plots, gate and its rules, the results page, MLflow tracking (its settings, runs read back from it, the reviewer's view). May import: core, stats."""
+"""Reading runs back: summary, a packed run's plan against its engines, compare, plots, gate and its rules, the results page, MLflow tracking (its settings, runs read back from it, the reviewer's view), text sized to the terminal. May import: core, stats."""
