@@ -31,11 +31,6 @@ def fits(renderable: RenderableType, width: int) -> bool:
     return natural_width(renderable) <= width
 
 
-def text_width(lines: str) -> int:
-    """The widest line of a rendered text, in characters (box drawing counts one each)."""
-    return max((len(line) for line in lines.splitlines()), default=0)
-
-
 def aligned(rows: list[list[str | Text]]) -> Table:
     """Records one a line, columns aligned, every column but the last kept whole (a name is never
     cut) and the last wrapping under itself where the terminal is narrower: `kv_fp8  FAILED
@@ -101,7 +96,7 @@ class Blocks:
     def _grid(self, widths: list[int], rows: list[list[str | Text]]) -> Table:
         grid = Table.grid(padding=(0, GAP, 0, 0), pad_edge=False)
         for i, w in enumerate(widths):
-            grid.add_column(width=w, overflow="fold", justify=(self.justify or [])[i:i + 1] and self.justify[i] or "left")
+            grid.add_column(width=w, overflow="fold", justify=self.justify[i] if self.justify else "left")
         for row in rows:
             first, *rest = (c if isinstance(c, Text) else Text(c) for c in row)
             grid.add_row(Text("\n".join(wrap_name(first.plain, widths[0])), style=first.style), *rest)
@@ -109,12 +104,18 @@ class Blocks:
 
 
 def wrap_name(name: str, width: int) -> list[str]:
-    """A long name on several lines, broken after a `/` or `_` where one falls within `width` (else
-    at `width`): `needle_multikey/` over `extra_value_rate`, not `needle_multikey/extr` over `a_value_rate`."""
+    """A long name on several lines, broken at a space or after a `/` or `_` where one falls within
+    `width` (else at `width`): `needle_multikey/` over `extra_value_rate`, not `needle_multikey/extr`
+    over `a_value_rate`."""
     lines = []
     while len(name) > width:
-        cut = max(name.rfind("/", 0, width), name.rfind("_", 0, width))
-        cut = cut + 1 if cut > 0 else width
+        space = name.rfind(" ", 0, width + 1)
+        cut = max(name.rfind("/", 0, width), name.rfind("_", 0, width)) + 1
+        if space >= cut and space > 0:
+            lines.append(name[:space])
+            name = name[space + 1:]
+            continue
+        cut = cut if cut > 0 else width
         lines.append(name[:cut])
         name = name[cut:]
     return [*lines, name]
