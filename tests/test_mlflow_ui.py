@@ -118,17 +118,20 @@ FIRST_SCREEN = """(async (wanted, needle) => {
   const deadline = Date.now() + 90000;
   const heads = () => Object.fromEntries([...document.querySelectorAll('.ag-header-cell')].map(h => [h.getAttribute('col-id'), h]));
   const rows = () => [...document.querySelectorAll('.ag-row')].map(r => r.innerText);
-  while (Date.now() < deadline && !(wanted.every(w => heads()[w]) && rows().some(r => r.includes(needle)))) {
+  const ready = () => wanted.every(w => heads()[w]) && rows().some(r => r.includes(needle));
+  const settle = async () => { while (Date.now() < deadline && !ready()) await sleep(250); };
+  while (Date.now() < deadline && !ready()) {
     const close = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
     if (close) close.click();
     await sleep(250);
   }
-  await sleep(1000);
+  await sleep(1000);  // the grid re-lays out once the panel has gone: read it after that
+  await settle();
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]; };
   const found = heads();
   return {boxes: Object.fromEntries(wanted.filter(w => found[w]).map(w => [w, box(found[w])])),
           view: box(document.querySelector('.ag-body-viewport')), width: innerWidth, height: innerHeight,
-          rows: [...document.querySelectorAll('.ag-row')].map(r => r.innerText), text: document.body.innerText};
+          rows: rows(), text: document.body.innerText};
 })"""
 
 
