@@ -232,7 +232,11 @@ def plot_heatmaps(grids: dict[str, Grid], title: str, path: Path) -> Path | None
         return None
     n = len(grids)
     cols = min(n, 3)
-    fig = Figure(figsize=(4.6 * cols, 3.8 * math.ceil(n / cols) + 0.4), layout="constrained")
+    # a panel sized to its cells: a 1-by-2 demo grid needs no 4.6-inch square
+    most_lengths = max(len({k for k, _ in g}) for g in grids.values())
+    most_depths = max(len({d for _, d in g}) for g in grids.values())
+    width, height = min(4.6, 1.8 + 0.9 * most_lengths), min(3.8, 1.4 + 0.3 * most_depths)
+    fig = Figure(figsize=(width * cols + 1.0, height * math.ceil(n / cols) + 0.4), layout="constrained")
     axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).flat)
     for ax in axes[n:]:
         ax.set_visible(False)

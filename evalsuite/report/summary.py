@@ -80,7 +80,7 @@ def wide_table(record: RunRecord, verdicts: dict[str, str], marks: dict[str, str
     """One row per variant, every figure a column: where it fits the terminal. The task marks are the
     baseline's, and only its cells carry them."""
     acc, latency = primary_metrics(record.variants), latency_columns(record)
-    t = Table(title=f"run {record.run_id} · {record.model}", caption=CAPTION, caption_justify="left")
+    t = Table(title=f"run {record.run_id} · {record.model}", caption=Text(CAPTION), caption_justify="left")
     for head in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency]]:
         t.add_column(head, overflow="fold")
     if verdicts:  # where the gate names the check that decided, the cell wraps at its spaces
