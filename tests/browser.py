@@ -160,3 +160,10 @@ def screenshot(browser: Browser, path, width: int = 1400, height: int = 900) -> 
                  deviceScaleFactor=1, mobile=False)
     shot = browser.call("Page.captureScreenshot", browser.session, format="png")
     Path(path).write_bytes(base64.b64decode(shot["data"]))
+
+
+def kept_path(name: str, fallback: Path) -> Path:
+    """Where a test keeps a screenshot: $EVALSUITE_SCREENSHOTS (CI collects it) if set, else `fallback`."""
+    folder = Path(os.environ.get("EVALSUITE_SCREENSHOTS") or fallback)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name

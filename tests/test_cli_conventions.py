@@ -213,6 +213,18 @@ def quick(tmp_path_factory, tiny_model, repo_root):
     return only_run(tmp / "quick"), only_run(tmp / "full"), cfg
 
 
+def test_run_limit_also_caps_the_calibration_items(tmp_path, tiny_model, repo_root):
+    """`--limit 2` asks 2 test items and at most 2 train items to calibrate the threshold, not every
+    train item of the task (6 for governing_law)."""
+    cfg = make_config(tmp_path, tiny_model, repo_root / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad",
+                      tracking=False)
+    res = cli("run", str(cfg), "--no-progress", "--tasks", "legal", "--limit", "2", "-V", "bf16")
+    assert res.exit_code == 0, res.output
+    samples = only_run(tmp_path / "runs") / "bf16" / "samples"
+    assert len((samples / "legal.jsonl").read_text().splitlines()) == 2
+    assert len((samples / "legal.calibration.jsonl").read_text().splitlines()) == 2
+
+
 def test_run_limit_and_tasks_narrow_the_run_and_its_record(quick):
     run, full, _ = quick
     assert {f.name for f in (run / "bf16" / "samples").iterdir()} == {"mmlu.jsonl"}  # no legal, no latency
@@ -237,7 +249,8 @@ def test_compare_json_holds_values_intervals_and_paired_deltas(quick):
     assert data["baseline"] == "bf16" and set(data["variants"]) == {"bf16", "kv_fp8", "worse"}
     acc = data["variants"]["worse"]["metrics"]["mmlu/acc"]
     assert acc["value"] == metrics(full, "worse")["mmlu/acc"] and acc["n"] == 20 and len(acc["ci95"]) == 2
-    assert acc["delta_ci95"] and acc["paired_n"] == 20 and data["variants"]["bf16"]["metrics"]["mmlu/acc"]["delta"] is None
+    assert acc["delta_pt_ci95"] and acc["paired_n"] == 20 and data["variants"]["bf16"]["metrics"]["mmlu/acc"]["delta_pt"] is None
+    assert acc["delta_pct"] is None and acc["unit"] == "score" and data["interval"] == "two-sided 95%"
 
 
 def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):

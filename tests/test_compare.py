@@ -54,15 +54,15 @@ def test_table_and_deltas(run):
 
 
 def test_table_fits_80_columns_and_names_the_method(run):
-    from evalsuite.report.compare_view import rich_tables
+    from evalsuite.report.compare_view import terminal_view
 
     console = Console(width=80, record=True, file=io.StringIO())
-    for table in rich_tables(compare([(RunDir(run), None)]), 80):
-        console.print(table)
+    for part in terminal_view(compare([(RunDir(run), None)]), 80):
+        console.print(part)
     text = console.export_text()
     assert max(map(len, text.splitlines())) <= 80
     assert "fp8 (baseline)" in text and "[+2.7, +9.0]" in text and "[low, high]" in text
-    assert text.count("fp8 (baseline)") == 2  # more variants than fit: a second table, baseline first again
+    assert text.count("fp8 (baseline)") == 1  # more variants than fit side by side: a block each, once
 
 
 def test_baseline_choice(run):
@@ -131,8 +131,13 @@ def test_formats(run):
     assert "exact McNemar; Tango score bounds" in md.stdout
     csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
-    assert frame.at["bf16", "mmlu/acc delta"] == pytest.approx(5.0)
-    assert frame.at["bf16", "mmlu/acc delta ci95 low"] == pytest.approx(2.74, abs=0.01)
+    assert frame.at["bf16", "mmlu/acc delta_pt"] == pytest.approx(5.0)
+    assert frame.at["bf16", "engine/weights_gib delta_pct"] == pytest.approx(100.0)
+    assert frame.at["bf16", "mmlu/acc paired delta_pt ci95 low"] == pytest.approx(2.74, abs=0.01)
+    data = json.loads(runner.invoke(app, ["compare", str(run), "--format", "json"]).stdout)["variants"]["bf16"]
+    assert data["metrics"]["mmlu/acc"]["delta_pt"] == pytest.approx(5.0) and data["metrics"]["mmlu/acc"]["delta_pct"] is None
+    weights = data["metrics"]["engine/weights_gib"]
+    assert weights["delta_pct"] == pytest.approx(100.0) and weights["delta_pt"] is None and weights["unit"] == "GiB"
     assert frame.at["fp8", "mmlu/acc ci95 low"] == pytest.approx(0.794, abs=0.001)
     assert "needle/acc/len4096" in frame.columns  # CSV holds every metric, not only the headline
     table = runner.invoke(app, ["compare", str(run), "--metric", "engine/*"])
@@ -359,7 +364,7 @@ def test_an_unchanged_score_reads_plus_zero_not_minus_zero(tmp_path):
 def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     """bf16's latency pass ran at a 1-minute load of 9 on 4 CPUs: its latency cells carry the mark and
     the legend says its load; its accuracy, and fp8's latency timed on a quiet host, carry none."""
-    from evalsuite.report.compare_view import rich_tables
+    from evalsuite.report.compare_view import terminal_view
 
     loaded = {**VARIANTS["bf16"], "host_load": {"cpus": 4, "start": [9.0, 6.0, 3.0], "end": [8.0, 6.0, 3.0]}}
     quiet = {**VARIANTS["fp8"], "host_load": {"cpus": 4, "start": [0.5, 0.5, 0.5], "end": [0.5, 0.5, 0.5]}}
@@ -372,8 +377,8 @@ def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     assert "† latency timed on a loaded host" in res.stdout
     assert "bf16 (1-min load 9.0 at start, 8.0 at end, 4 CPUs)" in res.stdout and "fp8 (1-min" not in res.stdout
     console = Console(width=80, record=True, file=io.StringIO())
-    for table in rich_tables(compare([(RunDir(run), None)]), 80):
-        console.print(table)
+    for part in terminal_view(compare([(RunDir(run), None)]), 80):
+        console.print(part)
     text = console.export_text()
     assert "30†" in text and "loaded host" in text
     # CSV and JSON carry it as data, for a script to filter on
@@ -395,7 +400,7 @@ def test_a_published_run_folder_from_before_the_totals_were_named_so_still_reads
     c = compare([(RunDir(page_data("h200-2026-11-29", results_pages)), None)])
     assert c.meaning["needle/prompt_tokens"].unit == "tokens" and not c.meaning["needle/prompt_tokens"].in_points
     assert c.frame.at["bf16", "needle/prompt_tokens"] == 638832.0
-    assert "needle/prompt_tokens delta" in to_csv(c)
+    assert "needle/prompt_tokens delta_pct" in to_csv(c)
     assert "†" not in to_markdown(c) and all(v is None for v in c.loads().values())
 
 
@@ -423,7 +428,7 @@ def test_kv_capacity_from_another_gpus_pool_gets_no_delta(tmp_path):
     assert c.cell("fp8", "engine/weights_gib")[1] == "+0.0%"
     csv = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
-    assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
+    assert math.isnan(frame.at["fp8", "engine/kv_cache_tokens delta_pct"]) and frame.at["fp8", "engine/kv_cache_tokens"] == 20000
     md = runner.invoke(app, ["compare", str(run), "--baseline", "bf16", "--format", "markdown"]).stdout
     assert "another device's pool: KV capacity measured on another device model" in md
     assert c.plot_frame()["engine/kv_cache_tokens"].isna().tolist() == [False, True]

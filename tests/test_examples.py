@@ -119,11 +119,12 @@ def test_plan_of_a_hf_id_absent_from_the_cache_is_one_line_and_exit_2(hf_cache):
 
 
 def test_plan_fits_agrees_with_vllms_length_check():
-    """Llama-2-7B is a 4K model: at 128K vLLM refuses to start whatever the memory, and plan says so once."""
+    """Llama-2-7B is a 4K model: at 128K vLLM refuses to start whatever the memory, and plan says so once
+    (and exits 1, as vLLM would refuse)."""
     res = cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "131072")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output
     fits = next(line for line in res.output.splitlines() if line.startswith("fits"))
-    assert "NO: max_model_len 131,072 is above the model's 4,096" in fits
+    assert "does not fit: max_model_len 131,072 is above the model's 4,096" in fits
     assert json.loads(cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "131072", "--format", "json").output)["fits"] is False
     assert "fits                      yes" in cli("plan", str(SHAPES / "llama-2-7b.json"), "--max-model-len", "4096").output
 

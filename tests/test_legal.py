@@ -133,9 +133,13 @@ def test_a_folder_without_the_definitions_tasks_is_a_config_error(tmp_path):
         LegalConfig(data_dir="data").build(_ctx(tmp_path)).samples()
 
 
-def test_unknown_task_is_refused_with_the_key_given():
+def test_unknown_task_is_refused_with_the_key_given(tmp_path):
     with pytest.raises(ValueError, match=r"tasks\n.*'governing_lawz'.*did you mean 'governing_law'.*allowed:"):
-        LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"])
+        LegalConfig(tasks=["governing_lawz"])
+    # with a data_dir its folders are the groups: the same hint, when the task is read (validate and run)
+    with pytest.raises(ConfigError, match=r"tasks\.legal\.groups: not in .*: governing_lawz \(did you mean "
+                                          r"'governing_law'\?\); allowed: affiliate_license_licensee"):
+        LegalConfig(data_dir=str(CUAD), tasks=["governing_lawz"]).build(_ctx(tmp_path)).samples()
 
 
 def test_legalbench_spelling_names_the_same_task(tmp_path):
@@ -245,3 +249,58 @@ def test_chat_turns_and_the_bare_labels(tmp_path):
     assert user["role"] == "user" and user["content"].startswith("Clause: ") and user["content"].endswith("\nLabel:")
     task.thresholds = {"governing_law": 0.0}
     assert task.score(s, Completion(text="No", top_logprobs=[{"No": -0.1, " Yes": -0.2}])).pred == "No"
+
+
+def _legalbench_folder(root: Path) -> Path:
+    """A LegalBench-format CUAD folder as its repository lays it out (`cuad_<task>`, hyphens kept): one
+    task evalsuite ships and one it does not (`audit_rights`, one of LegalBench's 38)."""
+    import shutil
+
+    shutil.copytree(CUAD / "anti_assignment", root / "cuad_anti-assignment")
+    audit = root / "cuad_audit_rights"
+    audit.mkdir(parents=True)
+    (audit / "train.tsv").write_text("answer\ttext\nYes\tLicensee may audit the books once a year.\n"
+                                     "No\tThis Agreement is governed by Delaware law.\n")
+    (audit / "test.tsv").write_text("index\tanswer\ttext\n0\tYes\tThe Company shall keep records open to "
+                                    "inspection.\n1\tNo\tNotices go by mail.\n")
+    instruction = "Does the clause give a party the right to audit the books, records, or physical locations?"
+    (audit / "base_prompt.txt").write_text(
+        f"{instruction}\n\nClause: Licensee may audit the books once a year.\nLabel: Yes\n\n"
+        "Clause: This Agreement is governed by Delaware law.\nLabel: No\n\nClause: {{text}}\nLabel:")
+    return root
+
+
+def test_a_legalbench_folder_runs_its_own_tasks_with_their_own_instructions(tmp_path):
+    """Every task of the folder runs, shipped or not; an unshipped one is asked with its own
+    base_prompt.txt's instruction and train examples, rebuilding its base prompt exactly."""
+    data = _legalbench_folder(tmp_path / "legalbench")
+    task = LegalConfig(data_dir=str(data)).build(_ctx(tmp_path))
+    samples = task.samples()
+    assert {s.group for s in samples} == {"anti_assignment", "audit_rights"}
+    audit = [s for s in samples if s.group == "audit_rights"]
+    base = (data / "cuad_audit_rights" / "base_prompt.txt").read_text()
+    assert [s.request.prompt for s in audit] == [base.replace("{{text}}", t) for t in
+                                                 ("The Company shall keep records open to inspection.", "Notices go by mail.")]
+    assert [s.target for s in audit] == ["Yes", "No"]
+    named = LegalConfig(data_dir=str(data), tasks=["cuad_audit_rights"]).build(_ctx(tmp_path)).samples()
+    assert {s.group for s in named} == {"audit_rights"}
+
+
+def test_validate_and_run_refuse_the_same_folder_in_the_same_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from evalsuite.cli.main import app
+
+    data = _legalbench_folder(tmp_path / "legalbench")
+    config = tmp_path / "c.yaml"
+    body = f"model: {{path: {tmp_path}}}\nengine: {{mode: fake}}\nvariants: {{a: {{}}}}\noutput_dir: {tmp_path / 'runs'}\n"
+    config.write_text(body + f"tasks: [{{type: legal, data_dir: {data}, tasks: [audit_rights]}}]\n")
+    assert CliRunner().invoke(app, ["validate", str(config)]).exit_code == 0
+    config.write_text(body + f"tasks: [{{type: legal, data_dir: {data}, tasks: [audit_right, change_of_control]}}]\n")
+    said = []
+    for command in (["validate", str(config)], ["run", str(config), "--no-progress"]):
+        res = CliRunner().invoke(app, command)
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        said.append(res.output)
+    assert said[0] == said[1] and "not in " in said[0] and "audit_right, change_of_control (did you mean 'audit_rights'?)" in said[0]
+    assert not (tmp_path / "runs").exists()

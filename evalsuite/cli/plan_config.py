@@ -8,11 +8,14 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.memory.planner import Plan, plan, read_config
+from evalsuite.report.terminal import Block, Blocks
+from evalsuite.report.terminal import fits as fits_width
 
 
 # What MODEL may be, for the lines that say it was none of them
@@ -48,12 +51,24 @@ def model_config(source: str, revision: str | None = None) -> tuple[str, dict]:
             from None
 
 
+def fits(p: Plan) -> bool:
+    """vLLM would start it: max_model_len within the model's limit, and one such request in the KV cache."""
+    return p.fits and not (p.max_len_limit and p.max_model_len > p.max_len_limit)
+
+
 def verdict(p: Plan) -> str:
     """One answer, vLLM's: it refuses a max_model_len beyond the model's limit before memory matters."""
     if p.max_len_limit and p.max_model_len > p.max_len_limit:
-        return (f"NO: max_model_len {p.max_model_len:,} is above the model's {p.max_len_limit:,}, which vLLM "
-                "refuses (rope scaling such as YaRN raises the limit)")
-    return "yes" if p.fits else "NO: one max_model_len request does not fit in the KV cache"
+        return (f"does not fit: max_model_len {p.max_model_len:,} is above the model's {p.max_len_limit:,}, which "
+                "vLLM refuses (rope scaling such as YaRN raises the limit)")
+    return "yes" if p.fits else "does not fit: one max_model_len request does not fit in the KV cache"
+
+
+class DoesNotFit(typer.Exit):
+    """Exit 1 after the plan is printed: a script's `plan ... && deploy` stops where vLLM would refuse."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
 
 
 def with_file(e: ConfigError, cfg_file: str) -> ConfigError:
@@ -78,8 +93,13 @@ def plan_config(path: Path, only: list[str], gpu: str, device_memory_gib: float 
     if as_json:
         typer.echo(json.dumps({k: {**p.model_dump(), **users.get(k, {})} if isinstance(p, Plan) else {"error": p}
                                for k, p in plans.items()}, indent=2))
-        return
-    Console().print(_table(path, plans, users))
+    else:
+        console = Console()
+        console.print(_view(path, plans, users, console.width))
+    refused = [name for name, p in plans.items() if isinstance(p, Plan) and not fits(p)]
+    if refused:
+        typer.echo(f"does not fit: {', '.join(refused)}", err=True)
+        raise DoesNotFit()
 
 
 def _kv_users(cfg, plans: dict[str, Plan | str]) -> dict[str, dict[str, dict[int, int]]]:
@@ -126,20 +146,40 @@ def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_
         return str(with_file(e, where))
 
 
-def _table(path: Path, plans: dict[str, Plan | str], users: dict[str, dict[str, dict[int, int]]]) -> Table:
+COLUMNS = ("weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency")
+
+
+def _heads(users: dict[str, dict[str, dict[int, int]]]) -> tuple[list[str], list[int]]:
+    lengths = sorted({n for u in users.values() for n in u["capacity_kv_users"]})
+    return [*COLUMNS, *(f"users @{n:,} (KV)" for n in lengths)], lengths
+
+
+def _figures(name: str, p: Plan | str, users: dict[str, dict[str, dict[int, int]]], lengths: list[int]) -> list[str]:
+    if isinstance(p, str):
+        return ["-"] * (len(COLUMNS) + len(lengths))
+    kv = users.get(name, {}).get("capacity_kv_users", {})
+    return [f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}", f"{p.kv_capacity_tokens:,}", f"{p.max_model_len:,}",
+            f"{p.max_concurrency:.1f}x", *(f"{kv[n]:,}" for n in lengths)]
+
+
+def _title(path: Path, plans: dict[str, Plan | str]) -> str:
     first = next((p for p in plans.values() if isinstance(p, Plan)), None)
     device = f" on {first.device} ({first.device_memory_gib:.0f} GiB)" if first else ""
-    table = Table(title=f"{path.name}{device}, per GPU", title_justify="left")
-    lengths = sorted({n for u in users.values() for n in u["capacity_kv_users"]})
-    heads = ("variant", "weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency",
-             *(f"users @{n:,} (KV)" for n in lengths), "fits")
+    return f"{path.name}{device}" + ("" if first and first.device == "CPU" else ", per GPU")
+
+
+def _view(path: Path, plans: dict[str, Plan | str], users: dict[str, dict[str, dict[int, int]]], width: int):
+    """A row per variant where the table fits the terminal, else a block per variant: a name is never cut."""
+    heads, lengths = _heads(users)
+    table = Table(title=_title(path, plans), title_justify="left")
+    table.add_column("variant", no_wrap=True)
     for head in heads:
-        table.add_column(head, justify="left" if head in ("variant", "fits") else "right")
+        table.add_column(head, justify="right", no_wrap=True)
+    table.add_column("fits", max_width=48)
     for name, p in plans.items():
-        if isinstance(p, str):
-            table.add_row(name, *["-"] * (len(heads) - 2), p)
-            continue
-        kv = users.get(name, {}).get("capacity_kv_users", {})
-        table.add_row(name, f"{p.weights_gib:.2f}", f"{p.kv_cache_gib:.2f}", f"{p.kv_capacity_tokens:,}",
-                      f"{p.max_model_len:,}", f"{p.max_concurrency:.1f}x", *(f"{kv[n]:,}" for n in lengths), verdict(p))
-    return table
+        table.add_row(name, *_figures(name, p, users, lengths), p if isinstance(p, str) else verdict(p))
+    if fits_width(table, width):
+        return table
+    blocks = [Block(Text(name, style="bold") + Text(f"  fits: {p if isinstance(p, str) else verdict(p)}"),
+                    [_figures(name, p, users, lengths)]) for name, p in plans.items()]
+    return Group(Text(_title(path, plans)), Blocks(heads, blocks, justify=["right"] * len(heads)).render(width))

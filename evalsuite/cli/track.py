@@ -37,7 +37,7 @@ def compare_command(
     """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
     from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
-    from evalsuite.report.compare_view import rich_tables, to_csv, to_json, to_markdown, write_report
+    from evalsuite.report.compare_view import terminal_view, to_csv, to_json, to_markdown, write_report
     from evalsuite.report.sources import open_sources
 
     with tempfile.TemporaryDirectory(prefix="evalsuite-compare-") as scratch:
@@ -50,8 +50,8 @@ def compare_command(
         typer.echo({Format.markdown: to_markdown, Format.csv: to_csv, Format.json: to_json}[fmt](result), nl=False)
     else:
         console = Console()
-        for table in rich_tables(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
-            console.print(table)
+        for part in terminal_view(result, console.width):  # 80 when piped, unless $COLUMNS says otherwise
+            console.print(part)
     for f in files:
         typer.echo(f"wrote {f}", err=True)
 

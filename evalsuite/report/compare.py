@@ -214,6 +214,11 @@ class Comparison:
 
     def cell(self, label: str, metric: str) -> list[str]:
         """A cell's lines: value, its interval, the delta, the delta's paired interval."""
+        value = self.value_lines(label, metric)
+        return value if value == ["-"] else value + self.change_lines(label, metric)
+
+    def value_lines(self, label: str, metric: str) -> list[str]:
+        """The value (marked where a loaded host timed it) and its 95% interval with n."""
         lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
         if lines[0] == "-":
             return lines
@@ -222,18 +227,24 @@ class Comparison:
         if ci:
             n = self.counts().get((label, metric))
             lines.append(f"({prop(ci[0])}–{prop(ci[1])}" + (f", n={n:,})" if n else ")"))
-        if label == self.baseline and metric in self.marks:
-            lines.append(self.marks[metric])
-        if label in self.elsewhere and metric in POOL_METRICS:
-            lines.append(OTHER_POOL)
-        elif label != self.baseline:
-            pd_ = self.paired.get((label, metric))
-            d = fmt_delta(self.unit(metric), pd_.delta if pd_ else self.deltas.at[label, metric])
-            if d:
-                lines.append(d + ("‡" if pd_ and pd_.subset else ""))
-            if pd_:
-                lines.append(f"[{pd_.low:+.1f}, {pd_.high:+.1f}]")
         return lines
+
+    def change_lines(self, label: str, metric: str) -> list[str]:
+        """Against the baseline: the delta and its paired 95% interval; on the baseline, its task's mark
+        (at chance, at ceiling); where the pools differ, why there is no delta."""
+        if label == self.baseline:
+            return [self.marks[metric]] if metric in self.marks else []
+        if label in self.elsewhere and metric in POOL_METRICS:
+            return [OTHER_POOL]
+        lines = []
+        pd_ = self.paired.get((label, metric))
+        d = fmt_delta(self.unit(metric), pd_.delta if pd_ else self.deltas.at[label, metric])
+        if d:
+            lines.append(d + ("‡" if pd_ and pd_.subset else ""))
+        if pd_:
+            lines.append(f"[{pd_.low:+.1f}, {pd_.high:+.1f}]")
+        return lines
+
 
 def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None = None,
             patterns: list[str] | None = None) -> Comparison:

@@ -1,8 +1,7 @@
 """A Comparison's three views (rich tables sized to the terminal, Markdown, CSV) and the report files.
 
-Tables put metrics in rows and variants in columns, so that a terminal 80 columns wide shows
-three or four variants side by side; more variants continue in further tables, each starting
-with the baseline's column.
+On a terminal the variants are columns where they all fit side by side; where they do not (80
+columns hold two or three), each variant is a block of its metrics, every variant once.
 """
 
 from __future__ import annotations
@@ -12,16 +11,19 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.capacity import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots
+from evalsuite.report.terminal import Block, Blocks, fits
 
 LEGEND = ("value (95% interval, Wilson for a proportion, normal over fixed strata for a macro or balanced one, n items); delta vs baseline: points for scores, with the paired "
-          "95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
+          "two-sided 95% interval [low, high] over the items both answered (‡: fewer items than the runs hold); % for "
           "quantities")
 POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than the baseline's, its pool not fixed "
              "alike, so no delta (and left out of the KV capacity plot)")
@@ -42,45 +44,56 @@ def _header(c: Comparison, label: str) -> str:
     return label.replace(":", ":\n") + (" (baseline)" if label == c.baseline else "")
 
 
-def _column_width(c: Comparison, label: str) -> int:
-    lines = [line for m in c.columns for line in c.cell(label, m)]
-    head = max(map(len, _header(c, label).split("\n")))
-    return max([head, *map(len, lines)]) + 3  # padding and the rule between columns
+def _labels(c: Comparison) -> list[str]:
+    return [c.baseline, *(e.label for e in c.entries if e.label != c.baseline)]
 
 
-def _chunks(c: Comparison, width: int) -> list[list[str]]:
-    """Variant labels per table: the baseline first in each, as many others as fit."""
-    name_w = min(max(len(m) for m in [*c.columns, "metric"]), 28) + 3
-    base_w = _column_width(c, c.baseline)
-    others = [e.label for e in c.entries if e.label != c.baseline]
-    chunks, cur, used = [], [], name_w + base_w + 1
-    for label in others:
-        w = _column_width(c, label)
-        if cur and used + w > width:
-            chunks.append(cur)
-            cur, used = [], name_w + base_w + 1
-        cur.append(label)
-        used += w
-    chunks.append(cur)
-    return [[c.baseline, *chunk] for chunk in chunks]
+def _title(c: Comparison, label: str) -> Text:
+    """run:variant (baseline) · status: what a table column head says, on one line."""
+    status = str(c.frame.at[label, "status"])
+    title = Text(label, style="bold") + Text(" (baseline)" if label == c.baseline else "")
+    title += Text("  ") + Text.from_markup(STATUS_CELLS.get(status, status))
+    reason = next(e.result.reason for e in c.entries if e.label == label)
+    if status not in USABLE_STATUSES and reason:
+        title += Text(f": {reason}")
+    return title
 
 
-def rich_tables(c: Comparison, width: int = 80) -> list[Table]:
+def wide_table(c: Comparison) -> Table:
+    """Metrics as rows, every variant a column."""
+    labels = _labels(c)
     status = dict(zip(c.frame.index, c.frame["status"], strict=True))
-    tables = []
-    chunks = _chunks(c, width)
-    for i, labels in enumerate(chunks):
-        part = f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""
-        t = Table(title=Text(f"evalsuite compare{part}: {', '.join(c.runs())}"), show_lines=True,
-                  caption=Text(legend(c)) if i == len(chunks) - 1 else None, caption_justify="left")
-        t.add_column("metric", overflow="fold", max_width=28)
-        for label in labels:
-            t.add_column(Text(_header(c, label)), overflow="fold")
-        t.add_row("status", *(Text.from_markup(STATUS_CELLS.get(status[x], status[x])) for x in labels))
-        for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
-            t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
-        tables.append(t)
-    return tables
+    t = Table(title=Text(f"evalsuite compare: {', '.join(c.runs())}"), show_lines=True,
+              caption=Text(legend(c)), caption_justify="left")
+    t.add_column("metric", overflow="fold", max_width=28)
+    for label in labels:
+        t.add_column(Text(_header(c, label)), overflow="fold")
+    t.add_row("status", *(Text.from_markup(STATUS_CELLS.get(status[x], status[x])) for x in labels))
+    for metric in c.columns:  # Text, not markup: "[+2.7, +9.0]" is data
+        t.add_row(Text(metric), *(Text("\n".join(c.cell(x, metric))) for x in labels))
+    return t
+
+
+def variant_blocks(c: Comparison) -> Blocks:
+    """Each variant once, one block of metrics each: where the variants do not fit side by side."""
+    blocks = []
+    for label in _labels(c):
+        rows = []
+        for metric in c.columns:
+            value = c.value_lines(label, metric)
+            if value != ["-"]:
+                rows.append([metric, " ".join(value), " ".join(c.change_lines(label, metric))])
+        blocks.append(Block(_title(c, label), rows))
+    return Blocks(["metric", "value (95% interval, n)", "change vs baseline [paired 95%]"], blocks,
+                  caption=legend(c))
+
+
+def terminal_view(c: Comparison, width: int = 80) -> list[RenderableType]:
+    """The variants as columns where they fit in `width`, else each variant as a block of rows."""
+    wide = wide_table(c)
+    if fits(wide, width):
+        return [wide]
+    return [Text(f"evalsuite compare: {', '.join(c.runs())}", style="bold"), variant_blocks(c).render(width)]
 
 
 # ---------------------------------------------------------------- files
@@ -101,23 +114,30 @@ def to_markdown(c: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def delta_key(c: Comparison, metric: str) -> str:
+    """The name a change carries its unit in: `delta_pt` (points, for scores) or `delta_pct` (percent of
+    the baseline's figure, for quantities with a unit)."""
+    return "delta_pt" if c.unit(metric) == "" else "delta_pct"
+
+
 def to_csv(c: Comparison) -> str:
-    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta` (points or percent, as
-    displayed), `<m> ci95 low/high`, for the rows shown the paired delta, its ci95 and n, and whether
-    the latency pass ran on a loaded host (with its 1-minute load)."""
+    """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta_pt` (points, for scores) or `<m>
+    delta_pct` (percent, for quantities), `<m> ci95 low/high`, for the rows shown the paired delta in
+    points, its two-sided 95% interval and n, and whether the latency pass ran on a loaded host (with
+    its 1-minute load)."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
         extra[col] = list(c.frame[col])
-        extra[f"{col} delta"] = list(c.deltas[col])
+        extra[f"{col} {delta_key(c, col)}"] = list(c.deltas[col])
         if c.unit(col) == "" and any((x, col) in c.intervals for x in c.frame.index):
             extra[f"{col} ci95 low"] = [c.intervals.get((x, col), (math.nan,) * 2)[0] for x in c.frame.index]
             extra[f"{col} ci95 high"] = [c.intervals.get((x, col), (math.nan,) * 2)[1] for x in c.frame.index]
         if any((x, col) in c.paired for x in c.frame.index):
             paired = [c.paired.get((x, col)) for x in c.frame.index]
-            extra[f"{col} delta paired"] = [p.delta if p else math.nan for p in paired]
-            extra[f"{col} delta ci95 low"] = [p.low if p else math.nan for p in paired]
-            extra[f"{col} delta ci95 high"] = [p.high if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt"] = [p.delta if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt ci95 low"] = [p.low if p else math.nan for p in paired]
+            extra[f"{col} paired delta_pt ci95 high"] = [p.high if p else math.nan for p in paired]
             extra[f"{col} paired n"] = [p.n if p else math.nan for p in paired]
     loads = c.loads()
     extra["latency host loaded"] = [None if loads[x] is None else loads[x].loaded for x in c.frame.index]
@@ -126,27 +146,35 @@ def to_csv(c: Comparison) -> str:
     return out.to_csv()
 
 
-def to_json(c: Comparison) -> str:
-    """Every metric of every variant as numbers: value, n, 95% interval, and against the baseline the
-    delta with (where items pair) its paired 95% interval; missing numbers are null."""
-    def num(x):
-        return None if x is None or (isinstance(x, float) and math.isnan(x)) else x.item() if hasattr(x, "item") else x
+def _num(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x.item() if hasattr(x, "item") else x
 
-    counts = c.counts()
+
+def _metric_json(c: Comparison, label: str, col: str) -> dict:
+    """One metric of one variant: its value and unit, n, 95% interval, and against the baseline the
+    change in the unit its key names (`delta_pt` or `delta_pct`, the other null), with, where items
+    pair, the paired two-sided 95% interval of `delta_pt`."""
+    ci, paired = c.intervals.get((label, col)), c.paired.get((label, col))
+    delta = None if label == c.baseline else _num(paired.delta if paired else c.deltas.at[label, col])
+    key = delta_key(c, col)
+    return {"value": _num(c.frame.at[label, col]), "unit": c.unit(col) or "score", "n": c.counts().get((label, col)),
+            "ci95": list(ci) if ci else None,
+            "delta_pt": delta if key == "delta_pt" else None, "delta_pct": delta if key == "delta_pct" else None,
+            "delta_pt_ci95": [paired.low, paired.high] if paired else None,
+            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
+
+
+def to_json(c: Comparison) -> str:
+    """Every metric of every variant as numbers (missing ones null): see _metric_json. Intervals are
+    two-sided 95%."""
     variants = {}
     for label in c.frame.index:
-        metrics = {}
-        for col in c.deltas.columns:
-            ci, paired = c.intervals.get((label, col)), c.paired.get((label, col))
-            metrics[col] = {"value": num(c.frame.at[label, col]), "n": counts.get((label, col)),
-                            "ci95": list(ci) if ci else None,
-                            "delta": None if label == c.baseline else num(paired.delta if paired else c.deltas.at[label, col]),
-                            "delta_ci95": [paired.low, paired.high] if paired else None,
-                            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
         load = c.loads()[label]
-        variants[label] = {"status": num(c.frame.at[label, "status"]), "metrics": metrics,
+        variants[label] = {"status": _num(c.frame.at[label, "status"]),
+                           "metrics": {col: _metric_json(c, label, col) for col in c.deltas.columns},
                            "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded}}
-    return json.dumps({"baseline": c.baseline, "runs": c.runs(), "variants": variants}, indent=2) + "\n"
+    return json.dumps({"baseline": c.baseline, "runs": c.runs(), "interval": "two-sided 95%", "variants": variants},
+                      indent=2) + "\n"
 
 
 def write_report(comparison: Comparison, out_dir: Path) -> list[Path]:

@@ -65,7 +65,8 @@ def fmt_delta(unit: str, delta) -> str:
 
 def prop(v: float) -> str:
     """0.408 -> .408: three digits of a proportion, narrow enough for an 80-column table."""
-    return f"{v:.3f}".lstrip("0") if v < 1 else "1.00"
+    text = f"{v:.3f}"
+    return "1.00" if text.startswith("1") else text.lstrip("0")  # .9996 rounds to 1.000: one form of 1
 
 
 def primary_metrics(results: list[VariantResult]) -> list[str]:

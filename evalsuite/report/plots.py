@@ -103,14 +103,26 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _dodged(xs: pd.Series) -> list[float]:
+    """x positions where variants sharing one x (bf16 and an FP8 KV cache: the same weights) stand side
+    by side, 1.5% of the axis apart and centred on it, instead of one on top of the other."""
+    step = 0.015 * ((xs.max() - xs.min()) or abs(xs.max()) or 1.0)
+    count, seen, out = xs.value_counts(), {}, []
+    for x in xs:
+        k = seen[x] = seen.get(x, -1) + 1
+        out.append(x + (k - (count[x] - 1) / 2) * step)
+    return out
+
+
 def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label: str, x_lower_is_better: bool,
                   path: Path, intervals: Intervals | None = None,
-                  counts: dict[tuple[str, str], int] | None = None) -> Path | None:
+                  counts: dict[tuple[str, str], int] | None = None, eligible: set | None = None) -> Path | None:
     """Accuracy (with 95% error bars) vs a resource, one panel per task's primary metric, the Pareto
-    front drawn and ringed. A variant keeps its colour and marker in every panel (and in the
-    context plots), hollow where its task is incomplete (`counts`: items per (variant, metric));
-    one legend below the panels names them, since labels written beside the points overlap once
-    several variants share a weight size."""
+    front drawn and ringed over the `eligible` variants (None: all; the report page passes those the
+    gate passed, and the baseline, so the line never runs through a failed one). A variant keeps its colour and
+    marker in every panel (and in the context plots), its error bar too, hollow where its task is
+    incomplete (`counts`: items per (variant, metric)); variants at one x are set side by side. One
+    legend below the panels names them, since labels beside the points overlap."""
     acc = [c for c in accuracy if c in frame.columns]
     data = _numeric(frame, [x_col, *acc])
     panels = [c for c in acc if data[[x_col, c]].dropna().shape[0] > 0]
@@ -122,21 +134,23 @@ def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label:
     handles: dict[str, object] = {}
     for ax, col in zip(axes, panels, strict=False):
         sub, cut = data[[x_col, col]].dropna(), _incomplete(frame, col, counts)
-        for label, x, y in zip(sub.index, sub[x_col], sub[col], strict=True):
+        for label, x, y in zip(sub.index, _dodged(sub[x_col]), sub[col], strict=True):
             st = styles[label]
             handles.setdefault(_name(label, partial), ax.errorbar(
-                [x], [y], yerr=_yerr([(label, col)], [y], intervals or {}), ls="none", capsize=3, ecolor="tab:gray",
+                [x], [y], yerr=_yerr([(label, col)], [y], intervals or {}), ls="none", capsize=3, ecolor=st["color"],
                 zorder=2, marker=st["marker"], color=st["color"], mfc="none" if label in cut else st["color"]))
-        front = sub.loc[front_labels(sub, x_col, col, cut, x_lower_is_better)]
+        judged = sub if eligible is None else sub[[label in eligible for label in sub.index]]
+        front = judged.loc[front_labels(judged, x_col, col, cut, x_lower_is_better)]
         (handles["Pareto front"],) = ax.plot(front[x_col], front[col], color="tab:red", ls="--", zorder=1)
         ax.scatter(front[x_col], front[col], s=160, facecolors="none", edgecolors="tab:red", zorder=3)
         ax.set_xlabel(x_label)
         ax.set_ylabel(f"{col} (95% CI)" if intervals else col)
         ax.grid(alpha=0.3)
     handles["Pareto front"] = handles.pop("Pareto front")  # last in the legend
+    only = "" if eligible is None else "; the front joins only the variants the gate passed and the baseline"
     fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(handles), 4), fontsize=8,
-               title="hollow: over part of the task's items (never on the front)", title_fontsize=8)
+               title=f"hollow: over part of the task's items (never on the front){only}", title_fontsize=8)
     return _save(fig, path)
 
 
@@ -210,28 +224,41 @@ Grid = dict[tuple[int, int], float]  # (context length, needle depth %) -> accur
 
 
 def plot_heatmaps(grids: dict[str, Grid], title: str, path: Path) -> Path | None:
-    """One depth-by-length panel per variant, cells coloured by accuracy on one 0-1 scale and
-    written in, so that a needle lost at one depth shows where a mean over depths hides it."""
+    """One depth-by-length panel per variant, cells coloured by accuracy on one 0-100% scale and
+    written in percent, so that a needle lost at one depth shows where a mean over depths hides it.
+    Constrained layout spaces the panels' titles and axis labels, and the colour bar, apart."""
     grids = {k: g for k, g in grids.items() if g}
     if not grids:
         return None
-    fig, axes = _grid(len(grids), title)
+    n = len(grids)
+    cols = min(n, 3)
+    # a panel sized to its cells: a 1-by-2 demo grid needs no 4.6-inch square
+    most_lengths = max(len({k for k, _ in g}) for g in grids.values())
+    most_depths = max(len({d for _, d in g}) for g in grids.values())
+    width, height = min(4.6, 1.8 + 0.9 * most_lengths), min(3.8, 1.4 + 0.3 * most_depths)
+    fig = Figure(figsize=(width * cols + 1.0, height * math.ceil(n / cols) + 0.4), layout="constrained")
+    axes = list(fig.subplots(math.ceil(n / cols), cols, squeeze=False).flat)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
     image = None
     for ax, (label, grid) in zip(axes, grids.items(), strict=False):
         lengths = sorted({n for n, _ in grid})
         depths = sorted({d for _, d in grid})
-        cells = [[grid.get((n, d), math.nan) for n in lengths] for d in depths]
-        image = ax.imshow(cells, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="lower")
+        cells = [[grid.get((n, d), math.nan) * 100 for n in lengths] for d in depths]
+        image = ax.imshow(cells, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto", origin="lower")
         if len(lengths) * len(depths) <= 120:
             for i, row in enumerate(cells):
                 for j, v in enumerate(row):
                     if not math.isnan(v):
-                        ax.text(j, i, f"{v:.2f}".lstrip("0") if v < 1 else "1", ha="center", va="center", fontsize=7)
+                        # white on the scale's dark ends (deep red, deep green), black between
+                        ax.text(j, i, f"{v:.0f}%", ha="center", va="center", fontsize=7,
+                                color="white" if v <= 15 or v >= 85 else "black")
         ax.set_xticks(range(len(lengths)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in lengths])
         ax.set_yticks(range(len(depths)), [str(d) for d in depths])
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("needle depth (%)")
         ax.set_title(str(label), fontsize=9)
-    fig.colorbar(image, ax=axes[: len(grids)], shrink=0.8, label="accuracy")
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # colorbar over several axes: no tight_layout
+    fig.colorbar(image, ax=axes[:n], shrink=0.8, label="accuracy (%)", format="{x:.0f}%")
+    fig.savefig(path, dpi=110)
     return path

@@ -6,10 +6,11 @@ runs this size can resolve; the same rules and decision as `evalsuite gate`."""
 from __future__ import annotations
 
 import math
+import os
 
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
@@ -18,6 +19,7 @@ from evalsuite.report.capacity import length_of, summary_cell, summary_columns
 from evalsuite.report.gate import Side, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
+from evalsuite.report.terminal import Block, Blocks, fits
 from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
@@ -30,8 +32,9 @@ def latency_columns(record: RunRecord) -> list[tuple[str, int | None, str, str]]
     over mixed lengths means nothing; the pooled figure where the run measured one length."""
     lengths = {m.length for v in record.variants for m in v.metrics
                if m.base == LATENCY_COLUMNS[0][0] and m.length is not None}
-    if not lengths:
-        return [(key, None, label, fmt) for key, label, fmt in LATENCY_COLUMNS]
+    if not lengths:  # pooled figures where some variant has them; no columns of dashes where none has
+        timed = any(v.metric(key) is not None for v in record.variants for key, _, _ in LATENCY_COLUMNS)
+        return [(key, None, label, fmt) for key, label, fmt in LATENCY_COLUMNS] if timed else []
     n = max(lengths)
     return [(key, n, f"{label} @{n:,}", fmt) for key, label, fmt in LATENCY_COLUMNS]
 
@@ -48,38 +51,77 @@ def _fmt(value, fmt: str) -> str:
     return fmt.format(value)
 
 
-def _row(v: VariantResult, accuracy: list[str], latency: list[tuple[str, int | None, str, str]],
-         marks: dict[str, str], capacity: list[str]) -> list[str]:
-    cells = [v.variant, STATUS_CELLS.get(v.status, v.status)]
-    if v.settings.get("simulated"):
-        cells[1] += " [cyan](simulated)"
-    for name in accuracy:
-        m = v.metric(name)
-        ci = accuracy_interval(m) if m is not None else None
-        cells.append("-" if m is None else f"{m.value:.3f}" + (f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else "")
-                     + (escape(f" [{marks[name]}]") if name in marks else ""))
-    cells += [_fmt(getattr(v.engine, key), fmt) for key, _, fmt in ENGINE_COLUMNS]
-    for base, length, _, fmt in latency:
+def _accuracy(m: Metric | None, mark: str | None) -> str:
+    """value (95% interval) [mark]; `-` where the variant has no such metric."""
+    if m is None:
+        return "-"
+    ci = accuracy_interval(m)
+    return f"{m.value:.3f}" + (f" ({ci[0]:.3f}–{ci[1]:.3f})" if ci else "") + (f" [{mark}]" if mark else "")
+
+
+def _status(v: VariantResult) -> Text:
+    return Text.from_markup(STATUS_CELLS.get(v.status, v.status)) + (
+        Text(" (simulated)", style="cyan") if v.settings.get("simulated") else Text(""))
+
+
+def _figures(v: VariantResult, latency: list[tuple[str, int | None, str, str]],
+             capacity: list[str]) -> list[tuple[str, str]]:
+    """(label, cell) of the engine's memory figures, the latency pass's and the capacity pass's."""
+    cells = [(label, _fmt(getattr(v.engine, key), fmt)) for key, label, fmt in ENGINE_COLUMNS]
+    for base, length, label, fmt in latency:
         m = _at_length(v, base, length)
-        cells.append(_fmt(m.value if m else None, fmt) + (loaded_mark(base, v.host_load) if m else ""))
-    return cells + [summary_cell(v, name) for name in capacity]
+        cells.append((label, _fmt(m.value if m else None, fmt) + (loaded_mark(base, v.host_load) if m else "")))
+    return cells + [(f"at SLO @{length_of(c):,}", summary_cell(v, c)) for c in capacity]
 
 
-def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict[str, str] | None = None) -> Table:
-    acc = primary_metrics(record.variants)
-    latency = latency_columns(record)
-    t = Table(title=f"run {record.run_id} · {record.model}", caption=escape("accuracy: value (95% interval; Wilson for a "
-              "proportion, normal over fixed strata for a macro or balanced one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]"),
-              caption_justify="left")
-    gate_col = ["gate"] if verdicts else []
+CAPTION = ("accuracy: value (95% interval; Wilson for a proportion, normal over fixed strata for a macro or balanced "
+           "one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]")
+
+
+def wide_table(record: RunRecord, verdicts: dict[str, str], marks: dict[str, str], base: str | None) -> Table:
+    """One row per variant, every figure a column: where it fits the terminal. The task marks are the
+    baseline's, and only its cells carry them."""
+    acc, latency = primary_metrics(record.variants), latency_columns(record)
     capacity = summary_columns(record.variants)
-    for col in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency],
-                *(f"at SLO @{length_of(c):,}" for c in capacity), *gate_col]:
-        t.add_column(col, overflow="fold")
+    t = Table(title=f"run {record.run_id} · {record.model}", caption=Text(CAPTION), caption_justify="left")
+    for head in ["variant", "status", *acc, *[c[1] for c in ENGINE_COLUMNS], *[c[2] for c in latency],
+                 *(f"at SLO @{length_of(c):,}" for c in capacity)]:
+        t.add_column(head, overflow="fold")
+    if verdicts:  # where the gate names the check that decided, the cell wraps at its spaces
+        t.add_column("gate", overflow="fold", max_width=36)
     for v in record.variants:
-        t.add_row(*_row(v, acc, latency, marks or {}, capacity),
-                  *([verdicts.get(v.variant, "baseline")] if verdicts else []))
+        mine = marks if v.variant == base else {}
+        cells = [Text(v.variant), _status(v), *(Text(_accuracy(v.metric(n), mine.get(n))) for n in acc),
+                 *(Text(cell) for _, cell in _figures(v, latency, capacity))]
+        t.add_row(*cells, *([Text(verdicts.get(v.variant, "baseline"))] if verdicts else []))
     return t
+
+
+def variant_blocks(record: RunRecord, verdicts: dict[str, str], marks: dict[str, str], base: str | None) -> Blocks:
+    """Each variant as a block of its figures: where the table is wider than the terminal."""
+    acc, latency = primary_metrics(record.variants), latency_columns(record)
+    capacity = summary_columns(record.variants)
+    blocks = []
+    for v in record.variants:
+        title = Text(v.variant, style="bold") + Text("  ") + _status(v)
+        if verdicts:
+            title += Text(f"  gate: {verdicts.get(v.variant, 'baseline')}")
+        mine = marks if v.variant == base else {}
+        rows = [[n, _accuracy(v.metric(n), mine.get(n))] for n in acc if v.metric(n) is not None]
+        if v.status in USABLE_STATUSES:
+            rows += [[label, cell] for label, cell in _figures(v, latency, capacity)]
+        blocks.append(Block(title, rows))
+    return Blocks(["figure", "value"], blocks, caption=CAPTION)
+
+
+def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict[str, str] | None = None,
+          width: int | None = None, base: str | None = None) -> RenderableType:
+    """The run's table at `width`: one row per variant where that fits, else a block per variant."""
+    wide = wide_table(record, verdicts or {}, marks or {}, base)
+    if width is None or fits(wide, width):
+        return wide
+    return Group(Text(f"run {record.run_id} · {record.model}", style="bold"),
+                 variant_blocks(record, verdicts or {}, marks or {}, base).render(width))
 
 
 def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str, str], dict[str, str]]:
@@ -137,10 +179,12 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
 
 
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
-    console = console or Console(width=None if Console().is_terminal else 160)
+    # piped output gets 160 columns, unless $COLUMNS names a width
+    console = console or Console(width=None if Console().is_terminal or os.environ.get("COLUMNS") else 160)
     rules = load_rules(default_rules_path())
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
-    console.print(table(record, verdicts, marks))
+    base = _baseline(run_dir, record) if run_dir is not None else None
+    console.print(table(record, verdicts, marks, console.width, base))
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), resolution_note(record, rules, run_dir)):
         if note:
             console.print(note, markup=False, highlight=False)

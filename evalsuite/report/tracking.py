@@ -8,9 +8,9 @@ or stale. `tracking.json` in the run directory remembers where a run went, per U
 Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (the decision page
 report.html and report.md with its plots, compare.md, compare.csv); each variant run has
 result.json, samples/<task>.jsonl, engine.log, and one dataset input per task (item ids, groups,
-targets: what the variant was asked). Each variant run also carries its gate verdict (tag) and its
-accuracy changes against the baseline (`delta/<task>/<metric>_pt`, in points); evalsuite.report.review says how the printed
-link opens the runs table with those columns.
+targets: what the variant was asked). Each variant run also carries its gate verdict and the
+review's display columns (tags) and its accuracy changes against the baseline (`delta/<task>/<metric>_pt`,
+in points); evalsuite.report.review says what they are and how the printed link opens them.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
 
@@ -61,8 +61,11 @@ BATCH = 100  # log_batch allows 100 params/tags and 1000 entities per call
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 T_RUN, T_VARIANT, T_ROLE, T_SYNCED = "evalsuite.run_id", "evalsuite.variant", "evalsuite.role", "evalsuite.synced"
 T_PARENT = "mlflow.parentRunId"
-# MLflow 3's UI opens an experiment without this tag on its GenAI overview; this value (from the
-# UI's ExperimentKind enum; no Python constant exists) opens it on the classic runs table.
+# The experiment's kind, as MLflow's UI names it (its ExperimentKind enum; no Python constant
+# exists): MLflow 3 releases before the sidebar's "GenAI | Model training" switch open an experiment
+# of this kind on its runs table. MLflow 3.17 reads no setting of the experiment for that: its
+# switch alone decides (the link's `workflowType=machine_learning`, else the browser's last choice,
+# else GenAI; server/js main bundle, `mlflow.workflowType`), so the printed link names the switch.
 T_EXPERIMENT_KIND, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 DATASET_CONTEXT = "evaluation"  # the dataset input's mlflow.data.context tag
 # The UI expands, on a first visit, the parents of runs of this type: a variant is an evaluation,

@@ -337,6 +337,19 @@ def check_local_model(cfg: RunConfig, path: str | Path) -> None:
             raise ConfigError(f"{path}: model.{key}: {value!r} does not exist here (allowed: {allowed})")
 
 
+def check_task_data(cfg: RunConfig, path: str | Path) -> None:
+    """A task's `data_dir` holds the groups it names (or, named none, some), each with what the run will
+    read (evalsuite.tasks.spec.task_data, which the run's task build asks too): `validate` and `run`
+    refuse the same folder with the same line, before a model is imported."""
+    from evalsuite.tasks import ChoiceConfig, TaskContext
+    from evalsuite.tasks.spec import task_data
+
+    ctx = TaskContext(base_dir=Path(path).resolve().parent, cache_dir=Path("."))
+    for task in cfg.tasks:
+        if isinstance(task, ChoiceConfig) and task.data_dir:
+            task_data(task, ctx)
+
+
 def _check_variant_models(cfg: RunConfig) -> list[str]:
     """A variant's own model (a `.gguf` file or a local folder) must be readable now, not an
     engine crash later; hub ids are left to the engine."""

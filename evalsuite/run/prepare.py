@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalsuite.run.config import RunConfig, check_local_model
+from evalsuite.run.needs import check_needs
 from evalsuite.run.runner import preflight
 from evalsuite.run.session import task_context
 
@@ -28,6 +29,7 @@ def prepare_config(cfg: RunConfig, config_path: Path, cache_dir: Path) -> Prepar
     """Build every task's items of `cfg` (already narrowed by --tasks and --limit) into `cache_dir`."""
     t0 = time.monotonic()
     check_local_model(cfg, config_path)
+    check_needs(cfg, config_path, engine=False)  # no engine here: only the hub, for the tokenizer and items
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     _, samples = preflight(cfg, ctx)
     return Prepared(model_dir, {name: len(s) for name, s in samples.items()}, time.monotonic() - t0)

@@ -107,7 +107,8 @@ class Runner:
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         if task.harness:
             return self._evaluate(engine, variant, task)
-        calibration = task.calibration_samples()
+        # --limit caps the calibration items as it caps the test items: a quick try stays quick
+        calibration = spread(task.calibration_samples(), self.cfg.limit if task.limited else None)
         if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
             task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
         return self._answer(engine, variant, task.name, task, samples)

