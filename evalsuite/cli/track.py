@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError, InternalError
 from evalsuite.report.baseline import BASELINE_HELP
 from evalsuite.report.settings import uri_problem
 
@@ -71,7 +71,7 @@ def gate_command(
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
-    little evidence to pass), 2 on bad input."""
+    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
     from evalsuite.core.outputs import write_output
     from evalsuite.report.gate import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
@@ -100,6 +100,9 @@ def gate_command(
                                Path(scratch), control)
         except EvalsuiteError as e:
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
+        except Exception as e:  # noqa: BLE001 - a bug of ours must not exit 1, which means "failed"
+            raise InternalError(f"the gate could not judge these runs ({type(e).__name__}: {e}); this is a bug "
+                                "in evalsuite, not a verdict on the candidate") from e
     text = to_markdown(report)
     typer.echo(text, nl=False)  # first: a file that cannot be written must not cost the verdict
     for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):

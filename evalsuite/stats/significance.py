@@ -38,7 +38,7 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import binomtest, norm
 
-from evalsuite.stats import CONFIDENCE
+from evalsuite.stats import CONFIDENCE, exact
 from evalsuite.stats.strata import strata_stderr
 
 BOOTSTRAP_SEED = 0  # fixed, so a report is reproducible from its run folders
@@ -123,18 +123,24 @@ def tango_statistic(b: int, c: int, n: int, delta: float) -> float:
     return num / math.sqrt(var)
 
 
-def tango_bounds(b: int, c: int, n: int, confidence: float) -> tuple[float, float]:
-    """One-sided lower and upper score bounds for the drop, each at `confidence`."""
+def tango_bounds(b: float, c: float, n: float, confidence: float) -> tuple[float, float]:
+    """One-sided lower and upper score bounds for the drop, each at `confidence` (the normal
+    approximation; evalsuite.stats.exact has the exact ones). Tango's statistic falls as the drop
+    it is asked about rises and is 0 at the estimate, so each bound is the one root on its side;
+    where every item changed the same way the estimate is an end of [-1, 1] and so is that bound."""
     z = float(norm.ppf(confidence))
-    est = (b - c) / n
+    est = min(max((b - c) / n, -1.0), 1.0)
 
-    def root(target: float, lo: float, hi: float, edge: float) -> float:
-        f = lambda d: tango_statistic(b, c, n, d) - target  # noqa: E731
-        if f(edge) * f(est) > 0:  # the bound sits at the edge of [-1, 1]
-            return 1.0 if edge > 0 else -1.0
+    def root(target: float, lo: float, hi: float) -> float:
+        f = lambda d: (0.0 if d == est else tango_statistic(b, c, n, d)) - target  # noqa: E731
+        at_edge = lo if target > 0 else hi
+        if lo >= hi or f(at_edge) * f(est) > 0:  # the statistic never reaches the target: the edge
+            return at_edge if lo < hi else est
         return float(optimize.brentq(f, lo, hi, xtol=1e-10))
 
-    return root(z, -1 + _EDGE, est, -1 + _EDGE), root(-z, est, 1 - _EDGE, 1 - _EDGE)
+    low = -1.0 if est <= -1 + _EDGE else root(z, -1 + _EDGE, est)
+    high = 1.0 if est >= 1 - _EDGE else root(-z, est, 1 - _EDGE)
+    return max(-1.0, min(low, est)), min(1.0, max(high, est))
 
 
 # ---------------------------------------------------------------- the common result
@@ -172,21 +178,36 @@ class PairedTest:
 
 
 def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> PairedTest:
+    """0/1 items weighed alike: the exact unconditional test and its bounds (evalsuite.stats.exact),
+    whose size holds at every n where Tango's asymptotic bound passed 7% of drops at the limit near
+    the smallest n a limit resolves; exact McNemar against a limit of 0."""
     n = len(base)
     b = int(np.sum((base == 1) & (cand == 0)))
     c = int(np.sum((base == 0) & (cand == 1)))
     drop = (b - c) / n
-    low, high = tango_bounds(b, c, n, confidence)
+    low, high = exact.lower_bound(b, c, n, confidence), exact.upper_bound(b, c, n, confidence)
 
     def p_limit(limit: float, within: bool) -> float:
         if limit == 0:  # no margin: the exact conditional test applies (McNemar, either direction)
             return mcnemar_worse_p(c, b) if within else mcnemar_worse_p(b, c)
-        t = tango_statistic(b, c, n, limit)
-        return float(norm.cdf(t) if within else norm.sf(t))
+        return exact_p(b, c, n, limit, within, (low, high))
 
     se = math.sqrt(max((b + c) / n - drop * drop, 0.0) / n)
     return PairedTest(n, float(n), 1 / n, drop, low, high, se, math.sqrt((b + c) / n / n), mcnemar_worse_p(b, c),
-                      "exact McNemar; Tango score bounds", (b, c), p_limit)
+                      "exact unconditional test (Tango's statistic); exact McNemar", (b, c), p_limit,
+                      floor=exact.floor(n, confidence))
+
+
+def exact_p(b: int, c: int, n: int, limit: float, within: bool, bounds: tuple[float, float]) -> float:
+    """The exact p against `limit`, held to the bounds printed: p(drop) can rise again past the bound's
+    first crossing (a count's statistic crossing the observed one), and a limit on the bound's side
+    takes the p at the bound, so a check passes exactly where its limit lies beyond the bound."""
+    low, high = bounds
+    if within:
+        p = exact.p_at_least(b, c, n, limit)
+        return p if limit > high else max(p, exact.p_at_least(b, c, n, max(high - 1e-7, (b - c) / n)))
+    p = exact.p_at_most(b, c, n, limit)
+    return p if limit < low else max(p, exact.p_at_most(b, c, n, min(low + 1e-7, (b - c) / n)))
 
 
 def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], confidence: float) -> PairedTest:
@@ -447,12 +468,10 @@ def inverted_p(bounds_at: Callable[[float], tuple[float, float]], estimate: floa
 
 
 def best_case_bound(n_eff: float, confidence: float) -> float:
-    """The upper bound on the drop when no item changed: Tango's bound at b = c = 0 is z^2/(n+z^2).
-
-    A limit below it can never be certified at this n, whatever the candidate does.
-    """
-    z = float(norm.ppf(confidence))
-    return z * z / (n_eff + z * z)
+    """The upper bound on the drop when no item changed, by the exact test: 1 - alpha^(1/n) (the
+    chance that none of n items is lost at a drop of that size is alpha). A limit below it can never
+    be certified at this n, whatever the candidate does."""
+    return exact.floor(max(int(n_eff), 1), confidence)
 
 
 def resolvable_drop(n_eff: float, se: float, confidence: float, power: float, floor: float | None = None) -> float:
@@ -475,6 +494,4 @@ def items_needed(limit: float, discordance: float, confidence: float, power: flo
     """Paired items for `limit` to be resolvable at `discordance` (inverse of resolvable_drop)."""
     z = float(norm.ppf(confidence)) + float(norm.ppf(power))
     n_se = math.ceil(z * z * discordance / (limit * limit))
-    zc = float(norm.ppf(confidence))
-    n_floor = math.ceil(zc * zc * (1 - limit) / limit)  # best_case_bound(n) <= limit
-    return max(n_se, n_floor)
+    return max(n_se, exact.floor_items(limit, confidence))  # best_case_bound(n) <= limit
