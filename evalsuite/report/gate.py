@@ -187,7 +187,7 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         how += f"; values on the paired items (each side's own: {b.value:.3f} / {c.value:.3f})"
     check = Check(label, rule.label, metric, "pending", "", base_value, cand_value, (base_value - cand_value) * 100,
                   limit, "pt", test=test, pairs=how, insufficient=why, mark=base_mark, changed=p.changed if p.n else None,
-                  unmeasured=p.unmeasured)
+                  unmeasured=p.unmeasured if p.n else (0.0, 0.0))  # unpaired: the counts cover the metric
     if test is None:
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n

@@ -22,7 +22,7 @@ from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
 from evalsuite.core.units import GIB
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
-from evalsuite.report.gate import GateReport, Rules, Side, run_gate
+from evalsuite.report.gate import GateReport, Rules, Side, failed_checks_line, run_gate
 from evalsuite.report.names import loaded_mark
 from evalsuite.report.rules import default_rules_path
 from evalsuite.report.plots import front_labels
@@ -32,17 +32,18 @@ TTFT, ITL = f"{TTFT_P50}/ctx", f"{ITL_P50}/ctx"
 # ---------------------------------------------------------------- the gate, as this page reads it
 
 
-def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, str]:
-    """variant -> passed | failed | inconclusive | skipped, the gate's rule over the checks of every
-    folder that measured it: accuracy from one run and latency from another make one verdict (a
-    latency run alone has no accuracy evidence, but it takes none away)."""
+def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, tuple[str, str]]:
+    """variant -> (passed | failed | inconclusive | skipped, the checks that failed it), the gate's rule
+    over the checks of every folder that measured it: accuracy from one run and latency from another
+    make one verdict (a latency run alone has no accuracy evidence, but it takes none away)."""
     checks = []
     for part in parts:
         if part.gate is None:
             continue
         by_label = {e.label: e.result.variant for e in part.comparison.entries}
         checks += [dataclasses.replace(c, candidate=by_label.get(c.candidate, c.candidate)) for c in part.gate.checks]
-    return dict(GateReport(base, rules_path, rules, checks).verdicts())
+    pooled = GateReport(base, rules_path, rules, checks)
+    return {name: (v, failed_checks_line(pooled, name)) for name, v in pooled.verdicts().items()}
 
 
 # ---------------------------------------------------------------- one row per variant
@@ -54,6 +55,7 @@ class Row:
     status: str
     baseline: bool = False
     verdict: str | None = None
+    failing: str = ""  # the checks that failed it, where the verdict is `failed`
     accuracy_ok: bool | None = None  # the gate's accuracy checks all passed on evidence (accuracy_verdict)
     weights_gib: float | None = None
     kv_tokens: int | None = None
@@ -180,9 +182,9 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
             report.marks = {**part.comparison.marks, **report.marks}
         if part.gate is not None:
             _judge(rows, part)
-    for name, verdict in pooled_verdicts(parts, base, rules, rules_path).items():
+    for name, (verdict, failing) in pooled_verdicts(parts, base, rules, rules_path).items():
         if name in rows:
-            rows[name].verdict = verdict
+            rows[name].verdict, rows[name].failing = verdict, failing
     report.rows = list(rows.values())
     _mark_pareto(report)
     return report

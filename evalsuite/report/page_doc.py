@@ -83,7 +83,7 @@ def verdict_cell(row: Row) -> str:
         return row.status
     if row.baseline:
         return "baseline"
-    text = row.verdict or "-"
+    text = (row.verdict or "-") + (f": {row.failing}" if row.verdict == "failed" and row.failing else "")
     return ("control: " if row.control else "") + text + (" (partial)" if row.status == "partial" else "")
 
 

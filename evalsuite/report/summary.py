@@ -14,7 +14,7 @@ from rich.table import Table
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
-from evalsuite.report.gate import Side, run_gate
+from evalsuite.report.gate import Side, failed_checks_line, run_gate
 from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
 from evalsuite.report.placement import placement_table
 from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
@@ -90,7 +90,15 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     except ConfigError:
         return {}, {}
     marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
-    return {v: f"{word} vs {base}" for v, word in report.verdicts().items()}, marks
+    return {v: _verdict_cell(report, v, word, base) for v, word in report.verdicts().items()}, marks
+
+
+def _verdict_cell(report, variant: str, word: str, base: str) -> str:
+    """`passed vs bf16`; a failed one names the checks it failed; a control is a noise reference."""
+    if variant in report.controls:
+        return f"control (noise reference for {base})"
+    failing = failed_checks_line(report, variant) if word == "failed" else ""
+    return f"{word} vs {base}" + (f": {failing}" if failing else "")
 
 
 def resolution_note(record: RunRecord, rules: Rules, rd: RunDir | None = None) -> str | None:
