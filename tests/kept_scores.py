@@ -20,3 +20,30 @@ def kept_partial(scores_py, run: Path, dest: Path, variant: str, mmlu_items: int
     result = json.loads((dest / variant / "result.json").read_text())
     (dest / variant / "result.json").write_text(json.dumps({**result, "status": status}))
     return dest
+
+
+def kept_run(kept: Path, variants: list[str], out: Path, tasks: tuple[str, ...] = ("mmlu", "legal", "needle"),
+             baseline: str | None = "bf16") -> Path:
+    """A run folder of `variants` from kept per-item scores (docs/results/*/scores), written through
+    the product's own RunDir: each variant's recorded result (its metrics, status, engine figures)
+    and its kept scores as samples, for the `tasks` given."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunRecord, VariantResult
+
+    rd = RunDir(out)
+    rd.write_config({"baseline": baseline if baseline in variants else None})
+    record = RunRecord(run_id=out.name, model="Qwen2.5-Coder-1.5B-Instruct")
+    for name in variants:
+        result = VariantResult.model_validate_json((kept / name / "result.json").read_text())
+        for task in tasks:
+            f = kept / name / f"{task}.scores.jsonl.gz"
+            if f.is_file():
+                with gzip.open(f, "rt") as fh:
+                    rows = [json.loads(line) for line in fh]
+                rd.append_samples(name, task, [{"sample": {"id": r["sample_id"]}, "completion": {}, "score": r}
+                                               for r in rows])
+        result.metrics = [m for m in result.metrics if m.task in tasks]
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
