@@ -109,6 +109,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
                                                help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
+    from evalsuite.report.sizing import rules_warnings
     from evalsuite.run.config import check_local_model, load_config
     from evalsuite.run.safety import code_notes
 
@@ -119,6 +120,8 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
         typer.echo(f"{f}: ok ({len(cfg.variants)} variant(s), {len(cfg.tasks)} task(s))")
         for note in code_notes(cfg):  # what the run will execute beyond evalsuite and vLLM
             typer.echo(f"{f}: note: {note}")
+        for line in rules_warnings(cfg):  # limits of its gate rules that its n cannot resolve
+            typer.echo(f"{f}: warning: {line}")
 
 
 @app.command()

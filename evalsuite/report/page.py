@@ -26,7 +26,7 @@ from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
 from evalsuite.report.gate import GateReport, Rules, Side, failed_checks_line, run_gate
 from evalsuite.report.names import loaded_mark
-from evalsuite.report.rules import default_rules_path
+from evalsuite.report.rules import default_rules_path, run_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -348,6 +348,8 @@ def safe_name(text: str) -> str:
 # ---------------------------------------------------------------- from the command line
 
 
-def rules_file(given: Path | None) -> Path:
-    """--rules, else the gate rules evalsuite ships."""
-    return given if given is not None else default_rules_path()
+def rules_file(given: Path | None, first: RunDir | None = None) -> Path:
+    """--rules, else the rules the first run folder's config names (`gate_rules`), else the shipped ones."""
+    if given is not None:
+        return given
+    return run_rules_path(first.read_config()) if first is not None else default_rules_path()

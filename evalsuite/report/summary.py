@@ -15,7 +15,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.gate import Side, failed_checks_line, run_gate
-from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
+from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
 from evalsuite.report.placement import placement_table
 from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
 from evalsuite.stats.informative import task_marks
@@ -86,7 +86,7 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
     try:
-        report = run_gate(Side(rd, base), [Side(rd)], rules, str(default_rules_path()))
+        report = run_gate(Side(rd, base), [Side(rd)], rules, str(run_rules_path(rd.read_config())))
     except ConfigError:
         return {}, {}
     marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
@@ -142,7 +142,7 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
 
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 160)
-    rules = load_rules(default_rules_path())
+    rules = load_rules(run_rules_path(run_dir.read_config()) if run_dir is not None else default_rules_path())
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     console.print(table(record, verdicts, marks))
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), resolution_note(record, rules, run_dir)):

@@ -12,6 +12,7 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
+from evalsuite.report.sizing import rules_warnings
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, check_local_model, load_config
 from evalsuite.run.progress import Progress, console
@@ -42,6 +43,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
         console.print(f"note: {note}", markup=False, highlight=False)
+    for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
+        console.print(f"warning: {line}", markup=False, highlight=False)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})

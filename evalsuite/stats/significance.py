@@ -233,9 +233,7 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
         p_above = inverted_p(bounds_at, drop, limit)
         return p_above if within else 1 - p_above
 
-    z2 = float(norm.ppf(confidence)) ** 2
-    floor = math.sqrt(sum((float(w[idx].sum()) * z2 / (len(idx) + z2)) ** 2  # no answer changed anywhere
-                          for idx in groups))
+    floor = mover_floor([(float(w[idx].sum()), len(idx)) for idx in groups], confidence)
     se = math.sqrt(sum(cw * cw * max((b + c) / n - ((b - c) / n) ** 2, 0.0) / n for b, c, n, cw in cells))
     se0 = math.sqrt(sum(cw * cw * (b + c) / n / n for b, c, n, cw in cells))
     low, high = bounds_at(confidence)
@@ -247,6 +245,14 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
            else "Tango score bounds") + fractional
     return PairedTest(len(base), float(1 / np.sum(w * w)), float(w.max()), drop, low, high, se, se0, p_worse,
                       how, None, p_limit, floor=floor)
+
+
+def mover_floor(strata: Sequence[tuple[float, int]], confidence: float) -> float:
+    """The MOVER upper bound had no answer changed in any stratum, from each stratum's (weight, items):
+    sqrt(sum (W z^2 / (n + z^2))^2). Near the boundary MOVER is conservative: k equal strata of m items
+    give sqrt(k) times the plain mean's floor, which is why a stratified check needs more items."""
+    z2 = float(norm.ppf(confidence)) ** 2
+    return math.sqrt(sum((weight * z2 / (n + z2)) ** 2 for weight, n in strata))
 
 
 def _changed_answers(diff: np.ndarray, weight: float) -> tuple[float, float, float, float]:
@@ -483,6 +489,21 @@ def resolvable_drop(n_eff: float, se: float, confidence: float, power: float, fl
     """
     z = float(norm.ppf(confidence)) + float(norm.ppf(power))
     return max(best_case_bound(n_eff, confidence) if floor is None else floor, z * se)
+
+
+def keyed_resolution(keys: Sequence[tuple], confidence: float, power: float, discordance: float,
+                     stratified: bool = False) -> float:
+    """resolvable_drop for items weighed by `keys` (their strata, as stratum_weights weighs them): the
+    paired test of identical answers gives the effective n and the floor (a plain mean's is exact).
+    `stratified`: the strata's MOVER floor even where their weights come out equal, as they rarely do
+    for labels (a balanced accuracy), where the test takes the plain mean's."""
+    values = np.ones(len(keys))
+    test = paired_test(values, values, list(keys), confidence)
+    floor = test.best_bound(confidence)
+    if stratified:
+        w, cells = stratum_weights(list(keys)), strata_indices(list(keys))
+        floor = mover_floor([(float(w[idx].sum()), len(idx)) for idx in cells], confidence)
+    return resolvable_drop(test.n_eff, planned_se(test.n_eff, discordance), confidence, power, floor)
 
 
 def planned_se(n: float, discordance: float) -> float:
