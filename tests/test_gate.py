@@ -126,7 +126,7 @@ def test_decision_rule_on_a_small_noisy_drop(tmp_path, decision, code):
     rules = rules_file(tmp_path, {"decision": decision, "rules": [{"metrics": "mmlu/acc", "max_drop_points": 2}]})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))
     assert res.exit_code == code, res.output
-    assert "paired, n=200, 2 lost/0 gained; exact unconditional test (Tango's statistic); exact McNemar" in res.output
+    assert "paired, n=200, 2 lost/0 gained; exact unconditional test on Tango's statistic; exact McNemar" in res.output
     assert "95% bounds" in res.output and "| -0.40..+3.11 |" in res.output
     assert "no significant drop" in res.output
 

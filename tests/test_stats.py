@@ -105,7 +105,7 @@ def test_bounds_with_nothing_changed_have_a_closed_form():
         low, high = tango_bounds(0, 0, n, 0.95)
         assert high == pytest.approx(Z95**2 / (n + Z95**2), abs=1e-9)
         assert low == pytest.approx(-high, abs=1e-9)
-        assert best_case_bound(n, 0.95) == pytest.approx(1 - 0.05 ** (1 / n), abs=1e-6)
+        assert best_case_bound(n, 0.95) == pytest.approx(1 - 0.05 ** (1 / n), abs=1e-5)  # + 1e-6 (Berger-Boos)
         assert best_case_bound(n, 0.95) > high
 
 
@@ -113,7 +113,7 @@ def test_the_h200_needle_case_stays_a_difference_of_proportions():
     # 9 of 10 needle items lost: a Wald interval said +73.6..+106.5 points; a drop cannot exceed 100
     base, cand = pair_arrays(10, lost=9, gained=0, right=1)
     t = paired_test(base, cand, None, 0.95)
-    assert t.method == "exact unconditional test (Tango's statistic); exact McNemar" and t.counts == (9, 0)
+    assert t.method == "exact unconditional test on Tango's statistic; exact McNemar" and t.counts == (9, 0)
     assert t.drop == pytest.approx(0.9)
     assert 0 < t.low < t.drop < t.high <= 1
     assert t.p_worse == pytest.approx(1 / 512)

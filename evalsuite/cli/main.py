@@ -109,7 +109,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
                                                help="Config files to check (examples/NAME: a shipped example).")) -> None:
     """Check config files without running anything."""
     from evalsuite.cli.shipped import config_path
-    from evalsuite.report.sizing import rules_warnings
+    from evalsuite.run.sizing import rules_warnings
     from evalsuite.run.config import check_local_model, load_config
     from evalsuite.run.safety import code_notes
 

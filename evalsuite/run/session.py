@@ -12,11 +12,11 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
-from evalsuite.report.sizing import rules_warnings
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, check_local_model, load_config
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
+from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.resume import open_run_dir
 from evalsuite.run.runner import execute
 from evalsuite.tasks import TaskContext

@@ -194,7 +194,7 @@ def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> Paired
 
     se = math.sqrt(max((b + c) / n - drop * drop, 0.0) / n)
     return PairedTest(n, float(n), 1 / n, drop, low, high, se, math.sqrt((b + c) / n / n), mcnemar_worse_p(b, c),
-                      "exact unconditional test (Tango's statistic); exact McNemar", (b, c), p_limit,
+                      "exact unconditional test on Tango's statistic; exact McNemar", (b, c), p_limit,
                       floor=exact.floor(n, confidence))
 
 
