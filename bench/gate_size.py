@@ -4,7 +4,8 @@ For each shipped points limit (the rules' `max_drop_points` and per-task limits)
 items whose exact bound can pass anything, the items `gate --plan` asks for at the rules'
 discordance, and the n Tango's asymptotic bound first resolved), paired 0/1 data are drawn at a
 true drop equal to the limit: each item lost with probability q + L and gained with probability q,
-over a grid of discordance rates q (the nuisance; 0 to 0.25). Two computations of P(pass):
+over a grid of discordance rates q (the nuisance, over its whole range: 0 to (1 - L) / 2). Two
+computations of P(pass):
 
   exact     the pass region of the gate's own test (evalsuite.stats.exact: for each count of gains,
             the most losses that still pass), summed under the trinomial law: no sampling error.
@@ -98,22 +99,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rules", type=Path, default=default_rules_path())
     ap.add_argument("--reps", type=int, default=1000, help="simulated data sets per limit and n, at the worst q")
-    ap.add_argument("--q-points", type=int, default=101, help="discordance rates q from 0 to 0.25")
+    ap.add_argument("--q-points", type=int, default=101, help="discordance rates q from 0 to (1 - limit) / 2")
     a = ap.parse_args()
     rules = load_rules(a.rules)
     conf, alpha = rules.confidence, rules.alpha
-    qs = np.linspace(0.0, 0.25, a.q_points)
     t0 = time.time()
     worst, worst_tango, worst_sim, outside, cells = 0.0, 0.0, 0.0, 0, []
     print("| limit | n | why this n | exact test: max P(pass) [at q] | Tango's bound: max P(pass) [at q] | simulated (gate's path) |")
     print("|---|---|---|---|---|---|")
     for limit in shipped_limits(rules):
+        qs = np.linspace(0.0, (1 - limit) / 2, a.q_points)
         z2 = float(norm.ppf(conf)) ** 2
         sizes = {exact.floor_items(limit, conf): "smallest n the exact test resolves",
                  items_needed(limit, rules.discordance, conf, rules.power): f"`gate --plan` at {rules.discordance:.0%} discordance",
                  int(np.ceil(z2 * (1 - limit) / limit)): "smallest n Tango's bound resolved"}
         for n, why in sorted(sizes.items()):
-            c_max = min(n, int(n * qs[-1] + 8 * np.sqrt(n * qs[-1]) + 10))
+            c_max = n
             r_exact = pass_boundary(n, limit, conf, c_max, "exact")
             r_tango = pass_boundary(n, limit, conf, c_max, "tango")
             pe = np.array([pass_probability(r_exact, n, limit, q) for q in qs])
@@ -128,7 +129,7 @@ def main() -> int:
                   f"[q={float(qs[int(pt.argmax())]):.4f}] | {sim:.4f} ± {se:.4f} ({a.reps:,} at q={q_star:.4f}; "
                   f"{beyond} passed outside the exact region) |")
             sys.stdout.flush()
-    print(f"\nalpha {alpha:g}; q from 0 to {qs[-1]:g} in {len(qs)} points; {time.time() - t0:.0f} s")
+    print(f"\nalpha {alpha:g}; q from 0 to (1 - limit) / 2 in {a.q_points} points; {time.time() - t0:.0f} s")
     print(f"RESULT bench=gate_size alpha={alpha:g} cells={','.join(cells)} max_false_pass={worst:.4f} "
           f"tango_max_false_pass={worst_tango:.4f} simulated_max_false_pass={worst_sim:.4f} "
           f"passed_outside_region={outside} held={worst <= alpha and outside == 0}")
