@@ -43,8 +43,6 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
         cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
         console.print(f"note: {note}", markup=False, highlight=False)
-    for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
-        console.print(f"warning: {line}", markup=False, highlight=False)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
@@ -59,6 +57,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
+    for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
+        console.print(f"warning: {line}", markup=False, highlight=False)
     with run_dir.held():  # to the end, tracking included: another process on this folder is refused
         if resume:
             record = run_dir.load_run()
