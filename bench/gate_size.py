@@ -84,7 +84,8 @@ def simulate(n: int, limit: float, q: float, reps: int, confidence: float, r: np
     """(the share of `reps` data sets the gate's own code path passes, the data sets on which it
     passes where the exact pass region does not): the region's rate holds the gate's where that is 0."""
     rng = np.random.default_rng(seed)
-    counts = rng.multinomial(n, [q + limit, q, 1 - 2 * q - limit], size=reps)
+    rest = max(0.0, 1 - 2 * q - limit)  # 0 at the range's end, where float rounding can go below
+    counts = rng.multinomial(n, np.array([q + limit, q, rest]) / (1 + rest - (1 - 2 * q - limit)), size=reps)
     passed = beyond = 0
     for b, c, _ in counts:
         base = np.array([1.0] * b + [0.0] * c + [1.0] * (n - b - c))
