@@ -2,7 +2,8 @@
 
 Accuracy is judged on paired per-item results (the sample ids both runs answered), because two
 variants answering the same questions differ far less than two independent samples.
-evalsuite.stats has the methods: exact McNemar and Tango score bounds for 0/1 scores, a paired
+evalsuite.stats has the methods: the exact unconditional test and bounds for 0/1 scores (its size held
+at every n), Tango's bounds by stratum combined by MOVER for weighted or fractional scores, a paired
 (stratified) bootstrap for the rest. Every test is one-sided at alpha = 1 - `confidence`.
 
 Decision rule (rules file `decision`, default `upper_bound`), drop = baseline - candidate:
@@ -21,17 +22,20 @@ metric got significantly WORSE (a union of claims), which `findings` (Holm by de
 over each candidate's checks.
 
 Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
-`min_stratum_n`, a limit this n cannot resolve either way, or paired items that miss whole groups
-the metric averages over, e.g. a RULER length a cut run never reached) never counts as evidence: the check
-follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit (where groups
-are missing, even with the candidate right on every item of them). A check on
+`min_stratum_n`, a limit this n cannot resolve either way, runs that share no sample id, or paired
+items that miss whole groups the metric averages over, e.g. a RULER length a cut run never reached)
+never counts as evidence: the check follows `insufficient_n` (pass, fail or warn) unless the test, run
+all the same, shows the drop beyond the limit, which fails at any n (where groups are missing, even
+with the candidate right on every item of them). A check on
 a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
 check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
 when no accuracy check passed on evidence.
 
 Memory, capacity and latency compare two measurements (growth or drop in percent); latency per
-prompt length, never pooled over lengths, and tail percentiles only with enough samples.
+prompt length, never pooled over lengths, tail percentiles only with enough samples, and not at all
+where either side was timed on a loaded host. A control's checks are a noise reference: its verdict
+never sets the exit code.
 """
 
 from __future__ import annotations
