@@ -7,10 +7,10 @@ Methods, and why these:
   single accuracy      Wilson score interval (statsmodels): stays in [0, 1] and keeps its
                        coverage at small n and near 0 or 1, where the normal interval fails.
   binary, unweighted   exact McNemar test for "the candidate is worse" (one-sided binomial test
-                       on the discordant pairs; also against a limit of 0), and Tango's score
-                       bounds for the drop, which give the p-values against a non-zero limit
-                       (Tango 1998; recommended for paired proportions by Fagerland, Lydersen &
-                       Laake 2014). Bounds stay in [-1, 1].
+                       on the discordant pairs; also against a limit of 0), and the exact
+                       unconditional test on Tango's score statistic for the drop (Sidik 2003;
+                       evalsuite.stats.exact), whose size holds at every n where Tango's
+                       asymptotic bound (Tango 1998) passed 7% of drops at the limit.
   weighted or partial  scores in [0, 1] whose strata weigh unequally (macro, balanced accuracy) or
                        that take fractional values (RULER's share of needles found): Tango's bounds
                        per stratum, shares lost and gained counted as changed answers, combined by
