@@ -107,15 +107,18 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
                                duration_s=12.5, host_load=spec.get("host_load"))
         if result.status == "ok":
             wrong = set(spec.get("wrong", ()))
-            scores = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0, pred="A", target="A",
+            # four-way questions whose answers cycle A-D; a wrong answer names the next letter
+            scores = [Score(sample_id=f"q{i}", task="mmlu", value=0.0 if i in wrong else 1.0,
+                            pred="ABCD"[(i + (i in wrong)) % 4], target="ABCD"[i % 4],
                             group="math" if i % 2 else "law") for i in range(n)]
+            result.chance = {"mmlu/acc": 0.25}  # as a run declares its choice tasks' level
             rd.append_samples(name, "mmlu", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
                                              for s in scores])
             result.metrics = [M.accuracy(scores, "mmlu/acc"), Metric(name="mmlu/wall_s", value=3.0)]
             needle = []
             for length, acc in spec.get("needle", {}).items():  # 10 items per length, the first ones wrong
                 cell = [Score(sample_id=f"n{length}-{i}", task="needle", value=float(i >= round((1 - acc) * 10)),
-                              pred="", target="7", group=f"len{length}_depth50", extra={"length": length})
+                              pred="", target=str(7000 + i), group=f"len{length}_depth50", extra={"length": length})
                         for i in range(10)]
                 result.metrics.append(M.accuracy(cell, f"needle/acc/len{length}", length=length))
                 needle += cell

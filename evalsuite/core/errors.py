@@ -33,5 +33,12 @@ class StorageError(EvalsuiteError):
     exit_code = 4
 
 
+class InternalError(EvalsuiteError):
+    """A bug of evalsuite's met while judging: exit 70 (sysexits' EX_SOFTWARE), so that a crash never
+    reads as a verdict (the gate's 1 is "failed")."""
+
+    exit_code = 70
+
+
 class UnsupportedVariant(EvalsuiteError):
     """The engine cannot run this variant on this platform; the variant is skipped."""

@@ -33,7 +33,7 @@ from evalsuite.report.names import (
     primary_metrics,
     prop,
 )
-from evalsuite.report.rules import chance_margins, default_rules_path, load_rules
+from evalsuite.report.rules import chance_margins, default_rules_path, load_rules, run_rules_path
 from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
@@ -258,7 +258,10 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     add_intervals(comparison)
     comparison.elsewhere = {e.label for e in entries if not pools_comparable(base.result, e.result)}
     comparison.deltas = comparison.without_other_pools(comparison.deltas)  # the cell says why there is none
-    rules = load_rules(default_rules_path())  # marks as the shipped gate would judge the baseline
+    try:  # marks as the gate would judge the baseline: by the rules its run names, else the shipped ones
+        rules = load_rules(run_rules_path(base.run_dir.read_config()))
+    except ConfigError:
+        rules = load_rules(default_rules_path())
     comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
     return comparison
 

@@ -2,7 +2,8 @@
 
 Accuracy is judged on paired per-item results (the sample ids both runs answered), because two
 variants answering the same questions differ far less than two independent samples.
-evalsuite.stats has the methods: exact McNemar and Tango score bounds for 0/1 scores, a paired
+evalsuite.stats has the methods: the exact unconditional test and bounds for 0/1 scores (its size held
+at every n), Tango's bounds by stratum combined by MOVER for weighted or fractional scores, a paired
 (stratified) bootstrap for the rest. Every test is one-sided at alpha = 1 - `confidence`.
 
 Decision rule (rules file `decision`, default `upper_bound`), drop = baseline - candidate:
@@ -21,17 +22,20 @@ metric got significantly WORSE (a union of claims), which `findings` (Holm by de
 over each candidate's checks.
 
 Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
-`min_stratum_n`, a limit this n cannot resolve either way, or paired items that miss whole groups
-the metric averages over, e.g. a RULER length a cut run never reached) never counts as evidence: the check
-follows `insufficient_n` (pass, fail or warn) unless the drop is shown to exceed the limit (where groups
-are missing, even with the candidate right on every item of them). A check on
+`min_stratum_n`, a limit this n cannot resolve either way, runs that share no sample id, or paired
+items that miss whole groups the metric averages over, e.g. a RULER length a cut run never reached)
+never counts as evidence: the check follows `insufficient_n` (pass, fail or warn) unless the test, run
+all the same, shows the drop beyond the limit, which fails at any n (where groups are missing, even
+with the candidate right on every item of them). A check on
 a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
 check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
 when no accuracy check passed on evidence.
 
 Memory, capacity and latency compare two measurements (growth or drop in percent); latency per
-prompt length, never pooled over lengths, and tail percentiles only with enough samples.
+prompt length, never pooled over lengths, tail percentiles only with enough samples, and not at all
+where either side was timed on a loaded host. A control's checks are a noise reference: its verdict
+never sets the exit code.
 """
 
 from __future__ import annotations
@@ -48,8 +52,8 @@ from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metri
 from evalsuite.report.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
-from evalsuite.report.names import flat_metrics
-from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, chance_level, mark
+from evalsuite.report.names import flat_metrics, is_latency
+from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
@@ -117,13 +121,18 @@ class _Tested:
 
 
 def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_Tested, Pairing]:
+    """The paired test, and why this n cannot judge the check where it cannot (too few pairs, a small
+    stratum, no shared ids, missing groups). A test is kept wherever there are items to test: a drop
+    shown beyond the limit fails at any n (see _verdict)."""
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
-    if p.n == 0 and p.n_base and p.n_cand:
-        return _Tested(None, "no shared sample ids", f"the runs scored different items ({p.n_base} and {p.n_cand}, "
-                       "no sample id in common): nothing to pair"), p
     if p.n == 0:
+        # no item in common: only the two counts compare, as independent samples of the task's items
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)
+        if p.n_base and p.n_cand:
+            why = f"the runs scored different items ({p.n_base} and {p.n_cand}, no sample id in common)"
+            return _Tested(test, "no shared sample ids" + (f"; unpaired, n={test.n}" if test else ""),
+                           why + ("" if test else ": nothing to pair")), p
         if test is None:
             return _Tested(None, "no per-item scores", "no paired items and no counts to compare"), p
         why = None if test.n >= rules.min_n else f"n={test.n} < min_n {rules.min_n}"
@@ -132,12 +141,12 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     # so that baseline - candidate is the change shown
     on_pairs = p.means() if p.partial else None
     how = f"paired, n={p.n}" + (f" of {p.n_base}/{p.n_cand}" if p.partial else "")
+    why = _coverage_gap(p)
     if p.n < rules.min_n:
-        return _Tested(None, how, f"n={p.n} paired items < min_n {rules.min_n}", on_pairs), p
-    if p.smallest_cell < rules.min_stratum_n:
+        why = f"n={p.n} paired items < min_n {rules.min_n}"
+    elif p.smallest_cell < rules.min_stratum_n:
         why = f"a stratum has {p.smallest_cell} item(s) < min_stratum_n {rules.min_stratum_n}"
-        return _Tested(None, how, why, on_pairs), p
-    return _Tested(paired_result(p, rules.confidence), how, _coverage_gap(p), on_pairs), p
+    return _Tested(paired_result(p, rules.confidence), how, why, on_pairs), p
 
 
 def _coverage_gap(p: Pairing) -> str | None:
@@ -163,7 +172,7 @@ def _unresolvable(rules: Rules, test: PairedTest, limit: float) -> str | None:
     """Why the outcome is fixed before looking at the data, for this decision and n."""
     best = test.best_bound(rules.confidence)
     if rules.decision == "upper_bound" and best > limit:
-        alike = "with equal accuracies (unpaired)" if test.floor is not None else "with no item changed"
+        alike = "with equal accuracies (unpaired)" if test.method.startswith("unpaired") else "with no item changed"
         return f"even {alike} the {rules.confidence:.0%} bound is {best * 100:+.1f} pt > limit"
     if rules.decision == "lower_bound" and 1 - best < limit:
         return f"even with every item lost the bound stays below the limit (n={test.n})"
@@ -183,7 +192,7 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         how += f"; values on the paired items (each side's own: {b.value:.3f} / {c.value:.3f})"
     check = Check(label, rule.label, metric, "pending", "", base_value, cand_value, (base_value - cand_value) * 100,
                   limit, "pt", test=test, pairs=how, insufficient=why, mark=base_mark, changed=p.changed if p.n else None,
-                  unmeasured=p.unmeasured)
+                  unmeasured=p.unmeasured if p.n else (0.0, 0.0))  # unpaired: the counts cover the metric
     if test is None:
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
@@ -257,10 +266,12 @@ def _uninformative(rules: Rules, c: Check) -> None:
     """A check on an at-chance task is no evidence either way, unless the drop is shown beyond the limit
     (a candidate far below a near-chance baseline still fails); at ceiling, a pass means no collapse."""
     beyond = c.test is not None and _p_beyond(c, c.limit) < rules.alpha
-    if c.mark == AT_CHANCE and not beyond:
+    if c.mark in (AT_CHANCE, CHANCE_UNKNOWN) and not beyond:
         c.status, c.evidence = "uninformative", False
-        c.detail = (f"uninformative: the baseline is within the {c.limit:g} pt limit of chance, so a candidate that "
-                    f"lost all skill could pass; {c.detail}")
+        why = (f"the baseline is within the {c.limit:g} pt limit of chance" if c.mark == AT_CHANCE else
+               "nothing says what an answer that ignores the item scores (no chance level declared, no choices' "
+               "log-probabilities, no targets)")
+        c.detail = f"uninformative: {why}, so a candidate that lost all skill could pass; {c.detail}"
     elif c.mark == AT_CEILING and c.status == "pass":
         c.detail = f"at ceiling: shows no collapse, not the absence of a subtle loss; {c.detail}"
 
@@ -336,6 +347,17 @@ def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     return Check(label, rule.label, metric, status, v.detail, base[1].at_slo, cand[1].at_slo, v.change, limit, "%")
 
 
+def _loaded_host(metric: str, pair: Pair) -> str | None:
+    """A latency figure timed on a loaded host (evalsuite.core.types.HostLoad) waited for a CPU as well
+    as for the engine: against the other side's it is not comparable, which is no evidence either way."""
+    if not is_latency(metric):
+        return None
+    busy = [side for side, v in (("baseline", pair.base), ("candidate", pair.cand)) if v.host_load and v.host_load.loaded]
+    if not busy:
+        return None
+    return f"not comparable: the {' and the '.join(busy)} timed on a loaded host (see the note below the table)"
+
+
 def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
     """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a timing over mixed lengths."""
     return m.kind == MetricKind.timing and m.group is None and any(
@@ -364,6 +386,8 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             checks.append(capacity_check(rules, rule, metric, pair, label))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
+        elif rule.kind != "max_drop_points" and (busy := _loaded_host(metric, pair)):
+            checks.append(Check(label, rule.label, metric, "skip", busy, b, cm.get(metric)))
         elif rule.kind != "max_drop_points" and (elsewhere := _other_pool(metric, pair)):
             checks.append(Check(label, rule.label, metric, "fail", elsewhere, b, None, None, rule.limit_for(metric), "%"))
         elif rule.kind != "max_drop_points":
@@ -489,10 +513,21 @@ class GateReport:
     def verdicts(self) -> dict[str, Verdict]:
         return {cand: self.verdict(cand) for cand in self.candidates()}
 
+    def judged(self) -> dict[str, Verdict]:
+        """The verdicts that count: a control is a noise reference, never a verdict."""
+        return {cand: v for cand, v in self.verdicts().items() if cand not in self.controls}
+
     @property
     def exit_code(self) -> int:
-        """1 if any candidate failed, else 3 if any is inconclusive, else 0."""
-        return max((EXIT_CODES[v] for v in self.verdicts().values()), default=0, key=lambda x: (x == 1, x))
+        """1 if any candidate failed, else 3 if any is inconclusive, else 0; controls never count."""
+        return max((EXIT_CODES[v] for v in self.judged().values()), default=0, key=lambda x: (x == 1, x))
+
+    def failing(self, candidate: str) -> list[Check]:
+        """The checks that failed this candidate, most telling first: a drop shown beyond its limit,
+        then a change not shown within it, then a figure not measured."""
+        order = {"beyond the limit": 0, "not shown within": 1}
+        return sorted((c for c in self.checks if c.candidate == candidate and c.status == "fail"),
+                      key=lambda c: order.get(failure_kind(c), 2))
 
     @property
     def passed(self) -> bool:
@@ -508,18 +543,49 @@ class GateReport:
                 if c.candidate == candidate and c.changed is not None and c.n}
 
 
+def failure_kind(c: Check) -> str:
+    """Why a failed check failed: the variant did not run to a usable status; its metric was not
+    measured; the change is shown to exceed the limit (the whole interval beyond it, or a figure
+    without one past it); or the run's n could not show the change to be within the limit."""
+    if c.rule == "status":
+        return "variant not usable"
+    if c.value is None:
+        return "not measured"
+    if c.low is None or (c.limit is not None and c.low > c.limit):
+        return "beyond the limit"
+    return "not shown within"
+
+
+def failed_checks_line(report: GateReport, candidate: str, most: int = 2) -> str:
+    """The checks a failed candidate failed, in a few words each: `needle/acc +50.0 pt > 5 pt`."""
+    out = []
+    for c in report.failing(candidate)[:most]:
+        if c.change is None or (isinstance(c.change, float) and math.isnan(c.change)):
+            out.append(f"{c.metric} {failure_kind(c)}")
+        else:
+            unit = " pt" if c.unit == "pt" else "%"
+            out.append(f"{c.metric} {c.change:+.1f}{unit} ({failure_kind(c)} {c.limit:g}{unit})")
+    more = len(report.failing(candidate)) - most
+    return "; ".join(out) + (f"; {more} more" if more > 0 else "")
+
+
 def _add_noise(report: GateReport) -> None:
-    """Each candidate's accuracy check learns the control's bounds of the same drop; a drop inside them
-    is no larger than what rerunning the baseline (or another engine mode) does by itself."""
+    """Each candidate's accuracy check learns the control's interval of the same drop: its two one-sided
+    bounds at the rules' confidence, a two-sided interval at 2 x confidence - 1 (90% at 95%). A drop
+    inside it is no larger than what rerunning the baseline (or another engine mode) does by itself.
+    Where the control changed no answer, its interval is only the small-n floor (what no change at
+    this n cannot exclude), not a measured noise: no band is claimed."""
+    level = f"{2 * report.rules.confidence - 1:.0%}"
     for control in report.controls:
         band = {c.metric: (c.low, c.high) for c in report.checks
-                if c.candidate == control and c.low is not None}
+                if c.candidate == control and c.low is not None and c.changed}
         for c in report.checks:
             if c.candidate == control or c.metric not in band or c.change is None:
                 continue
             c.noise = band[c.metric]
             if c.noise[0] <= c.change <= c.noise[1]:
-                c.detail += f"; inside the noise band of control `{control}` ({c.noise[0]:+.2f}..{c.noise[1]:+.2f} pt)"
+                c.detail += (f"; inside control `{control}`'s {level} interval of the same drop "
+                             f"({c.noise[0]:+.2f}..{c.noise[1]:+.2f} pt): no larger than its noise")
 
 
 def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:

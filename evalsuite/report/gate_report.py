@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from evalsuite.core.types import task_of
-from evalsuite.report.gate import Check, GateReport
+from evalsuite.report.gate import Check, GateReport, failure_kind
 from evalsuite.report.rules import Rules, decision_rule
 from evalsuite.report.names import fmt_value, is_latency, loaded_note
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
@@ -30,10 +30,12 @@ def _p(v: float | None) -> str:
 
 def _header(report: GateReport) -> list[str]:
     r = report.rules
-    verdicts = report.verdicts()
+    verdicts = report.judged()
     counts = {v: sum(x == v for x in verdicts.values()) for v in ("passed", "failed", "inconclusive")}
     word = {0: "passed", 1: "failed", 3: "inconclusive"}[report.exit_code]
     title = f"## {VERDICT_ICON[word]} evalsuite gate {word}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    if report.controls:
+        title += f" ({len(report.controls)} control(s): noise references, not counted)"
     adjust = {"none": "each check's own p-value (intersection-union test: a candidate passes only if every check "
                       "passes, so no multiplicity adjustment is needed to keep its false-pass rate at alpha)",
               "holm": "Holm-adjusted p-values over each candidate's checks (more conservative than the "
@@ -81,19 +83,6 @@ def _resolution(report: GateReport) -> list[str]:
     return lines
 
 
-def failure_kind(c: Check) -> str:
-    """Why a failed check failed: the variant did not run to a usable status; its metric was not
-    measured; the change is shown to exceed the limit (the whole interval beyond it, or a figure
-    without one past it); or the run's n could not show the change to be within the limit."""
-    if c.rule == "status":
-        return "variant not usable"
-    if c.value is None:
-        return "not measured"
-    if c.low is None or (c.limit is not None and c.low > c.limit):
-        return "beyond the limit"
-    return "not shown within"
-
-
 def _by_candidate(checks: list[Check]) -> dict[str, list[Check]]:
     out: dict[str, list[Check]] = defaultdict(list)
     for c in checks:
@@ -112,9 +101,10 @@ def _summary(report: GateReport) -> list[str]:
     for cand, checks in _by_candidate(report.checks).items():
         failed = [failure_kind(c) for c in checks if c.status == "fail"]
         verdict = report.verdict(cand)
-        role = " (control)" if cand in report.controls else ""
+        control = cand in report.controls
+        shown = "ℹ️ noise reference" if control else f"{VERDICT_ICON[verdict]} {verdict}"
         counts = " | ".join(str(failed.count(k)) for k in kinds)
-        lines.append(f"| `{cand}`{role} | {VERDICT_ICON[verdict]} {verdict} | {sum(c.status == 'pass' for c in checks)} | "
+        lines.append(f"| `{cand}`{' (control)' if control else ''} | {shown} | {sum(c.status == 'pass' for c in checks)} | "
                      f"{counts} | {sum(c.insufficient is not None and c.status != 'fail' for c in checks)} | "
                      f"{sum(c.status == 'uninformative' for c in checks)} | {sum(c.mark == 'at ceiling' for c in checks)} |")
     return lines + [""] + _noise(report)
@@ -142,7 +132,7 @@ def _noise(report: GateReport) -> list[str]:
 
 def _loaded(report: GateReport) -> list[str]:
     """The note on latency checks whose baseline or candidate was timed on a loaded host."""
-    timed = {c.candidate for c in report.checks if c.status != "skip" and is_latency(c.metric)}
+    timed = {c.candidate for c in report.checks if is_latency(c.metric) and c.baseline is not None}
     if not timed:
         return []
     note = loaded_note({label: report.loads.get(label) for label in [report.baseline, *timed]})

@@ -4,9 +4,11 @@ stated objectives.
 
 A variant measured in several run folders (accuracy in one, latency alone on the card in another)
 is one row: its accuracy from the first folder that scored its tasks, its latency from the first
-that timed it, its memory figures from the first folder it appears in. Each folder is compared and
-gated against the baseline variant of that same folder, so that no figure is set against one
-measured under other conditions; a folder without the baseline contributes figures but no change.
+that timed it, its memory figures from the first folder it appears in. A folder that holds the
+baseline is compared and gated against its own, measured under the same conditions; a folder without
+it (variants run on other days, or with -V into folders of their own) against the baseline's folder
+(RUN of --baseline RUN:NAME, else the first folder that holds it), paired on the items both answered
+as `gate` pairs them, so one variant gets the same verdict alone in its folder or beside the others.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
 from evalsuite.core.units import GIB
 from evalsuite.report.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
-from evalsuite.report.gate import GateReport, Rules, Side, run_gate
+from evalsuite.report.gate import GateReport, Rules, Side, failed_checks_line, run_gate
 from evalsuite.report.names import loaded_mark
-from evalsuite.report.rules import default_rules_path
+from evalsuite.report.rules import default_rules_path, run_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -32,17 +34,18 @@ TTFT, ITL = f"{TTFT_P50}/ctx", f"{ITL_P50}/ctx"
 # ---------------------------------------------------------------- the gate, as this page reads it
 
 
-def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, str]:
-    """variant -> passed | failed | inconclusive | skipped, the gate's rule over the checks of every
-    folder that measured it: accuracy from one run and latency from another make one verdict (a
-    latency run alone has no accuracy evidence, but it takes none away)."""
+def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, tuple[str, str]]:
+    """variant -> (passed | failed | inconclusive | skipped, the checks that failed it), the gate's rule
+    over the checks of every folder that measured it: accuracy from one run and latency from another
+    make one verdict (a latency run alone has no accuracy evidence, but it takes none away)."""
     checks = []
     for part in parts:
         if part.gate is None:
             continue
         by_label = {e.label: e.result.variant for e in part.comparison.entries}
         checks += [dataclasses.replace(c, candidate=by_label.get(c.candidate, c.candidate)) for c in part.gate.checks]
-    return dict(GateReport(base, rules_path, rules, checks).verdicts())
+    pooled = GateReport(base, rules_path, rules, checks)
+    return {name: (v, failed_checks_line(pooled, name)) for name, v in pooled.verdicts().items()}
 
 
 # ---------------------------------------------------------------- one row per variant
@@ -88,9 +91,15 @@ class RunPart:
 
     run_dir: RunDir
     comparison: Comparison
-    has_baseline: bool
+    has_baseline: bool  # its variants have a baseline to be set against, its own or another folder's
     gate: GateReport | None = None
     latency_length: int | None = None  # single_length: the one prompt length its latency pass timed
+    foreign: str | None = None  # the label of another folder's baseline its variants are set against
+
+    @property
+    def entries(self) -> list[Entry]:
+        """The folder's own variants (another folder's baseline, compared against, is that folder's)."""
+        return [e for e in self.comparison.entries if e.label != self.foreign]
 
 
 @dataclass
@@ -110,7 +119,7 @@ class Report:
         return sorted({n for r in self.rows for n in r.ttft})
 
     def entries(self) -> list[Entry]:
-        return [e for p in self.parts for e in p.comparison.entries]
+        return [e for p in self.parts for e in p.entries]
 
 
 def _by_run(sources: list[tuple[RunDir, set[str] | None]]) -> list[tuple[RunDir, set[str] | None]]:
@@ -125,38 +134,60 @@ def _by_run(sources: list[tuple[RunDir, set[str] | None]]) -> list[tuple[RunDir,
     return list(merged.values())
 
 
-def baseline_name(sources: list[tuple[RunDir, set[str] | None]], wanted: str | None) -> str:
+def baseline_name(sources: list[tuple[RunDir, set[str] | None]], wanted: str | None) -> tuple[str, RunDir | None]:
     """--baseline (NAME or RUN:NAME, as compare takes it), else the first folder's config `baseline`,
-    else its first variant. Each folder is set against its own variant of that name."""
+    else its first variant; with the folder RUN:NAME named, else None."""
     if wanted:
         rd, name = baseline_ref(wanted, [r for r, _ in sources])
         known = {v.variant for r in ([rd] if rd else [r for r, _ in sources]) for v in r.load_run().variants}
         if name not in known:
             where = f"run {rd.run_id}" if rd else "the runs given"
             raise ConfigError(f"--baseline: {wanted!r} is not a variant of {where} (allowed: {', '.join(sorted(known))})")
-        return name
+        return name, rd
     rd = sources[0][0]
     named = rd.read_config().get("baseline")
     names = [v.variant for v in rd.load_run().variants]
     if named in names:
-        return named
+        return named, None
     if not names:
         raise ConfigError(f"{rd.root}: the run has no variants")
-    return names[0]
+    return names[0], None
 
 
-def _part(rd: RunDir, only: set[str] | None, base: str, rules: Rules, rules_path: str) -> RunPart:
+def _holds(rd: RunDir, base: str) -> bool:
+    v = rd.load_run().variant(base)
+    return v is not None and v.status in USABLE_STATUSES
+
+
+def home_folder(sources: list[tuple[RunDir, set[str] | None]], base: str, named: RunDir | None) -> RunDir | None:
+    """The folder whose baseline judges the folders that hold none: RUN of RUN:NAME, else the first
+    folder given that holds a usable NAME."""
+    if named is not None:
+        return named if _holds(named, base) else None
+    return next((rd for rd, _ in sources if _holds(rd, base)), None)
+
+
+def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules, rules_path: str) -> RunPart:
+    """A folder that holds the baseline is set against its own (measured under the same conditions);
+    one that does not, against the home folder's, on the items both answered, as `gate` pairs them."""
     names = {v.variant: v for v in rd.load_run().variants}
-    has_base = base in names and names[base].status in USABLE_STATUSES
-    picked = None if only is None else (only | {base} if has_base else only)
-    comparison = compare([(rd, picked)], base if has_base else None)
-    part = RunPart(rd, comparison, has_base, latency_length=single_length(rd))
+    own = base in names and names[base].status in USABLE_STATUSES
+    if own or home is None:
+        picked = None if only is None else (only | {base} if own else only)
+        comparison = compare([(rd, picked)], base if own else None)
+        base_rd = rd
+    else:
+        picked = (set(names) if only is None else only) - {base}
+        comparison = compare([(home, {base}), (rd, picked)], f"{home.root}:{base}")
+        base_rd = home
+    part = RunPart(rd, comparison, own or home is not None, latency_length=single_length(rd),
+                   foreign=None if own or home is None else comparison.baseline)
     candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
-    if has_base and candidates:
+    if part.has_baseline and candidates:
         try:
             # the whole folder as the run summary asks for it (its verdicts, the same gate), else the variants picked
-            sides = [Side(rd)] if only is None else [Side(rd, c) for c in candidates]
-            part.gate = run_gate(Side(rd, base), sides, rules, rules_path)
+            sides = [Side(rd)] if only is None and own else [Side(rd, c) for c in candidates]
+            part.gate = run_gate(Side(base_rd, base), sides, rules, rules_path)
         except ConfigError:
             part.gate = None  # no metric of this folder matched a rule: figures without a verdict
     return part
@@ -167,23 +198,24 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
     if not sources:
         raise ConfigError("report: give at least one run folder")
     sources = _by_run(sources)
-    base = baseline_name(sources, baseline)
-    parts = [_part(rd, only, base, rules, rules_path) for rd, only in sources]
+    base, named = baseline_name(sources, baseline)
+    home = home_folder(sources, base, named)
+    parts = [_part(rd, only, base, home, rules, rules_path) for rd, only in sources]
     primary = list(dict.fromkeys(m for p in parts for m in p.comparison.primary))
     report = Report(base, rules_path, rules, parts, [], primary)
     rows: dict[str, Row] = {}
     for part in parts:
-        for entry in part.comparison.entries:
+        for entry in part.entries:
             row = rows.setdefault(entry.result.variant, Row(entry.result.variant, entry.result.status,
                                                              baseline=entry.result.variant == base))
             _fill(row, part, entry, primary)
-        if part.has_baseline:
+        if part.has_baseline and part.foreign is None:
             report.marks = {**part.comparison.marks, **report.marks}
         if part.gate is not None:
             _judge(rows, part)
-    for name, verdict in pooled_verdicts(parts, base, rules, rules_path).items():
+    for name, (verdict, failing) in pooled_verdicts(parts, base, rules, rules_path).items():
         if name in rows:
-            rows[name].verdict = verdict
+            rows[name].verdict, rows[name].failing = verdict, failing
     report.rows = list(rows.values())
     _mark_pareto(report)
     return report
@@ -321,6 +353,8 @@ def safe_name(text: str) -> str:
 # ---------------------------------------------------------------- from the command line
 
 
-def rules_file(given: Path | None) -> Path:
-    """--rules, else the gate rules evalsuite ships."""
-    return given if given is not None else default_rules_path()
+def rules_file(given: Path | None, first: RunDir | None = None) -> Path:
+    """--rules, else the rules the first run folder's config names (`gate_rules`), else the shipped ones."""
+    if given is not None:
+        return given
+    return run_rules_path(first.read_config()) if first is not None else default_rules_path()

@@ -92,7 +92,7 @@ def verdict_cell(row: Row) -> str:
         return row.status
     if row.baseline:
         return "baseline"
-    text = row.verdict or "-"
+    text = (row.verdict or "-") + (f": {row.failing}" if row.verdict == "failed" and row.failing else "")
     return ("control: " if row.control else "") + text + (" (partial)" if row.status == "partial" else "")
 
 
@@ -124,7 +124,8 @@ def decision_table(report: Report) -> Table:
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
-    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder; "
+    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
+            "or in the baseline's folder for a folder without it; "
             "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
             "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
             "none has both fewer weight GiB and a higher score on that task. KV tokens (pool): the tokens the engine's KV cache "
@@ -265,7 +266,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         rd = part.run_dir
         env = json.loads((rd.root / ENV_FILE).read_text()) if (rd.root / ENV_FILE).exists() else {}
         record = rd.load_run()
-        engines = [e.result.engine for e in part.comparison.entries]
+        engines = [e.result.engine for e in part.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
         gpus = sorted({x.device for x in engines if x.device}) or [record.env.get("device") or "-"]
         version = env.get("evalsuite_version") or "-"

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import load_model
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import task_of
 from evalsuite.stats.informative import CEILING
 
@@ -101,6 +102,35 @@ def decision_rule(rules: Rules) -> str:
 def default_rules_path() -> Path:
     """The shipped rules (package data), for `gate` without --rules and the run summary."""
     return Path(__file__).with_name("gate_rules.yaml")
+
+
+# The rule sets shipped as package data, by the name a config's `gate_rules` may give
+SHIPPED_RULES = {"default": "gate_rules.yaml", "smoke": "gate_rules_smoke.yaml"}
+
+
+def named_rules_path(value: str, base: Path | None = None, key: str = "gate_rules") -> Path:
+    """A config's `gate_rules`: a shipped set by name, else a rules file (relative to `base`, the
+    config's folder); one line naming the key, the value and what is allowed where it is neither."""
+    if value in SHIPPED_RULES:
+        return Path(__file__).with_name(SHIPPED_RULES[value])
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() or base is None else base / path
+    if not path.is_file():
+        raise ConfigError(f"{key}: {value!r} is neither a shipped rule set nor a file here (allowed: "
+                          f"{', '.join(SHIPPED_RULES)}, or a rules YAML beside the config)")
+    return path.resolve()
+
+
+def run_rules_path(config: dict) -> Path:
+    """The rules a run was made to be judged by (its recorded config's `gate_rules`), else the shipped
+    default: what `gate`, `report` and the run summary use where no --rules is given."""
+    value = config.get("gate_rules")
+    if not isinstance(value, str) or not value:
+        return default_rules_path()
+    try:
+        return named_rules_path(value)
+    except ConfigError:
+        raise ConfigError(f"the run's config names gate_rules {value!r}, which is not here; give --rules FILE") from None
 
 
 def chance_margins(rules: Rules, metrics: list[str]) -> dict[str, float]:

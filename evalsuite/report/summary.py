@@ -16,8 +16,8 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.capacity import length_of, summary_cell, summary_columns
-from evalsuite.report.gate import Side, run_gate
-from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules
+from evalsuite.report.gate import Side, failed_checks_line, run_gate
+from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
 from evalsuite.report.placement import placement_table
 from evalsuite.report.terminal import Block, Blocks, fits
 from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
@@ -132,11 +132,19 @@ def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
         return {}, {}
     try:
-        report = run_gate(Side(rd, base), [Side(rd)], rules, str(default_rules_path()))
+        report = run_gate(Side(rd, base), [Side(rd)], rules, str(run_rules_path(rd.read_config())))
     except ConfigError:
         return {}, {}
     marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
-    return {v: f"{word} vs {base}" for v, word in report.verdicts().items()}, marks
+    return {v: _verdict_cell(report, v, word, base) for v, word in report.verdicts().items()}, marks
+
+
+def _verdict_cell(report, variant: str, word: str, base: str) -> str:
+    """`passed vs bf16`; a failed one names the checks it failed; a control is a noise reference."""
+    if variant in report.controls:
+        return f"control (noise reference for {base})"
+    failing = failed_checks_line(report, variant) if word == "failed" else ""
+    return f"{word} vs {base}" + (f": {failing}" if failing else "")
 
 
 def resolution_note(record: RunRecord, rules: Rules, rd: RunDir | None = None) -> str | None:
@@ -181,7 +189,7 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     # piped output gets 160 columns, unless $COLUMNS names a width
     console = console or Console(width=None if Console().is_terminal or os.environ.get("COLUMNS") else 160)
-    rules = load_rules(default_rules_path())
+    rules = load_rules(run_rules_path(run_dir.read_config()) if run_dir is not None else default_rules_path())
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     base = _baseline(run_dir, record) if run_dir is not None else None
     console.print(table(record, verdicts, marks, console.width, base))

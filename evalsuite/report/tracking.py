@@ -471,7 +471,7 @@ def _report(rd: RunDir, out: Path):
 
     files, report = [], None
     try:
-        path = rules_file(None)  # a run folder as it is: no MLflow look-up (sources) from inside tracking
+        path = rules_file(None, rd)  # a run folder as it is: no MLflow look-up (sources) from inside tracking
         report = build([(rd, None)], None, load_rules(path), str(path))
     except Exception as e:  # noqa: BLE001 - a page that cannot be drawn must not keep the records out
         logging.getLogger(__name__).warning("evalsuite: no report page for %s: %s", rd.root, e)

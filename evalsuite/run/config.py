@@ -20,6 +20,7 @@ from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSett
 from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
 from evalsuite.models.quantize import Method
+from evalsuite.report.rules import named_rules_path
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
@@ -238,6 +239,10 @@ class RunConfig(Strict):
     output_dir: str = "runs"
     seed: int = 0
     limit: int | None = Field(default=None, gt=0)  # at most this many items per task (`run --limit`): a quick try
+    # the gate rules its runs are judged by: a shipped set (`default`, `smoke`) or a rules YAML beside the
+    # config; `validate`, `run` (its summary, and the sizes it warns of) and `gate`/`report` without
+    # --rules use them. Resolved to the file's path when the config is read, and recorded so.
+    gate_rules: str = "default"
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -318,6 +323,10 @@ def load_config(path: str | Path, check_models: bool = True) -> RunConfig:
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
+    try:
+        cfg.gate_rules = str(named_rules_path(cfg.gate_rules, base))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
     problems = _check_variant_models(cfg) if check_models else []
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
@@ -420,6 +429,7 @@ def _rebase_paths(data: dict, folder: Path) -> None:
                 if isinstance(node.get(key), str):
                     node[key] = _local_path(folder, node[key])
     fix(data.get("model"), _MODEL_PATH_KEYS)
+    fix(data, ("gate_rules",))
     fix(data.get("defaults"), ("model",))
     variants = data.get("variants")
     for v in variants.values() if isinstance(variants, dict) else []:

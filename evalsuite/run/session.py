@@ -17,6 +17,7 @@ from evalsuite.run.config import RunConfig, check_local_model, check_task_data, 
 from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
+from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.resume import open_run_dir
 from evalsuite.run.runner import execute
 from evalsuite.tasks import TaskContext
@@ -59,6 +60,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
+    for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
+        console.print(f"warning: {line}", markup=False, highlight=False)
     with run_dir.held():  # to the end, tracking included: another process on this folder is refused
         if resume:
             record = run_dir.load_run()

@@ -14,50 +14,63 @@ check on an at-chance task as evidence.
 The chance level is what the best answer that ignores the item scores: 1/k for a balanced accuracy
 over k labels, the majority label's share for a plain accuracy (read from the items' targets); a task
 declares its headline's in its result (`chance`, by metric), else k is read from the choices its
-samples scored. Free-form answers (needles, lm-eval generation) have no chance level.
+samples scored, else from the targets. Free-form answers (needles, lm-eval generation) have no
+chance level. Where nothing says (an older record without targets), the mark is `chance unknown`,
+which the gate treats as at chance: never evidence.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import json
+import math
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, VariantResult, task_of
 from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.metrics import accuracy_interval
 
-AT_CHANCE, AT_CEILING = "at chance", "at ceiling"
+AT_CHANCE, AT_CEILING, CHANCE_UNKNOWN = "at chance", "at ceiling", "chance unknown"
 CEILING = 0.95
+UNKNOWN = math.nan  # chance_level where nothing says what an answer that ignores the item scores
 _PEEK = 50  # sample lines read to count a task's choices
+_LABELS = 26  # at most this many distinct targets, each repeated, make a label set (A-Z, Yes/No)
 
 
 def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -> float | None:
-    """The score an answer that ignores the item gets on `metric`; None where guessing scores ~0 or
-    nothing says. A task's declared level (1/k) stands for its own metric; for the others of a choice
-    task, where the run folder has the items, the best constant answer's score under the metric's own
-    weighting: the majority label's share for a plain accuracy (an all-"No" model scores 0.75 where
-    a quarter of the labels are "Yes"), 1/k for a balanced accuracy."""
+    """The score an answer that ignores the item gets on `metric`; None where guessing scores ~0
+    (free-form answers); UNKNOWN (nan) where nothing says. A task's declared level (1/k) stands for
+    its own metric; for the others of a choice task, where the run folder has the items, the best
+    constant answer's score under the metric's own weighting: the majority label's share for a plain
+    accuracy (an all-"No" model scores 0.75 where a quarter of the labels are "Yes"), 1/k for a
+    balanced accuracy. Records that declare nothing and kept no log-probabilities fall back on the
+    targets: a few labels, each repeated, are a choice task's; distinct targets a free-form one's."""
     task = task_of(metric)
     declared = getattr(result, "chance", None) or {}
     if metric in declared:
         return float(declared[metric])
     level = next((float(v) for name, v in declared.items() if task_of(name) == task), None)
     if rd is None:
-        return level
+        return level if level is not None or declared else UNKNOWN
     if level is None:
         path = rd.samples_file(result.variant, task)
         k = _choices(str(path), path.stat().st_mtime_ns) if path.is_file() else 0
         level = 1 / k if k >= 2 else None
-    constant = _constant_answer(rd, result, metric) if level is not None else None
-    return constant if constant is not None else level
+    if level is None and declared:  # a record that declares its choice tasks: this one is free-form
+        return None
+    targets = _targets(rd, result, metric)
+    if level is None and targets is None:
+        return UNKNOWN
+    if level is None and not _label_set(targets):
+        return None if len(set(targets)) == len(targets) else UNKNOWN
+    return _constant_answer(rd, result, metric) if targets else level
 
 
-def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | None:
-    """max over answers a of the metric's weighted mean of [target == a]; None without targets."""
+def _targeted(rd: RunDir, result: VariantResult, metric: str) -> tuple[list[dict], list[str]] | None:
+    """The metric's items and its strata where every item has a target; None otherwise."""
     from evalsuite.stats.paired import read_scores
-    from evalsuite.stats.significance import stratum_weights
 
     m = result.metric(metric)
     if m is None or m.strata is None:
@@ -65,7 +78,29 @@ def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | 
     items = list(read_scores(rd, result.variant, m).values())
     if not items or any(it["target"] in (None, "") for it in items):
         return None
-    w = stratum_weights([tuple(str(it.get(k)) for k in m.strata) for it in items])
+    return items, m.strata
+
+
+def _targets(rd: RunDir, result: VariantResult, metric: str) -> list[str] | None:
+    found = _targeted(rd, result, metric)
+    return None if found is None else [str(it["target"]) for it in found[0]]
+
+
+def _label_set(targets: list[str]) -> bool:
+    """A choice task's targets: 2 to _LABELS labels, each of them the answer to more than one item."""
+    counts = collections.Counter(targets)
+    return 2 <= len(counts) <= _LABELS and min(counts.values()) >= 2
+
+
+def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | None:
+    """max over answers a of the metric's weighted mean of [target == a]; None without targets."""
+    from evalsuite.stats.significance import stratum_weights
+
+    found = _targeted(rd, result, metric)
+    if found is None:
+        return None
+    items, strata = found
+    w = stratum_weights([tuple(str(it.get(k)) for k in strata) for it in items])
     share: dict[str, float] = {}
     for it, wi in zip(items, w, strict=True):
         share[str(it["target"])] = share.get(str(it["target"]), 0.0) + float(wi)
@@ -89,14 +124,16 @@ def _choices(path: str, _mtime_ns: int) -> int:
 
 def mark(m: Metric | None, chance: float | None, margin: float = 0.0, ceiling: float = CEILING,
          confidence: float = CONFIDENCE) -> str | None:
-    """`at chance`, `at ceiling` or None (informative) for one baseline score; margin and ceiling in
-    score units."""
+    """`at chance`, `at ceiling`, `chance unknown` or None (informative) for one baseline score; margin
+    and ceiling in score units."""
     if m is None or not m.item_score:
         return None
     ci = accuracy_interval(m, confidence)
     if ci is None:
         return None
     low, _ = ci
+    if chance is not None and math.isnan(chance):
+        return AT_CEILING if low >= ceiling else CHANCE_UNKNOWN
     if chance is not None and (low - chance < margin or low <= chance):
         return AT_CHANCE
     if low >= ceiling:

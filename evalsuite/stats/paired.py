@@ -20,8 +20,8 @@ import numpy as np
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, MetricKind
-from evalsuite.stats.significance import (PairedTest, paired_test, planned_se, resolvable_drop, score_interval,
-                                          smallest_cell, stratum_weights, two_sided, unpaired_test)
+from evalsuite.stats.significance import (PairedTest, keyed_resolution, paired_test, score_interval, smallest_cell,
+                                          stratum_weights, two_sided, unpaired_test)
 
 
 def item_labels(sample: dict, score: dict) -> set[str]:
@@ -211,8 +211,4 @@ def planned_resolution(items: dict[str, dict], strata: list[str], confidence: fl
     answer, weighed by `strata` as the gate weighs them: a balanced accuracy's few minority-label
     items set its floor and effective n, which its item count overstates (1,000 items with 3% "No":
     effective n 116, 5.2 points where n = 1,000 unweighted gives 1.8)."""
-    rows = list(items.values())
-    values = [r["value"] for r in rows]
-    test = paired_test(values, values, _item_keys(rows, strata), confidence)
-    return resolvable_drop(test.n_eff, planned_se(test.n_eff, discordance), confidence, power,
-                           test.best_bound(confidence))
+    return keyed_resolution(_item_keys(list(items.values()), strata), confidence, power, discordance)

@@ -7,10 +7,10 @@ Methods, and why these:
   single accuracy      Wilson score interval (statsmodels): stays in [0, 1] and keeps its
                        coverage at small n and near 0 or 1, where the normal interval fails.
   binary, unweighted   exact McNemar test for "the candidate is worse" (one-sided binomial test
-                       on the discordant pairs; also against a limit of 0), and Tango's score
-                       bounds for the drop, which give the p-values against a non-zero limit
-                       (Tango 1998; recommended for paired proportions by Fagerland, Lydersen &
-                       Laake 2014). Bounds stay in [-1, 1].
+                       on the discordant pairs; also against a limit of 0), and the exact
+                       unconditional test on Tango's score statistic for the drop (Sidik 2003;
+                       evalsuite.stats.exact), whose size holds at every n where Tango's
+                       asymptotic bound (Tango 1998) passed 7% of drops at the limit.
   weighted or partial  scores in [0, 1] whose strata weigh unequally (macro, balanced accuracy) or
                        that take fractional values (RULER's share of needles found): Tango's bounds
                        per stratum, shares lost and gained counted as changed answers, combined by
@@ -38,7 +38,7 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import binomtest, norm
 
-from evalsuite.stats import CONFIDENCE
+from evalsuite.stats import CONFIDENCE, exact
 from evalsuite.stats.strata import strata_stderr
 
 BOOTSTRAP_SEED = 0  # fixed, so a report is reproducible from its run folders
@@ -123,18 +123,24 @@ def tango_statistic(b: int, c: int, n: int, delta: float) -> float:
     return num / math.sqrt(var)
 
 
-def tango_bounds(b: int, c: int, n: int, confidence: float) -> tuple[float, float]:
-    """One-sided lower and upper score bounds for the drop, each at `confidence`."""
+def tango_bounds(b: float, c: float, n: float, confidence: float) -> tuple[float, float]:
+    """One-sided lower and upper score bounds for the drop, each at `confidence` (the normal
+    approximation; evalsuite.stats.exact has the exact ones). Tango's statistic falls as the drop
+    it is asked about rises and is 0 at the estimate, so each bound is the one root on its side;
+    where every item changed the same way the estimate is an end of [-1, 1] and so is that bound."""
     z = float(norm.ppf(confidence))
-    est = (b - c) / n
+    est = min(max((b - c) / n, -1.0), 1.0)
 
-    def root(target: float, lo: float, hi: float, edge: float) -> float:
-        f = lambda d: tango_statistic(b, c, n, d) - target  # noqa: E731
-        if f(edge) * f(est) > 0:  # the bound sits at the edge of [-1, 1]
-            return 1.0 if edge > 0 else -1.0
+    def root(target: float, lo: float, hi: float) -> float:
+        f = lambda d: (0.0 if d == est else tango_statistic(b, c, n, d)) - target  # noqa: E731
+        at_edge = lo if target > 0 else hi
+        if lo >= hi or f(at_edge) * f(est) > 0:  # the statistic never reaches the target: the edge
+            return at_edge if lo < hi else est
         return float(optimize.brentq(f, lo, hi, xtol=1e-10))
 
-    return root(z, -1 + _EDGE, est, -1 + _EDGE), root(-z, est, 1 - _EDGE, 1 - _EDGE)
+    low = -1.0 if est <= -1 + _EDGE else root(z, -1 + _EDGE, est)
+    high = 1.0 if est >= 1 - _EDGE else root(-z, est, 1 - _EDGE)
+    return max(-1.0, min(low, est)), min(1.0, max(high, est))
 
 
 # ---------------------------------------------------------------- the common result
@@ -172,21 +178,36 @@ class PairedTest:
 
 
 def binary_test(base: np.ndarray, cand: np.ndarray, confidence: float) -> PairedTest:
+    """0/1 items weighed alike: the exact unconditional test and its bounds (evalsuite.stats.exact),
+    whose size holds at every n where Tango's asymptotic bound passed 7% of drops at the limit near
+    the smallest n a limit resolves; exact McNemar against a limit of 0."""
     n = len(base)
     b = int(np.sum((base == 1) & (cand == 0)))
     c = int(np.sum((base == 0) & (cand == 1)))
     drop = (b - c) / n
-    low, high = tango_bounds(b, c, n, confidence)
+    low, high = exact.lower_bound(b, c, n, confidence), exact.upper_bound(b, c, n, confidence)
 
     def p_limit(limit: float, within: bool) -> float:
         if limit == 0:  # no margin: the exact conditional test applies (McNemar, either direction)
             return mcnemar_worse_p(c, b) if within else mcnemar_worse_p(b, c)
-        t = tango_statistic(b, c, n, limit)
-        return float(norm.cdf(t) if within else norm.sf(t))
+        return exact_p(b, c, n, limit, within, (low, high))
 
     se = math.sqrt(max((b + c) / n - drop * drop, 0.0) / n)
     return PairedTest(n, float(n), 1 / n, drop, low, high, se, math.sqrt((b + c) / n / n), mcnemar_worse_p(b, c),
-                      "exact McNemar; Tango score bounds", (b, c), p_limit)
+                      "exact unconditional test on Tango's statistic; exact McNemar", (b, c), p_limit,
+                      floor=exact.floor(n, confidence))
+
+
+def exact_p(b: int, c: int, n: int, limit: float, within: bool, bounds: tuple[float, float]) -> float:
+    """The exact p against `limit`, held to the bounds printed: p(drop) can rise again past the bound's
+    first crossing (a count's statistic crossing the observed one), and a limit on the bound's side
+    takes the p at the bound, so a check passes exactly where its limit lies beyond the bound."""
+    low, high = bounds
+    if within:
+        p = exact.p_at_least(b, c, n, limit)
+        return p if limit > high else max(p, exact.p_at_least(b, c, n, max(high - 1e-7, (b - c) / n)))
+    p = exact.p_at_most(b, c, n, limit)
+    return p if limit < low else max(p, exact.p_at_most(b, c, n, min(low + 1e-7, (b - c) / n)))
 
 
 def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], confidence: float) -> PairedTest:
@@ -212,9 +233,7 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
         p_above = inverted_p(bounds_at, drop, limit)
         return p_above if within else 1 - p_above
 
-    z2 = float(norm.ppf(confidence)) ** 2
-    floor = math.sqrt(sum((float(w[idx].sum()) * z2 / (len(idx) + z2)) ** 2  # no answer changed anywhere
-                          for idx in groups))
+    floor = mover_floor([(float(w[idx].sum()), len(idx)) for idx in groups], confidence)
     se = math.sqrt(sum(cw * cw * max((b + c) / n - ((b - c) / n) ** 2, 0.0) / n for b, c, n, cw in cells))
     se0 = math.sqrt(sum(cw * cw * (b + c) / n / n for b, c, n, cw in cells))
     low, high = bounds_at(confidence)
@@ -226,6 +245,14 @@ def tango_mover_test(base: np.ndarray, cand: np.ndarray, keys: Sequence[tuple], 
            else "Tango score bounds") + fractional
     return PairedTest(len(base), float(1 / np.sum(w * w)), float(w.max()), drop, low, high, se, se0, p_worse,
                       how, None, p_limit, floor=floor)
+
+
+def mover_floor(strata: Sequence[tuple[float, int]], confidence: float) -> float:
+    """The MOVER upper bound had no answer changed in any stratum, from each stratum's (weight, items):
+    sqrt(sum (W z^2 / (n + z^2))^2). Near the boundary MOVER is conservative: k equal strata of m items
+    give sqrt(k) times the plain mean's floor, which is why a stratified check needs more items."""
+    z2 = float(norm.ppf(confidence)) ** 2
+    return math.sqrt(sum((weight * z2 / (n + z2)) ** 2 for weight, n in strata))
 
 
 def _changed_answers(diff: np.ndarray, weight: float) -> tuple[float, float, float, float]:
@@ -447,12 +474,10 @@ def inverted_p(bounds_at: Callable[[float], tuple[float, float]], estimate: floa
 
 
 def best_case_bound(n_eff: float, confidence: float) -> float:
-    """The upper bound on the drop when no item changed: Tango's bound at b = c = 0 is z^2/(n+z^2).
-
-    A limit below it can never be certified at this n, whatever the candidate does.
-    """
-    z = float(norm.ppf(confidence))
-    return z * z / (n_eff + z * z)
+    """The upper bound on the drop when no item changed, by the exact test: 1 - alpha^(1/n) (the
+    chance that none of n items is lost at a drop of that size is alpha). A limit below it can never
+    be certified at this n, whatever the candidate does."""
+    return exact.floor(max(int(n_eff), 1), confidence)
 
 
 def resolvable_drop(n_eff: float, se: float, confidence: float, power: float, floor: float | None = None) -> float:
@@ -466,6 +491,21 @@ def resolvable_drop(n_eff: float, se: float, confidence: float, power: float, fl
     return max(best_case_bound(n_eff, confidence) if floor is None else floor, z * se)
 
 
+def keyed_resolution(keys: Sequence[tuple], confidence: float, power: float, discordance: float,
+                     stratified: bool = False) -> float:
+    """resolvable_drop for items weighed by `keys` (their strata, as stratum_weights weighs them): the
+    paired test of identical answers gives the effective n and the floor (a plain mean's is exact).
+    `stratified`: the strata's MOVER floor even where their weights come out equal, as they rarely do
+    for labels (a balanced accuracy), where the test takes the plain mean's."""
+    values = np.ones(len(keys))
+    test = paired_test(values, values, list(keys), confidence)
+    floor = test.best_bound(confidence)
+    if stratified:
+        w, cells = stratum_weights(list(keys)), strata_indices(list(keys))
+        floor = mover_floor([(float(w[idx].sum()), len(idx)) for idx in cells], confidence)
+    return resolvable_drop(test.n_eff, planned_se(test.n_eff, discordance), confidence, power, floor)
+
+
 def planned_se(n: float, discordance: float) -> float:
     """se of a paired drop of 0 when a fraction `discordance` of items change answer, half each way."""
     return math.sqrt(discordance / n)
@@ -475,6 +515,4 @@ def items_needed(limit: float, discordance: float, confidence: float, power: flo
     """Paired items for `limit` to be resolvable at `discordance` (inverse of resolvable_drop)."""
     z = float(norm.ppf(confidence)) + float(norm.ppf(power))
     n_se = math.ceil(z * z * discordance / (limit * limit))
-    zc = float(norm.ppf(confidence))
-    n_floor = math.ceil(zc * zc * (1 - limit) / limit)  # best_case_bound(n) <= limit
-    return max(n_se, n_floor)
+    return max(n_se, exact.floor_items(limit, confidence))  # best_case_bound(n) <= limit
