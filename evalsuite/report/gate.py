@@ -48,6 +48,7 @@ from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metri
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics
+from evalsuite.report.sequential import early_stop, sequential_test
 from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
@@ -118,6 +119,11 @@ class _Tested:
 def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_Tested, Pairing]:
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
+    stop = early_stop(pair.cand, metric)
+    if stop is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
+        test, how, why = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop)
+        p.unmeasured, p.missing_groups = (0.0, 0.0), ()  # the sequence speaks for the items it did not see
+        return _Tested(test, how, why, p.means() if p.n else None), p
     if p.n == 0 and p.n_base and p.n_cand:
         return _Tested(None, "no shared sample ids", f"the runs scored different items ({p.n_base} and {p.n_cand}, "
                        "no sample id in common): nothing to pair"), p
