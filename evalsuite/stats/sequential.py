@@ -40,6 +40,7 @@ CONFIDENCE_FLOOR = 0.8
 BET_CAP = 0.5  # a bet risks at most half the capital on one item
 PRIOR_ITEMS = 2.0  # pseudo-items that pull early estimates towards the null and the planning discordance
 PRIOR_DISCORDANCE = 0.05
+TIE = 1e-12
 PLUG_IN_ALPHA = 0.05  # the level the bounding bets are sized for (fixed, so they never depend on the rules read)
 
 Kind = Literal["within", "above", "below", "above_margin"]
@@ -232,16 +233,17 @@ class Sequential:
         return self._cache[key]
 
     def _settled(self, kind: Kind, limit: float) -> np.ndarray:
-        """Where H0 is false whatever the unseen items are."""
+        """Where H0 is false whatever the unseen items are (beyond sums' rounding: a drop equal to the
+        limit at the last item is not above it)."""
         if kind == "above":
-            return self.d_min > limit
+            return self.d_min > limit + TIE
         if kind == "below":
-            return self.d_max < limit
+            return self.d_max < limit - TIE
         if kind == "within":
-            open_ = self.d_max < limit
-            return open_ & (self.d_max + self._margin_hi(open_) < limit)
-        open_ = self.d_min > limit
-        return open_ & (self.d_min - self._margin_hi(open_) > limit)
+            open_ = self.d_max < limit - TIE
+            return open_ & (self.d_max + self._margin_hi(open_) < limit - TIE)
+        open_ = self.d_min > limit + TIE
+        return open_ & (self.d_min - self._margin_hi(open_) > limit + TIE)
 
     def p(self, kind: Kind, limit: float) -> float:
         """Anytime-valid p-value over the items seen: 1 / the largest e-value reached."""
