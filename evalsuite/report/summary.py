@@ -149,3 +149,7 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
             console.print(f"  {v.variant} simulated: INT4 weights rounded as {v.settings.get('quantize')} W4A16 and run "
                           "dense; accuracy measured, memory predicted for INT4 kernels, no latency",
                           markup=False, highlight=False)
+        for task, stop in v.stopped.items():
+            decided = ", ".join(f"{m} {d}" for m, d in stop.decided.items())
+            console.print(f"  {v.variant} · {task}: stopped at {stop.items:,} of {stop.of:,} items, every check decided "
+                          f"({decided}; --stop decided)", markup=False, highlight=False)

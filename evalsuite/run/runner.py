@@ -127,6 +127,7 @@ class Runner:
             todo = []
         bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
         size = task.batch_size or self.cfg.engine.batch_size
+        size = watch.batch_size(size) if watch is not None else size
         warmup = task.warmup_request() if todo else None
         if warmup is not None:
             engine.generate([warmup])  # first-request overheads are not latency

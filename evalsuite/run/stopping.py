@@ -43,12 +43,25 @@ def phases(cfg: RunConfig) -> list[RunConfig]:
     return [first, rest]
 
 
+# A task that may stop is sent in batches of at most 1/STEPS of its items (MIN_BATCH at least): a
+# decision is read after each recorded batch, while the engine answers the next, so it costs up to two
+# batches beyond the item that decided it (MMLU: 110 items a batch, not the default 256).
+STEPS, MIN_BATCH = 128, 32
+
+
+def batch_size(total: int, size: int) -> int:
+    return min(size, max(MIN_BATCH, -(-total // STEPS)))
+
+
 class Watch:
     """One candidate task's checks, asked after each batch whether all are decided."""
 
     def __init__(self, stopper: Stopper, variant: str, task: str, found: list[Check], total: int):
         self.stopper, self.variant, self.task, self.found, self.total = stopper, variant, task, found, total
         self.result: EarlyStop | None = None
+
+    def batch_size(self, size: int) -> int:
+        return batch_size(self.total, size)
 
     def decided(self, scored: int) -> bool:
         """True once every check is decided on the `scored` items recorded; the record is then in `result`."""
