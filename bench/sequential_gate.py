@@ -9,7 +9,7 @@ check of the shipped rules (mmlu/acc, and mmlu/acc_macro over subjects, 2 pt eac
 the sequential test's (report/sequential.py's, the gate's) at the items scored, and the full-data
 verdict the gate's paired test on all 14,042. A candidate's task stops once both checks are decided.
 
-    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--scores DIR] [--repeat DIR]
+    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N]
 
 Prints a line per candidate, then `RESULT bench=sequential_gate ...`: items_used_frac (the share of
 items scored: up to the batch the decision was read after, and the one in hand then; over candidates
@@ -29,38 +29,41 @@ from pathlib import Path
 
 import numpy as np
 
-from evalsuite.core.types import Metric
 from evalsuite.report.rules import default_rules_path, load_rules
 from evalsuite.run.stopping import batch_size
 from evalsuite.stats.sequential import Population, Sequential, seeded_order
 from evalsuite.stats.significance import paired_test
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-SCORES = RESULTS / "h200-2026-12-01-qwen2.5-coder-1.5b" / "scores"  # where the kept scores live today
-REPEAT = RESULTS / "h200-2026-11-30-qwen2.5-coder-1.5b" / "scores" / "bf16"
+PAGE, REPEAT_PAGE = "h200-2026-12-01-qwen2.5-coder-1.5b", "h200-2026-11-30-qwen2.5-coder-1.5b"
 CANDIDATES = {"fp8": "fp8", "awq": "awq", "gptq": "gptq", "rtn": "rtn", "kv_fp8": "kv_fp8",
               "kv_fp8_skip_layers": "kv_fp8_skip_layers_0_1_triton_attn", "kv_int8": "kv_int8_per_token_head"}
 TASK = "mmlu"
+METRICS = ("mmlu/acc", "mmlu/acc_macro")  # the 1.5B page's gated MMLU metrics
 
 
-def kept_scores(variant_dir: Path, task: str = TASK) -> dict[str, dict]:
-    """sample id -> its Score (value, group, target, ...) as kept per variant: <task>.scores.jsonl.gz."""
-    with gzip.open(variant_dir / f"{task}.scores.jsonl.gz", "rt") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    return {r["sample_id"]: r for r in rows}
+def kept_scores(page: str, part: str = "scores", variants: tuple[str, ...] = ()) -> dict[str, dict[str, dict]]:
+    """variant -> task -> sample id -> Score row of a results page's kept scores (PAGE/PART/<variant>/
+    <task>.scores.jsonl.gz). The one place that knows where they are: point it elsewhere as the
+    pages' data moves."""
+    out: dict[str, dict[str, dict]] = {}
+    for f in sorted((RESULTS / page / part).glob("*/*.scores.jsonl.gz")):
+        if variants and f.parent.name not in variants:
+            continue
+        with gzip.open(f, "rt") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        out.setdefault(f.parent.name, {})[f.name.removesuffix(".scores.jsonl.gz")] = {r["sample_id"]: r for r in rows}
+    return out
 
 
-def kept_metrics(variant_dir: Path) -> list[Metric]:
-    return [Metric.model_validate(m) for m in json.loads((variant_dir / "result.json").read_text())["metrics"]]
-
-
-def gated(base_dir: Path) -> list[tuple[str, list[str], float]]:
-    """(metric, strata, limit in score units) for each MMLU metric a points rule of the shipped rules names."""
+def gated() -> list[tuple[str, list[str], float]]:
+    """(metric, strata, limit in score units) of the shipped rules for the page's MMLU metrics; a rule
+    without strata weighs items as the metric does (acc alike, acc_macro by subject)."""
     rules, out = load_rules(default_rules_path()), []
-    for m in kept_metrics(base_dir):
-        rule = rules.rule_for(m.name)
-        if m.name.startswith(f"{TASK}/") and m.group is None and rule is not None and rule.kind == "max_drop_points":
-            out.append((m.name, rule.strata or m.strata or [], rule.limit_for(m.name) / 100))
+    for name in METRICS:
+        rule = rules.rule_for(name)
+        if rule is not None and rule.kind == "max_drop_points":
+            out.append((name, rule.strata or (["group"] if name.endswith("_macro") else []), rule.limit_for(name) / 100))
     return out
 
 
@@ -85,21 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orders", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=0, help="items a batch (default: the runner's under --stop decided)")
-    ap.add_argument("--scores", type=Path, default=SCORES, help="kept scores, one folder per variant")
-    ap.add_argument("--repeat", type=Path, default=REPEAT, help="the bf16 repeat's kept scores")
     args = ap.parse_args(argv)
     rules = load_rules(default_rules_path())
-    base = kept_scores(args.scores / "bf16")
+    kept = kept_scores(PAGE, "scores", ("bf16", *CANDIDATES.values()))
+    base = kept["bf16"][TASK]
     ids = sorted(base)
     batch = args.batch or batch_size(len(ids), 256)
-    checks = gated(args.scores / "bf16")
-    folders = {name: args.scores / folder for name, folder in CANDIDATES.items()} | {"bf16_repeat": args.repeat}
+    checks = gated()
+    variants = {name: kept[folder][TASK] for name, folder in CANDIDATES.items()}
+    variants["bf16_repeat"] = kept_scores(REPEAT_PAGE, "scores", ("bf16",))["bf16"][TASK]
     t0 = time.perf_counter()
     index = {s: i for i, s in enumerate(ids)}
     orders = [np.array([index[s] for s in seeded_order(ids, seed, TASK)]) for seed in range(args.orders)]
     used, computed, wrong, verdicts, per = [], [], [], [], {}
-    for name, folder in folders.items():
-        cand = kept_scores(folder)
+    for name, cand in variants.items():
         d = np.array([base[s]["value"] - cand[s]["value"] for s in ids])
         stops, calls = np.zeros(args.orders, int), []
         for metric, strata, limit in checks:
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: full data {'/'.join(v for v, _, _ in calls)}; items used {per[name][0]:.3f} "
               f"(median {np.median(n) / len(ids):.3f}); wrong {np.mean(wrong_checks):.4f} "
               f"[{time.perf_counter() - t0:.0f} s]", flush=True)
-    print(f"RESULT bench=sequential_gate orders={args.orders} batch={batch} candidates={len(folders)} "
+    print(f"RESULT bench=sequential_gate orders={args.orders} batch={batch} candidates={len(variants)} "
           f"checks={len(checks)} items={len(ids)} items_used_frac={np.mean(used):.3f} computed_frac={np.mean(computed):.3f} "
           f"kv_fp8_items_frac={per['kv_fp8'][0]:.3f} wrong_decisions={np.mean(wrong):.4f} "
           f"wrong_verdicts={np.mean(verdicts):.4f}")
