@@ -24,7 +24,7 @@ DECISIONS = ("upper_bound", "lower_bound")  # a `point` rule has no bound to dec
 
 
 @dataclass
-class Check:
+class Gated:
     """One gated metric of a task: its rule and limit (score units), and the baseline's items of it in
     the seeded order, as the full-data test weighs them."""
 
@@ -36,7 +36,7 @@ class Check:
     population: Population
 
 
-def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int) -> list[Check] | str:
+def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int) -> list[Gated] | str:
     """The checks a candidate's task must decide before it may stop, or why it must run whole: a rule
     of another kind (latency, memory) on its metrics, scores outside [0, 1], or a check the full data
     could not resolve (too few items, a stratum too small) and that the gate judges on all of them."""
@@ -58,7 +58,7 @@ def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: 
     return out or "no accuracy rule names its metrics"
 
 
-def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Metric, seed: int) -> Check | str:
+def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Metric, seed: int) -> Gated | str:
     items = read_scores(base_rd, base.variant, m)
     if not all(0 <= r["value"] <= 1 for r in items.values()):
         return f"{m.name} has scores outside [0, 1]"
@@ -70,10 +70,10 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
         return f"{m.name}: {pop.n} items, smallest stratum {smallest_cell(keys)}: too few to judge early"
     if rules.decision == "upper_bound" and pop.floor(critical(rules.confidence)) > limit:
         return f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit"
-    return Check(m, rule, limit, order, items, pop)
+    return Gated(m, rule, limit, order, items, pop)
 
 
-def sequence(rules: Rules, check: Check, cand: dict[str, dict]) -> Sequential | str:
+def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | str:
     """The check's test on the candidate's items, which must be the first n of the seeded order."""
     seen = [s for s in check.order if s in cand]
     if seen != check.order[: len(seen)]:
@@ -82,7 +82,7 @@ def sequence(rules: Rules, check: Check, cand: dict[str, dict]) -> Sequential | 
     return Sequential(check.population, drops, rules.confidence, check.limit, rules.decision, rules.discordance)
 
 
-def decisions(rules: Rules, found: list[Check], cand_rd: RunDir, cand: str) -> dict[str, str | None]:
+def decisions(rules: Rules, found: list[Gated], cand_rd: RunDir, cand: str) -> dict[str, str | None]:
     """Each check's decision on what the candidate has recorded so far: pass, fail, or None (open)."""
     out: dict[str, str | None] = {}
     for check in found:
@@ -111,3 +111,15 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     why = None if decided else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was decided "
                                 f"(under {stop.rules or 'the shipped rules'})")
     return as_paired_test(seq, rules.alpha), how, why
+
+
+def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd: RunDir, cand: VariantResult,
+                     metric: str, confidence: float) -> PairedTest | None:
+    """For `compare`: the sequential test's one-sided bounds at `confidence` where the candidate stopped
+    the metric's task early (a fixed-n interval on the items it stopped at would not hold its level),
+    else None."""
+    stop, rule = early_stop(cand, metric), rules.rule_for(metric)
+    if stop is None or rule is None or rule.kind != "max_drop_points":
+        return None
+    at = rules.model_copy(update={"confidence": confidence})
+    return sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)[0]

@@ -6,6 +6,7 @@ runs this size can resolve; the same rules and decision as `evalsuite gate`."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -132,9 +133,16 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
     return planned_resolution(items, m.strata, rules.confidence, rules.power, rules.discordance)
 
 
+def _rules_path(record: RunRecord) -> Path:
+    """The rules a run's early stops followed (run --stop decided with scheduler.stop_rules), so that its
+    gate column judges by the checks that stopped it; else the shipped ones."""
+    named = next((Path(s.rules) for v in record.variants for s in v.stopped.values() if s.rules), None)
+    return named if named is not None and named.is_file() else default_rules_path()
+
+
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     console = console or Console(width=None if Console().is_terminal else 160)
-    rules = load_rules(default_rules_path())
+    rules = load_rules(_rules_path(record))
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     console.print(table(record, verdicts, marks))
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), resolution_note(record, rules, run_dir)):

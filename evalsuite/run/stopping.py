@@ -15,7 +15,7 @@ from __future__ import annotations
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Sample
 from evalsuite.report.rules import Rules, default_rules_path, load_rules
-from evalsuite.report.sequential import Check, checks, decisions
+from evalsuite.report.sequential import Gated, checks, decisions
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import console
 from evalsuite.stats.sequential import seeded_order
@@ -56,7 +56,7 @@ def batch_size(total: int, size: int) -> int:
 class Watch:
     """One candidate task's checks, asked after each batch whether all are decided."""
 
-    def __init__(self, stopper: Stopper, variant: str, task: str, found: list[Check], total: int):
+    def __init__(self, stopper: Stopper, variant: str, task: str, found: list[Gated], total: int):
         self.stopper, self.variant, self.task, self.found, self.total = stopper, variant, task, found, total
         self.result: EarlyStop | None = None
 
