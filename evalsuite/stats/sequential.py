@@ -161,6 +161,7 @@ class Sequential:
         seen_d, seen_w = np.cumsum(w * d), np.cumsum(w)
         self.d_min, self.d_max = seen_d - (1 - seen_w), seen_d + (1 - seen_w)
         self._d, self._cells = d, cells
+        self._mhi: tuple[int, np.ndarray] | None = None
 
     def _margin_hi(self, rows: np.ndarray) -> np.ndarray:
         """The margin bound with every unseen item changed, after each item from the first of `rows`
@@ -169,6 +170,9 @@ class Sequential:
         if not rows.any():
             return out
         start, pop = int(np.argmax(rows)), self.pop
+        if self._mhi is not None and self._mhi[0] <= start:  # the drop's extremes move one way: a suffix
+            out[start:] = self._mhi[1][start - self._mhi[0]:]
+            return out
         k = len(pop.sizes)
         changed0 = np.bincount(self._cells[:start], weights=np.abs(self._d[:start]), minlength=k)
         count0 = np.bincount(self._cells[:start], minlength=k).astype(float)
@@ -177,6 +181,7 @@ class Sequential:
         changed = changed0 + np.cumsum(onehot * np.abs(self._d[start:])[:, None], axis=0)
         count = count0 + np.cumsum(onehot, axis=0)
         out[start:] = pop.margin_bound((changed + pop.sizes - count) / pop.sizes, self.z)
+        self._mhi = (start, out[start:].copy())
         return out
 
     def _null(self, kind: Kind, limit: float) -> _Null:
@@ -219,6 +224,8 @@ class Sequential:
         An H0 that the items seen already rule out, whatever the unseen ones are, is +inf from there on."""
         key = (kind, float(limit))
         if key not in self._cache:
+            if len(self._cache) > 8:  # a bound's bisection asks many limits once each
+                self._cache.clear()
             h = self._null(kind, limit)
             lam = self._bet(kind)
             impossible = h.mean > h.high if h.sign < 0 else h.mean < h.low
