@@ -99,11 +99,13 @@ def test_at_n_equal_N_the_sequence_is_the_benchmarks_drop(cells, seed):
 
 
 def wrong_rate(pop: Population, d: np.ndarray, limit: float, kind: str, orders: int, seed: int) -> float:
-    """The share of random orders in which the test ever rejects, looked at after every item."""
+    """The share of random orders in which the test ever rejects, looked at after every item, under the
+    decision rule it decides for (its bets sized for the limit)."""
+    rule = "upper_bound" if kind in ("within", "above") else "lower_bound"
     rng, hits = np.random.default_rng(seed), 0
     for _ in range(orders):
         o = rng.permutation(pop.n)
-        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], 0.95, limit)
+        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], 0.95, limit, rule)
         hits += seq.first(kind, limit, ALPHA) <= seq.n
     return hits / orders
 
@@ -119,10 +121,13 @@ def test_a_pass_is_wrong_at_most_alpha_of_the_time(cells):
 
 
 @pytest.mark.parametrize("cells", [[1500], [60, 150, 300, 90]])
-def test_a_drop_shown_above_the_limit_is_wrong_at_most_alpha_of_the_time(cells):
-    pop, d, _ = population(cells, 6, 0.09, 0.03)
-    limit = float(pop.weights @ d)  # the benchmark's drop is the limit: showing it above is wrong
-    assert wrong_rate(pop, d, limit, "above", 300, 12) <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / 300)
+@pytest.mark.parametrize("kind", ["above", "below", "above_margin"])
+def test_the_other_sides_are_wrong_at_most_alpha_of_the_time(cells, kind):
+    """The benchmark's drop shown above (below) a limit equal to it, or the full run's lower bound
+    shown above a limit equal to it: each wrong in at most alpha of the orders."""
+    pop, d, keys = population(cells, 6, 0.09, 0.03)
+    limit = full_bounds(d, keys)[0] if kind == "above_margin" else float(pop.weights @ d)
+    assert wrong_rate(pop, d, limit, kind, 300, 12) <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / 300)
 
 
 def test_clear_cases_are_decided_early():
