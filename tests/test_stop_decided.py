@@ -195,3 +195,14 @@ def test_resume_and_gate_on_the_stopped_run(fake_run):
     rules = path.parent / "rules.yaml"
     res = CliRunner().invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", str(run), "--rules", str(rules)])
     assert "missing in candidate" not in res.output and res.output.count("stopped early at n=") == 4
+
+
+def test_a_missing_stop_rules_file_is_one_line_before_any_engine(tmp_path, tiny_model):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "engine": {"mode": "fake"},
+                                    "variants": {"a": {}, "b": {}}, "baseline": "a",
+                                    "scheduler": {"stop": "decided", "stop_rules": "nope.yaml"},
+                                    "output_dir": str(tmp_path / "runs")}))
+    res = CliRunner().invoke(app, ["run", str(path), "--no-progress"])
+    assert res.exit_code == 2 and "scheduler.stop_rules:" in res.output and "nope.yaml: file not found" in res.output
+    assert not (tmp_path / "runs").exists()

@@ -12,6 +12,7 @@ checks the full data could not resolve run whole.
 
 from __future__ import annotations
 
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Sample
 from evalsuite.report.rules import Rules, default_rules_path, load_rules
@@ -78,7 +79,12 @@ class Watch:
 def stop_rules(cfg: RunConfig) -> Rules:
     """The rules whose checks decide (scheduler.stop_rules, else the shipped ones); a bad file is
     refused in one line before any engine starts."""
-    return load_rules(cfg.scheduler.stop_rules or default_rules_path())
+    if not cfg.scheduler.stop_rules:
+        return load_rules(default_rules_path())
+    try:
+        return load_rules(cfg.scheduler.stop_rules)
+    except ConfigError as e:
+        raise ConfigError(f"scheduler.stop_rules: {e}") from None
 
 
 class Stopper:
