@@ -152,6 +152,9 @@ def prepare(
         typer.echo(f"{f}: ready in {done.seconds:.0f} s: {counts} (model {done.model}; cache {cache})")
 
 
+Stop = StrEnum("Stop", ["full", "decided"])  # scheduler.stop's values, checked by typer before anything runs
+
+
 @app.command()
 @friendly
 def run(
@@ -176,6 +179,11 @@ def run(
                                         help="Engines at once on the device: auto (as many as the memory planner "
                                              "fits, less scheduler.margin), or at most N. Default: the config's "
                                              "scheduler.parallel (1: one after another)."),
+    stop: Stop | None = typer.Option(None, "--stop", metavar="full|decided",
+                                     help="decided: items in a seeded random order, the baseline first and whole; "
+                                          "a candidate's task ends once every gate check on it is decided by an "
+                                          "anytime-valid test (docs/statistics.md). Default: the config's "
+                                          "scheduler.stop (full)."),
 ) -> None:
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
     from evalsuite.run.session import run_config
@@ -186,7 +194,7 @@ def run(
     record = run_config(config_path(config), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
                         show_progress=progress, only=variant, ray_address=ray,
                         only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit,
-                        parallel=parallel)
+                        parallel=parallel, stop=stop and stop.value)
     failed = [v for v in record.variants if v.status == "failed"]
     if failed and len(failed) == len(record.variants):
         raise typer.Exit(1)

@@ -356,6 +356,17 @@ FOOTPRINT_PARTS = {"weights_gib": "weights", "kv_cache_gib": "KV pool", "activat
                    "cuda_graph_gib": "CUDA graphs", "non_torch_gib": "runtime"}
 
 
+class EarlyStop(_Model):
+    """A task `run --stop decided` ended before its last item, every gate check on it decided by an
+    anytime-valid test (evalsuite.stats.sequential); the items it did not score were not needed."""
+
+    items: int  # scored: the first of the task's seeded order
+    of: int  # the task's items
+    seed: int  # the order's seed (stats.sequential.order_key)
+    decided: dict[str, Literal["pass", "fail"]] = Field(default_factory=dict)  # per gated metric
+    rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
+
+
 class VariantResult(_Model):
     variant: str
     status: Status = "pending"
@@ -376,6 +387,7 @@ class VariantResult(_Model):
     # shared the device, and whether the engine figures were measured alone (evalsuite.run.packing)
     placement: dict[str, Any] = Field(default_factory=dict)
     host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
+    stopped: dict[str, EarlyStop] = Field(default_factory=dict)  # by task: ended early under --stop decided
     started_at: datetime | None = None
     duration_s: float | None = None
 

@@ -34,6 +34,7 @@ from evalsuite.report.names import (
     prop,
 )
 from evalsuite.report.rules import chance_margins, default_rules_path, load_rules, run_rules_path
+from evalsuite.report.sequential import stopped_interval
 from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
@@ -269,7 +270,11 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
 def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
     p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, base.result.metric(metric))
-    if p.n == 0:
+    seq = stopped_interval(load_rules(default_rules_path()), base.run_dir, base.result, cand.run_dir, cand.result,
+                           metric, two_sided(CONFIDENCE)) if cand.result.stopped else None
+    if seq is not None:  # a task stopped early (run --stop decided): the gate's sequential bounds
+        low, high, test = -seq.high, -seq.low, seq
+    elif p.n == 0:
         test = unpaired(base.result.metric(metric), cand.result.metric(metric), two_sided(CONFIDENCE))
         if test is None:
             return None

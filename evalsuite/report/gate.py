@@ -53,6 +53,7 @@ from evalsuite.report.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.report.compare import label_entries
 from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
 from evalsuite.report.names import flat_metrics, is_latency
+from evalsuite.report.sequential import early_stop, sequential_test
 from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
@@ -126,6 +127,11 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     shown beyond the limit fails at any n (see _verdict)."""
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
+    stop = early_stop(pair.cand, metric)
+    if stop is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
+        test, how, why = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop)
+        p.unmeasured, p.missing_groups = (0.0, 0.0), ()  # the sequence speaks for the items it did not see
+        return _Tested(test, how, why, p.means() if p.n else None), p
     if p.n == 0:
         # no item in common: only the two counts compare, as independent samples of the task's items
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)

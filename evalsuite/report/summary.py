@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -186,10 +187,17 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
     return planned_resolution(items, m.strata, rules.confidence, rules.power, rules.discordance)
 
 
+def _rules_path(record: RunRecord) -> Path:
+    """The rules a run's early stops followed (run --stop decided with scheduler.stop_rules), so that its
+    gate column judges by the checks that stopped it; else the shipped ones."""
+    named = next((Path(s.rules) for v in record.variants for s in v.stopped.values() if s.rules), None)
+    return named if named is not None and named.is_file() else default_rules_path()
+
+
 def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
     # piped output gets 160 columns, unless $COLUMNS names a width
     console = console or Console(width=None if Console().is_terminal or os.environ.get("COLUMNS") else 160)
-    rules = load_rules(run_rules_path(run_dir.read_config()) if run_dir is not None else default_rules_path())
+    rules = load_rules(run_rules_path(run_dir.read_config()) if run_dir is not None else _rules_path(record))
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     base = _baseline(run_dir, record) if run_dir is not None else None
     console.print(table(record, verdicts, marks, console.width, base))
@@ -205,3 +213,7 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
             console.print(f"  {v.variant} simulated: INT4 weights rounded as {v.settings.get('quantize')} W4A16 and run "
                           "dense; accuracy measured, memory predicted for INT4 kernels, no latency",
                           markup=False, highlight=False)
+        for task, stop in v.stopped.items():
+            decided = ", ".join(f"{m} {d}" for m, d in stop.decided.items())
+            console.print(f"  {v.variant} · {task}: stopped at {stop.items:,} of {stop.of:,} items, every check decided "
+                          f"({decided}; --stop decided)", markup=False, highlight=False)

@@ -208,6 +208,10 @@ class SchedulerConfig(Strict):
     # The latency pass runs after the packed tasks, each variant's engine alone on the device: its
     # timings are not shared with neighbours'
     latency_alone: bool = True
+    # full: every item of every task. decided: items in a seeded random order, the baseline first and
+    # whole, and a candidate's task ends once the gate's checks on it are decided (evalsuite.run.stopping)
+    stop: Literal["full", "decided"] = "full"
+    stop_rules: str | None = None  # the gate rules file whose checks decide; unset: the shipped rules
 
     @field_validator("parallel", mode="before")
     @classmethod
@@ -393,6 +397,9 @@ def check_semantics(cfg: RunConfig) -> list[str]:
         problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
     if cfg.capacity is not None:
         problems += _capacity_problems(cfg, limits)
+    if cfg.scheduler.stop == "decided" and len(cfg.variants) > 1 and not cfg.baseline:
+        problems.append("scheduler.stop: decided needs `baseline:` (the variant the others are judged against, "
+                        f"allowed: {', '.join(cfg.variants)})")
     return problems
 
 
@@ -437,6 +444,7 @@ def _rebase_paths(data: dict, folder: Path) -> None:
     tasks = data.get("tasks")
     for task in tasks if isinstance(tasks, list) else []:
         fix(task, _TASK_PATH_KEYS)
+    fix(data.get("scheduler"), ("stop_rules",))
 
 
 def _local_path(base: Path, value: str | None) -> str | None:

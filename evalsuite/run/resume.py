@@ -1,8 +1,9 @@
 """`evalsuite run --resume`: which run folder a config continues, and which of its variants are left to run.
 
 A resumed run continues the latest folder of the same config, refused when the config changed
-since; a variant is left as recorded when it was skipped or scored every item of this config, and
-run again otherwise (the runner then asks only for the items it has no record of).
+since; a variant is left as recorded when it was skipped or scored every item of this config (of a
+task that `--stop decided` ended early, the items it needed), and run again otherwise (the runner then
+asks only for the items it has no record of).
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ def finished(prev: VariantResult | None, run_dir: RunDir, variant: Variant, task
     if prev.status != "ok":
         return False
     for t in tasks:
-        if t.harness or (variant.simulate and not t.runs_simulated):
-            continue  # a harness keeps its own items; a simulated variant never runs this task
+        if t.harness or (variant.simulate and not t.runs_simulated) or t.name in prev.stopped:
+            continue  # a harness keeps its own items; a simulated variant never runs this task; a task
+            # stopped early (--stop decided) needs none of the items it did not score
         have = {r["sample"]["id"] for r in run_dir.load_samples(prev.variant, t.name)}
         if any(s.id not in have for s in samples[t.name]):
             return False

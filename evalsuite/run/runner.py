@@ -18,8 +18,8 @@ from typing import Any
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import (Completion, EngineStats, HostLoad, Metric, MetricKind, RunRecord, Sample, Score,
-                                  VariantResult)
+from evalsuite.core.types import (Completion, EarlyStop, EngineStats, HostLoad, Metric, MetricKind, RunRecord, Sample,
+                                  Score, VariantResult)
 from evalsuite.engine import Engine, EngineFailed, answers
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
@@ -28,6 +28,7 @@ from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.engine_args import engine_args
 from evalsuite.run.progress import Progress
 from evalsuite.run.resume import to_run
+from evalsuite.run.stopping import Stopper, Watch, ordered, stopping
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
@@ -103,6 +104,8 @@ class Runner:
         # Set from another thread when the whole run is interrupted and that thread ends this runner's
         # engine: what the engine raises then is the interrupt's, not the variant's failure.
         self.stopping = threading.Event()
+        self.stopper = Stopper(cfg, run_dir) if stopping(cfg) else None  # --stop decided
+        self.stops: dict[tuple[str, str], EarlyStop] = {}  # (variant, task): the tasks it ended early
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
         if task.harness:
@@ -111,14 +114,23 @@ class Runner:
         calibration = spread(task.calibration_samples(), self.cfg.limit if task.limited else None)
         if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
             task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
-        return self._answer(engine, variant, task.name, task, samples)
+        watch = self.stopper.watch(variant, task, len(samples)) if self.stopper else None
+        scores = self._answer(engine, variant, task.name, task, samples, watch)
+        if watch is not None and watch.result is not None:
+            self.stops[(variant, task.name)] = watch.result
+        return scores
 
-    def _answer(self, engine: Engine, variant: str, name: str, task: Task, samples: list[Sample]) -> list[Score]:
-        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked."""
+    def _answer(self, engine: Engine, variant: str, name: str, task: Task, samples: list[Sample],
+                watch: Watch | None = None) -> list[Score]:
+        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked; with
+        a `watch`, only until it says every check is decided (the items recorded so far may already)."""
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, name)}
         todo = [s for s in samples if s.id not in done]
+        if watch is not None and done and watch.decided(len(done)):
+            todo = []
         bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
         size = task.batch_size or self.cfg.engine.batch_size
+        size = watch.batch_size(size) if watch is not None else size
         warmup = task.warmup_request() if todo else None
         if warmup is not None:
             engine.generate([warmup])  # first-request overheads are not latency
@@ -138,10 +150,18 @@ class Runner:
             for batch, completions in zip(chunks, stream, strict=True):
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
+                    if watch is not None and watch.decided(len(done)):
+                        # decided on what is on disk: the batch in hand is kept, the one sent ahead dropped
+                        recording = pool.submit(self._record, variant, name, task, batch, completions, done)
+                        break
                 recording = pool.submit(self._record, variant, name, task, batch, completions, done)
             if recording is not None:
                 self.progress.advance(bar, recording.result())
-        return [done[s.id] for s in samples]
+        if watch is not None and watch.result is not None:
+            watch.result.items = len(done)
+            if len(done) >= len(samples):  # the batch in hand was the last: no item was left out
+                watch.result = None
+        return [done[s.id] for s in samples if s.id in done]
 
     def _record(self, variant: str, name: str, task: Task, batch: list[Sample], completions: list[Completion],
                 done: dict[str, Score]) -> int:
@@ -336,6 +356,9 @@ class Runner:
                                 metrics + interval_metrics(metrics)) from e
             if timed:
                 self._host_load(result, ending=True)
+            if (name, task.name) in self.stops:  # said in the record at once: a later cut keeps it
+                result.stopped[task.name] = self.stops[(name, task.name)]
+                self.run_dir.write_result(result)
             metrics += task.metrics(scores)
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))
@@ -385,7 +408,7 @@ def task_chance(tasks: list[Task]) -> dict[str, float]:
 def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
     """Build every task's samples before any engine starts, so bad input costs nothing."""
     tasks = build_tasks(cfg, ctx)
-    samples = {t.name: spread(t.samples(), cfg.limit if t.limited else None) for t in tasks}
+    samples = {t.name: ordered(cfg, t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")

@@ -13,13 +13,14 @@ from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.report.summary import print_summary
-from evalsuite.run.config import RunConfig, check_local_model, check_task_data, load_config
+from evalsuite.run.config import RunConfig, check_local_model, check_semantics, check_task_data, load_config
 from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.resume import open_run_dir
-from evalsuite.run.runner import execute
+from evalsuite.run.runner import execute, in_config_order
+from evalsuite.run.stopping import phases, stop_rules, stopping
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.ruler import RulerConfig
@@ -28,11 +29,19 @@ from evalsuite.tasks.ruler import RulerConfig
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
                show_progress: bool | None = None, only: list[str] | None = None,
                ray_address: str | None = None, only_tasks: list[str] | None = None,
-               limit: int | None = None, parallel: str | None = None) -> RunRecord:
+               limit: int | None = None, parallel: str | None = None, stop: str | None = None) -> RunRecord:
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
     only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one.
-    parallel (--parallel) overrides scheduler.parallel: how many engines share a device."""
+    parallel (--parallel) overrides scheduler.parallel: how many engines share a device; stop (--stop)
+    scheduler.stop: full, or decided (a candidate's task ends once the gate's checks on it are decided)."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
+    if stop is not None:
+        cfg.scheduler.stop = stop
+        problems = check_semantics(cfg)
+        if problems:
+            raise ConfigError(f"--stop {stop}: {'; '.join(problems)}")
+    if stopping(cfg):
+        stop_rules(cfg)
     check_local_model(cfg, config_path)
     if ray_address is not None or cfg.scheduler.kind == "ray":
         from evalsuite.run.scheduler import check_ray
@@ -60,9 +69,9 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     check_output_dir(out)  # bad places for the run and its cache are said before the model loads
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
-    for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
-        console.print(f"warning: {line}", markup=False, highlight=False)
     with run_dir.held():  # to the end, tracking included: another process on this folder is refused
+        for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
+            console.print(f"warning: {line}", markup=False, highlight=False)
         if resume:
             record = run_dir.load_run()
         else:
@@ -81,18 +90,29 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
     """The variants left to run, as the config's scheduler runs them."""
     try:
         with Progress(show_progress) as progress:
-            if cfg.scheduler.kind == "ray":
-                from evalsuite.run.scheduler import execute_ray
-
-                return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
-            if cfg.scheduler.parallel != 1:
-                from evalsuite.run.packing import execute_packed
-
-                return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
-            return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+            parts = phases(cfg)  # --stop decided: the baseline whole, then the candidates
+            for part in parts:
+                record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume)
+            if len(parts) > 1:
+                in_config_order(record, cfg)
+                run_dir.write_run(record)
+            return record
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         _score_interrupted(run_dir, cache_dir, list(cfg.variants))
         raise
+
+
+def _execute_part(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
+                  progress: Progress, resume: bool) -> RunRecord:
+    if cfg.scheduler.kind == "ray":
+        from evalsuite.run.scheduler import execute_ray
+
+        return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+    if cfg.scheduler.parallel != 1:
+        from evalsuite.run.packing import execute_packed
+
+        return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
+    return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
 
 
 def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:

@@ -1,0 +1,125 @@
+"""The gate's accuracy checks on a task scored in a seeded random order (`run --stop decided`).
+
+A candidate's task may end before its last item once every check on it is decided (evalsuite.run.
+stopping asks `decisions` after each batch). The gate then judges those checks by the same
+sequential test (`sequential_test`), never by a fixed-n bound on the items it stopped at: after
+optional stopping that bound no longer holds its level. The population is the baseline's items of
+each metric, which `--stop decided` runs whole first; the candidate's items must be the first n of
+the seeded order, or they are no random sample of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
+from evalsuite.report.rules import Rule, Rules
+from evalsuite.stats.paired import read_scores
+from evalsuite.stats.sequential import (CONFIDENCE_FLOOR, Population, Sequential, as_paired_test, critical,
+                                        decision, seeded_order)
+from evalsuite.stats.significance import PairedTest, smallest_cell
+
+DECISIONS = ("upper_bound", "lower_bound")  # a `point` rule has no bound to decide early
+
+
+@dataclass
+class Gated:
+    """One gated metric of a task: its rule and limit (score units), and the baseline's items of it in
+    the seeded order, as the full-data test weighs them."""
+
+    metric: Metric
+    rule: Rule
+    limit: float
+    order: list[str]
+    base: dict[str, dict]
+    population: Population
+
+
+def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int) -> list[Gated] | str:
+    """The checks a candidate's task must decide before it may stop, or why it must run whole: a rule
+    of another kind (latency, memory) on its metrics, scores outside [0, 1], or a check the full data
+    could not resolve (too few items, a stratum too small) and that the gate judges on all of them."""
+    if rules.decision not in DECISIONS:
+        return f"decision {rules.decision!r} is decided on the whole task"
+    if rules.confidence < CONFIDENCE_FLOOR:
+        return f"confidence {rules.confidence:g} < {CONFIDENCE_FLOOR:g}, below the sequential test's range"
+    out = []
+    for m in base.metrics:
+        rule = rules.rule_for(m.name)
+        if task_of(m.name) != task or rule is None:
+            continue
+        if rule.kind != "max_drop_points" or m.strata is None:
+            return f"{m.name} is judged by {rule.kind}, on the whole task"
+        found = _check(rules, rule, base_rd, base, m, seed)
+        if isinstance(found, str):
+            return found
+        out.append(found)
+    return out or "no accuracy rule names its metrics"
+
+
+def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Metric, seed: int) -> Gated | str:
+    items = read_scores(base_rd, base.variant, m)
+    if not all(0 <= r["value"] <= 1 for r in items.values()):
+        return f"{m.name} has scores outside [0, 1]"
+    order = seeded_order(items, seed, task_of(m.name))
+    strata = rule.strata or m.strata or []
+    keys = [tuple(str(items[s].get(k)) for k in strata) for s in order]
+    pop, limit = Population.of(keys), rule.limit_for(m.name) / 100
+    if pop.n < rules.min_n or smallest_cell(keys) < rules.min_stratum_n:
+        return f"{m.name}: {pop.n} items, smallest stratum {smallest_cell(keys)}: too few to judge early"
+    if rules.decision == "upper_bound" and pop.floor(critical(rules.confidence)) > limit:
+        return f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit"
+    return Gated(m, rule, limit, order, items, pop)
+
+
+def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | str:
+    """The check's test on the candidate's items, which must be the first n of the seeded order."""
+    seen = [s for s in check.order if s in cand]
+    if seen != check.order[: len(seen)]:
+        return f"the candidate's items of {check.metric.name} are not the first {len(seen)} of the seeded order"
+    drops = [check.base[s]["value"] - cand[s]["value"] for s in seen]
+    return Sequential(check.population, drops, rules.confidence, check.limit, rules.decision, rules.discordance)
+
+
+def decisions(rules: Rules, found: list[Gated], cand_rd: RunDir, cand: str) -> dict[str, str | None]:
+    """Each check's decision on what the candidate has recorded so far: pass, fail, or None (open)."""
+    out: dict[str, str | None] = {}
+    for check in found:
+        seq = sequence(rules, check, read_scores(cand_rd, cand, check.metric))
+        out[check.metric.name] = None if isinstance(seq, str) else decision(seq, rules.decision, check.limit,
+                                                                            rules.alpha)[0]
+    return out
+
+
+def early_stop(cand: VariantResult, metric: str) -> EarlyStop | None:
+    return cand.stopped.get(task_of(metric))
+
+
+def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, cand_rd: RunDir,
+                    cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None]:
+    """(the test, how the items were matched, why it cannot judge) for a check of a task that stopped
+    early: its bounds and p-values are the sequential test's at the items recorded."""
+    found = _check(rules, rule, base_rd, base, base.metric(metric), stop.seed)
+    if isinstance(found, str):
+        return None, "sequential", f"stopped early, but {found}"
+    seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
+    if isinstance(seq, str):
+        return None, "sequential", seq
+    decided, _ = decision(seq, rules.decision, found.limit, rules.alpha)
+    how = f"stopped early at n={seq.n} of {seq.pop.n} in the seeded order (run --stop decided)"
+    why = None if decided else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was decided "
+                                f"(under {stop.rules or 'the shipped rules'})")
+    return as_paired_test(seq, rules.alpha), how, why
+
+
+def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd: RunDir, cand: VariantResult,
+                     metric: str, confidence: float) -> PairedTest | None:
+    """For `compare`: the sequential test's one-sided bounds at `confidence` where the candidate stopped
+    the metric's task early (a fixed-n interval on the items it stopped at would not hold its level),
+    else None."""
+    stop, rule = early_stop(cand, metric), rules.rule_for(metric)
+    if stop is None or rule is None or rule.kind != "max_drop_points":
+        return None
+    at = rules.model_copy(update={"confidence": confidence})
+    return sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)[0]

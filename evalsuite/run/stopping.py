@@ -1,0 +1,114 @@
+"""`run --stop decided` (scheduler.stop: decided): stop a candidate's task once the gate knows.
+
+Each task's items go in a seeded random order (stats.sequential.order_key), for every variant alike.
+The baseline runs first and whole (`phases`): its items are the population the candidates are judged
+on. A candidate's task is then watched after every batch: once every gate check on it (the rules
+file's accuracy rules that name its metrics) is decided by the anytime-valid test that
+report/sequential.py shares with `gate`, the task ends and its record says at how many items
+(`VariantResult.stopped`). `--resume` and `gate` take the items it did not score as not needed.
+Tasks that another kind of rule judges (latency), harness tasks (lm-eval orders its own items) and
+checks the full data could not resolve run whole.
+"""
+
+from __future__ import annotations
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import EarlyStop, Sample
+from evalsuite.report.rules import Rules, default_rules_path, load_rules
+from evalsuite.report.sequential import Gated, checks, decisions
+from evalsuite.run.config import RunConfig
+from evalsuite.run.progress import console
+from evalsuite.stats.sequential import seeded_order
+from evalsuite.tasks import Task
+
+
+def stopping(cfg: RunConfig) -> bool:
+    return cfg.scheduler.stop == "decided"
+
+
+def ordered(cfg: RunConfig, task: Task, samples: list[Sample]) -> list[Sample]:
+    """A task's items in the seeded order where it may stop early; a timed pass and a harness as they are."""
+    if not stopping(cfg) or task.timed_alone or task.harness:
+        return samples
+    by_id = {s.id: s for s in samples}
+    return [by_id[i] for i in seeded_order(by_id, cfg.seed, task.name)]
+
+
+def phases(cfg: RunConfig) -> list[RunConfig]:
+    """The baseline alone, then the rest: a candidate is judged on items the baseline has scored."""
+    if not stopping(cfg) or cfg.baseline not in cfg.variants or len(cfg.variants) == 1:
+        return [cfg]
+    first = cfg.model_copy(update={"variants": {cfg.baseline: cfg.variants[cfg.baseline]}})
+    rest = cfg.model_copy(update={"variants": {k: v for k, v in cfg.variants.items() if k != cfg.baseline}})
+    return [first, rest]
+
+
+# A task that may stop is sent in batches of at most 1/STEPS of its items (MIN_BATCH at least): a
+# decision is read after each recorded batch, while the engine answers the next, so it costs up to two
+# batches beyond the item that decided it (MMLU: 110 items a batch, not the default 256).
+STEPS, MIN_BATCH = 128, 32
+
+
+def batch_size(total: int, size: int) -> int:
+    return min(size, max(MIN_BATCH, -(-total // STEPS)))
+
+
+class Watch:
+    """One candidate task's checks, asked after each batch whether all are decided."""
+
+    def __init__(self, stopper: Stopper, variant: str, task: str, found: list[Gated], total: int):
+        self.stopper, self.variant, self.task, self.found, self.total = stopper, variant, task, found, total
+        self.result: EarlyStop | None = None
+
+    def batch_size(self, size: int) -> int:
+        return batch_size(self.total, size)
+
+    def decided(self, scored: int) -> bool:
+        """True once every check is decided on the `scored` items recorded; the record is then in `result`."""
+        if scored >= self.total:
+            return False  # the last item: nothing left to save, and the gate judges the whole task as always
+        s = self.stopper
+        found = decisions(s.rules, self.found, s.run_dir, self.variant)
+        if any(v is None for v in found.values()):
+            return False
+        self.result = EarlyStop(items=scored, of=self.total, seed=s.seed, decided=found, rules=s.rules_path)
+        return True
+
+
+def stop_rules(cfg: RunConfig) -> Rules:
+    """The rules whose checks decide (scheduler.stop_rules, else the shipped ones); a bad file is
+    refused in one line before any engine starts."""
+    if not cfg.scheduler.stop_rules:
+        return load_rules(default_rules_path())
+    try:
+        return load_rules(cfg.scheduler.stop_rules)
+    except ConfigError as e:
+        raise ConfigError(f"scheduler.stop_rules: {e}") from None
+
+
+class Stopper:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir):
+        self.rules_path, self.rules = cfg.scheduler.stop_rules, stop_rules(cfg)
+        self.baseline, self.seed, self.run_dir = cfg.baseline, cfg.seed, run_dir
+        self._said: set[str] = set()
+
+    def watch(self, variant: str, task: Task, total: int) -> Watch | None:
+        """None where the task runs whole: the baseline itself, no usable baseline, or checks that
+        cannot stop it early (each said once)."""
+        if variant == self.baseline or task.harness or task.timed_alone or not self.baseline:
+            return None
+        base = self.run_dir.load_result(self.baseline)
+        if base is None or base.status != "ok":
+            self._note(f"no complete baseline {self.baseline!r} in {self.run_dir.root}: every task runs whole")
+            return None
+        found = checks(self.rules, self.run_dir, base, task.name, self.seed)
+        if isinstance(found, str):
+            self._note(f"{task.name} runs whole: {found}")
+            return None
+        return Watch(self, variant, task.name, found, total)
+
+    def _note(self, text: str) -> None:
+        if text not in self._said:
+            self._said.add(text)
+            console.print(f"note: --stop decided: {text}", markup=False, highlight=False)

@@ -1,0 +1,208 @@
+"""`run --stop decided`: a candidate's task ends once the gate's checks on it are decided, the record
+says at how many items, and `--resume` and `gate` take the rest as not needed.
+
+Pure logic here: a stand-in engine that answers right or wrong by the item, the real runner,
+records and gate; and the CLI end to end on the fake engine. The real engine: test_e2e_engine.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from evalsuite.cli.main import app
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
+from evalsuite.report.gate import Side, load_rules, run_gate
+from evalsuite.report.rules import default_rules_path
+from evalsuite.run.config import RunConfig
+from evalsuite.run.progress import Progress
+from evalsuite.run.resume import finished
+from evalsuite.run.runner import Runner
+from evalsuite.run.stopping import ordered, phases
+from evalsuite.stats.metrics import accuracy
+from evalsuite.stats.sequential import seeded_order
+from evalsuite.tasks import Task, TaskContext
+
+N, BATCH = 2000, 50
+
+
+class EchoTask(Task):
+    """Right when the completion echoes the sample id."""
+
+    name, batch_size, primary_metric = "echo", BATCH, "echo/acc"
+
+    def samples(self) -> list[Sample]:
+        return [Sample(id=f"s{i}", task="echo", request=Request(prompt=f"s{i}"), target=f"s{i}") for i in range(N)]
+
+    def score(self, sample: Sample, completion: Completion) -> Score:
+        return Score(sample_id=sample.id, task=self.name, value=float(completion.text == sample.id),
+                     pred=completion.text, target=sample.target)
+
+    def metrics(self, scores: list[Score]):
+        return [accuracy(scores, "echo/acc")]
+
+
+class Engine:
+    """Echoes each prompt, but for a `wrong` share of the items (by a hash of the prompt)."""
+
+    def __init__(self, wrong: float):
+        self.wrong, self.asked = wrong, 0
+
+    def generate(self, requests: list[Request], on_done=None) -> list[Completion]:
+        self.asked += len(requests)
+        return [Completion(text="x" if _unit(r.prompt) < self.wrong else r.prompt) for r in requests]
+
+
+def _unit(text: str) -> float:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 16**8
+
+
+def config() -> RunConfig:
+    return RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}, "cut": {}, "same": {}},
+                                     "baseline": "bf16", "scheduler": {"stop": "decided"}, "seed": 3})
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> tuple[RunDir, dict[str, Engine], Runner]:
+    """The baseline whole, then a candidate wrong on 30% of the items and one that answers alike."""
+    tmp = tmp_path_factory.mktemp("stop")
+    cfg, task = config(), EchoTask()
+    run_dir = RunDir(tmp / "run")
+    runner = Runner(cfg, run_dir, "m", TaskContext(base_dir=tmp, cache_dir=tmp), Progress(False))
+    samples = ordered(cfg, task, task.samples())
+    engines = {"bf16": Engine(0.0), "cut": Engine(0.3), "same": Engine(0.0)}
+    record = RunRecord(run_id="stop", model="m", mode="fake")
+    for name, engine in engines.items():
+        scores = runner.run_task(engine, name, task, samples)
+        result = VariantResult(variant=name, status="ok", metrics=task.metrics(scores))
+        if (name, task.name) in runner.stops:
+            result.stopped[task.name] = runner.stops[(name, task.name)]
+        run_dir.write_result(result)
+        record.variants.append(result)
+    run_dir.write_run(record)
+    return run_dir, engines, runner
+
+
+def test_the_baseline_runs_whole_and_in_the_seeded_order(stopped):
+    run_dir, engines, _ = stopped
+    ids = [r["sample"]["id"] for r in run_dir.load_samples("bf16", "echo")]
+    assert engines["bf16"].asked == N and ids == seeded_order((f"s{i}" for i in range(N)), 3, "echo")
+    assert not run_dir.load_result("bf16").stopped
+
+
+def test_a_regression_stops_early_as_failed(stopped):
+    run_dir, engines, _ = stopped
+    stop = run_dir.load_result("cut").stopped["echo"]
+    rows = run_dir.load_samples("cut", "echo")
+    assert stop.decided == {"echo/acc": "fail"} and stop.of == N and stop.seed == 3
+    assert stop.items == len(rows) < N // 4
+    # the items it scored are the first of the seeded order; the engine answered one batch more at most
+    assert [r["sample"]["id"] for r in rows] == [r["sample"]["id"] for r in run_dir.load_samples("bf16", "echo")][:len(rows)]
+    assert engines["cut"].asked <= len(rows) + BATCH
+
+
+def test_a_candidate_that_answers_alike_stops_early_as_passed(stopped):
+    run_dir, _, _ = stopped
+    stop = run_dir.load_result("same").stopped["echo"]
+    assert stop.decided == {"echo/acc": "pass"} and stop.items < N
+
+
+def test_gate_judges_a_stopped_task_by_the_sequential_test(stopped):
+    """Not by a fixed-n bound on the items it stopped at, and never as items missing."""
+    run_dir, _, _ = stopped
+    report = run_gate(Side(run_dir, "bf16"), [Side(run_dir)], load_rules(default_rules_path()), "shipped")
+    checks = {c.candidate: c for c in report.checks if c.metric == "echo/acc"}
+    assert report.verdicts() == {"cut": "failed", "same": "passed"}
+    for name, c in checks.items():
+        assert "confidence sequence" in c.method and "stopped early" in c.detail and "missing" not in c.detail
+        assert c.n == run_dir.load_result(name).stopped["echo"].items
+    assert checks["cut"].low > 2.0 and checks["same"].high < 2.0
+
+
+def test_resume_takes_the_rest_as_not_needed(stopped, tmp_path):
+    run_dir, _, runner = stopped
+    cfg, task = config(), EchoTask()
+    samples = {"echo": ordered(cfg, task, task.samples())}
+    for name in ("cut", "same"):
+        assert finished(run_dir.load_result(name), run_dir, cfg.variants[name], [task], samples)
+    # a candidate cut mid-run (its record gone) is asked for nothing: what it recorded decides already
+    engine = Engine(0.3)
+    assert len(runner.run_task(engine, "cut", task, samples["echo"])) < N and engine.asked == 0
+
+
+def test_the_baseline_goes_first_then_the_candidates():
+    first, rest = phases(config())
+    assert list(first.variants) == ["bf16"] and list(rest.variants) == ["cut", "same"]
+    assert len(phases(config().model_copy(update={"scheduler": config().scheduler.model_copy(update={"stop": "full"})}))) == 1
+
+
+def test_a_config_that_stops_without_a_baseline_is_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"path": "m"}, "variants": {"a": {}, "b": {}},
+                                    "scheduler": {"stop": "decided"}}))
+    res = CliRunner().invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2 and "scheduler.stop: decided needs `baseline:`" in res.output
+
+
+# ---------------------------------------------------------------- the CLI on the fake engine
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("fake-stop")
+    rules = tmp / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"rules": [{"metrics": ["*/acc"], "max_drop_points": 10.0},
+                                               {"metrics": ["*/acc_macro"], "max_drop_points": 10.0,
+                                                "strata": "group"}]}))
+    cfg = {"model": {"path": str(tiny_model)}, "defaults": {"dtype": "bfloat16", "max_model_len": 2048},
+           "engine": {"mode": "fake", "batch_size": 16},
+           "variants": {"bf16": {}, "same": {"engine_args": {"fake_disagree": 0.0}}, "kv_fp8": {"kv_cache_dtype": "fp8"}},
+           "baseline": "bf16",
+           "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy", "college_biology",
+                                                   "high_school_geography"], "limit_per_subject": 60, "num_fewshot": 0}],
+           "scheduler": {"stop_rules": str(rules)}, "tracking": {"enabled": False}, "output_dir": str(tmp / "runs")}
+    path = tmp / "stop.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided"])
+    assert res.exit_code == 0, res.output
+    (run,) = [p for p in (tmp / "runs").iterdir() if (p / "run.json").exists()]
+    return path, run
+
+
+def test_run_stop_decided_records_where_each_task_stopped(fake_run):
+    _, run = fake_run
+    record = json.loads((run / "run.json").read_text())
+    assert [v["variant"] for v in record["variants"]] == ["bf16", "same", "kv_fp8"]  # the config's order
+    base = len((run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines())
+    assert base == 300 and not record["variants"][0]["stopped"]
+    for v in record["variants"][1:]:
+        stop = EarlyStop.model_validate(v["stopped"]["mmlu"])
+        assert stop.items == len((run / v["variant"] / "samples" / "mmlu.jsonl").read_text().splitlines()) < base
+        assert set(stop.decided) == {"mmlu/acc", "mmlu/acc_macro"} and stop.rules.endswith("rules.yaml")
+
+
+def test_resume_and_gate_on_the_stopped_run(fake_run):
+    path, run = fake_run
+    res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided", "--resume"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("left as recorded (ok)") == 3 and "starting engine" not in res.output
+    rules = path.parent / "rules.yaml"
+    res = CliRunner().invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", str(run), "--rules", str(rules)])
+    assert "missing in candidate" not in res.output and res.output.count("stopped early at n=") == 4
+
+
+def test_a_missing_stop_rules_file_is_one_line_before_any_engine(tmp_path, tiny_model):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "engine": {"mode": "fake"},
+                                    "variants": {"a": {}, "b": {}}, "baseline": "a",
+                                    "scheduler": {"stop": "decided", "stop_rules": "nope.yaml"},
+                                    "output_dir": str(tmp_path / "runs")}))
+    res = CliRunner().invoke(app, ["run", str(path), "--no-progress"])
+    assert res.exit_code == 2 and "scheduler.stop_rules:" in res.output and "nope.yaml: file not found" in res.output
+    assert not (tmp_path / "runs").exists()
