@@ -6,7 +6,6 @@ Shared by every file evalsuite reads (run configs, gate rules, claims), so each 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
@@ -18,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.files import decode_utf8, nesting_depth, read_regular
 from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
@@ -47,31 +47,8 @@ MAX_BYTES = 4 << 20  # a config is a few kB; a larger "config" is a wrong file (
 
 def _read_text(path: Path) -> str:
     """The file's text, read only from a regular file of at most MAX_BYTES: a FIFO would block, a
-    device never end. Opened without blocking, so a FIFO is refused rather than waited on."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # checked before fdopen, which refuses a folder with IsADirectoryError
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{path}: is a folder, not a YAML file")
-        raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML file")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(MAX_BYTES + 1)
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a config file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                          f"save it as UTF-8") from None
+    device never end."""
+    return decode_utf8(path, read_regular(path, MAX_BYTES, "YAML file"))
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -105,7 +82,7 @@ def _read_yaml(path: Path) -> dict:
     except RecursionError:
         # PyYAML composes nodes recursively, so very deep nesting exhausts the stack before any check
         raise ConfigError(f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels)") from None
-    if _depth(data) > MAX_DEPTH:
+    if nesting_depth(data, MAX_DEPTH + 1) > MAX_DEPTH:
         raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep or too large (YAML aliases?); "
                           "no evalsuite setting needs that")
     if data is None:
@@ -113,20 +90,6 @@ def _read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(data).__name__}")
     return data
-
-
-def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) -> int:
-    """Nesting depth of mappings and lists, counted only up to `limit` (YAML aliases can make
-    cycles and exponential trees, so the walk also stops after `max_nodes` nodes)."""
-    stack, deepest, seen = [(data, 0)], 0, 0
-    while stack and deepest < limit and seen < max_nodes:  # iterative: the input may be too deep to recurse
-        node, d = stack.pop()
-        deepest, seen = max(deepest, d), seen + 1
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
-    return deepest if seen < max_nodes else limit
 
 
 def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,

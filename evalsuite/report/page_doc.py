@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.core.records import ENV_FILE
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
@@ -245,7 +244,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
     rows = []
     for part in report.parts:
         rd = part.run_dir
-        env = json.loads((rd.root / ENV_FILE).read_text()) if (rd.root / ENV_FILE).exists() else {}
+        env = rd.read_env()
         record = rd.load_run()
         engines = [e.result.engine for e in part.comparison.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
