@@ -323,7 +323,7 @@ def seed(dest: Path, config: Path, output_dir: Path, variants: list[str]) -> Non
     from evalsuite.core.records import new_run_id
     from evalsuite.run.resume import find_resumable
 
-    found = find_resumable(output_dir, config.stem)
+    found = find_resumable(output_dir, config)
     if found is not None:
         raise SystemExit(f"seed: {found.root} already holds a run of {config.name}; `evalsuite run --resume` continues it")
     names = [v for v in variants if (dest / v / "result.json").is_file()] if variants else []

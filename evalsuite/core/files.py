@@ -50,12 +50,13 @@ def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
 
-def decode_utf8(path: Path, data: bytes, hint: str = "save it as UTF-8") -> str:
+def decode_utf8(path: Path, data: bytes, quiet: bool = False) -> str:
+    """`data` as text; `quiet`: a refusal names the offset, not the byte (the file may be anyone's)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                          f"{hint}") from None
+        byte = "" if quiet else f"byte 0x{e.object[e.start]:02x} "
+        raise ConfigError(f"{path}: not UTF-8 text ({byte}at offset {e.start}); save it as UTF-8") from None
 
 
 def nesting_depth(data: object, limit: int, max_nodes: int = 1_000_000) -> int:

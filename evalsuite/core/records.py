@@ -110,7 +110,20 @@ def new_run_id(stem: str) -> str:
     """UTC time to the second, then a random part (two runs started in the same second differ),
     then the config's name."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}.{secrets.token_hex(3)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
+    return f"{stamp}.{secrets.token_hex(3)}-{run_stem(stem)}"
+
+
+def run_stem(stem: str) -> str:
+    """A config's file stem as its run ids end: characters a folder name should not hold become '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+
+
+_STAMP = re.compile(r"^\d{8}-\d{6}(\.[0-9a-f]{6})?-")  # new_run_id's prefix
+
+
+def run_name(run_id: str) -> str:
+    """A run id without its leading time stamp: its config's stem, as new_run_id wrote it."""
+    return _STAMP.sub("", run_id)
 
 
 def check_output_dir(out: Path) -> Path:

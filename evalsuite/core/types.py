@@ -511,7 +511,8 @@ class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
-    config_path: str | None = None
+    config_path: str | None = None  # the config file, resolved: what `run --resume` finds its run by
+    config_sha256: str | None = None  # of the resolved config (config.yaml): changed, a resume says where
     model: str
     mode: EngineMode = "offline"
     env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -5,6 +5,7 @@ The model is resolved here, once for the run: a folder (or hub id) vLLM can load
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from evalsuite.core import env as envmod
@@ -16,7 +17,7 @@ from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, check_local_model, load_config
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
-from evalsuite.run.resume import open_run_dir
+from evalsuite.run.resume import config_digest, open_run_dir
 from evalsuite.run.runner import execute
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
@@ -61,7 +62,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             record = run_dir.load_run()
         else:
             run_dir.write_config(resolved)
-            record = new_record(cfg, run_dir, config_path, model_dir)
+            record = new_record(cfg, run_dir, config_path, model_dir, config_digest(resolved))
             run_dir.write_run(record)
         console.print(f"run {run_dir.run_id} -> {run_dir.root}")
         record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
@@ -126,10 +127,11 @@ def load_tokenizer(cfg: RunConfig, model_dir: str):
         raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
 
 
-def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str) -> RunRecord:
+def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str, digest: str) -> RunRecord:
     env = envmod.capture()
     run_dir.write_env(env)
-    return RunRecord(run_id=run_dir.run_id, config_path=str(config_path), model=cfg.model.name or cfg.model.source,
+    return RunRecord(run_id=run_dir.run_id, config_path=os.path.realpath(config_path), config_sha256=digest,
+                     model=cfg.model.name or cfg.model.source,
                      mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
 
 
