@@ -146,10 +146,10 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
 
 
 def _include_hint(including: Path, missing: Path) -> str:
-    """What is allowed, and the YAML files beside the including one where the missing one was looked
-    for there (a listing of any other folder is not this config's to show)."""
+    """What is allowed, and the YAML files in the folder the missing one was looked for in, where that
+    is the including file's folder or below it (a listing of any other folder is not the config's to show)."""
     folder = missing.parent
-    readable = folder == including.parent and os.access(folder, os.R_OK | os.X_OK)
+    readable = folder.is_dir() and folder.is_relative_to(including.parent) and os.access(folder, os.R_OK | os.X_OK)
     near = sorted(p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")) if readable else []
     shown = f"; in {folder}: {', '.join(near[:8])}{', ...' if len(near) > 8 else ''}" if near else ""
     return f"allowed: a YAML file relative to {including.parent}, or an absolute path{shown}"

@@ -168,7 +168,7 @@ def engine_arg_problems(args: Mapping[str, Any], where: str, mode: str, unsafe: 
     Messages name keys, never values."""
     known = vllm_arguments()
     fields = known[1] if known else ENGINE_ARGS
-    options = known[2] if known and mode == "server" and unsafe else frozenset()
+    options = known[2] if known and mode == "server" else frozenset()  # each needs the switch
     extra = FAKE_ARGS if mode == "fake" else frozenset()
     problems = []
     for key, value in args.items():
