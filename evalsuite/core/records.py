@@ -51,6 +51,9 @@ LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only i
 RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
 RESULT_FILE, SAMPLES_DIR, SAMPLES_SUFFIX = "result.json", "samples", ".jsonl"
 LOCK_FILE = "run.lock"
+# Room kept on the run folder's disk while a run writes (RunDir.reserve_space): a full disk stops the run
+# at a samples write, and freeing this much lets its records say what it did (the variant `partial`).
+RESERVE_FILE, RESERVE_BYTES = "disk.reserve", 4 << 20
 # Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
 _HELD: set[Path] = set()
 # An flock refused by a file system that has none (some network mounts): the folder runs unguarded.
@@ -248,6 +251,29 @@ class RunDir:
         finally:
             _HELD.discard(key)
             os.close(fd)
+
+    def reserve_space(self) -> None:
+        """Claim RESERVE_BYTES on the run folder's disk, as blocks the file system has handed out (not a
+        sparse file), so that they are there to give back once the disk is full."""
+        path = self.inside(RESERVE_FILE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o666)
+            try:
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)
+                else:  # no fallocate (macOS): zeros, written
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise storage_error(path, e) from None
+
+    def release_space(self) -> None:
+        """Give the reserve back: at the run's end, and first thing when a full disk stopped it."""
+        try:
+            self.inside(RESERVE_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def inside(self, *parts: str) -> Path:
         """root/parts..., refused when a part is not a plain name or a folder on the way is a link."""

@@ -107,6 +107,9 @@ class Pair:
     cand: VariantResult
 
 
+NO_SHARED = "no shared sample ids"
+
+
 @dataclass
 class _Tested:
     test: PairedTest | None
@@ -119,7 +122,7 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
     if p.n == 0 and p.n_base and p.n_cand:
-        return _Tested(None, "no shared sample ids", f"the runs scored different items ({p.n_base} and {p.n_cand}, "
+        return _Tested(None, NO_SHARED, f"the runs scored different items ({p.n_base} and {p.n_cand}, "
                        "no sample id in common): nothing to pair"), p
     if p.n == 0:
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)
@@ -217,7 +220,9 @@ def decide(rules: Rules, checks: list[Check]) -> None:
 
 def _verdict(rules: Rules, c: Check) -> None:
     if c.test is None:
-        c.status, c.detail = rules.insufficient_n, f"insufficient n: {c.insufficient} ({c.pairs})"
+        # `insufficient_n: pass` lets a small check through; runs of different items are no evidence at all
+        status = "warn" if c.pairs == NO_SHARED and rules.insufficient_n == "pass" else rules.insufficient_n
+        c.status, c.detail = status, f"insufficient n: {c.insufficient} ({c.pairs})"
         _uninformative(rules, c)
         return
     shown = c.p_adj < rules.alpha  # p_adj is the raw p with `adjust: none`

@@ -32,8 +32,10 @@ UNSAFE_ENV = "engine.unsafe_env: true"
 SAFETY_DOC = "docs/safety.md"
 
 # A value of an allowed argument or variable: a number, a switch or a name. Never a path (no '/'),
-# never a hidden or relative file ('.x'), never an option ('-x') of the command line it lands on.
-PLAIN = re.compile(r"[A-Za-z0-9_+:,=][A-Za-z0-9_.+:,=|-]{0,127}|[+-]?[0-9][0-9.eE+-]*|")
+# never a hidden or relative file ('.x'); at the top level of engine_args, never an option ('-x') of
+# the command line it lands on (inside a mapping, `-op` is vLLM's "custom op off").
+PLAIN = re.compile(r"[A-Za-z0-9_+:,=-][A-Za-z0-9_.+:,=|-]{0,127}|")
+NUMBER = re.compile(r"[+-]?[0-9][0-9.eE+-]*")
 
 # Engine arguments that take a number, an on/off switch or a named choice, and neither name code
 # nor a file, nor open a port: memory and KV cache, numerics, parallelism on this host, scheduling,
@@ -202,19 +204,22 @@ def _value_problems(key: str, value: Any, at: str) -> list[str]:
                     f"unless {UNSAFE_ARGS}"]
         return []
     if key in DATA:
-        return [] if isinstance(value, dict) else [f"{at}: must be a mapping of config.json keys"]
+        return [] if isinstance(value, dict) else [f"{at}: must be a mapping of config.json keys; refused unless "
+                                                   f"{UNSAFE_ARGS}"]
     if key in NESTED:
         return _nested_problems(key, value, at)
     if isinstance(value, list):
-        bad = [v for v in value if not _plain(v)]
-        return [f"{at}: each item must be a number, switch or name (not a path, a mapping or an option)"] if bad else []
-    return [] if _plain(value) else [f"{at}: must be a number, switch or name (not a path or a mapping)"]
+        bad = [v for v in value if not _plain(v) or _option(v)]
+        return [f"{at}: each item must be a number, switch or name (not a path, a mapping or an option); refused "
+                f"unless {UNSAFE_ARGS}"] if bad else []
+    return [] if _plain(value) and not _option(value) else [f"{at}: must be a number, switch or name (not a path or a mapping); refused unless "
+                                     f"{UNSAFE_ARGS}"]
 
 
 def _nested_problems(path: str, value: Any, at: str) -> list[str]:
     allowed = NESTED[path]
     if not isinstance(value, dict):
-        return [] if path.count(".") == 0 and _plain(value) else [f"{at}: must be a mapping"]
+        return [] if path.count(".") == 0 and _plain(value) else [f"{at}: must be a mapping; refused unless {UNSAFE_ARGS}"]
     problems = []
     for key, inner in value.items():
         if allowed is not None and key not in allowed:
@@ -223,8 +228,13 @@ def _nested_problems(path: str, value: Any, at: str) -> list[str]:
         elif f"{path}.{key}" in NESTED:
             problems += _nested_problems(f"{path}.{key}", inner, f"{at}.{key}")
         elif not all(_plain(v) for v in (inner if isinstance(inner, list) else [inner])):
-            problems.append(f"{at}.{key}: must be a number, switch or name (or a list of them)")
+            problems.append(f"{at}.{key}: must be a number, switch or name (or a list of them); refused unless "
+                            f"{UNSAFE_ARGS}")
     return problems
+
+
+def _option(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("-") and not NUMBER.fullmatch(value)
 
 
 def _plain(value: Any) -> bool:
@@ -245,7 +255,7 @@ def env_problems(env: Mapping[str, Any], where: str, unsafe: bool) -> list[str]:
         elif name not in ENV:
             problems.append(f"{at}: not on the allow-list of variables (one may name code or a file); refused "
                             f"unless {UNSAFE_ENV} (allowed without it: the variables listed in {SAFETY_DOC})")
-        elif not (isinstance(value, str) and PLAIN.fullmatch(value)):
+        elif not (isinstance(value, str) and PLAIN.fullmatch(value) and not _option(value)):
             problems.append(f"{at}: its value must be a number, switch or name (not a path); refused unless "
                             f"{UNSAFE_ENV}")
     return problems

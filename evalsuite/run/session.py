@@ -42,7 +42,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
 
         cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
@@ -65,7 +65,11 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             record = new_record(cfg, run_dir, config_path, model_dir, config_digest(resolved))
             run_dir.write_run(record)
         console.print(f"run {run_dir.run_id} -> {run_dir.root}")
-        record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+        run_dir.reserve_space()
+        try:
+            record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+        finally:
+            run_dir.release_space()
         print_summary(record, run_dir=run_dir)
         _track(cfg, run_dir, record)
     return record
@@ -86,6 +90,7 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
                 return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
             return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
+        run_dir.release_space()  # the room to record that the variant in hand is `partial`
         _score_interrupted(run_dir, cache_dir, list(cfg.variants))
         raise
 
