@@ -177,6 +177,25 @@ def test_the_serve_parser_takes_no_abbreviation_and_no_config_file(monkeypatch):
     assert vllm_cli.refused_flag(["serve", "/m", "--config-format=auto", "--served-model-name=--config"]) is None
 
 
+def test_the_names_read_from_vllms_source_are_those_of_its_parser():
+    """The allow-list's names are read from the installed vLLM's source without importing it; here they are
+    checked against what importing it says: EngineArgs' fields, and the options of `vllm serve`."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from evalsuite.run.safety import ENGINE_ARGS, vllm_arguments
+
+    version, engine, serve = vllm_arguments()
+    assert engine == {f.name for f in dataclasses.fields(EngineArgs) if not f.name.startswith("_")}
+    options = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))._option_string_actions
+    assert all(f"--{name.replace('_', '-')}" in options for name in engine | serve)
+    assert {"host", "port", "api_key", "middleware"} <= serve and "config" not in engine | serve
+    assert len(ENGINE_ARGS & engine) >= 50  # the allow-list names this vLLM's arguments, not another's
+
+
 def test_the_vllm_entry_refuses_a_config_file_in_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", "/m", "--config", "x.yaml"],
                          capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})

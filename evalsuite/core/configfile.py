@@ -110,8 +110,8 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
     `rebase(data, folder)` is called on each included file's data, so that the relative paths it
     holds can be made absolute against its own folder rather than the including file's.
     `included` collects the key paths whose values came from included files, each with the file it
-    came from (directly included by `path`): an error message names those keys and the file but never
-    shows their values, nor an unknown key's name."""
+    came from: an error message names those keys and the file but never shows their values, nor an
+    unknown key's name."""
     path = path.resolve()
     reads = _reads if _reads is not None else [0]
     reads[0] += 1
@@ -134,10 +134,11 @@ def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
         if not inc_path.exists():
             shown = f"{inc!r}: no such file ({inc_path})" if not _seen else "a file that does not exist"
             raise ConfigError(f"{path}: include: {shown}; {_include_hint(path, inc_path)}")
-        inc_data = load_raw(inc_path, rebase, _seen + (path,), None, reads)
+        deeper: dict[tuple, Path] = {}
+        inc_data = load_raw(inc_path, rebase, _seen + (path,), deeper, reads)
         if rebase is not None:
             rebase(inc_data, inc_path.parent)
-        origin.update(dict.fromkeys(_leaf_paths(inc_data), inc_path))
+        origin.update({p: deeper.get(p, inc_path) for p in _leaf_paths(inc_data)})
         merged = deep_merge(merged, inc_data)
     if included is not None and merged:  # nothing included: no key's value came from elsewhere
         own = _leaf_paths(data) if data else set()  # a file of only `include:` owns no key

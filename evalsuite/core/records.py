@@ -398,9 +398,10 @@ class RunDir:
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         _atomic_write(self.samples_path(variant, task), text)
 
-    def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
-        """Rows written so far, each a SampleLine (as a dict, keys as written); the last line, when a
-        kill cut it short, is dropped (it is redone). A sample id counts once. Creates nothing."""
+    def load_samples(self, variant: str, task: str, first: int | None = None) -> list[dict[str, Any]]:
+        """Rows written so far (the `first` ones only, if given), each a SampleLine (as a dict, keys as
+        written); the last line, when a kill cut it short, is dropped (it is redone). A sample id counts
+        once. Creates nothing."""
         path = self.samples_file(variant, task)
         if not path.exists() and not path.is_symlink():
             return []
@@ -419,6 +420,8 @@ class RunDir:
                 continue  # never count a sample twice
             seen.add(row.sample.id)
             rows.append(row.model_dump(exclude_unset=True))
+            if first is not None and len(rows) >= first:
+                break
         return rows
 
     def write_result(self, result: VariantResult) -> None:

@@ -353,8 +353,8 @@ def _check_variant_models(cfg: RunConfig) -> list[str]:
                 check_model_folder(local)
         except ConfigError as e:
             source = from_include(("variants", name, "model"), cfg._included)
-            said = str(e) if source is None else (f"{str(e).replace(str(local), 'it')} (its value, from included file "
-                                                  f"{source}, is not shown)")
+            said = str(e) if source is None else ("not a model this machine can read (a .gguf file, or a folder with "
+                                                  f"config.json); its value, from included file {source}, is not shown")
             problems.append(f"variants.{name}.model: {said}")
     return problems
 

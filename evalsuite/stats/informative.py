@@ -76,7 +76,7 @@ def _choices(path: str, _mtime_ns: int) -> int:
     """The most choices any of a task's first sample lines scored (k of a k-way choice; 0: free-form)."""
     variant_dir, task = Path(path).parent.parent, Path(path).stem
     k = 0
-    for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task)[:_PEEK]:
+    for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task, first=_PEEK):
         logprobs = row["score"].get("extra", {}).get("logprobs")
         if isinstance(logprobs, dict):
             k = max(k, len(logprobs))
