@@ -3,7 +3,7 @@ or reads past what it does not use; never a traceback, never a hang, never a gat
 
 A real run (the fake engine, the real records and CLI) is made once; hypothesis then damages a copy of it
 in one place at a time (a value of another type, a key removed, the file cut short, binary bytes, nesting
-200,000 levels deep, a FIFO or a folder in the file's place) and runs compare, gate, report, finish, check
+200,000 levels deep, a FIFO, a folder or a link to /dev/zero in the file's place) and runs compare, gate, report, finish, check
 and `run --resume` on it. Each command runs in this process under an alarm: a read that blocks (a FIFO
 opened without O_NONBLOCK) ends the test as a hang instead of stalling it.
 """
@@ -189,6 +189,10 @@ def damage(target: Path, kind: str, pick: int, value: Any, cut: float, noise: by
         target.unlink()
         target.mkdir()
         return "a folder"
+    if kind == "devzero":
+        target.unlink()
+        target.symlink_to("/dev/zero")
+        return "a link to /dev/zero"
     if kind == "cut":
         at = int(len(raw) * cut)
         target.write_bytes(raw[:at])
@@ -231,7 +235,8 @@ def test_the_untouched_run_is_read_by_every_command(made):
 # derandomized: the same cases on every machine and run; not shrunk: a case names its damage in full
 @settings(max_examples=40, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(which=st.integers(0, 1000), kind=st.sampled_from(["retype", "drop", "cut", "binary", "deep", "fifo", "folder"]),
+@given(which=st.integers(0, 1000), kind=st.sampled_from(["retype", "drop", "cut", "binary", "deep", "fifo", "folder",
+                                                   "devzero"]),
        pick=st.integers(0, 10_000), value=st.sampled_from(OTHER_VALUES), cut=st.floats(0, 1),
        noise=st.binary(min_size=1, max_size=16))
 def test_a_damaged_run_folder_is_refused_in_one_line_or_read_past(made, which, kind, pick, value, cut, noise):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from evalsuite.core.files import read_regular
+from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, within_limits
@@ -236,7 +238,7 @@ def memory_table(report: Report) -> Table:
 
 
 def config_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else "-"
+    return hashlib.sha256(read_regular(path, RECORD_BYTES, "YAML file")).hexdigest()[:12] if path.exists() else "-"
 
 
 def provenance(report: Report, command: str) -> list[str | Table]:
