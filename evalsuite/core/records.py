@@ -8,6 +8,10 @@ runs/<run_id>/
   <variant>/samples/<task>.jsonl   one line per sample: sample, completion, score
   <variant>/engine.log   vLLM's own output
   run.lock               held by the one process writing the folder; names it (pid, host)
+  disk.reserve           room on the disk while a run writes, given back at its end (RESERVE_BYTES)
+
+Every file is read back as data (the readers at the end): evalsuite may be handed folders that others
+wrote or damaged.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.files import nesting_depth, read_regular
@@ -64,11 +69,15 @@ def is_safe_name(name: object) -> bool:
     return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_name(name: object, what: str) -> str:
     """`name` as is, or ConfigError saying which name is not a plain folder or file name."""
     if not is_safe_name(name):
-        shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
-        raise ConfigError(f"{what}: {shown} is not a safe name ({SAFE_NAME_RULE})")
+        raise ConfigError(f"{what}: {_shown(name)} is not a safe name ({SAFE_NAME_RULE})")
     return name  # type: ignore[return-value]
 
 
@@ -433,7 +442,8 @@ class RunDir:
             return None
         result = _validated(path, VariantResult, read_regular(path, RECORD_BYTES, "JSON record"))
         if result.variant != variant:
-            raise ConfigError(f"{path}: variant: {result.variant!r} where its folder is {variant!r} (moved or edited?)")
+            raise ConfigError(f"{path}: variant: {_shown(result.variant)} where its folder is {variant!r} (moved or "
+                              "edited?)")
         return result
 
 
@@ -447,8 +457,6 @@ RECORD_DEPTH = 64  # config.yaml (read by PyYAML, which has no bound of its own)
 
 def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
     """A record file's JSON object; anything else is one ConfigError line naming the file."""
-    from pydantic_core import from_json
-
     if _binary(raw):
         raise ConfigError(f"{path}: not a JSON record (binary content)")
     try:
