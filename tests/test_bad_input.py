@@ -228,12 +228,13 @@ def test_names_with_path_parts_are_refused(tmp_path, name, where):
     assert files(tmp_path) == before
 
 
+SERVER = "\nengine: {mode: server}"
 CODE_CASES = [
-    ("host", "variants: {bf16: {engine_args: {host: 0.0.0.0}}}", ["variants.bf16.engine_args.host"]),
+    ("host", "variants: {bf16: {engine_args: {host: 0.0.0.0}}}" + SERVER, ["variants.bf16.engine_args.host"]),
     ("trust_remote_code", "variants: {bf16: {engine_args: {trust_remote_code: true}}}",
      ["engine_args.trust_remote_code"]),
     ("worker_cls", "variants: {bf16: {engine_args: {worker_cls: my.Worker}}}", ["engine_args.worker_cls"]),
-    ("api_key", "variants: {bf16: {engine_args: {api-key: k}}}", ["engine_args.api-key"]),
+    ("api_key", "variants: {bf16: {engine_args: {api_key: k}}}" + SERVER, ["engine_args.api_key"]),
     ("executor_class_path", "variants: {bf16: {engine_args: {distributed_executor_backend: my.Executor}}}",
      ["engine_args.distributed_executor_backend"]),
     ("pythonpath", "variants: {bf16: {}}\nengine: {env: {PYTHONPATH: /tmp/planted}}", ["engine.env.PYTHONPATH"]),
@@ -246,11 +247,12 @@ CODE_CASES = [
 @pytest.mark.parametrize("name,body,fragments", CODE_CASES, ids=[c[0] for c in CODE_CASES])
 def test_options_that_run_code_need_a_switch(tmp_path, name, body, fragments):
     cfg = write(tmp_path, "model: {path: model_x}\n" + body + "\n")
-    switch = [] if name == "lm_eval_include_path" else ["unsafe_engine_args: true"]
+    switch = ([] if name == "lm_eval_include_path" else ["unsafe_env: true"] if "env:" in body
+              else ["unsafe_engine_args: true"])
     assert_bad(cli(["validate", str(cfg)], tmp_path), str(cfg), *fragments, *switch)
     allowed = (body.replace("include_path: inc", "include_path: inc, allow_code: true") if not switch
-               else body.replace("engine: {", "engine: {unsafe_engine_args: true, ") if "engine:" in body
-               else body + "\nengine: {unsafe_engine_args: true}")
+               else body.replace("engine: {", f"engine: {{{switch[0]}, ") if "engine:" in body
+               else body + f"\nengine: {{{switch[0]}}}")
     res = cli(["validate", str(write(tmp_path, "model: {path: model_x}\n" + allowed + "\n"))], tmp_path)
     assert res.returncode == 0 and "note:" in res.stdout, res.stdout + res.stderr
     assert ("Python code" if not switch else "pass unchecked") in res.stdout

@@ -27,9 +27,12 @@ def test_score_deltas_pair_each_variant_with_itself_across_the_modes(tmp_path, c
 
 def test_answers_are_each_items_text_without_the_latency_pass(tmp_path):
     rd = RunDir(tmp_path / "run")
-    rd.append_samples("bf16", "mmlu", [{"sample": {"id": f"q{i}"}, "completion": {"text": text}, "score": {}}
-                                       for i, text in enumerate("AB")])
-    rd.append_samples("bf16", "latency", [{"sample": {"id": "l0"}, "completion": {"text": "x"}, "score": {}}])
+    def row(sid: str, text: str) -> dict:
+        return {"sample": {"id": sid}, "completion": {"text": text},
+                "score": {"sample_id": sid, "task": "mmlu", "value": 1.0, "pred": text, "target": "A"}}
+
+    rd.append_samples("bf16", "mmlu", [row(f"q{i}", text) for i, text in enumerate("AB")])
+    rd.append_samples("bf16", "latency", [row("l0", "x")])
     with rd.samples_file("bf16", "mmlu").open("a") as f:
         f.write('{"sample": {"id": "q2"}, "compl')  # a line a killed run left half written
     assert sweep_wall.answers(rd.root) == {"bf16/mmlu/q0": "A", "bf16/mmlu/q1": "B"}

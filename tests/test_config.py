@@ -206,7 +206,7 @@ def test_values_from_an_included_file_stay_unshown(tmp_path, base, own, said):
     path = write(tmp_path, "include: base.yaml\n" + own)
     with pytest.raises(ConfigError) as e:
         load_config(path)
-    assert str(e.value) == f"{path}: {said} (its value, from an included file, is not shown)"
+    assert str(e.value) == f"{path}: {said} (its value, from included file {tmp_path / 'base.yaml'}, is not shown)"
 
 
 @pytest.mark.parametrize("source,key", [("path: /nonexistent", "path"), ("gguf: absent.gguf", "gguf")])

@@ -247,7 +247,7 @@ def test_resume_refuses_an_edited_config_naming_what_changed(tmp_path, tiny_mode
     """Bad input: one line, exit 2, and the keys that moved (an edit, or an --limit of its own)."""
     cfg = make_config(tmp_path, tiny_model, legal_dir, tracking=False)
     code, out = run("run", str(cfg), "--resume", "--no-progress")
-    assert code == 2 and "no earlier run of fake.yaml" in out
+    assert code == 2 and f"--resume: no run of {cfg} in" in out, out
     assert run("run", str(cfg), "--no-progress", "--variant", "bf16", "--tasks", "mmlu")[0] == 0
     edited = yaml.safe_load(cfg.read_text())
     edited["tasks"][0]["limit_per_subject"] = 11

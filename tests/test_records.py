@@ -1,14 +1,18 @@
 from evalsuite.core.records import RunDir
 
 
+def row(sid: str) -> dict:
+    return {"sample": {"id": sid}, "score": {"sample_id": sid, "task": "t", "value": 1.0, "pred": "", "target": ""}}
+
+
 def test_partial_line_is_dropped_and_not_counted_twice(tmp_path):
     rd = RunDir(tmp_path / "r")
-    rd.append_samples("v", "t", [{"sample": {"id": "a"}, "score": {}}])
+    rd.append_samples("v", "t", [row("a")])
     path = rd.samples_path("v", "t")
     with path.open("a") as f:
         f.write('{"sample": {"id": "b"}, "sco')  # killed mid-write
     assert [r["sample"]["id"] for r in rd.load_samples("v", "t")] == ["a"]
-    rd.append_samples("v", "t", [{"sample": {"id": "b"}, "score": {}}, {"sample": {"id": "a"}, "score": {}}])
+    rd.append_samples("v", "t", [row("b"), row("a")])
     assert [r["sample"]["id"] for r in rd.load_samples("v", "t")] == ["a", "b"]
     assert path.read_text().count("\n") == 3
 
@@ -104,9 +108,9 @@ def test_damaged_run_json_is_one_config_error(tmp_path, content, fragment):
 
 
 @pytest.mark.parametrize("content,fragment", [
-    (b"\x00\xff\xfe\n{}\n", "line 1 is not JSON"),
-    (b"[1, 2]\n", "line 1 is not a sample record"),
-    (b'{"sample": [1]}\n', "line 1 is not a sample record"),
+    (b"\x00\xff\xfe\n{}\n", r"line 1: not JSON \(binary content\)"),
+    (b"[1, 2]\n", "line 1: not a valid SampleLine: .top level.: Input should be an object"),
+    (b'{"sample": [1]}\n', "line 1: not a valid SampleLine: sample: Input should be an object"),
 ], ids=["binary", "list", "sample_list"])
 def test_damaged_samples_are_one_config_error(tmp_path, content, fragment):
     rd = RunDir(tmp_path)

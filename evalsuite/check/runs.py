@@ -13,7 +13,6 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,10 +21,8 @@ from pydantic import ValidationError
 
 from evalsuite.check.schema import engine_field, split_at
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir
+from evalsuite.core.records import RunDir, run_name
 from evalsuite.core.types import Metric, RunRecord, VariantResult
-
-_STAMP = re.compile(r"^\d{8}-\d{6}(\.[0-9a-f]{6})?-")  # records.new_run_id's prefix
 
 
 class NotMeasurable(Exception):
@@ -45,7 +42,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return _STAMP.sub("", self.run_id)
+        return run_name(self.run_id)
 
     def matches(self, pattern: str) -> bool:
         stem = Path(self.record.config_path).stem if self.record.config_path else None

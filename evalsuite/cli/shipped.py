@@ -3,6 +3,8 @@ the example configs `examples/NAME` names, and the default gate rules."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -57,6 +59,9 @@ def init_command(
     out = directory / "evalsuite.yaml"
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")
+    if out.is_symlink() and not force:  # a link to anywhere, a dangling one too: never written through
+        raise ConfigError(f"{out}: a symbolic link; give --force to replace the link itself with the file, "
+                          "or another DIR")
     if out.exists() and not force:
         raise ConfigError(f"{out}: exists; give --force to overwrite it, or another DIR")
     if model is not None and not model.strip():
@@ -73,10 +78,17 @@ def init_command(
 
 
 def _write(directory: Path, out: Path, text: str) -> None:
+    """The file written in DIR itself: a symbolic link at its name is replaced, never followed."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        if out.is_symlink():
+            out.unlink()
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
     except OSError as e:
+        if e.errno == errno.ELOOP:  # a link planted between the two calls above
+            raise ConfigError(f"{out}: a symbolic link appeared there; evalsuite init never writes through one") from None
         if e.errno in STORAGE_ERRNOS:  # a full disk or a folder this user may not write: exit 4, as elsewhere
             raise
         # a place no folder can be made (/proc, a path through a file): a DIR to give differently

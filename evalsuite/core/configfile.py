@@ -6,8 +6,7 @@ Shared by every file evalsuite reads (run configs, gate rules, claims), so each 
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
@@ -18,6 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.files import decode_utf8, nesting_depth, read_regular
 from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,33 +45,10 @@ MAX_DEPTH = 32  # far beyond any real config; deeper input is refused before it 
 MAX_BYTES = 4 << 20  # a config is a few kB; a larger "config" is a wrong file (or /dev/zero)
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, quiet: bool = False) -> str:
     """The file's text, read only from a regular file of at most MAX_BYTES: a FIFO would block, a
-    device never end. Opened without blocking, so a FIFO is refused rather than waited on."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # checked before fdopen, which refuses a folder with IsADirectoryError
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise ConfigError(f"{path}: is a folder, not a YAML file")
-        raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML file")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(MAX_BYTES + 1)
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a config file")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-                          f"save it as UTF-8") from None
+    device never end."""
+    return decode_utf8(path, read_regular(path, MAX_BYTES, "YAML file"), quiet)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -93,19 +70,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _read_yaml(path: Path) -> dict:
-    text = _read_text(path)
+def _read_yaml(path: Path, included: bool = False) -> dict:
+    """A YAML mapping. Where the file is included (`included`), an error names the file and where in
+    it, never its text: an include may name any file, secrets too."""
+    text = _read_text(path, quiet=included)
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}:{where} invalid YAML: {problem}") from None
+        said = "(an included file: its text is not shown)" if included else problem
+        raise ConfigError(f"{path}:{where} invalid YAML: {said}") from None
     except RecursionError:
         # PyYAML composes nodes recursively, so very deep nesting exhausts the stack before any check
         raise ConfigError(f"{path}: invalid YAML: nested too deeply (at most {MAX_DEPTH} levels)") from None
-    if _depth(data) > MAX_DEPTH:
+    if nesting_depth(data, MAX_DEPTH + 1) > MAX_DEPTH:
         raise ConfigError(f"{path}: nested more than {MAX_DEPTH} levels deep or too large (YAML aliases?); "
                           "no evalsuite setting needs that")
     if data is None:
@@ -115,56 +95,62 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _depth(data: Any, limit: int = MAX_DEPTH + 1, max_nodes: int = 1_000_000) -> int:
-    """Nesting depth of mappings and lists, counted only up to `limit` (YAML aliases can make
-    cycles and exponential trees, so the walk also stops after `max_nodes` nodes)."""
-    stack, deepest, seen = [(data, 0)], 0, 0
-    while stack and deepest < limit and seen < max_nodes:  # iterative: the input may be too deep to recurse
-        node, d = stack.pop()
-        deepest, seen = max(deepest, d), seen + 1
-        if isinstance(node, dict):
-            stack.extend((v, d + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, d + 1) for v in node)
-    return deepest if seen < max_nodes else limit
+# An include bomb (files that each include the next several times) would read exponentially many
+# files: at most this many reads for one config, and includes at most this deep.
+MAX_INCLUDES = 64
+MAX_INCLUDE_DEPTH = 8
 
 
 def load_raw(path: Path, rebase: Callable[[dict, Path], None] | None = None,
-             _seen: tuple[Path, ...] = (), included: set[tuple] | None = None) -> dict:
+             _seen: tuple[Path, ...] = (), included: dict[tuple, Path] | None = None,
+             _reads: list[int] | None = None) -> dict:
     """Read a YAML file and the files it includes; later files override earlier ones.
 
+    An include path is taken as written (no `~` or `$VAR` expansion), relative to the including file.
     `rebase(data, folder)` is called on each included file's data, so that the relative paths it
     holds can be made absolute against its own folder rather than the including file's.
-    `included` collects the key paths whose values came from included files: an error message
-    names those keys but never shows their values (an include may name any file, secrets too)."""
+    `included` collects the key paths whose values came from included files, each with the file it
+    came from: an error message names those keys and the file but never shows their values, nor an
+    unknown key's name."""
     path = path.resolve()
+    reads = _reads if _reads is not None else [0]
+    reads[0] += 1
     if path in _seen:
         raise ConfigError(f"{path}: include: cycle through {' -> '.join(p.name for p in _seen + (path,))}")
-    data = _read_yaml(path)
+    if reads[0] > MAX_INCLUDES or len(_seen) > MAX_INCLUDE_DEPTH:
+        raise ConfigError(f"{_seen[0]}: include: more than {MAX_INCLUDES} files read, or includes more than "
+                          f"{MAX_INCLUDE_DEPTH} deep (allowed: at most {MAX_INCLUDES} reads in all, "
+                          f"{MAX_INCLUDE_DEPTH} levels)")
+    data = _read_yaml(path, included=bool(_seen))
     includes = data.pop("include", None) or []
     if isinstance(includes, str):
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         raise ConfigError(f"{path}: include: must be a file path or a list of paths, got a {type(includes).__name__}")
     merged: dict = {}
+    origin: dict[tuple, Path] = {}
     for inc in includes:
-        inc_path = (path.parent / os.path.expandvars(inc)).resolve()
+        inc_path = (path.parent / inc).resolve()
         if not inc_path.exists():
-            raise ConfigError(f"{path}: include: {inc!r}: no such file ({inc_path}); {_include_hint(path, inc_path)}")
-        inc_data = load_raw(inc_path, rebase, _seen + (path,))
+            shown = f"{inc!r}: no such file ({inc_path})" if not _seen else "a file that does not exist"
+            raise ConfigError(f"{path}: include: {shown}; {_include_hint(path, inc_path)}")
+        deeper: dict[tuple, Path] = {}
+        inc_data = load_raw(inc_path, rebase, _seen + (path,), deeper, reads)
         if rebase is not None:
             rebase(inc_data, inc_path.parent)
+        origin.update({p: deeper.get(p, inc_path) for p in _leaf_paths(inc_data)})
         merged = deep_merge(merged, inc_data)
     if included is not None and merged:  # nothing included: no key's value came from elsewhere
         own = _leaf_paths(data) if data else set()  # a file of only `include:` owns no key
-        included |= {p for p in _leaf_paths(merged) if not any(p[:len(q)] == q for q in own)}
+        included.update({p: f for p, f in origin.items() if not any(p[:len(q)] == q for q in own)})
     return deep_merge(merged, data)
 
 
 def _include_hint(including: Path, missing: Path) -> str:
-    """What is allowed, and the YAML files in the folder the missing one was looked for in."""
+    """What is allowed, and the YAML files in the folder the missing one was looked for in, where that
+    is the including file's folder or below it (a listing of any other folder is not the config's to show)."""
     folder = missing.parent
-    readable = folder.is_dir() and os.access(folder, os.R_OK | os.X_OK)
+    readable = folder.is_dir() and folder.is_relative_to(including.parent) and os.access(folder, os.R_OK | os.X_OK)
     near = sorted(p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")) if readable else []
     shown = f"; in {folder}: {', '.join(near[:8])}{', ...' if len(near) > 8 else ''}" if near else ""
     return f"allowed: a YAML file relative to {including.parent}, or an absolute path{shown}"
@@ -179,7 +165,7 @@ def _leaf_paths(data: Any, prefix: tuple = ()) -> set[tuple]:
 def load_model(path: str | Path, model: type[M]) -> M:
     """A YAML file (with its includes) validated as `model`; a bad file is one ConfigError line."""
     path = Path(path)
-    included: set[tuple] = set()
+    included: dict[tuple, Path] = {}
     raw = load_raw(path, included=included)
     try:
         return model.model_validate(raw)
@@ -268,20 +254,24 @@ HIDDEN_TAGS: set[str] = set()
 MAX_SHOWN = 3  # errors named in one line; the rest are counted
 
 
-def format_validation_error(e: ValidationError, model: type[BaseModel], included: set[tuple] = frozenset()) -> str:
-    """One line: per wrong key (up to three) its path, bad value and what is allowed; the value is
-    left out where it came from an included file."""
+def format_validation_error(e: ValidationError, model: type[BaseModel], included: Mapping[tuple, Path] = {}) -> str:
+    """One line: per wrong key (up to three) its path, bad value and what is allowed; the value, and an
+    unknown key's own name, are left out where they came from an included file, which is named."""
     errors, seen = [], set()
     for err in e.errors():
         loc = tuple(err["loc"])
         if loc not in seen:  # a union reports each of its members' complaints at the same key
             seen.add(loc)
             errors.append(err)
-    return join_errors([_format_one(err, model, _from_include(tuple(err["loc"]), included)) for err in errors])
+    said = [_format_one(err, model, from_include(tuple(err["loc"]), included)) for err in errors]
+    counts = {m: said.count(m) for m in said}  # keys left unnamed read alike: one message, counted
+    return join_errors([m if n == 1 else m.replace("an unknown key", f"{n} unknown keys").replace(
+        "its name is", "their names are") for m, n in counts.items()])
 
 
-def _from_include(loc: tuple, included: set[tuple]) -> bool:
-    return any(p[:len(loc)] == loc or loc[:len(p)] == p for p in included)
+def from_include(loc: tuple, included: Mapping[tuple, Path]) -> Path | None:
+    """The included file the value at `loc` (or a value below it) came from; None for the config's own."""
+    return next((f for p, f in included.items() if p[:len(loc)] == loc or loc[:len(p)] == p), None)
 
 
 def join_errors(messages: list[str]) -> str:
@@ -290,7 +280,7 @@ def join_errors(messages: list[str]) -> str:
     return shown + (f" (and {rest} more error{'s' if rest > 1 else ''})" if rest > 0 else "")
 
 
-def _format_one(err: dict, model: type[BaseModel], hide_value: bool = False) -> str:
+def _format_one(err: dict, model: type[BaseModel], included: Path | None = None) -> str:
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc if p not in HIDDEN_TAGS) or "(top level)"
     value = err.get("input")
@@ -301,14 +291,17 @@ def _format_one(err: dict, model: type[BaseModel], hide_value: bool = False) -> 
     if typ == "extra_forbidden":
         allowed = _allowed_keys(model, loc)
         hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        if included is not None:  # a key's name is the included file's text too
+            where = ".".join(str(p) for p in loc[:-1] if p not in HIDDEN_TAGS) or "(top level)"
+            return f"{where}: an unknown key from included file {included} (its name is not shown){hint}"
         return f"{key}: unknown key{hint}"
     if typ == "missing":
         return f"{key}: required key is missing"
     echoes = typ in ("union_tag_invalid", UNSAFE_NAME, VALUE_SHOWN)  # messages that quote the value itself
     msg = err["msg"].replace("Value error, ", "")
-    if hide_value:
+    if included is not None:
         said = (err.get("ctx") or {}).get("without_values") or ("not valid here" if echoes else msg)
-        return f"{key}: {said} (its value, from an included file, is not shown)"
+        return f"{key}: {said} (its value, from included file {included}, is not shown)"
     if echoes or _mapping(value):  # a whole mapping says nothing; its validator's message names what is wrong
         return f"{key}: {msg}"
     return f"{key}: {msg}, got {shown}"

@@ -9,6 +9,10 @@ runs/<run_id>/
   <variant>/engine.log   vLLM's own output
   <variant>/capacity/    the load generator's own output per capacity level (evalsuite.capacity)
   run.lock               held by the one process writing the folder; names it (pid, host)
+  disk.reserve           room on the disk while a run writes, given back at its end (RESERVE_BYTES)
+
+Every file is read back as data (the readers at the end): evalsuite may be handed folders that others
+wrote or damaged.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import from_json
 
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
+from evalsuite.core.files import nesting_depth, read_regular
 from evalsuite.core.outputs import FOLDER_HINT
-from evalsuite.core.types import SCHEMA_VERSION, RunRecord, VariantResult
+from evalsuite.core.types import SCHEMA_VERSION, RecordedConfig, RecordedEnv, RunRecord, SampleLine, VariantResult
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -51,6 +57,9 @@ LINKED = "{path}: a symbolic link inside the run folder; evalsuite writes only i
 RUN_FILE, CONFIG_FILE, ENV_FILE, ENGINE_LOG = "run.json", "config.yaml", "env.json", "engine.log"
 RESULT_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, CAPACITY_DIR = "result.json", "samples", ".jsonl", "capacity"
 LOCK_FILE = "run.lock"
+# Room kept on the run folder's disk while a run writes (RunDir.reserve_space): a full disk stops the run
+# at a samples write, and freeing this much lets its records say what it did (the variant `partial`).
+RESERVE_FILE, RESERVE_BYTES = "disk.reserve", 4 << 20
 # Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
 _HELD: set[Path] = set()
 # An flock refused by a file system that has none (some network mounts): the folder runs unguarded.
@@ -61,10 +70,15 @@ def is_safe_name(name: object) -> bool:
     return isinstance(name, str) and SAFE_NAME.fullmatch(name) is not None
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_name(name: object, what: str) -> str:
     """`name` as is, or ConfigError saying which name is not a plain folder or file name."""
     if not is_safe_name(name):
-        raise ConfigError(f"{what}: {name!r} is not a safe name ({SAFE_NAME_RULE})")
+        raise ConfigError(f"{what}: {_shown(name)} is not a safe name ({SAFE_NAME_RULE})")
     return name  # type: ignore[return-value]
 
 
@@ -109,7 +123,20 @@ def new_run_id(stem: str) -> str:
     """UTC time to the second, then a random part (two runs started in the same second differ),
     then the config's name."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}.{secrets.token_hex(3)}-{re.sub(r'[^A-Za-z0-9_.-]', '_', stem)}"
+    return f"{stamp}.{secrets.token_hex(3)}-{run_stem(stem)}"
+
+
+def run_stem(stem: str) -> str:
+    """A config's file stem as its run ids end: characters a folder name should not hold become '_'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+
+
+_STAMP = re.compile(r"^\d{8}-\d{6}(\.[0-9a-f]{6})?-")  # new_run_id's prefix
+
+
+def run_name(run_id: str) -> str:
+    """A run id without its leading time stamp: its config's stem, as new_run_id wrote it."""
+    return _STAMP.sub("", run_id)
 
 
 def check_output_dir(out: Path) -> Path:
@@ -235,6 +262,29 @@ class RunDir:
             _HELD.discard(key)
             os.close(fd)
 
+    def reserve_space(self) -> None:
+        """Claim RESERVE_BYTES on the run folder's disk, as blocks the file system has handed out (not a
+        sparse file), so that they are there to give back once the disk is full."""
+        path = self.inside(RESERVE_FILE)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o666)
+            try:
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)
+                else:  # no fallocate (macOS): zeros, written
+                    os.pwrite(fd, bytes(RESERVE_BYTES), 0)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise storage_error(path, e) from None
+
+    def release_space(self) -> None:
+        """Give the reserve back: at the run's end, and first thing when a full disk stopped it."""
+        try:
+            self.inside(RESERVE_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
+
     def inside(self, *parts: str) -> Path:
         """root/parts..., refused when a part is not a plain name or a folder on the way is a link."""
         path = self.root
@@ -262,17 +312,33 @@ class RunDir:
         self.write_text(CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False))
 
     def read_config(self) -> dict[str, Any]:
-        """The resolved config the run was made with; {} for a run folder without one."""
+        """The resolved config the run was made with; {} for a run folder without one. The keys that
+        readers take from it are held to their types (RecordedConfig)."""
         path = self.config_path
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return {}
+        data = read_regular(path, RECORD_BYTES, "YAML file")
         try:
-            data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+            config = yaml.safe_load(data.decode("utf-8"))
         except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
-            data = None
-        if not isinstance(data, dict):
+            config = None
+        if not isinstance(config, dict) or nesting_depth(config, RECORD_DEPTH + 1) > RECORD_DEPTH:
             raise ConfigError(f"{path}: not a YAML mapping of config keys (damaged? start a new run)")
-        return data
+        _validated(path, RecordedConfig, config)
+        return config
+
+    def read_env(self) -> dict[str, Any]:
+        """env.json: what the run ran on (library versions, CPU and GPU names); {} where it is missing."""
+        env = self.read_json(ENV_FILE)
+        _validated(self.root / ENV_FILE, RecordedEnv, env)
+        return env
+
+    def read_json(self, name: str) -> dict[str, Any]:
+        """A JSON object file of the run folder itself; {} where it is missing."""
+        path = self.inside(name)
+        if not path.exists() and not path.is_symlink():
+            return {}
+        return _json_object(path, read_regular(path, RECORD_BYTES, "JSON record"))
 
     def write_env(self, env: dict[str, Any]) -> None:
         self.write_text(ENV_FILE, json.dumps(env, indent=2, default=str))
@@ -282,15 +348,19 @@ class RunDir:
 
     def load_run(self) -> RunRecord:
         path = self.root / RUN_FILE
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise ConfigError(f"{self.root}: not a run directory (no {RUN_FILE})")
-        data = _read_json(path)
+        raw = read_regular(path, RECORD_BYTES, "JSON record")
+        data = _json_object(path, raw)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise ConfigError(f"{path}: schema_version {version} is not supported (this evalsuite reads {SCHEMA_VERSION})")
+            raise ConfigError(f"{path}: schema_version {version!r} is not supported (this evalsuite reads {SCHEMA_VERSION})")
         if "variants" not in data:  # every run writes it, empty or not: without it the file was cut or edited
             raise ConfigError(f"{path}: no `variants` key: not a run record as evalsuite writes it (damaged or edited?)")
-        return _validated(path, RunRecord, data)
+        record = _validated(path, RunRecord, raw)
+        for i, v in enumerate(record.variants):  # each names a folder that readers open
+            check_name(v.variant, f"{path}: variants.{i}.variant")
+        return record
 
     def variant_dir(self, variant: str) -> Path:
         return self._folder(variant, SAMPLES_DIR).parent
@@ -300,12 +370,12 @@ class RunDir:
         return self._folder(variant, SAMPLES_DIR) / f"{check_name(task, 'task name')}{SAMPLES_SUFFIX}"
 
     def samples_dir(self, variant: str) -> Path:
-        """A variant's folder of samples files, for reading: checks and creates nothing."""
-        return self.root / variant / SAMPLES_DIR
+        """A variant's folder of samples files, for reading: checks the name, creates nothing."""
+        return self.root / check_name(variant, f"{self.root}: variant name") / SAMPLES_DIR
 
     def samples_file(self, variant: str, task: str) -> Path:
-        """Where a task's samples are read from: checks and creates nothing."""
-        return self.samples_dir(variant) / f"{task}{SAMPLES_SUFFIX}"
+        """Where a task's samples are read from: checks the names, creates nothing."""
+        return self.samples_dir(variant) / f"{check_name(task, f'{self.root}: task name')}{SAMPLES_SUFFIX}"
 
     def sample_files(self, variant: str) -> list[Path]:
         """The samples files a variant has recorded, by name."""
@@ -339,62 +409,90 @@ class RunDir:
         text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
         _atomic_write(self.samples_path(variant, task), text)
 
-    def load_samples(self, variant: str, task: str) -> list[dict[str, Any]]:
-        """Rows written so far; the last line, when a kill cut it short, is dropped (it is redone).
-        Creates nothing."""
+    def load_samples(self, variant: str, task: str, first: int | None = None) -> list[dict[str, Any]]:
+        """Rows written so far (the `first` ones only, if given), each a SampleLine (as a dict, keys as
+        written); the last line, when a kill cut it short, is dropped (it is redone). A sample id counts
+        once. Creates nothing."""
         path = self.samples_file(variant, task)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             return []
-        lines = path.read_bytes().split(b"\n")
+        lines = read_regular(path, SAMPLES_BYTES, "samples file (JSON lines)").split(b"\n")
         rows, seen = [], set()
         for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line.decode("utf-8"))
-            except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
-                if n == len(lines):
-                    continue
-                raise ConfigError(f"{path}: line {n} is not JSON; the samples file is damaged") from None
-            if not isinstance(row, dict) or not isinstance(row.get("sample", {}), dict):
-                raise ConfigError(f"{path}: line {n} is not a sample record (a JSON object with sample, "
-                                  f"completion, score)")
-            sid = row.get("sample", {}).get("id")
-            if sid in seen:
+                row = SampleLine.model_validate_json(line, strict=True)
+            except ValidationError as e:
+                if n == len(lines) and e.errors()[0]["type"] == "json_invalid":
+                    continue  # cut short by a kill: no newline after it
+                raise ConfigError(_refusal(path, SampleLine, e, line, n)) from None
+            if row.sample.id in seen:
                 continue  # never count a sample twice
-            seen.add(sid)
-            rows.append(row)
+            seen.add(row.sample.id)
+            rows.append(row.model_dump(exclude_unset=True))
+            if first is not None and len(rows) >= first:
+                break
         return rows
 
     def write_result(self, result: VariantResult) -> None:
         _atomic_write(self.variant_dir(result.variant) / RESULT_FILE, result.model_dump_json(indent=2))
 
     def load_result(self, variant: str) -> VariantResult | None:
-        path = self.root / variant / RESULT_FILE
-        if not path.exists():
+        path = self.root / check_name(variant, f"{self.root}: variant name") / RESULT_FILE
+        if not path.exists() and not path.is_symlink():
             return None
-        return _validated(path, VariantResult, _read_json(path))
+        result = _validated(path, VariantResult, read_regular(path, RECORD_BYTES, "JSON record"))
+        if result.variant != variant:
+            raise ConfigError(f"{path}: variant: {_shown(result.variant)} where its folder is {variant!r} (moved or "
+                              "edited?)")
+        return result
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+# Run records are read as data whoever wrote them: a regular file of bounded size, strict types (no
+# "1" taken for 1), nesting bounded by pydantic's JSON parser (255 levels: a deeper record is refused
+# before any code recurses into it), and one line naming the file, line and key where they are wrong.
+RECORD_BYTES = 256 << 20  # run.json, result.json, env.json, config.yaml: kB to a few MB
+SAMPLES_BYTES = 16 << 30  # 128K-token prompts recorded as token ids: hundreds of MB per task
+RECORD_DEPTH = 64  # config.yaml (read by PyYAML, which has no bound of its own)
+
+
+def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
     """A record file's JSON object; anything else is one ConfigError line naming the file."""
+    if _binary(raw):
+        raise ConfigError(f"{path}: not a JSON record (binary content)")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a JSON record (binary content)") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: corrupt JSON ({e.msg} at line {e.lineno})") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
+        data = from_json(raw)
+    except ValueError as e:
+        raise ConfigError(f"{path}: corrupt JSON ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
     return data
 
 
-def _validated(path: Path, model: type[M], data: dict[str, Any]) -> M:
+def _validated(path: Path, model: type[M], data: bytes | dict[str, Any], strict: bool = True) -> M:
+    """`data` (a file's bytes, or a mapping already parsed) as `model`, with strict types."""
     try:
-        return model.model_validate(data)
+        if isinstance(data, bytes):
+            return model.model_validate_json(data, strict=strict)
+        return model.model_validate(data, strict=strict)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: not a valid {model.__name__}: {where}: {err['msg']}") from None
+        raise ConfigError(_refusal(path, model, e, data if isinstance(data, bytes) else b"")) from None
+
+
+def _binary(raw: bytes) -> str | None:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary content"
+    return None
+
+
+def _refusal(path: Path, model: type[BaseModel], e: ValidationError, raw: bytes = b"", line: int | None = None) -> str:
+    """One line: the file, the line (of a samples file, or of a JSON syntax error), the key and what is wrong."""
+    err = e.errors(include_url=False, include_input=False)[0]
+    at = f"line {line}: " if line is not None else ""
+    if err["type"] == "json_invalid":
+        return f"{path}: {at}not JSON ({_binary(raw) or err['msg'].removeprefix('Invalid JSON: ')})"
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    return f"{path}: {at}not a valid {model.__name__}: {key}: {err['msg']}"

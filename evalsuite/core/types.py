@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 # the latency pass's headline timings: median time to first token and between tokens, per request
@@ -367,6 +367,121 @@ class EarlyStop(_Model):
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
 
 
+# ---------------------------------------------------------------- free-form mappings, as readers take them
+# Records keep some mappings open (settings, placement, predictions, the run's environment) so that a
+# writer can add to them; the keys a reader reads are held to the types it reads, so a record edited
+# by hand or damaged is refused when read, not met as an AttributeError in a report.
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+def shaped(model: type[_Shape]) -> AfterValidator:
+    """A validator that holds a mapping's known keys to `model`'s types and keeps the mapping as it is."""
+    def check(value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            model.model_validate(value)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return value
+    return AfterValidator(check)
+
+
+Number = int | float
+
+
+class _Footprint(_Shape):
+    footprint_gib: Number | None = None
+    weights_gib: Number | None = None
+    kv_cache_gib: Number | None = None
+    activation_gib: Number | None = None
+    cuda_graph_gib: Number | None = None
+    non_torch_gib: Number | None = None
+    error: str | None = None
+
+
+class _Prediction(_Footprint):
+    kv_bytes_per_token: Number | None = None
+    kv_bytes_per_block: Number | None = None
+    kv_capacity_tokens: Number | None = None
+    kv_cache_blocks: Number | None = None
+    max_concurrency: Number | None = None
+    required_gib: Number | None = None
+
+
+class _Settings(_Shape):
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    simulated: bool | None = None
+    quantize: str | None = None
+
+
+class _Placement(_Shape):
+    parallel: int | str | None = None
+    alone: bool | None = None
+    engine_alone: bool | None = None
+    ran_with: list[str] = Field(default_factory=list)
+    gpu: int | str | None = None
+    predicted: _Footprint | None = None
+    measured: _Footprint | None = None
+
+
+class _Card(_Shape):
+    gpu: int | str | None = None
+    budget_gib: Number | str | None = None
+    memory_gib: Number | str | None = None
+
+
+class _Scheduler(_Card):
+    parallel: int | str | None = None
+    limit: int | str | None = None
+    gpus: list[_Card] | None = None
+    gpu_shares: dict[str, Number] | None = None
+
+
+class _Latency(_Shape):
+    prompt_tokens: list[int] | None = None
+
+
+class RecordedConfig(_Shape):
+    """The keys of a run folder's config.yaml that readers other than `finish` and `--resume` (which
+    validate it whole) read."""
+
+    model: dict[str, Any] | None = None
+    variants: dict[str, Any] | None = None
+    baseline: str | None = None
+    controls: list[str] | None = None
+    tasks: list[dict[str, Any]] | None = None
+    latency: _Latency | None = None
+    tracking: dict[str, Any] | None = None
+    seed: int | None = None
+
+
+class RecordedEnv(_Shape):
+    """env.json (evalsuite.core.env.capture): what the run ran on."""
+
+    evalsuite_commit: str | None = None
+    evalsuite_version: str | None = None
+    vllm_distribution: str | None = None
+    vllm_version: str | None = None
+    vllm_plugins: dict[str, str] | None = None
+    torch_version: str | None = None
+    transformers_version: str | None = None
+    mlflow_version: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    cpu: str | None = None
+    cpu_count: int | None = None
+    gpus: list[str] | None = None
+
+
+class _RunEnv(RecordedEnv):
+    device: str | None = None
+    model_dir: str | None = None
+    scheduler: _Scheduler | None = None
+
+
 class VariantResult(_Model):
     variant: str
     status: Status = "pending"
@@ -374,7 +489,7 @@ class VariantResult(_Model):
     # what the engine said where it ended the variant (the reason of a `failed` one holds it too, and
     # a `partial` one's names the task around it); None where no engine failed
     engine_error: str | None = None
-    settings: dict[str, Any] = Field(default_factory=dict)
+    settings: Annotated[dict[str, Any], shaped(_Settings)] = Field(default_factory=dict)
     metrics: list[Metric] = Field(default_factory=list)
     # per task, the metric that answers "how did it do", as the task defines it; reports read it here
     primary_metrics: list[str] = Field(default_factory=list)
@@ -382,10 +497,10 @@ class VariantResult(_Model):
     # task has one: a baseline near it says the task cannot tell variants apart
     chance: dict[str, float] = Field(default_factory=dict)
     engine: EngineStats = Field(default_factory=EngineStats)
-    predicted: dict[str, Any] = Field(default_factory=dict)
+    predicted: Annotated[dict[str, Any], shaped(_Prediction)] = Field(default_factory=dict)
     # `run --parallel`: the packing plan's footprint beside the engine's measured one, the variants that
     # shared the device, and whether the engine figures were measured alone (evalsuite.run.packing)
-    placement: dict[str, Any] = Field(default_factory=dict)
+    placement: Annotated[dict[str, Any], shaped(_Placement)] = Field(default_factory=dict)
     host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
     stopped: dict[str, EarlyStop] = Field(default_factory=dict)  # by task: ended early under --stop decided
     started_at: datetime | None = None
@@ -408,12 +523,40 @@ class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
-    config_path: str | None = None
+    config_path: str | None = None  # the config file, resolved: what `run --resume` finds its run by
+    config_sha256: str | None = None  # of the resolved config (config.yaml): changed, a resume says where
     model: str
     mode: EngineMode = "offline"
-    env: dict[str, Any] = Field(default_factory=dict)
+    env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     mlflow_run_id: str | None = None
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
+
+
+# ---------------------------------------------------------------- samples lines, as a reader takes them
+# One line of samples/<task>.jsonl: the sample, the engine's completion and the score. Read back in three
+# shapes: as a run writes it; kept (lab/keep_runs.py: a random prompt's token ids and completion replaced
+# by their counts); and seeded from kept per-item scores (only the sample's id and meta, no completion).
+
+
+class RecordedRequest(Request):
+    prompt_token_count: int | None = None  # a kept line's: the prompt's token ids, counted
+
+
+class RecordedSample(Sample):
+    task: str | None = None
+    request: RecordedRequest | None = None
+    target: str | None = None
+
+
+class RecordedCompletion(Completion):
+    text: str | None = None
+    text_chars: int | None = None  # a kept line's: the completion's text, counted
+
+
+class SampleLine(_Model):
+    sample: RecordedSample
+    completion: RecordedCompletion = Field(default_factory=RecordedCompletion)
+    score: Score

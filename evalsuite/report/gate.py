@@ -113,6 +113,9 @@ class Pair:
     cand: VariantResult
 
 
+NO_SHARED = "no shared sample ids"
+
+
 @dataclass
 class _Tested:
     test: PairedTest | None
@@ -137,7 +140,7 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
         test = unpaired(pair.base.metric(metric), pair.cand.metric(metric), rules.confidence)
         if p.n_base and p.n_cand:
             why = f"the runs scored different items ({p.n_base} and {p.n_cand}, no sample id in common)"
-            return _Tested(test, "no shared sample ids" + (f"; unpaired, n={test.n}" if test else ""),
+            return _Tested(test, NO_SHARED + (f"; unpaired, n={test.n}" if test else ""),
                            why + ("" if test else ": nothing to pair")), p
         if test is None:
             return _Tested(None, "no per-item scores", "no paired items and no counts to compare"), p
@@ -231,9 +234,16 @@ def decide(rules: Rules, checks: list[Check]) -> None:
             _verdict(rules, c)
 
 
+def _insufficient(rules: Rules, c: Check) -> str:
+    """`insufficient_n` lets a small check through where it says `pass`; runs of different items are
+    no evidence at all, so they warn instead."""
+    no_shared = (c.pairs or "").startswith(NO_SHARED)
+    return "warn" if no_shared and rules.insufficient_n == "pass" else rules.insufficient_n
+
+
 def _verdict(rules: Rules, c: Check) -> None:
     if c.test is None:
-        c.status, c.detail = rules.insufficient_n, f"insufficient n: {c.insufficient} ({c.pairs})"
+        c.status, c.detail = _insufficient(rules, c), f"insufficient n: {c.insufficient} ({c.pairs})"
         _uninformative(rules, c)
         return
     shown = c.p_adj < rules.alpha  # p_adj is the raw p with `adjust: none`
@@ -241,7 +251,7 @@ def _verdict(rules: Rules, c: Check) -> None:
     p = f"{adj}p {c.p_adj:.2g} {'<' if shown else '>='} {rules.alpha:g}"
     limit = f"limit {c.limit:g} pt"
     if c.insufficient is not None:
-        c.status = "fail" if shown else rules.insufficient_n
+        c.status = "fail" if shown else _insufficient(rules, c)
         whole = " even with the candidate right on every item of the groups it lacks" if c.unmeasured[0] else ""
         verdict = f"but the drop is shown to exceed the {limit}{whole} ({p})" if shown else f"{rules.insufficient_n} as configured"
         c.detail = f"insufficient n: {c.insufficient}; {verdict}"

@@ -8,14 +8,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from evalsuite.core.records import ENV_FILE
+from evalsuite.core.files import read_regular
+from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
@@ -257,14 +257,14 @@ def memory_table(report: Report) -> Table:
 
 
 def config_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.exists() else "-"
+    return hashlib.sha256(read_regular(path, RECORD_BYTES, "YAML file")).hexdigest()[:12] if path.exists() else "-"
 
 
 def provenance(report: Report, command: str) -> list[str | Table]:
     rows = []
     for part in report.parts:
         rd = part.run_dir
-        env = json.loads((rd.root / ENV_FILE).read_text()) if (rd.root / ENV_FILE).exists() else {}
+        env = rd.read_env()
         record = rd.load_run()
         engines = [e.result.engine for e in part.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]

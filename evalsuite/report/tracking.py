@@ -361,8 +361,7 @@ class _Logger:
     def __init__(self, client: MlflowClient, exp_id: str, rd: RunDir, record: RunRecord):
         self.client, self.exp_id, self.rd, self.record = client, exp_id, rd, record
         self.config = rd.read_config()
-        env_path = rd.root / ENV_FILE
-        self.env = json.loads(env_path.read_text()) if env_path.exists() else dict(record.env)
+        self.env = rd.read_env() or dict(record.env)
         self.existing = self.client.search_runs([exp_id], f"tags.`{T_RUN}` = {_quote(record.run_id)}",
                                                 max_results=1000)
 
@@ -540,10 +539,10 @@ def _write_state(rd: RunDir, result: SyncResult) -> None:
 
 
 def read_state(rd: RunDir) -> dict[str, Any]:
-    path = rd.root / STATE_FILE
+    """Where the run folder was uploaded before; {} where unknown (no file, or one that is damaged)."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return rd.read_json(STATE_FILE)
+    except ConfigError:
         return {}
 
 

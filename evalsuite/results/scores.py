@@ -16,8 +16,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import re
 import os
+import re
 import shutil
 import tempfile
 import zlib
@@ -185,7 +185,7 @@ def import_scores(kept: Path, out: Path, config: Path | None, variants: Sequence
         return Imported(_rebuild(kept, cfg, out, names, None, cache_dir), _outside(cfg, names))
     if config is None:
         raise ConfigError("--for-resume needs --config: the config the resumed run will run")
-    found = find_resumable(out, config.stem)
+    found = find_resumable(out, config)
     if found is not None:
         raise ConfigError(f"{found.root} already holds a run of {config.name}; `evalsuite run --resume` continues it")
     if not names:
@@ -252,7 +252,7 @@ def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str]
     rd = RunDir(root)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
     results = {n: _kept_result(kept / n / RESULT_FILE) for n in names}
-    rd.write_run(RunRecord(run_id=run_id, config_path=config.path and str(config.path),
+    rd.write_run(RunRecord(run_id=run_id, config_path=config.path and os.path.realpath(config.path),
                            model=cfg.model.name or cfg.model.source, env={SEEDED_KEY: str(kept)}))
     meta = _sample_meta(cfg)
     for name, result in results.items():

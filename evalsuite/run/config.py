@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.capacity.config import CapacityConfig
 from evalsuite.capacity.task import CapacityTask
-from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, join_errors, load_raw, not_allowed,
-                                       unsafe_name)
+from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, from_include, join_errors, load_raw,
+                                       not_allowed, unsafe_name)
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
 from evalsuite.core.types import EngineMode
@@ -138,9 +138,10 @@ class EngineConfig(Strict):
     batch_tokens: int = Field(default=1_048_576, gt=0)
     startup_timeout_s: float = Field(default=900, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    # Pass every engine argument and variable, also those that can run code or open the server
-    # (evalsuite.run.safety lists them); off, they are refused with one line each.
+    # Pass engine arguments (still exact vLLM names) and variables beyond evalsuite.run.safety's
+    # allow-lists, which may run code, read files or open the server; off, they are refused in one line.
     unsafe_engine_args: bool = False
+    unsafe_env: bool = False
 
 
 class LatencyConfig(Strict):
@@ -228,6 +229,8 @@ class SchedulerConfig(Strict):
 
 
 class RunConfig(Strict):
+    # key path -> the included file its value came from (load_config): messages name those keys, never their values
+    _included: dict[tuple, Path] = PrivateAttr(default_factory=dict)
     model: ModelConfig
     variants: dict[str, Variant]
     defaults: Variant | None = None
@@ -314,12 +317,14 @@ def load_config(path: str | Path, check_models: bool = True) -> RunConfig:
     settings), as where kept scores are imported: a variant's model file (a GGUF on the GPU host that
     ran it) need not be on this machine."""
     path = Path(path)
-    included: set[tuple] = set()
+    included: dict[tuple, Path] = {}
     raw = _apply_defaults(load_raw(path, rebase=_rebase_paths, included=included))
+    included = _included_defaults(raw, included)
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(f"{path}: {format_validation_error(e, RunConfig, included)}") from None
+    cfg._included = included
     problems = check_semantics(cfg)
     if problems:
         raise ConfigError(f"{path}: {join_errors(problems)}")
@@ -337,6 +342,13 @@ def load_config(path: str | Path, check_models: bool = True) -> RunConfig:
     return cfg
 
 
+def _included_defaults(raw: dict, included: dict[tuple, Path]) -> dict[tuple, Path]:
+    """`included` with each included `defaults` key also at every variant it was copied into."""
+    variants = raw.get("variants") if isinstance(raw.get("variants"), dict) else {}
+    copied = {("variants", name, *p[1:]): f for p, f in included.items() if p[:1] == ("defaults",) for name in variants}
+    return {**copied, **included}
+
+
 def check_local_model(cfg: RunConfig, path: str | Path) -> None:
     """The config's own model, where it names a file or folder (`path`, `gguf`), must be on this machine:
     `validate` and `run` say so in one line. load_config does not ask, so that a config can be read
@@ -347,7 +359,9 @@ def check_local_model(cfg: RunConfig, path: str | Path) -> None:
         value = getattr(cfg.model, key)
         local = Path(value).expanduser() if value else None
         if local is not None and not (local if local.is_absolute() else base / local).exists():
-            raise ConfigError(f"{path}: model.{key}: {value!r} does not exist here (allowed: {allowed})")
+            source = from_include(("model", key), cfg._included)
+            shown = f"{value!r}" if source is None else f"(its value, from included file {source}, is not shown)"
+            raise ConfigError(f"{path}: model.{key}: {shown} does not exist here (allowed: {allowed})")
 
 
 def check_task_data(cfg: RunConfig, path: str | Path) -> None:
@@ -377,7 +391,10 @@ def _check_variant_models(cfg: RunConfig) -> list[str]:
             elif local is not None and local.is_dir():
                 check_model_folder(local)
         except ConfigError as e:
-            problems.append(f"variants.{name}.model: {e}")
+            source = from_include(("variants", name, "model"), cfg._included)
+            said = str(e) if source is None else ("not a model this machine can read (a .gguf file, or a folder with "
+                                                  f"config.json); its value, from included file {source}, is not shown")
+            problems.append(f"variants.{name}.model: {said}")
     return problems
 
 
@@ -388,7 +405,7 @@ def variant_max_len(v: Variant) -> int | None:
 def check_semantics(cfg: RunConfig) -> list[str]:
     """What field-by-field validation cannot see: the engine's arguments, and lengths against each
     variant's max_model_len. Found here so `validate` refuses them too."""
-    problems = engine_problems(cfg.variants, cfg.engine.env, cfg.engine.unsafe_engine_args)
+    problems = engine_problems(cfg)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
         lengths = getattr(task, "lengths", None) or []

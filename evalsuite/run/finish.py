@@ -40,7 +40,7 @@ def _config(run_dir: RunDir) -> RunConfig:
     from evalsuite.core.configfile import format_validation_error
 
     path = run_dir.config_path
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(f"{run_dir.root}: not a run directory (no config.yaml)")
     try:
         return RunConfig.model_validate(run_dir.read_config())

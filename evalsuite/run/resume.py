@@ -1,42 +1,78 @@
 """`evalsuite run --resume`: which run folder a config continues, and which of its variants are left to run.
 
-A resumed run continues the latest folder of the same config, refused when the config changed
-since; a variant is left as recorded when it was skipped or scored every item of this config (of a
-task that `--stop decided` ended early, the items it needed), and run again otherwise (the runner then
-asks only for the items it has no record of).
+A resumed run continues the latest folder whose run.json names the same config file, refused when
+the config changed since in what it measures; a variant is left as recorded when it was skipped or
+scored every item of this config (of a task that `--stop decided` ended early, the items it needed),
+and run again otherwise (the runner then asks only for the items it has no record of).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir, create_run_dir
+from evalsuite.core.records import RUN_FILE, RunDir, create_run_dir, run_name, run_stem
 from evalsuite.core.types import Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.progress import console
 from evalsuite.tasks import Task
 
 
-def find_resumable(output_dir: Path, stem: str) -> RunDir | None:
-    """The latest run folder of the config named `stem` under `output_dir`."""
-    candidates = sorted(p for p in output_dir.glob(f"*-{stem}") if RunDir(p).exists())
-    return RunDir(candidates[-1]) if candidates else None
+def config_digest(resolved: dict) -> str:
+    """sha256 of a resolved config (includes and defaults applied), as config.yaml records it."""
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def find_resumable(output_dir: Path, config_path: Path) -> RunDir | None:
+    """The latest run folder under `output_dir` whose record names `config_path` (run.json's
+    config_path, resolved), whatever characters the file's name holds. A record from before it was
+    kept resolved is matched by the run id's config stem. A folder whose run.json cannot be read is
+    passed over, unless its name says it may be this config's run: then what is wrong is said."""
+    target = Path(os.path.realpath(config_path))
+    found = []
+    for folder in sorted(output_dir.iterdir()) if output_dir.is_dir() else []:
+        rd = RunDir(folder)
+        if not (folder / RUN_FILE).exists() and not (folder / RUN_FILE).is_symlink():
+            continue
+        try:
+            record = rd.load_run()
+        except ConfigError:
+            if run_name(folder.name) == run_stem(config_path.stem):
+                raise
+            continue
+        if record.config_path is None:
+            ran = run_name(folder.name) == run_stem(config_path.stem)
+        else:
+            ran = Path(os.path.realpath(record.config_path)) == target
+        if ran:
+            found.append(rd)
+    return found[-1] if found else None
 
 
 def open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> RunDir:
     """The folder the run writes: a new one, or with `resume` the one it continues."""
     if resume:
-        found = find_resumable(out, config_path.stem)
+        found = find_resumable(out, config_path)
         if found is None:
-            raise ConfigError(f"--resume: no earlier run of {config_path.name} in {out}")
-        changed = differences(found.read_config(), resolved)
-        if changed:
-            raise ConfigError(f"--resume: {config_path} changed since run {found.run_id} ({', '.join(changed)}); "
-                              f"start a new run without --resume")
-        found.load_run()  # a damaged record is refused before the run takes the folder (a lock file)
+            raise ConfigError(f"--resume: no run of {config_path} in {out} (a run folder's run.json names the config "
+                              f"it ran); start a new run without --resume")
+        record = found.load_run()  # a damaged record is refused before the run takes the folder (a lock file)
+        if record.config_sha256 != config_digest(resolved):  # none in older records: compare the configs
+            changed = [k for k in differences(found.read_config(), resolved, most=100)
+                       if k.split(".")[0] not in NOT_MEASURED][:3]
+            if changed:
+                raise ConfigError(f"--resume: {config_path} changed since run {found.run_id} ({', '.join(changed)}); "
+                                  f"start a new run without --resume")
         return found
     return create_run_dir(out, config_path.stem)
+
+
+# Keys of a config that change where a run reports, not what it measures: edited between two sessions,
+# the run still resumes.
+NOT_MEASURED = ("tracking", "output_dir")
 
 
 def differences(old: object, new: object, where: str = "", most: int = 3) -> list[str]:

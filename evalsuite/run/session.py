@@ -5,6 +5,7 @@ The model is resolved here, once for the run: a folder (or hub id) vLLM can load
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from evalsuite.core import env as envmod
@@ -17,9 +18,9 @@ from evalsuite.run.config import RunConfig, check_local_model, check_semantics, 
 from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
-from evalsuite.run.sizing import rules_warnings
-from evalsuite.run.resume import open_run_dir
+from evalsuite.run.resume import config_digest, open_run_dir
 from evalsuite.run.runner import execute, in_config_order
+from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.stopping import phases, stop_rules, stopping
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
@@ -52,7 +53,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
 
         cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     resolved = cfg.model_dump(mode="json", exclude=recorded_exclude(cfg))
     if ray_address is not None:
         cfg.scheduler = cfg.scheduler.model_copy(update={"kind": "ray", "address": ray_address or cfg.scheduler.address})
@@ -76,10 +77,14 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             record = run_dir.load_run()
         else:
             run_dir.write_config(resolved)
-            record = new_record(cfg, run_dir, config_path, model_dir)
+            record = new_record(cfg, run_dir, config_path, model_dir, config_digest(resolved))
             run_dir.write_run(record)
         console.print(f"run {run_dir.run_id} -> {run_dir.root}")
-        record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+        run_dir.reserve_space()
+        try:
+            record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+        finally:
+            run_dir.release_space()
         print_summary(record, run_dir=run_dir)
         _track(cfg, run_dir, record)
     return record
@@ -98,6 +103,7 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
                 run_dir.write_run(record)
             return record
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
+        run_dir.release_space()  # the room to record that the variant in hand is `partial`
         _score_interrupted(run_dir, cache_dir, list(cfg.variants))
         raise
 
@@ -152,10 +158,11 @@ def load_tokenizer(cfg: RunConfig, model_dir: str):
         raise EvalsuiteError(f"model: cannot load tokenizer from {cfg.model.tokenizer or model_dir}: {e}") from None
 
 
-def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str) -> RunRecord:
+def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: str, digest: str) -> RunRecord:
     env = envmod.capture()
     run_dir.write_env(env)
-    return RunRecord(run_id=run_dir.run_id, config_path=str(config_path), model=cfg.model.name or cfg.model.source,
+    return RunRecord(run_id=run_dir.run_id, config_path=os.path.realpath(config_path), config_sha256=digest,
+                     model=cfg.model.name or cfg.model.source,
                      mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
 
 

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import collections
 import functools
-import itertools
-import json
 import math
+from pathlib import Path
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, VariantResult, task_of
@@ -110,15 +109,12 @@ def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | 
 @functools.lru_cache(maxsize=64)
 def _choices(path: str, _mtime_ns: int) -> int:
     """The most choices any of a task's first sample lines scored (k of a k-way choice; 0: free-form)."""
+    variant_dir, task = Path(path).parent.parent, Path(path).stem
     k = 0
-    with open(path) as fh:
-        for line in itertools.islice(fh, _PEEK):
-            try:
-                logprobs = ((json.loads(line).get("score") or {}).get("extra") or {}).get("logprobs")
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(logprobs, dict):
-                k = max(k, len(logprobs))
+    for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task, first=_PEEK):
+        logprobs = row["score"].get("extra", {}).get("logprobs")
+        if isinstance(logprobs, dict):
+            k = max(k, len(logprobs))
     return k
 
 
