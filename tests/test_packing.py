@@ -19,6 +19,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import Request, RunRecord, Sample, VariantResult
 from evalsuite.run import packing
 from evalsuite.run.config import RunConfig, load_config
+from evalsuite.memory.throughput import Shape
 from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
 from evalsuite.run.runner import Runner
 from tests.samples_file import rows as _rows
@@ -182,20 +183,25 @@ def test_the_kv_pool_holds_the_longest_request_times_the_batch():
     assert pool_tokens([task], samples, batch_size=8, batch_tokens=200) == 200 + 8 * 4  # the batch's token cap
 
 
+def tokens(n: int) -> list:
+    """One band of tasks' requests whose batch needs n KV tokens (a CPU without a curve keeps that need)."""
+    return [("t", Shape(n, 0), 1, n)]
+
+
 def test_the_footprint_adds_the_planners_parts(tiny_model):
     from evalsuite.run.config import Variant
 
     v = Variant(max_model_len=2048, dtype="bfloat16")
-    p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens=10)
+    p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens(10))
     parts = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
     assert p["footprint_gib"] == pytest.approx(sum(p[k] for k in parts), abs=1e-3)
     pinned = predict_need(str(tiny_model), v.model_copy(update={"engine_args": {"kv_cache_memory_bytes": 2**30}}),
-                          "CPU x86_64", 24.0, tokens=10)
+                          "CPU x86_64", 24.0, tokens(10))
     assert pinned["kv_cache_memory_bytes"] == 2**30
     # at least one request at max_model_len (vLLM refuses to start otherwise), more for a larger batch
-    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, 2048)["kv_cache_memory_bytes"]
-    assert predict_need(str(tiny_model), v, "CPU", 24.0, 8192)["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
-    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, 10) == {}
+    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, tokens(2048))["kv_cache_memory_bytes"]
+    assert predict_need(str(tiny_model), v, "CPU", 24.0, tokens(8192))["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
+    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, tokens(10)) == {}
 
 
 def test_quantized_checkpoints_build_one_at_a_time(monkeypatch):
