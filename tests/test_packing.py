@@ -316,7 +316,7 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
         (runs[label],) = [p for p in out.iterdir() if (p / "run.json").exists()]
         # the summary shows the plan against the engines only where it packed
-        assert ("packing (--parallel 2): at most 2 engines at once" in res.stdout) == (label == "packed")
+        assert ("packing (--parallel 2): 2 engines ran at once (at most 2 allowed)" in res.stdout) == (label == "packed")
     assert "0.062 / 0.062 (+0%)" in res.stdout  # each engine's 64 MiB KV pool, predicted and measured
     for variant in ("bf16", "kv_fp8"):
         seq, packed = _answers(runs["sequential"], variant), _answers(runs["packed"], variant)
@@ -500,7 +500,7 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     from rich.console import Console
 
     from evalsuite.core.types import RunRecord, VariantResult
-    from evalsuite.report.placement import part_error, placement_metrics, placement_table
+    from evalsuite.report.placement import engines_at_once, part_error, placement_metrics, placement_table
 
     packed = VariantResult(variant="fp8", status="ok", placement={
         "parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
@@ -509,11 +509,14 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     lone = VariantResult(variant="gguf", status="ok", placement={
         "parallel": "auto", "ran_with": [], "predicted": {"error": "no config.json"}, "measured": {}})
     record = RunRecord(run_id="r", model="m", variants=[packed, lone],
-                       env={"scheduler": {"parallel": "auto", "limit": 8, "budget_gib": 120.0, "memory_gib": 139.8}})
+                       env={"scheduler": {"parallel": "auto", "limit": 8, "most_at_once": 2, "budget_gib": 120.0,
+                                          "memory_gib": 139.8}})
     console = Console(width=200, record=True)
     console.print(placement_table(record))
     text = " ".join(console.export_text().split())  # the caption wraps
-    assert "packing (--parallel auto): at most 8 engines at once, 120.0 of 139.8 GiB" in text
+    # the engines that ran together, not only the plan's allowance (which once read as the count)
+    assert "packing (--parallel auto): 2 engines ran at once (at most 8 allowed), 120.0 of 139.8 GiB" in text
+    assert engines_at_once({"limit": 8}) == "at most 8 engines allowed at once"  # a record before the count
     assert "2.200 / 2.000 (+10%)" in text and "0.500 / -" in text
     assert "3.700 / 4.000 (-7%)" in text  # the planner's footprint against the engine's NVML peak
     assert "alone" in text and "no prediction: no config.json" in text

@@ -334,7 +334,17 @@ def hold(pid: int | None) -> list[psutil.Process]:
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.suspend()
+    deadline = time.monotonic() + 2.0  # the signal lands asynchronously: the device is quiet once they have stopped
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.01)
     return procs
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def release(procs: list[psutil.Process]) -> None:
