@@ -12,7 +12,7 @@ Where the concurrency comes from, best first:
   COMPUTE_EFFICIENCY of the peak, the weights read once a step of max_num_batched_tokens) plus
   their decode steps (the weights once and each request's KV, at BANDWIDTH_EFFICIENCY of the
   bandwidth), each step STEP_OVERHEAD_S more; c flattens where c / wave reaches FLAT of its value
-  at the largest c. With a curve for another shape, the curve's flat point is scaled by the
+  at the largest c, and is never fewer than fill the steps in flight. With a curve for another shape, the curve's flat point is scaled by the
   estimate's ratio between the two shapes. On a CPU the roofline's figures are placeholders: a
   curve or nothing (None: the caller keeps its own sizing).
 The decode steps assume every request decodes to its max_tokens alone after the prefill; chunked
@@ -38,6 +38,10 @@ BANDWIDTH_EFFICIENCY = 0.7
 # 1.5B's decode at 1K alone on the H200, 2.56 ms a token against 0.94 ms of weights read at 70%.
 STEP_OVERHEAD_S = 1.6e-3
 FLAT = 0.95  # a curve is flat from the concurrency that reaches this share of its largest value
+# Steps a GPU engine has in flight (vLLM's async scheduling plans the next while one runs). The
+# estimate never holds fewer requests than fill them: a GEMM over a few hundred tokens runs well
+# below the constant efficiency above, and the step budget is what vLLM sizes for the device.
+STEPS_IN_FLIGHT = 2
 CURVES_DIR = "throughput"  # under the cache folder
 
 
@@ -110,7 +114,8 @@ def estimate(config: dict[str, Any], shape: Shape, gpu: str, step_tokens: int, m
         return None
     costs = _costs(config, shape, gpu, settings or {})
     top = wave_rate(costs, shape, most, step_tokens)
-    return next(c for c in range(1, most + 1) if wave_rate(costs, shape, c, step_tokens) >= FLAT * top)
+    flat = next(c for c in range(1, most + 1) if wave_rate(costs, shape, c, step_tokens) >= FLAT * top)
+    return min(most, max(flat, math.ceil(STEPS_IN_FLIGHT * step_tokens / shape.prompt_tokens)))
 
 
 def load_curves(cache_dir: Path | None, model: str, device: str) -> list[Curve]:
