@@ -94,3 +94,17 @@ def test_curves_are_found_by_model_and_device_and_a_bad_file_is_passed_over(tmp_
     assert [x.device for x in found] == ["H200"]
     assert load_curves(None, "llama-3.1-8b-shape", "H200") == []
     assert nearest(found, Shape(32768, 16)) == c
+
+
+def test_a_packed_engine_gets_the_throughput_pool_unless_the_config_asks_for_the_batch(tmp_path):
+    from evalsuite.run.packing import predict_need
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA8B))  # the planner reads the shape alone
+    v = Variant(max_model_len=32768, dtype="bfloat16")
+    bands = [("needle", Shape(32768, 16), 256, 256 * 32784)]
+    busy = predict_need(str(tmp_path), v, "NVIDIA H200", 139.8, bands)
+    batch = predict_need(str(tmp_path), v, "NVIDIA H200", 139.8, bands, sizing="batch")
+    assert busy["pool"]["needle@32768"] == {"requests": 2, "of": 256, "tokens": 2 * 32784, "source": "roofline"}
+    assert busy["kv_cache_memory_bytes"] == pytest.approx(2 * 32784 * 131072, rel=0.01)  # 128 KiB a token
+    assert batch["kv_cache_memory_bytes"] == pytest.approx(128 * busy["kv_cache_memory_bytes"], rel=0.01)
+    assert "pool" not in batch

@@ -203,6 +203,10 @@ class SchedulerConfig(Strict):
     # the packed tasks), auto (pause with offline GPU engines; restart on a CPU, where a packed
     # engine computes on a share of the cores, and for `vllm serve`, whose clients would time out)
     latency_pass: Literal["auto", "pause", "restart"] = "auto"
+    # Each packed engine's KV pool: throughput (the requests at once that keep it busy: a measured
+    # curve, else the roofline; evalsuite.memory.throughput) or batch (the tasks' largest batch of
+    # their longest request: never fewer requests at once than a batch, more memory)
+    kv_pool: Literal["throughput", "batch"] = "throughput"
 
     @field_validator("parallel", mode="before")
     @classmethod

@@ -1,15 +1,19 @@
 """Several variants' engines at once on one host's devices (`run --parallel`).
 
 A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
-a KV pool fixed in bytes, sized for the longest request the tasks send times the batch they send
-(vLLM gets the pool as `kv_cache_memory_bytes`, so its size does not depend on what the others
-leave free). Engines start, in the config's order, while the running footprints fit in a device's
-memory less a margin: GPU memory as NVML reports it free, on each GPU the process may use (an engine
-goes to the card with the most room and is pinned there), or on a CPU the host's available RAM,
-whose cores are split between the engines; `auto` also keeps two host cores for each GPU engine. A
-variant without a prediction (a hub id, a GGUF file), one over every card's budget on its own, one
-spread over several GPUs, and one whose engine ran out of memory beside others runs alone. The
-latency pass runs afterwards, each engine alone on the host; its failure leaves the variant
+a KV pool fixed in bytes (vLLM gets it as `kv_cache_memory_bytes`, so its size does not depend on
+what the others leave free), sized for throughput: per band of prompt lengths of each task, the
+requests at once at which the engine's throughput flattens (evalsuite.memory.throughput: a measured
+curve, else the roofline) times the band's longest request, never more than the task's batch of
+its longest request (`scheduler.kv_pool: batch` keeps that). Engines start, in the config's order,
+while the running footprints fit in a device's memory less a margin: GPU memory as NVML reports it
+free, on each GPU the process may use (an engine goes to the card with the most room and is pinned
+there), or on a CPU the host's available RAM, whose cores are split between the engines; `auto`
+also keeps two host cores for each GPU engine. A variant without a prediction (a hub id, a GGUF
+file), one over every card's budget on its own, one spread over several GPUs, and one whose engine
+ran out of memory beside others runs alone. The latency pass has the device to itself
+(`scheduler.latency_pass`): on each variant's own engine with the others on its device paused
+(Quiet), or on a second engine alone afterwards (restart), whose failure leaves the variant
 `partial` with the packed tasks' results, not `failed`.
 """
 
@@ -109,10 +113,12 @@ def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands:
 
 
 def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float,
-                 bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None = None) -> dict[str, Any]:
-    """The planner's footprint of one engine with a KV pool sized for throughput (busy_pool; at
-    least one request at max_model_len, which vLLM checks at start), or {} where the planner has
-    no model of the weights. A pool the variant fixes itself is kept."""
+                 bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None = None,
+                 sizing: str = "throughput") -> dict[str, Any]:
+    """The planner's footprint of one engine with a KV pool sized for throughput (busy_pool), or
+    with `sizing` batch for the tasks' largest batch; at least one request at max_model_len, which
+    vLLM checks at start. {} where the planner has no model of the weights. A pool the variant
+    fixes itself is kept."""
     from evalsuite.memory.planner import plan
 
     path = Path(model_dir if is_gguf(variant.model) else variant.model or model_dir) / "config.json"
@@ -123,15 +129,17 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
     gpu = planner_gpu(device)
     p = plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=memory_gib,
              kv_cache_memory_gib=(fixed or 0) / GIB)
-    sizing: dict[str, Any] = {}
+    how: dict[str, Any] = {}
     if not fixed:
-        curves = load_curves(cache_dir, Path(model_dir).name, gpu)
-        tokens, sizing = busy_pool(config, p, variant, gpu, bands, curves)
+        if sizing == "batch":
+            tokens = max((need for *_, need in bands), default=0)
+        else:
+            tokens, how = busy_pool(config, p, variant, gpu, bands, load_curves(cache_dir, Path(model_dir).name, gpu))
         blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
         fixed = blocks * p.kv_bytes_per_block
     parts = {**{k: getattr(p, k) for k in FOOTPRINT_PARTS}, "kv_cache_gib": fixed / GIB}
     return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
-            "kv_cache_memory_bytes": int(fixed), **({"pool": sizing} if sizing else {})}
+            "kv_cache_memory_bytes": int(fixed), **({"pool": how} if how else {})}
 
 
 # EngineStats field <- the prediction's key of the same part, from footprint's one table of them
@@ -448,7 +456,8 @@ class PackedRun:
         for name, v in todo.items():
             try:
                 self.predicted[name] = predict_need(self.model_dir, v, self.record.env.get("device", ""),
-                                                    self.total_gib, bands, getattr(self.ctx, "cache_dir", None))
+                                                    self.total_gib, bands, getattr(self.ctx, "cache_dir", None),
+                                                    self.cfg.scheduler.kv_pool)
             except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
                 self.predicted[name] = {"error": f"{type(e).__name__}: {e}"}
             needs[name] = self.predicted[name].get("footprint_gib")
@@ -458,6 +467,7 @@ class PackedRun:
         self.record.env.setdefault("scheduler", {}).update(
             {"kind": "local", "parallel": self.cfg.scheduler.parallel, "limit": limit,
              "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3),
+             "kv_pool": self.cfg.scheduler.kv_pool,
              **({"gpus": [{"gpu": i, "memory_gib": round(t, 3), "budget_gib": round(b, 3)} for i, t, b in self.devices]}
                 if len(self.devices) > 1 else {})})
         return Packer(needs, [b for _, _, b in self.devices], limit, alone=multi)
@@ -628,7 +638,7 @@ def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samp
     out: dict[str, tuple[float, dict[str, Any]]] = {}
     for name, v in todo.items():
         try:
-            p = predict_need(model_dir, v, gpu, gpu_gib, bands, cache_dir) if gpu_gib else {}
+            p = predict_need(model_dir, v, gpu, gpu_gib, bands, cache_dir, cfg.scheduler.kv_pool) if gpu_gib else {}
         except Exception:  # noqa: BLE001 - a planner gap: a whole GPU, as without packing
             p = {}
         if not p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
