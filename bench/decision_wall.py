@@ -12,14 +12,15 @@ the summary). A task's union less the pauses inside it is printed too: with the 
 place, the others' tasks stand still while one variant times.
 
 `--fresh-cache` runs with a cache folder of its own that holds only the imported models, the
-extracted data and the downloaded wheels of the current one: items, W4A16 checkpoints and vLLM's
+extracted data, the downloaded wheels and the throughput curves measured on this machine
+(bench/prefill_curve.py --save) of the current one: items, W4A16 checkpoints and vLLM's
 compile caches start empty, as on a fresh machine with the model imported. Arguments after `--`
 go to `evalsuite run` as they are (`-- --stop decided`); with `--full RUN_DIR` (a run of the same
 config without them) the bench also reports the items answered against that run's and whether
 every variant's verdict (the summary's gate, the suite's one statistics path) is the same.
 
-    .venv/bin/python bench/decision_wall.py CONFIG [-V VARIANT ...] [--parallel auto] [--fresh-cache]
-        [--full RUN_DIR] [--work-dir DIR] [-- RUN ARGS ...]
+    .venv/bin/python bench/decision_wall.py CONFIG [-V VARIANT ...] [--parallel auto] [--fresh-cache
+        [--cache-root DIR]] [--full RUN_DIR] [--work-dir DIR] [-- RUN ARGS ...]
 
 The last line printed is the RESULT line.
 """
@@ -52,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("-V", "--variant", action="append", default=[], dest="variants")
     ap.add_argument("--parallel", default="auto", help="`run --parallel` (default auto)")
     ap.add_argument("--fresh-cache", action="store_true", help="a cache of only the models, data and wheels")
+    ap.add_argument("--cache-root", type=Path, help="where --fresh-cache makes it (default: WORK_DIR/cache; "
+                    "W4A16 checkpoints and compile caches land there)")
     ap.add_argument("--full", type=Path, metavar="RUN_DIR", help="a full run of CONFIG to set items and verdicts against")
     ap.add_argument("--work-dir", type=Path, help="keep the runs here (default: a temporary folder, kept)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -59,13 +62,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def fresh_cache(work: Path) -> Path:
-    """A cache folder holding links to the current one's models, data and wheels, nothing else."""
+def fresh_cache(cache: Path) -> Path:
+    """A cache folder holding links to the current one's models, data, wheels and measured throughput
+    curves, nothing else."""
     from evalsuite.data.assets import default_cache_dir
 
-    here, cache = default_cache_dir(), work / "cache"
+    here = default_cache_dir()
+    if cache.exists() and any(p.name not in ("models", "assets", "wheels", "throughput") for p in cache.iterdir()):
+        sys.exit(f"--cache-root {cache}: holds more than models, data and wheels; give a new folder")
     cache.mkdir(parents=True, exist_ok=True)
-    for part in ("models", "assets", "wheels"):
+    for part in ("models", "assets", "wheels", "throughput"):  # throughput: curves measured once per model and card
         if (here / part).exists() and not (cache / part).exists():
             (cache / part).symlink_to((here / part).resolve())
     return cache
@@ -115,6 +121,21 @@ def phase_table(rows: list[dict], wall_run: float, run_start: float) -> dict[str
     return out
 
 
+def per_variant(rows: list[dict], variant: str) -> str:
+    """One variant's spans in order, seconds each; a task's less the time its engine was paused."""
+    mine = [r for r in rows if r.get("variant") == variant]
+    paused = [(r["start"], r["end"]) for r in mine if r["phase"] == "paused"]
+    parts = []
+    for r in sorted(mine, key=lambda r: r["start"]):
+        if r["phase"] == "paused":
+            continue
+        held = sum(b - a for a, b in clipped([(r["start"], r["end"])], paused)) if r["phase"] == "task" else 0.0
+        name = r["task"] if r["phase"] == "task" else PHASES.get(r["phase"], r["phase"])
+        items = f"/{r['items']}" if r.get("items") else ""
+        parts.append(f"{name}{items} {r['end'] - r['start'] - held:.1f}" + (f" (+{held:.1f} paused)" if held else ""))
+    return ", ".join(parts) + (f"; paused {sum(b - a for a, b in paused):.1f} s in all" if paused else "")
+
+
 def answered(run_dir: Path) -> int:
     """Task items answered (the latency pass's timed requests left out)."""
     from evalsuite.core.records import RunDir
@@ -149,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="decision_wall-"))
     work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **({"EVALSUITE_CACHE": str(fresh_cache(work))} if args.fresh_cache else {})}
+    cache = {"EVALSUITE_CACHE": str(fresh_cache(args.cache_root or work / "cache"))} if args.fresh_cache else {}
+    env = {**os.environ, **cache}
     config = ray_fanout.wrapped(args.config, work / "runs")
     cmd = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(work / "runs"),
            "--parallel", args.parallel, *[a for v in args.variants for a in ("-V", v)], *args.run_args]
@@ -185,6 +207,7 @@ def report(run_dir: Path, wall_run: float, run_start: float, wall_report: float,
         print(f"{name:24s} {t['wall_s']:9.1f} {t['sum_s']:9.1f} {t['n']:6d} {t.get('paused_s', 0.0):9.1f}")
     for v in record.variants:
         print(f"variant {v.variant}: {v.status} {v.reason or ''}".rstrip())
+        print("  " + per_variant(rd.load_phases(), v.variant))
     phases = ",".join(f"{name}:{t['wall_s']:.1f}" for name, t in table.items())
     ok = all(v.status == "ok" for v in record.variants) and report_rc == 0
     extra = against_full(run_dir, args.full) if args.full else ""

@@ -7,13 +7,13 @@ tokens (ignore_eos: every request generates them all). For each concurrency C, C
 in one call and timed from the call to its last answer: requests a second = C / wall. The
 concurrencies are visited in a shuffled order every round (`--rounds`, median kept), so that a
 load drifting on a shared machine favours none. `saturation` is the fewest requests at once that
-reach 95% of the best (evalsuite.memory.throughput.saturation); `estimate` is the roofline's for
-the same shape (none on a CPU, whose roofline figures are placeholders).
+reach 95% of the best (evalsuite.memory.throughput.saturation), the largest C measured when none
+before it does; `estimate` is the roofline's for the same shape, up to the largest C (none on a CPU, whose roofline figures are placeholders).
 
 `--save` keeps the curves in `<cache>/throughput/`, where `run --parallel` sizes each engine's KV
 pool from them (evalsuite.run.packing) instead of the roofline; `--out FILE` writes them as JSON.
 
-    .venv/bin/python bench/prefill_curve.py CONFIG [-V VARIANT] [--shape PROMPT:OUTPUT ...]
+    .venv/bin/python bench/prefill_curve.py CONFIG [-V VARIANT] [--shape PROMPT:OUTPUT[@C,...] ...]
         [--concurrency 1,2,4,8,16] [--rounds 3] [--save] [--out FILE]
 
 The last line printed is the RESULT line.
@@ -34,28 +34,30 @@ from pathlib import Path
 
 
 def shape_arg(text: str):
+    """PROMPT:OUTPUT[@C1,C2,...]: a shape, and the concurrencies it is measured at (else --concurrency's)."""
     from evalsuite.memory.throughput import Shape
 
-    prompt, sep, output = text.partition(":")
+    spec, _, at = text.partition("@")
+    prompt, _, output = spec.partition(":")
     try:
-        return Shape(int(prompt), int(output or 1))
+        return Shape(int(prompt), int(output or 1)), sorted({int(c) for c in at.split(",")}) if at else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shape wants PROMPT:OUTPUT token counts, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--shape wants PROMPT:OUTPUT[@C1,C2,...], got {text!r}") from None
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("config", type=Path, help="a run config; its variant's engine is the one measured")
     p.add_argument("-V", "--variant", help="the variant (default: the config's baseline)")
-    p.add_argument("--shape", action="append", type=shape_arg, metavar="PROMPT:OUTPUT",
-                   help="request shape, repeatable (default 1024:16)")
+    p.add_argument("--shape", action="append", type=shape_arg, metavar="PROMPT:OUTPUT[@C,...]",
+                   help="request shape, repeatable, with its own concurrencies after @ (default 1024:16)")
     p.add_argument("--concurrency", default="1,2,4,8,16", help="requests at once, comma-separated")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--save", action="store_true", help="keep the curves where run --parallel reads them")
     p.add_argument("--out", type=Path, help="also write the curves here (JSON list)")
     args = p.parse_args(argv)
-    args.shape = args.shape or [shape_arg("1024:16")]
-    args.concurrency = sorted({int(c) for c in args.concurrency.split(",")})
+    default = sorted({int(c) for c in args.concurrency.split(",")})
+    args.shape = [(shape, at or default) for shape, at in args.shape or [shape_arg("1024:16")]]
     return args
 
 
@@ -67,7 +69,8 @@ def requests(shape, n: int, rng: random.Random, vocab: int):
 
 
 def pool_bytes(model_dir: str, variant, gpu: str, tokens: int) -> int:
-    """KV bytes for `tokens` tokens in whole blocks, as the planner lays this variant's cache out."""
+    """KV bytes for `tokens` tokens in whole blocks, as the planner lays this variant's cache out, and
+    never less than two requests at max_model_len (vLLM refuses to start below one)."""
     import math
 
     import psutil
@@ -79,7 +82,7 @@ def pool_bytes(model_dir: str, variant, gpu: str, tokens: int) -> int:
     config = json.loads((Path(model_dir) / "config.json").read_text())
     memory = psutil.virtual_memory().total / GIB if gpu == "cpu" else None
     p = plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=memory)
-    return math.ceil(tokens / p.block_size) * p.kv_bytes_per_block
+    return math.ceil(max(tokens, 2 * p.max_model_len) / p.block_size) * p.kv_bytes_per_block
 
 
 def start_engine(args, work: Path):
@@ -97,7 +100,7 @@ def start_engine(args, work: Path):
     variant = cfg.variants[name]
     model_dir = resolve_model(cfg, args.config.resolve().parent, args.cache_dir)
     gpu = planner_gpu(envmod.device_name())
-    most = max(args.concurrency) * max(s.prompt_tokens + s.output_tokens for s in args.shape)
+    most = max(max(at) * (s.prompt_tokens + s.output_tokens) for s, at in args.shape)
     variant = variant.model_copy(update={"enable_prefix_caching": False, "engine_args": {
         **variant.engine_args, "kv_cache_memory_bytes": pool_bytes(model_dir, variant, gpu, 2 * most + 1024)}})
     model, kwargs = engine_args(cfg, variant, model_dir)
@@ -146,8 +149,8 @@ def main(argv=None) -> int:
         engine, model, gpu, model_dir, variant = start_engine(args, Path(tmp))
         try:
             vocab = int(json.loads((Path(model_dir) / "config.json").read_text()).get("vocab_size", 32000))
-            for shape in args.shape:
-                rates = measure(engine, shape, args.concurrency, args.rounds, min(vocab, 32000))
+            for shape, concurrency in args.shape:
+                rates = measure(engine, shape, concurrency, args.rounds, min(vocab, 32000))
                 source = (f"bench/prefill_curve.py {args.config} -V {args.variant or 'baseline'} --shape "
                           f"{shape.prompt_tokens}:{shape.output_tokens} --rounds {args.rounds} on {gpu}, "
                           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
@@ -155,7 +158,7 @@ def main(argv=None) -> int:
                               output_tokens=shape.output_tokens, source=source,
                               points=[CurvePoint(concurrency=c, requests_per_s=round(r, 4)) for c, r in rates.items()])
                 curves.append(curve)
-                est = estimate(model_dir, variant, gpu, shape, max(args.concurrency))
+                est = estimate(model_dir, variant, gpu, shape, max(concurrency))
                 print(f"# {shape.prompt_tokens}:{shape.output_tokens} " + ", ".join(
                     f"{c}: {r:.3f}/s" for c, r in rates.items()) + f"; flat from {saturation(curve)}, roofline {est}",
                     flush=True)
@@ -171,7 +174,7 @@ def main(argv=None) -> int:
         for c in curves:
             (folder / f"{c.model}-{c.device}-{c.prompt_tokens}x{c.output_tokens}.json").write_text(c.model_dump_json(indent=2))
     print(f"RESULT bench=prefill_curve model={model} device={gpu} saturation_vs_roofline={','.join(results)} "
-          f"concurrency={','.join(map(str, args.concurrency))} rounds={args.rounds}")
+          f"rounds={args.rounds}")
     return 0
 
 
