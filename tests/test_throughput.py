@@ -108,3 +108,19 @@ def test_a_packed_engine_gets_the_throughput_pool_unless_the_config_asks_for_the
     assert busy["kv_cache_memory_bytes"] == pytest.approx(2 * 32784 * 131072, rel=0.01)  # 128 KiB a token
     assert batch["kv_cache_memory_bytes"] == pytest.approx(128 * busy["kv_cache_memory_bytes"], rel=0.01)
     assert "pool" not in batch
+
+
+def test_a_task_of_mixed_lengths_is_sized_band_by_band():
+    """RULER's 4K items need many at once and its 32K items few: each power-of-two band of prompt
+    lengths gets its own shape (its longest prompt and answer) and its own batch need."""
+    from evalsuite.core.types import Request, Sample
+    from evalsuite.run.packing import shapes
+
+    task = type("T", (), {"name": "ruler", "batch_size": None})()
+    lengths = [(4000, 128), (4096, 30), (32000, 50), (32768, 128)]
+    samples = {"ruler": [Sample(id=str(i), task="ruler", target="",
+                                request=Request(prompt_token_ids=[1] * n, max_tokens=out))
+                         for i, (n, out) in enumerate(lengths)]}
+    bands = shapes([task], samples, batch_size=16, batch_tokens=100_000)
+    assert bands == [("ruler", Shape(4096, 128), 16, min(16 * 4224, 100_000 + 16 * 128)),
+                     ("ruler", Shape(32768, 128), 16, 100_000 + 16 * 128)]

@@ -86,7 +86,7 @@ def shapes(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int,
         size, bands = t.batch_size or batch_size, {}
         for r in (s.request for s in samples.get(t.name, [])):
             n = prompt_tokens(r)
-            band = bands.setdefault(max(n, 1).bit_length(), [0, 0])
+            band = bands.setdefault(max(n - 1, 1).bit_length(), [0, 0])  # (2^(k-1), 2^k]: a RULER length and its items
             band[0], band[1] = max(band[0], n), max(band[1], r.max_tokens)
         for longest, out_tokens in bands.values():
             need = min((longest + out_tokens) * size, batch_tokens + size * out_tokens)
