@@ -111,16 +111,17 @@ def test_a_packed_engine_gets_the_throughput_pool_unless_the_config_asks_for_the
 
 
 def test_a_task_of_mixed_lengths_is_sized_band_by_band():
-    """RULER's 4K items need many at once and its 32K items few: each power-of-two band of prompt
-    lengths gets its own shape (its longest prompt and answer) and its own batch need."""
+    """RULER's 4K items need many at once and its 32K items few: each band of prompt lengths
+    (2^(k-1), 2^k] gets its own shape (its longest prompt and answer, the mean answer expected:
+    the target's characters and two, or every token of a request that ignores EOS) and batch need."""
     from evalsuite.core.types import Request, Sample
     from evalsuite.run.packing import shapes
 
     task = type("T", (), {"name": "ruler", "batch_size": None})()
-    lengths = [(4000, 128), (4096, 30), (32000, 50), (32768, 128)]
-    samples = {"ruler": [Sample(id=str(i), task="ruler", target="",
-                                request=Request(prompt_token_ids=[1] * n, max_tokens=out))
-                         for i, (n, out) in enumerate(lengths)]}
+    items = [(4000, 128, "5233394", False), (4096, 30, "a b c", False), (32000, 50, "x", True), (32768, 128, "", False)]
+    samples = {"ruler": [Sample(id=str(i), task="ruler", target=target,
+                                request=Request(prompt_token_ids=[1] * n, max_tokens=out, ignore_eos=forced))
+                         for i, (n, out, target, forced) in enumerate(items)]}
     bands = shapes([task], samples, batch_size=16, batch_tokens=100_000)
-    assert bands == [("ruler", Shape(4096, 128), 16, min(16 * 4224, 100_000 + 16 * 128)),
-                     ("ruler", Shape(32768, 128), 16, 100_000 + 16 * 128)]
+    assert bands == [("ruler", Shape(4096, 128, 8), 16, 16 * 4224),  # (9 + 7) / 2
+                     ("ruler", Shape(32768, 128, 26), 16, 100_000 + 16 * 128)]  # (50 + 2) / 2

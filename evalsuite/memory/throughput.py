@@ -15,8 +15,9 @@ Where the concurrency comes from, best first:
   at the largest c, and is never fewer than fill the steps in flight. With a curve for another shape, the curve's flat point is scaled by the
   estimate's ratio between the two shapes. On a CPU the roofline's figures are placeholders: a
   curve or nothing (None: the caller keeps its own sizing).
-The decode steps assume every request decodes to its max_tokens alone after the prefill; chunked
-prefill lets decodes ride in prefill steps, so the estimate errs towards more concurrency.
+The decode steps assume every request decodes its expected answer alone after the prefill (its
+max_tokens where it ignores EOS); chunked prefill lets decodes ride in prefill steps, so the estimate
+errs towards more concurrency.
 """
 
 from __future__ import annotations
@@ -46,10 +47,17 @@ CURVES_DIR = "throughput"  # under the cache folder
 
 
 class Shape(NamedTuple):
-    """One kind of request a task sends: its prompt and the tokens it may generate."""
+    """One kind of request a task sends: its prompt, the tokens it may generate (the pool keeps room
+    for them), and those it is expected to decode (all of them where the request ignores EOS; else
+    about its expected answer's), which sets what decode costs a wave."""
 
     prompt_tokens: int
     output_tokens: int
+    decode_tokens: int | None = None  # None: output_tokens
+
+    @property
+    def decoded(self) -> int:
+        return self.output_tokens if self.decode_tokens is None else self.decode_tokens
 
 
 class CurvePoint(BaseModel):
@@ -102,7 +110,7 @@ def wave_rate(costs: _Costs, shape: Shape, c: int, step_tokens: int) -> float:
     """Requests a second when c requests of `shape` are prefilled together, then decoded together."""
     steps = math.ceil(c * shape.prompt_tokens / step_tokens)
     prefill = max(c * costs.compute_s, steps * costs.weights_s) + steps * STEP_OVERHEAD_S
-    decode = max(shape.output_tokens - 1, 0) * (costs.weights_s + c * costs.kv_s + STEP_OVERHEAD_S)
+    decode = max(shape.decoded - 1, 0) * (costs.weights_s + c * costs.kv_s + STEP_OVERHEAD_S)
     return c / (prefill + decode)
 
 

@@ -76,21 +76,32 @@ def pool_tokens(tasks: list[Task], samples: dict[str, list[Sample]], batch_size:
     return max((need for _, _, _, need in shapes(tasks, samples, batch_size, batch_tokens)), default=0)
 
 
+def expected_answer(sample: Sample) -> int:
+    """Tokens a request is expected to decode: every one where it ignores EOS (timed passes, load
+    workloads), else its target's length in characters (no fewer tokens than that for digits, more
+    than enough for words) and two more for the end, at most max_tokens."""
+    r = sample.request
+    return r.max_tokens if r.ignore_eos else min(r.max_tokens, len(sample.target or "") + 2)
+
+
 def shapes(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int,
            batch_tokens: int) -> list[tuple[str, Shape, int, int]]:
-    """(task, the longest request's shape, the batch, the batch's KV tokens) per task and power-of-two
-    band of prompt lengths: a task of mixed lengths keeps its engine busy with fewer long requests
-    than short ones, so each band is sized for itself."""
+    """(task, the band's shape, the batch, the batch's KV tokens) per task and band of prompt lengths
+    (2^(k-1), 2^k]: a task of mixed lengths keeps its engine busy with fewer long requests than short
+    ones, so each band is sized for itself. A shape is the band's longest prompt and answer, and
+    the answer its requests are expected to decode, on average."""
     out = []
     for t in tasks:
         size, bands = t.batch_size or batch_size, {}
-        for r in (s.request for s in samples.get(t.name, [])):
-            n = prompt_tokens(r)
-            band = bands.setdefault(max(n - 1, 1).bit_length(), [0, 0])  # (2^(k-1), 2^k]: a RULER length and its items
-            band[0], band[1] = max(band[0], n), max(band[1], r.max_tokens)
-        for longest, out_tokens in bands.values():
+        for s in samples.get(t.name, []):
+            n = prompt_tokens(s.request)
+            band = bands.setdefault(max(n - 1, 1).bit_length(), [0, 0, 0, 0])  # a RULER length and its items
+            band[0], band[1] = max(band[0], n), max(band[1], s.request.max_tokens)
+            band[2], band[3] = band[2] + expected_answer(s), band[3] + 1
+        for longest, out_tokens, decoded, count in bands.values():
             need = min((longest + out_tokens) * size, batch_tokens + size * out_tokens)
-            out.append((t.name, Shape(longest, out_tokens), size, max(need, longest + out_tokens)))
+            out.append((t.name, Shape(longest, out_tokens, math.ceil(decoded / count)), size,
+                        max(need, longest + out_tokens)))
     return out
 
 
