@@ -5,8 +5,10 @@
 # the result); each step is whole on its own and starts only if its estimate fits before the
 # deadline, so a session cut short still sends back every step it finished:
 #   1 curve    bench/prefill_curve.py --save: bf16's throughput against requests at once, three shapes
-#              (MMLU-sized 700:1, RULER's 4K with 128 answer tokens, 32K with 16), ~2 min (a cold
-#              engine start ~70 s, ~50 s of requests); the decision's pools then come from it
+#              (MMLU-sized 700:1, RULER's 4K with its ~41-token answers, 32K with 16), ~2 min (a cold
+#              engine start ~70 s, ~50 s of requests); the decision's pools then come from it (the
+#              roofline's alone: bf16 14.2 GiB of footprint a variant where the batch's sizing gave
+#              36.7, so eight engines fit the H200's budget at once and four an H100's)
 #   2 after    decision_wall on qwen-1.5b-decision.yaml's eight variants at LIMIT items a task,
 #              --fresh-cache (items, W4A16 builds and compile caches from nothing), ~10 min
 #   3 stop     the same with `--stop decided` (sequential early stopping), where this evalsuite has it,
@@ -66,7 +68,7 @@ dw() {  # dw NAME CONFIG [BENCH ARGS] -- [RUN ARGS]: one decision_wall step, its
 FULL="\$(ls -d runs/h200/dw/work/runs/*/ 2>/dev/null | head -1)"  # step 2's run, found when step 3 starts
 STOP="bash lab/device.sh run run --help 2>/dev/null | grep -q -- --stop"  # the flag landed in this checkout
 S1="[ \$(left) -gt 180 ] && py curve bench/prefill_curve.py $C -V bf16 --shape 700:1@1,4,16,64,256 \
---shape 4096:128@1,2,4,8,16,32,64 --shape 32768:16@1,2,4,8,16 --rounds 2 --save --out runs/h200/curve/curves.json"
+--shape 4096:41@1,4,16,32,64,128 --shape 32768:16@1,2,4,8,16 --rounds 2 --save --out runs/h200/curve/curves.json"
 S2="[ \$(left) -gt 660 ] && $(dw dw $C -- $ITEMS)"
 S3="[ \$(left) -gt 660 ] && $STOP && [ -n \"$FULL\" ] && $(dw dws $C --full "$FULL" -- $ITEMS --stop decided)"
 S4="[ \$(left) -gt 420 ] && run lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml c64 bf16_triton_attn"
