@@ -125,3 +125,19 @@ def test_a_task_of_mixed_lengths_is_sized_band_by_band():
     bands = shapes([task], samples, batch_size=16, batch_tokens=100_000)
     assert bands == [("ruler", Shape(4096, 128, 8), 16, 16 * 4224),  # (9 + 7) / 2
                      ("ruler", Shape(32768, 128, 26), 16, 100_000 + 16 * 128)]  # (50 + 2) / 2
+
+
+def test_every_packed_pool_holds_the_tokens_the_neediest_variant_asks(tmp_path):
+    """FP8 KV attends at FP8's peak and reads half the bytes a decode step, so its own estimate
+    differs from bf16's; the plan gives every pool the most any variant needs, so that the engines
+    hold alike many requests and their KV capacity figures compare (each keeps its own estimate)."""
+    from evalsuite.run.packing import plan_pools
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA8B))
+    todo = {"bf16": Variant(max_model_len=32768), "kv_fp8": Variant(max_model_len=32768, kv_cache_dtype="fp8")}
+    bands = [("ruler", Shape(4096, 128, 64), 1024, 1024 * 4224)]
+    plans = plan_pools(str(tmp_path), todo, "NVIDIA H200", 139.8, bands, None, "throughput")
+    own = {n: p.get("pool_tokens_own", p["pool_tokens"]) for n, p in plans.items()}
+    assert own["kv_fp8"] != own["bf16"]
+    assert plans["kv_fp8"]["pool_tokens"] == plans["bf16"]["pool_tokens"] == max(own.values())
+    assert plans["kv_fp8"]["kv_cache_memory_bytes"] == pytest.approx(plans["bf16"]["kv_cache_memory_bytes"] / 2, rel=0.01)

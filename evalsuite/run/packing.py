@@ -125,11 +125,11 @@ def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands:
 
 def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float,
                  bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None = None,
-                 sizing: str = "throughput") -> dict[str, Any]:
+                 sizing: str = "throughput", tokens: int | None = None) -> dict[str, Any]:
     """The planner's footprint of one engine with a KV pool sized for throughput (busy_pool), or
-    with `sizing` batch for the tasks' largest batch; at least one request at max_model_len, which
-    vLLM checks at start. {} where the planner has no model of the weights. A pool the variant
-    fixes itself is kept."""
+    with `sizing` batch for the tasks' largest batch, or of `tokens` where given; at least one
+    request at max_model_len, which vLLM checks at start. {} where the planner has no model of the
+    weights. A pool the variant fixes itself is kept."""
     from evalsuite.memory.planner import plan
 
     path = Path(model_dir if is_gguf(variant.model) else variant.model or model_dir) / "config.json"
@@ -142,15 +142,35 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
              kv_cache_memory_gib=(fixed or 0) / GIB)
     how: dict[str, Any] = {}
     if not fixed:
-        if sizing == "batch":
+        if sizing == "batch" and tokens is None:
             tokens = max((need for *_, need in bands), default=0)
-        else:
+        elif tokens is None:
             tokens, how = busy_pool(config, p, variant, gpu, bands, load_curves(cache_dir, Path(model_dir).name, gpu))
         blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
         fixed = blocks * p.kv_bytes_per_block
     parts = {**{k: getattr(p, k) for k in FOOTPRINT_PARTS}, "kv_cache_gib": fixed / GIB}
     return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
-            "kv_cache_memory_bytes": int(fixed), **({"pool": how} if how else {})}
+            "kv_cache_memory_bytes": int(fixed), **({"pool_tokens": tokens} if tokens else {}),
+            **({"pool": how} if how else {})}
+
+
+def plan_pools(model_dir: str, todo: dict[str, Variant], device: str, memory_gib: float,
+               bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None, sizing: str) -> dict[str, dict[str, Any]]:
+    """Each variant's prediction, every pool the packer sizes holding the same tokens, the most any
+    variant needs: packed engines then hold alike many requests, so their KV capacity figures and
+    their batches compare (a variant whose own estimate was lower keeps it as `pool_tokens_own`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, v in todo.items():
+        try:
+            out[name] = predict_need(model_dir, v, device, memory_gib, bands, cache_dir, sizing)
+        except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
+    alike = max((p.get("pool_tokens", 0) for p in out.values()), default=0)
+    for name, p in out.items():
+        if p.get("pool_tokens") and p["pool_tokens"] < alike:
+            again = predict_need(model_dir, todo[name], device, memory_gib, bands, cache_dir, sizing, tokens=alike)
+            out[name] = {**again, "pool_tokens_own": p["pool_tokens"], **({"pool": p["pool"]} if "pool" in p else {})}
+    return out
 
 
 # EngineStats field <- the prediction's key of the same part, from footprint's one table of them
@@ -463,15 +483,9 @@ class PackedRun:
 
     def plan(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> Packer:
         bands = shapes(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
-        needs: dict[str, float | None] = {}
-        for name, v in todo.items():
-            try:
-                self.predicted[name] = predict_need(self.model_dir, v, self.record.env.get("device", ""),
-                                                    self.total_gib, bands, getattr(self.ctx, "cache_dir", None),
-                                                    self.cfg.scheduler.kv_pool)
-            except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
-                self.predicted[name] = {"error": f"{type(e).__name__}: {e}"}
-            needs[name] = self.predicted[name].get("footprint_gib")
+        self.predicted = plan_pools(self.model_dir, todo, self.record.env.get("device", ""), self.total_gib, bands,
+                                    getattr(self.ctx, "cache_dir", None), self.cfg.scheduler.kv_pool)
+        needs: dict[str, float | None] = {name: p.get("footprint_gib") for name, p in self.predicted.items()}
         limit = engine_limit(self.cfg.scheduler.parallel, self.cpu, len(self.cores))
         multi = {n for n, v in todo.items() if v.tensor_parallel_size * v.pipeline_parallel_size > 1}
         self.slices = core_slices(self.cores, limit) if self.cpu else []
@@ -647,12 +661,11 @@ def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samp
     bands = shapes(tasks, samples, cfg.engine.batch_size, cfg.engine.batch_tokens)
     floor = 1 / cfg.scheduler.parallel if isinstance(cfg.scheduler.parallel, int) else 0.0
     out: dict[str, tuple[float, dict[str, Any]]] = {}
+    # a planner gap (an error, no prediction): a whole GPU, as without packing
+    plans = plan_pools(model_dir, todo, gpu, gpu_gib, bands, cache_dir, cfg.scheduler.kv_pool) if gpu_gib else {}
     for name, v in todo.items():
-        try:
-            p = predict_need(model_dir, v, gpu, gpu_gib, bands, cache_dir, cfg.scheduler.kv_pool) if gpu_gib else {}
-        except Exception:  # noqa: BLE001 - a planner gap: a whole GPU, as without packing
-            p = {}
-        if not p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
+        p = plans.get(name, {})
+        if "footprint_gib" not in p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
             out[name] = (float(v.tensor_parallel_size * v.pipeline_parallel_size), {})
             continue
         share = min(1.0, max(floor, math.ceil(p["footprint_gib"] / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))
