@@ -7,8 +7,9 @@
 #   1 curve    bench/prefill_curve.py --save: bf16's throughput against requests at once, three shapes
 #              (MMLU-sized 700:1, RULER's 4K with its ~41-token answers, 32K with 16), ~2 min (a cold
 #              engine start ~70 s, ~50 s of requests); the decision's pools then come from it (the
-#              roofline's alone: bf16 14.2 GiB of footprint a variant where the batch's sizing gave
-#              36.7, so eight engines fit the H200's budget at once and four an H100's)
+#              roofline's alone: 524K tokens a pool, bf16's footprint 19.2 GiB where the batch's
+#              sizing gave 36.7, so seven of the eight fit the H200's budget at once, not three, and
+#              four an H100's, not two)
 #   2 after    decision_wall on qwen-1.5b-decision.yaml's eight variants at LIMIT items a task,
 #              --fresh-cache (items, W4A16 builds and compile caches from nothing), ~10 min
 #   3 stop     the same with `--stop decided` (sequential early stopping), where this evalsuite has it,
