@@ -15,7 +15,7 @@ On a CPU the packed engines would each compute on a share of the cores (the run'
 restarts there for that reason): the bench binds every engine, both ways, to all the cores it
 may use, so that a paused neighbour leaves the timed engine what a restarted one has.
 
-    .venv/bin/python bench/latency_pause.py CONFIG [-V VARIANT ...] [--parallel 2] [--rounds 1]
+    .venv/bin/python bench/latency_pause.py CONFIG [-V VARIANT ...] [--parallel 2] [--rounds 1] [--work-dir DIR]
     .venv/bin/python bench/latency_pause.py --demo      # CPU: the demo model, two variants
 
 The last line printed is the RESULT line.
@@ -120,10 +120,12 @@ def main() -> int:
     ap.add_argument("--parallel", default="2")
     ap.add_argument("--rounds", type=int, default=1, help="each round: restart, pause, pause, restart")
     ap.add_argument("--demo", action="store_true", help="the demo model on this CPU, two variants")
+    ap.add_argument("--work-dir", type=Path, help="keep the runs here (default: a temporary folder, kept)")
     args = ap.parse_args()
     if not args.config and not args.demo:
         ap.error("give CONFIG or --demo")
-    work = Path(tempfile.mkdtemp(prefix="latency_pause-"))
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="latency_pause-"))
+    work.mkdir(parents=True, exist_ok=True)
     config, variants = demo_config(work) if args.demo else (args.config, args.variants)
     configs = {m: mode_config(config, work, m) for m in ("restart", "pause")}
     runs: dict[str, list[dict]] = {"restart": [], "pause": []}

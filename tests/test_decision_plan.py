@@ -22,12 +22,13 @@ def test_one_lane_curve_then_the_decision_then_the_rest_each_behind_its_estimate
     assert deadline == str(1000 + 2000 - 150)
     steps = [s.strip() for s in lane.split(";")]
     names = [s.split("&&")[-1].split()[1] for s in steps]
-    assert names == ["curve", "dw", "dws", "lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml", "dwb"]
+    assert names == ["curve", "dw", "lp", "dws", "lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml", "dwb"]
     assert all(s.startswith("[ $(left) -gt ") for s in steps)
     assert "--save" in steps[0] and "--fresh-cache --cache-root /root/fresh-dw " in steps[1]
-    assert steps[1].endswith("-- --limit 30") and steps[2].endswith("-- --limit 30 --stop decided")
-    assert "grep -q -- --stop" in steps[2] and "--full $(ls -d runs/h200/dw/work/runs/*/" in steps[2]
-    assert "qwen-1.5b-decision-before.yaml" in steps[4] and steps[1].count("-V ") == 8
+    assert steps[1].endswith("-- --limit 30") and steps[3].endswith("-- --limit 30 --stop decided")
+    assert "grep -q -- --stop" in steps[3] and "--full $(ls -d runs/h200/dw/work/runs/*/" in steps[3]
+    assert "qwen-1.5b-decision-before.yaml" in steps[5] and steps[1].count("-V ") == 8
+    assert "bench/latency_pause.py lab/configs/h200/qwen-1.5b-latency-pause.yaml" in steps[2]
 
 
 def test_the_control_beside_is_a_second_lane_and_full_items_drop_the_limit():

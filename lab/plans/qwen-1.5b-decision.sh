@@ -12,15 +12,21 @@
 #              four an H100's, not two)
 #   2 after    decision_wall on qwen-1.5b-decision.yaml's eight variants at LIMIT items a task,
 #              --fresh-cache (items, W4A16 builds and compile caches from nothing), ~10 min
-#   3 stop     the same with `--stop decided` (sequential early stopping), where this evalsuite has it,
-#              set against step 2's run (--full): items used, verdicts the same, wall
-#   4 control  (CONTROL=after, the default) the RULER control at 64K: bf16_triton_attn on the 36
+#   3 pause    bench/latency_pause.py on qwen-1.5b-latency-pause.yaml (bf16 beside the slower
+#              bf16_triton_attn): TTFT/ITL with the neighbour paused against a restarted engine alone,
+#              paired by request, restart, pause, pause, restart: ~6 min (four runs of ~1-1.5 min; the
+#              Triton variant's first start compiles, ~70 s)
+#   4 stop     step 2 with `--stop decided` (sequential early stopping), where this evalsuite has it,
+#              set against step 2's run (--full): items used, verdicts the same, wall; ~10 min
+#   5 control  (CONTROL=after, the default) the RULER control at 64K: bf16_triton_attn on the 36
 #              single-needle items (qwen-1.5b-ruler-64k-single.yaml; qwen-1.5b-ruler-rest.sh's lane A),
 #              ~6.5 min (its 64K items built on the card ~1 min, start ~1.5 min, 36 prefills of ~7 s)
-#   5 before   decision_wall on qwen-1.5b-decision-before.yaml (pools for the batch, latency on a
+#   6 before   decision_wall on qwen-1.5b-decision-before.yaml (pools for the batch, latency on a
 #              restarted engine): the code as it stood, same card, ~13 min
-# CONTROL=beside runs step 4 in a second lane from the start instead: the card is shared then, and
-# steps 1-3's wall times are not a quiet card's (the plan prints so); CONTROL=no leaves it out.
+# What ~20 minutes of runs hold: steps 1-3 (~18 min); 4-6 start only where their estimate still fits
+# (a longer lease, or the next one). CONTROL=beside runs step 5 in a second lane from the start
+# instead: the card is shared then, and the other steps' times are not a quiet card's (the plan
+# prints so); CONTROL=no leaves it out.
 #
 # Eight variants: the shipped 32K example's (configs/examples/qwen2.5-7b-instruct.yaml) with its
 # INT4 checkpoints built here and kv_int8_per_token_head left out (Triton attention: its prefill at
@@ -50,7 +56,7 @@
 #   setsid nohup bash lab/plans/qwen-1.5b-decision.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
 #   sleep 100; bash lab/poll.sh 0
 # then `cd /root/repo && bash lab/poll.sh 500` back to back until the lanes are done. RESULT lines:
-# runs/h200/{curve,dw,dws,c64,dwb}/bench.log (c64: its run folder); run folders under runs/h200/*/work.
+# runs/h200/{curve,dw,lp,dws,dwb}/bench.log, c64's run folder; run folders under runs/h200/*/work.
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-decision.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -72,13 +78,15 @@ S1="[ \$(left) -gt 180 ] && py curve bench/prefill_curve.py $C -V bf16 --shape 7
 --shape 4096:41@1,4,16,32,64,128 --shape 32768:16@1,2,4,8,16 --rounds 2 --save --out runs/h200/curve/curves.json"
 S2="[ \$(left) -gt 660 ] && $(dw dw $C -- $ITEMS)"
 S3="[ \$(left) -gt 660 ] && $STOP && [ -n \"$FULL\" ] && $(dw dws $C --full "$FULL" -- $ITEMS --stop decided)"
+SP="[ \$(left) -gt 400 ] && py lp bench/latency_pause.py lab/configs/h200/qwen-1.5b-latency-pause.yaml -V bf16 \
+-V bf16_triton_attn --parallel 2 --work-dir runs/h200/lp/work"
 S4="[ \$(left) -gt 420 ] && run lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml c64 bf16_triton_attn"
 S5="[ \$(left) -gt 800 ] && $(dw dwb lab/configs/h200/qwen-1.5b-decision-before.yaml -- $ITEMS)"
-LANES=${LANES:-bash lab/lanes.sh}  # LANES=echo prints the lanes instead (tests/test_device_script.py)
+LANES=${LANES:-bash lab/lanes.sh}  # LANES=printf prints the lanes instead (tests/test_decision_plan.py)
 case ${CONTROL:-after} in
-  after) $LANES $DL "$S1; $S2; $S3; $S4; $S5" ;;
+  after) $LANES $DL "$S1; $S2; $SP; $S3; $S4; $S5" ;;
   beside) echo "CONTROL=beside: the card is shared; decision_wall's times are not a quiet card's"
-          $LANES $DL "$S1; $S2; $S3; $S5" "${S4#*&& }" ;;
-  no) $LANES $DL "$S1; $S2; $S3; $S5" ;;
+          $LANES $DL "$S1; $S2; $SP; $S3; $S5" "${S4#*&& }" ;;
+  no) $LANES $DL "$S1; $S2; $SP; $S3; $S5" ;;
   *) echo "CONTROL: after, beside or no, not ${CONTROL}" >&2; exit 2 ;;
 esac
