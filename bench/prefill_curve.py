@@ -87,7 +87,8 @@ def pool_bytes(model_dir: str, variant, gpu: str, tokens: int) -> int:
 
 def start_engine(args, work: Path):
     """The variant's engine as a run builds it, with a pool for twice the most requests asked at once
-    (a hybrid model's sliding layers make a block hold fewer tokens than the plan's full ones)."""
+    (a hybrid model's sliding layers make a block hold fewer tokens than the plan's full ones), or
+    the variant's own fixed pool where that is larger."""
     from evalsuite.core import env as envmod
     from evalsuite.engine.factory import make_engine
     from evalsuite.run.config import load_config
@@ -101,8 +102,9 @@ def start_engine(args, work: Path):
     model_dir = resolve_model(cfg, args.config.resolve().parent, args.cache_dir)
     gpu = planner_gpu(envmod.device_name())
     most = max(max(at) * (s.prompt_tokens + s.output_tokens) for s, at in args.shape)
+    pool = max(pool_bytes(model_dir, variant, gpu, 2 * most + 1024), variant.engine_args.get("kv_cache_memory_bytes", 0))
     variant = variant.model_copy(update={"enable_prefix_caching": False, "engine_args": {
-        **variant.engine_args, "kv_cache_memory_bytes": pool_bytes(model_dir, variant, gpu, 2 * most + 1024)}})
+        **variant.engine_args, "kv_cache_memory_bytes": pool}})
     model, kwargs = engine_args(cfg, variant, model_dir)
     engine = make_engine(cfg.engine, model, kwargs, work / "engine.log", args.cache_dir)
     engine.start()
