@@ -524,6 +524,10 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     assert "alone" in text and "no prediction: no config.json" in text
     assert "measured alone, after the packed tasks: fp8; the others beside" in text
     assert part_error(2.2, 2.0) == pytest.approx(10.0) and part_error(1.0, None) is None
+    zero = VariantResult(variant="sim", status="ok", placement={  # a simulated variant's CPU graphs: 0 and 0
+        "parallel": "auto", "ran_with": [], "predicted": {"cuda_graph_gib": 0.0}, "measured": {"cuda_graph_gib": 0.0}})
+    console.print(placement_table(RunRecord(run_id="r", model="m", variants=[zero])))
+    assert "0.000 / 0.000" in console.export_text()
     assert placement_metrics(packed) == {"placement/weights_gib/predicted": 2.2, "placement/kv_cache_gib/predicted": 1.0,
                                          "placement/activation_gib/predicted": 0.5,
                                          "placement/footprint_gib/predicted": 3.7,

@@ -36,7 +36,8 @@ def _cell(predicted: float | None, measured: float | None) -> str:
         return "-" if measured is None else f"- / {measured:.3f}"
     if measured is None:
         return f"{predicted:.3f} / -"
-    return f"{predicted:.3f} / {measured:.3f} ({part_error(predicted, measured):+.0f}%)"
+    error = part_error(predicted, measured)  # none of a part measured 0 (a CPU's CUDA graphs)
+    return f"{predicted:.3f} / {measured:.3f}" + ("" if error is None else f" ({error:+.0f}%)")
 
 
 def alone_note(rows: list[VariantResult]) -> str:
