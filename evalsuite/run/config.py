@@ -206,13 +206,22 @@ class SchedulerConfig(Strict):
     # as many as the planner's footprints fit in the device's memory less `margin`
     parallel: Literal["auto"] | int = 1
     margin: float = Field(default=0.1, ge=0, lt=1)  # fraction of the device's memory kept free when packing
-    # The latency pass runs after the packed tasks, each variant's engine alone on the device: its
-    # timings are not shared with neighbours'
+    # The latency pass of a packed run times each variant with the device to itself: its timings
+    # are not shared with neighbours'. false: timed beside them.
     latency_alone: bool = True
     # full: every item of every task. decided: items in a seeded random order, the baseline first and
     # whole, and a candidate's task ends once the gate's checks on it are decided (evalsuite.run.stopping)
     stop: Literal["full", "decided"] = "full"
     stop_rules: str | None = None  # the gate rules file whose checks decide; unset: the shipped rules
+    # How the device is had to itself: pause (the variant's own engine, its neighbours on the device
+    # stopped meanwhile: no second engine start), restart (a second engine per variant, alone, after
+    # the packed tasks), auto (pause with offline GPU engines; restart on a CPU, where a packed
+    # engine computes on a share of the cores, and for `vllm serve`, whose clients would time out)
+    latency_pass: Literal["auto", "pause", "restart"] = "auto"
+    # Each packed engine's KV pool: throughput (the requests at once that keep it busy: a measured
+    # curve, else the roofline; evalsuite.memory.throughput) or batch (the tasks' largest batch of
+    # their longest request: never fewer requests at once than a batch, more memory)
+    kv_pool: Literal["throughput", "batch"] = "throughput"
 
     @field_validator("parallel", mode="before")
     @classmethod

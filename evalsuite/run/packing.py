@@ -1,24 +1,31 @@
 """Several variants' engines at once on one host's devices (`run --parallel`).
 
 A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
-a KV pool fixed in bytes, sized for the longest request the tasks send times the batch they send
-(vLLM gets the pool as `kv_cache_memory_bytes`, so its size does not depend on what the others
-leave free). Engines start, in the config's order, while the running footprints fit in a device's
-memory less a margin: GPU memory as NVML reports it free, on each GPU the process may use (an engine
-goes to the card with the most room and is pinned there), or on a CPU the host's available RAM,
-whose cores are split between the engines; `auto` also keeps two host cores for each GPU engine. A
-variant without a prediction (a hub id, a GGUF file), one over every card's budget on its own, one
-spread over several GPUs, and one whose engine ran out of memory beside others runs alone. The
-latency pass runs afterwards, each engine alone on the host; its failure leaves the variant
+a KV pool fixed in bytes (vLLM gets it as `kv_cache_memory_bytes`, so its size does not depend on
+what the others leave free), sized for throughput: per band of prompt lengths of each task, the
+requests at once at which the engine's throughput flattens (evalsuite.memory.throughput: a measured
+curve, else the roofline) times the band's longest request, never more than the task's batch of
+its longest request (`scheduler.kv_pool: batch` keeps that). Engines start, in the config's order,
+while the running footprints fit in a device's memory less a margin: GPU memory as NVML reports it
+free, on each GPU the process may use (an engine goes to the card with the most room and is pinned
+there), or on a CPU the host's available RAM, whose cores are split between the engines; `auto`
+also keeps two host cores for each GPU engine. A variant without a prediction (a hub id, a GGUF
+file), one over every card's budget on its own, one spread over several GPUs, and one whose engine
+ran out of memory beside others runs alone. The latency pass has the device to itself
+(`scheduler.latency_pass`): on each variant's own engine with the others on its device paused
+(Quiet), or on a second engine alone afterwards (restart), whose failure leaves the variant
 `partial` with the packed tasks' results, not `failed`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import threading
+import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +35,11 @@ import psutil
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, Sample, VariantResult
+from evalsuite.core.types import FOOTPRINT_PARTS, EngineStats, RunRecord, Sample, Score, VariantResult
 from evalsuite.core.units import GIB
 from evalsuite.engine import Engine
+from evalsuite.engine.offline import hold, release
+from evalsuite.memory.throughput import Curve, Shape, busy_concurrency, load_curves
 from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
@@ -62,22 +71,65 @@ def parallel_flag(value: str) -> str | int:
 
 def pool_tokens(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int, batch_tokens: int) -> int:
     """KV tokens for the largest batch a task sends: its longest request (prompt and answer) times the
-    batch, or the batch's prompt-token cap plus every answer when that is less."""
-    need = 0
+    batch, or the batch's prompt-token cap plus every answer when that is less. The most a pool
+    needs: a throughput-sized pool (busy_pool) never asks for more."""
+    return max((need for _, _, _, need in shapes(tasks, samples, batch_size, batch_tokens)), default=0)
+
+
+def expected_answer(sample: Sample) -> int:
+    """Tokens a request is expected to decode: every one where it ignores EOS (timed passes, load
+    workloads), else its target's length in characters (no fewer tokens than that for digits, more
+    than enough for words) and two more for the end, at most max_tokens."""
+    r = sample.request
+    return r.max_tokens if r.ignore_eos else min(r.max_tokens, len(sample.target or "") + 2)
+
+
+def shapes(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int,
+           batch_tokens: int) -> list[tuple[str, Shape, int, int]]:
+    """(task, the band's shape, the batch, the batch's KV tokens) per task and band of prompt lengths
+    (2^(k-1), 2^k]: a task of mixed lengths keeps its engine busy with fewer long requests than short
+    ones, so each band is sized for itself. A shape is the band's longest prompt and answer, and
+    the answer its requests are expected to decode, on average."""
+    out = []
     for t in tasks:
-        reqs = [s.request for s in samples.get(t.name, [])]
-        if not reqs:
-            continue
-        size = t.batch_size or batch_size
-        longest = max(prompt_tokens(r) + r.max_tokens for r in reqs)
-        out = max(r.max_tokens for r in reqs)
-        need = max(need, min(longest * size, batch_tokens + size * out), longest)
-    return need
+        size, bands = t.batch_size or batch_size, {}
+        for s in samples.get(t.name, []):
+            n = prompt_tokens(s.request)
+            band = bands.setdefault(max(n - 1, 1).bit_length(), [0, 0, 0, 0])  # a RULER length and its items
+            band[0], band[1] = max(band[0], n), max(band[1], s.request.max_tokens)
+            band[2], band[3] = band[2] + expected_answer(s), band[3] + 1
+        for longest, out_tokens, decoded, count in bands.values():
+            need = min((longest + out_tokens) * size, batch_tokens + size * out_tokens)
+            out.append((t.name, Shape(longest, out_tokens, math.ceil(decoded / count)), size,
+                        max(need, longest + out_tokens)))
+    return out
 
 
-def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float, tokens: int) -> dict[str, Any]:
-    """The planner's footprint of one engine with a KV pool of `tokens` (at least one request at
-    max_model_len, which vLLM checks at start), or {} where the planner has no model of the weights."""
+def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands: list[tuple[str, Shape, int, int]],
+              curves: list[Curve]) -> tuple[int, dict[str, Any]]:
+    """KV tokens that keep the engine as busy as the tasks' batches would, and how each band was sized:
+    per band, the requests at once at which throughput flattens (evalsuite.memory.throughput) times
+    the band's longest request, never above the batch's own need; a band the estimate cannot size
+    (a CPU without a measured curve) keeps the batch's need."""
+    settings = {k: v for k, v in plan_inputs(variant).items()
+                if k in ("quantization", "kv_cache_dtype", "dtype", "kv_cache_dtype_skip_layers") and v is not None}
+    tokens, how = 0, {}
+    for task, shape, size, need in bands:
+        most = min(size, p.max_num_seqs)
+        c, source = busy_concurrency(config, shape, gpu, p.max_num_batched_tokens, most, curves, settings)
+        band = need if c is None else min(need, c * (shape.prompt_tokens + shape.output_tokens))
+        how[f"{task}@{shape.prompt_tokens}"] = {"requests": c, "of": most, "tokens": band, "source": source}
+        tokens = max(tokens, band)
+    return tokens, how
+
+
+def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float,
+                 bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None = None,
+                 sizing: str = "throughput", tokens: int | None = None) -> dict[str, Any]:
+    """The planner's footprint of one engine with a KV pool sized for throughput (busy_pool), or
+    with `sizing` batch for the tasks' largest batch, or of `tokens` where given; at least one
+    request at max_model_len, which vLLM checks at start. {} where the planner has no model of the
+    weights. A pool the variant fixes itself is kept."""
     from evalsuite.memory.planner import plan
 
     path = Path(model_dir if is_gguf(variant.model) else variant.model or model_dir) / "config.json"
@@ -85,14 +137,40 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
         return {}
     config = json.loads(path.read_text())
     fixed = variant.vllm_kwargs().get("kv_cache_memory_bytes")
-    p = plan(config, **plan_inputs(variant), gpu=planner_gpu(device), device_memory_gib=memory_gib,
+    gpu = planner_gpu(device)
+    p = plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=memory_gib,
              kv_cache_memory_gib=(fixed or 0) / GIB)
+    how: dict[str, Any] = {}
     if not fixed:
+        if sizing == "batch" and tokens is None:
+            tokens = max((need for *_, need in bands), default=0)
+        elif tokens is None:
+            tokens, how = busy_pool(config, p, variant, gpu, bands, load_curves(cache_dir, Path(model_dir).name, gpu))
         blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
         fixed = blocks * p.kv_bytes_per_block
     parts = {**{k: getattr(p, k) for k in FOOTPRINT_PARTS}, "kv_cache_gib": fixed / GIB}
     return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
-            "kv_cache_memory_bytes": int(fixed)}
+            "kv_cache_memory_bytes": int(fixed), **({"pool_tokens": tokens} if tokens else {}),
+            **({"pool": how} if how else {})}
+
+
+def plan_pools(model_dir: str, todo: dict[str, Variant], device: str, memory_gib: float,
+               bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None, sizing: str) -> dict[str, dict[str, Any]]:
+    """Each variant's prediction, every pool the packer sizes holding the same tokens, the most any
+    variant needs: packed engines then hold alike many requests, so their KV capacity figures and
+    their batches compare (a variant whose own estimate was lower keeps it as `pool_tokens_own`)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, v in todo.items():
+        try:
+            out[name] = predict_need(model_dir, v, device, memory_gib, bands, cache_dir, sizing)
+        except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
+            out[name] = {"error": f"{type(e).__name__}: {e}"}
+    alike = max((p.get("pool_tokens", 0) for p in out.values()), default=0)
+    for name, p in out.items():
+        if p.get("pool_tokens") and p["pool_tokens"] < alike:
+            again = predict_need(model_dir, todo[name], device, memory_gib, bands, cache_dir, sizing, tokens=alike)
+            out[name] = {**again, "pool_tokens_own": p["pool_tokens"], **({"pool": p["pool"]} if "pool" in p else {})}
+    return out
 
 
 # EngineStats field <- the prediction's key of the same part, from footprint's one table of them
@@ -254,6 +332,72 @@ class Interrupt:
             engine.close(wait=False)
 
 
+class Quiet:
+    """A device to one engine while that engine times its latency pass (`latency_pass: pause`): the
+    pass waits until no other engine on the device is starting, then stops every other engine there
+    (their process trees, evalsuite.engine.offline.hold) and lets them go on when it ends. Starts
+    wait while a pass runs. One pass at a time; each wait and each pause is a span in phases.jsonl."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        self._cond = threading.Condition()
+        self._starting: dict[str, str | None] = {}  # variant -> its device (None: the one device)
+        self._working: dict[str, tuple[Engine, str | None]] = {}
+        self._timing: str | None = None  # the variant whose pass has the device now
+
+    @contextlib.contextmanager
+    def starting(self, name: str, engine: Engine, gpu: str | None) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._timing is None)
+            self._starting[name] = gpu
+        started = False
+        try:
+            yield
+            started = True
+        finally:
+            with self._cond:
+                self._starting.pop(name, None)
+                if started:
+                    self._working[name] = (engine, gpu)
+                self._cond.notify_all()
+
+    def gone(self, name: str) -> None:
+        with self._cond:
+            self._working.pop(name, None)
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self, name: str, gpu: str | None) -> Iterator[list[str]]:
+        """The device to `name`'s engine for the block; yields the variants paused meanwhile."""
+        with self.run_dir.phase("quiet_wait", name), self._cond:
+            self._cond.wait_for(lambda: self._timing is None and all(g != gpu for n, g in self._starting.items()
+                                                                        if n != name))
+            self._timing = name
+            others = {n: e for n, (e, g) in self._working.items() if n != name and g == gpu}
+        with contextlib.ExitStack() as stack:
+            try:
+                for other, engine in others.items():
+                    stack.enter_context(self._paused(other, engine, name))
+                yield sorted(others)
+            finally:
+                stack.close()
+                with self._cond:
+                    self._timing = None
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def _paused(self, name: str, engine: Engine, by: str) -> Iterator[None]:
+        with self.run_dir.phase("paused", name, by=by):
+            procs = hold(engine.pid)
+            t0 = time.monotonic()
+            try:
+                yield
+            finally:
+                release(procs)
+                if hasattr(engine, "held_s"):
+                    engine.held_s += time.monotonic() - t0
+
+
 class _PackedRunner(Runner):
     """The runner, with engine arguments of the plan over the variant's own (the fixed KV pool and
     the utilization that lets vLLM start beside others), quantized checkpoints built one at a time,
@@ -261,16 +405,36 @@ class _PackedRunner(Runner):
 
     build_lock = threading.Lock()
 
-    def __init__(self, *args: Any, overrides: dict[str, Any], interrupt: Interrupt | None = None):
+    def __init__(self, *args: Any, overrides: dict[str, Any], interrupt: Interrupt | None = None,
+                 quiet: Quiet | None = None, gpu: str | None = None):
         super().__init__(*args)
         self.overrides = overrides
         self.interrupt = interrupt or Interrupt()
         self.stopping = self.interrupt.event
+        self.quiet, self.gpu = quiet, gpu  # quiet: the latency pass runs here, its neighbours paused
+        self.paused: list[str] = []
+
+    def _start(self, name: str, engine: Engine) -> EngineStats:
+        if self.quiet is None:
+            return super()._start(name, engine)
+        with self.quiet.starting(name, engine, self.gpu):
+            return super()._start(name, engine)
+
+    def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
+        if self.quiet is None or not task.timed_alone:
+            return super().run_task(engine, variant, task, samples)
+        with self.quiet.alone(variant, self.gpu) as others:
+            self.paused = others
+            return super().run_task(engine, variant, task, samples)
 
     def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
         engine = super()._engine(name, variant, model_dir)
         self.interrupt.register(engine)
         return engine
+
+    def _closing(self, name: str) -> None:
+        if self.quiet is not None:  # a closing engine is no neighbour to pause
+            self.quiet.gone(name)
 
     def _engine_variant(self, variant: Variant) -> Variant:
         v = super()._engine_variant(variant)
@@ -297,6 +461,7 @@ class _Slot:
     beside: list[str]
     cores: str | None = None
     gpu: str | None = None  # the GPU's index, where the run spreads its engines over several
+    paused: list[str] = field(default_factory=list)  # the neighbours stopped while it timed its latency pass
 
 
 class PackedRun:
@@ -313,23 +478,21 @@ class PackedRun:
         _, self.total_gib, self.budget_gib = self.devices[0]  # the planner's card: a host's GPUs taken as alike
         self.predicted: dict[str, dict[str, Any]] = {}
         self.interrupt = Interrupt()
+        self.quiet: Quiet | None = None  # set where the latency pass runs in place (execute_packed)
+        self.most = 0  # the most engines that ran at once
 
     def plan(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> Packer:
-        tokens = pool_tokens(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
-        needs: dict[str, float | None] = {}
-        for name, v in todo.items():
-            try:
-                self.predicted[name] = predict_need(self.model_dir, v, self.record.env.get("device", ""),
-                                                    self.total_gib, tokens)
-            except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
-                self.predicted[name] = {"error": f"{type(e).__name__}: {e}"}
-            needs[name] = self.predicted[name].get("footprint_gib")
+        bands = shapes(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
+        self.predicted = plan_pools(self.model_dir, todo, self.record.env.get("device", ""), self.total_gib, bands,
+                                    getattr(self.ctx, "cache_dir", None), self.cfg.scheduler.kv_pool)
+        needs: dict[str, float | None] = {name: p.get("footprint_gib") for name, p in self.predicted.items()}
         limit = engine_limit(self.cfg.scheduler.parallel, self.cpu, len(self.cores))
         multi = {n for n, v in todo.items() if v.tensor_parallel_size * v.pipeline_parallel_size > 1}
         self.slices = core_slices(self.cores, limit) if self.cpu else []
         self.record.env.setdefault("scheduler", {}).update(
             {"kind": "local", "parallel": self.cfg.scheduler.parallel, "limit": limit,
              "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3),
+             "kv_pool": self.cfg.scheduler.kv_pool,
              **({"gpus": [{"gpu": i, "memory_gib": round(t, 3), "budget_gib": round(b, 3)} for i, t, b in self.devices]}
                 if len(self.devices) > 1 else {})})
         return Packer(needs, [b for _, _, b in self.devices], limit, alone=multi)
@@ -353,8 +516,11 @@ class PackedRun:
     def _run_slot(self, slot: _Slot, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         cfg = self.cfg.model_copy(update={"engine": self.cfg.engine.model_copy(update={"env": slot.env})})
         runner = _PackedRunner(cfg, self.run_dir, self.model_dir, self.ctx, self.progress, overrides=slot.overrides,
-                               interrupt=self.interrupt)
-        return runner.run_variant(slot.name, self.cfg.variants[slot.name], tasks, samples)
+                               interrupt=self.interrupt, quiet=self.quiet, gpu=slot.gpu)
+        try:
+            return runner.run_variant(slot.name, self.cfg.variants[slot.name], tasks, samples)
+        finally:
+            slot.paused = runner.paused
 
     def _placed(self, result: VariantResult, slot: _Slot, ran_with: set[str]) -> VariantResult:
         """The plan beside what the engine measured, and whom it shared the device with."""
@@ -363,10 +529,14 @@ class PackedRun:
                             "measured": measured(result), "engine_args": slot.overrides,
                             **({"cpu_cores": slot.cores} if slot.cores else {}),
                             **({"gpu": slot.gpu} if slot.gpu is not None else {})}
+        if self.quiet is not None and any(t.timed_alone for t in self.tasks):
+            # timed on this engine with the device to itself: the figures are this engine's, its pool the plan's
+            result.placement.update(latency="pause", paused_for_latency=slot.paused, engine_alone=False)
         self.run_dir.write_result(result)
         return result
 
     def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
+        self.tasks = tasks
         packer = self.plan(todo, tasks, samples)
         results: dict[str, VariantResult] = {}
         with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
@@ -390,6 +560,10 @@ class PackedRun:
                 for other in slot.beside:
                     neighbours.setdefault(other, set()).add(name)
                 live[pool.submit(self._run_slot, slot, tasks, samples)] = slot
+            if len(live) > self.most:  # what the summary says ran together, not only what was allowed
+                self.most = len(live)
+                self.record.env.setdefault("scheduler", {})["most_at_once"] = self.most
+                self.run_dir.write_run(self.record)
             finished, _ = wait(list(live), return_when=FIRST_COMPLETED)
             for fut in finished:
                 slot = live.pop(fut)
@@ -406,9 +580,22 @@ class PackedRun:
                 self.run_dir.write_run(self.record)
 
 
-def split_alone(cfg: RunConfig, tasks: list[Task]) -> tuple[list[Task], list[Task]]:
+def latency_pass(cfg: RunConfig, cpu: bool) -> str:
+    """How a packed run times its latency pass: `beside` the neighbours (latency_alone false), with
+    them stopped (`pause`), or on a `restart`ed engine alone (scheduler.latency_pass; auto: paused for offline
+    GPU engines, whose figures alone are the same engine's; restarted on a CPU, where a packed engine
+    computes on a share of the cores, and for `vllm serve`, whose clients would time out)."""
+    sched = cfg.scheduler
+    if not sched.latency_alone:
+        return "beside"
+    if sched.latency_pass != "auto":
+        return sched.latency_pass
+    return "restart" if cpu or cfg.engine.mode != "offline" else "pause"
+
+
+def split_alone(cfg: RunConfig, tasks: list[Task], mode: str = "restart") -> tuple[list[Task], list[Task]]:
     """(tasks run packed, tasks run afterwards with each engine alone)."""
-    if not cfg.scheduler.latency_alone:
+    if mode != "restart":
         return tasks, []
     return [t for t in tasks if not t.timed_alone], [t for t in tasks if t.timed_alone]
 
@@ -440,8 +627,15 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
                    progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with engines packed on the device, then the alone passes."""
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
-    packed_tasks, alone_tasks = split_alone(cfg, tasks)
-    results = PackedRun(cfg, run_dir, record, model_dir, ctx, progress).run(todo, packed_tasks or tasks, samples)
+    run = PackedRun(cfg, run_dir, record, model_dir, ctx, progress)
+    mode = latency_pass(cfg, run.cpu)
+    if mode == "pause" and cfg.engine.mode == "server":
+        raise ConfigError("scheduler.latency_pass: pause stops the neighbours' processes, which `vllm serve`'s "
+                          "clients would time out on; allowed with engine.mode server: restart, auto")
+    record.env.setdefault("scheduler", {})["latency_pass"] = mode
+    run.quiet = Quiet(run_dir) if mode == "pause" else None
+    packed_tasks, alone_tasks = split_alone(cfg, tasks, mode)
+    results = run.run(todo, packed_tasks or tasks, samples)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
     for name in todo:
         first = results.get(name)
@@ -457,20 +651,21 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
 
 
 def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]],
-               model_dir: str, gpu: str, gpu_gib: float) -> dict[str, tuple[float, dict[str, Any]]]:
+               model_dir: str, gpu: str, gpu_gib: float,
+               cache_dir: Path | None = None) -> dict[str, tuple[float, dict[str, Any]]]:
     """On Ray the same plan as fractions of a GPU: variant -> (num_gpus, engine arguments), a variant
     asking for its footprint (plus the margin's share) of a `gpu_gib` card named `gpu` (the driver's:
     the cluster's cards are taken to be alike), at least 1/N under `parallel: N`; a whole GPU for
-    one the planner cannot predict, one on several GPUs, or where the driver sees no GPU."""
-    tokens = pool_tokens(tasks, samples, cfg.engine.batch_size, cfg.engine.batch_tokens)
+    one the planner cannot predict, one on several GPUs, or where the driver sees no GPU. Pools as
+    the local plan sizes them (measured curves where `cache_dir` keeps some)."""
+    bands = shapes(tasks, samples, cfg.engine.batch_size, cfg.engine.batch_tokens)
     floor = 1 / cfg.scheduler.parallel if isinstance(cfg.scheduler.parallel, int) else 0.0
     out: dict[str, tuple[float, dict[str, Any]]] = {}
+    # a planner gap (an error, no prediction): a whole GPU, as without packing
+    plans = plan_pools(model_dir, todo, gpu, gpu_gib, bands, cache_dir, cfg.scheduler.kv_pool) if gpu_gib else {}
     for name, v in todo.items():
-        try:
-            p = predict_need(model_dir, v, gpu, gpu_gib, tokens) if gpu_gib else {}
-        except Exception:  # noqa: BLE001 - a planner gap: a whole GPU, as without packing
-            p = {}
-        if not p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
+        p = plans.get(name, {})
+        if "footprint_gib" not in p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
             out[name] = (float(v.tensor_parallel_size * v.pipeline_parallel_size), {})
             continue
         share = min(1.0, max(floor, math.ceil(p["footprint_gib"] / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))

@@ -205,9 +205,11 @@ class Runner:
 
         what = "simulating INT4 rounding" if variant.simulate else "quantizing"
         try:
-            with self.progress.status(f"{name}: {what} ({variant.quantize}; cached after the first build)"):
+            with self.progress.status(f"{name}: {what} ({variant.quantize}; cached after the first build)"), \
+                    self.run_dir.phase("build", name, method=variant.quantize) as span:
                 path, result.settings["quantized"] = checkpoint_for_variant(variant.quantize, self.model_dir,
                                                                             self.ctx.cache_dir)
+                span["cached"] = result.settings["quantized"].get("cached")
             return path
         except EvalsuiteError as e:
             result.status = "skipped" if isinstance(e, UnsupportedVariant) else "failed"
@@ -293,7 +295,9 @@ class Runner:
                     raise
                 self._engine_failed(e, variant, model_dir, result)
             finally:
-                engine.close(wait=not interrupted)
+                self._closing(name)
+                with self.run_dir.phase("engine_close", name):
+                    engine.close(wait=not interrupted)
                 if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
                     self.run_dir.write_result(result)
         result.engine = device.ended(result.engine)
@@ -304,8 +308,8 @@ class Runner:
     def _run_on(self, engine: Engine, device: DeviceWatch, name: str, variant: Variant, model_dir: str,
                 tasks: list[Task], samples: dict[str, list[Sample]], result: VariantResult) -> None:
         """Start the engine, run the tasks, and fill `result` with their metrics and its figures."""
-        with self.progress.status(f"{name}: starting engine"):
-            result.engine = device.started(engine.start())
+        with self.progress.status(f"{name}: starting engine"), self.run_dir.phase("engine_start", name):
+            result.engine = device.started(self._start(name, engine))
         if not variant.simulate:
             # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
             # per token and prediction, which the gate's memory checks need
@@ -320,6 +324,13 @@ class Runner:
         if not variant.simulate:
             metrics += self._roofline(variant.model or model_dir, variant, metrics)  # none for GGUF: no model of its weights
         result.metrics, result.status = metrics, "ok"
+
+    def _closing(self, name: str) -> None:
+        """Called as the variant's engine is about to close."""
+
+    def _start(self, name: str, engine: Engine) -> EngineStats:
+        """The engine's start (a packed run's waits while a neighbour times its latency pass)."""
+        return engine.start()
 
     def _figures(self, stats: EngineStats, variant: Variant, result: VariantResult, model_dir: str) -> EngineStats:
         """The record's engine figures from the engine's: measured, or for a simulated variant the
@@ -350,7 +361,8 @@ class Runner:
             if timed:
                 self._host_load(result, ending=False, task=task.name, items=len(samples[task.name]))
             try:
-                scores = self.run_task(engine, name, task, samples[task.name])
+                with self.run_dir.phase("task", name, task=task.name, items=len(samples[task.name])):
+                    scores = self.run_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
                 raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
                                 metrics + interval_metrics(metrics)) from e
@@ -419,7 +431,9 @@ def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRe
                 resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
     """The tasks, their samples and the variants left to run; the results --resume leaves as
     recorded go into `record`."""
-    tasks, samples = preflight(cfg, ctx)
+    with run_dir.phase("items") as span:
+        tasks, samples = preflight(cfg, ctx)
+        span["items"] = sum(len(s) for s in samples.values())
     todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
     for prev in kept:
         put_result(record, prev)

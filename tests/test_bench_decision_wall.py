@@ -1,0 +1,71 @@
+"""bench/decision_wall.py: phases from a run's own records (pure), and the whole bench on the fake
+engine, `--full` included (the real CPU engine's figures are docs/benchmarks.md's)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import decision_wall  # noqa: E402
+
+
+def test_union_counts_overlapping_spans_once():
+    assert decision_wall.union_s([(0, 10), (5, 15), (20, 25)]) == 20
+    assert decision_wall.union_s([]) == 0
+    assert decision_wall.clipped([(0, 10)], [(2, 3), (8, 20)]) == [(2, 3), (8, 10)]
+
+
+def test_phases_are_unions_sums_and_the_pauses_inside_each_task():
+    rows = [{"phase": "items", "start": 0, "end": 2},
+            {"phase": "engine_start", "variant": "a", "start": 2, "end": 10},
+            {"phase": "engine_start", "variant": "b", "start": 3, "end": 12},
+            {"phase": "task", "variant": "a", "task": "mmlu", "start": 10, "end": 30},
+            {"phase": "task", "variant": "b", "task": "mmlu", "start": 12, "end": 40},
+            {"phase": "paused", "variant": "b", "by": "a", "start": 30, "end": 35},
+            {"phase": "task", "variant": "a", "task": "latency", "start": 30, "end": 35}]
+    t = decision_wall.phase_table(rows, wall_run=50, run_start=-5)
+    assert t["starts"] == {"wall_s": 10, "sum_s": 17, "n": 2}
+    assert t["mmlu"]["wall_s"] == 30 and t["mmlu"]["sum_s"] == 48 and t["mmlu"]["paused_s"] == 5
+    assert t["latency"]["paused_s"] == 0
+    assert t["other"]["wall_s"] == 50 - 40  # the run's wall outside every span
+
+
+def test_extra_run_arguments_come_after_a_double_dash():
+    args = decision_wall.parse_args(["c.yaml", "-V", "a", "--", "--stop", "decided"])
+    assert args.variants == ["a"] and args.run_args == ["--stop", "decided"]
+    assert decision_wall.parse_args(["c.yaml"]).run_args == []
+
+
+def test_the_whole_decision_on_the_fake_engine(tmp_path, tiny_model, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 4},
+        "defaults": {"max_model_len": 2048, "engine_args": {"kv_cache_memory_bytes": 2**26}},
+        "variants": {"bf16": {}, "kv_fp8": {"kv_cache_dtype": "fp8"}}, "baseline": "bf16",
+        "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra"], "limit_per_subject": 8, "num_fewshot": 0},
+                  {"type": "needle", "lengths": [256], "depths": [0.0, 1.0]}],
+        "latency": {"prompt_tokens": [32], "output_tokens": 4, "repeats": 2}}))
+    full = tmp_path / "full"
+    assert decision_wall.main([str(config), "--work-dir", str(full)]) == 0
+    out = capsys.readouterr().out
+    result = out.strip().splitlines()[-1]
+    assert result.startswith("RESULT bench=decision_wall variants=2 items=20 ")
+    for phase in ("items:", "starts:", "mmlu:", "needle:", "latency:", "closes:", "other:", "report:"):
+        assert phase in result
+    (run_dir,) = [p for p in (full / "runs").iterdir() if (p / "run.json").exists()]
+    assert decision_wall.main([str(config), "--work-dir", str(tmp_path / "again"), "--full", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "items_full=20 items_share=1.000 verdicts_match=1" in out.strip().splitlines()[-1]
+    assert "verdict kv_fp8:" in out
+
+
+def test_a_run_that_fails_says_why_and_no_result(tmp_path, tiny_model, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "engine": {"mode": "fake"},
+                                      "variants": {"a": {}}, "tasks": [{"type": "needle", "lengths": [256]}]}))
+    assert decision_wall.main([str(config), "--work-dir", str(tmp_path / "w"), "--", "--no-such-flag"]) == 2
+    assert "RESULT" not in capsys.readouterr().out

@@ -1,0 +1,146 @@
+"""A packed run's latency pass on the variant's own engine, its neighbours paused (no second start).
+
+Quiet is tested on real processes standing in for engines (what hold() stops is a process tree);
+the whole path on the fake engine, where what counts is that each variant starts one engine and
+its latency pass runs on it. The real CPU engine's figures against a restarted engine alone are
+bench/latency_pause.py's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from evalsuite.cli.main import app
+from evalsuite.core.records import RunDir
+from evalsuite.run import packing
+from evalsuite.run.config import load_config
+
+cli = CliRunner()
+
+
+class Stand:
+    """An engine as Quiet sees one: a process tree to stop, and the time it was held."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        self.held_s = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stopped(self) -> bool:
+        return psutil.Process(self.pid).status() == psutil.STATUS_STOPPED
+
+    def end(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def stands():
+    made = {n: Stand() for n in "abc"}
+    yield made
+    for s in made.values():
+        s.end()
+
+
+def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_path, stands):
+    quiet = packing.Quiet(RunDir(tmp_path))
+    for name in "ab":
+        with quiet.starting(name, stands[name], None):
+            pass
+    starting = threading.Event()
+
+    def slow_start():  # c is still starting when a's pass asks for the device
+        with quiet.starting("c", stands["c"], None):
+            starting.set()
+            time.sleep(0.4)
+
+    t = threading.Thread(target=slow_start)
+    t.start()
+    starting.wait()
+    t0 = time.monotonic()
+    with quiet.alone("a", None) as paused:
+        assert time.monotonic() - t0 >= 0.3  # it waited for c's start to end
+        assert paused == ["b", "c"] and stands["b"].stopped() and stands["c"].stopped()
+        assert not stands["a"].stopped()
+        entered = threading.Event()
+        late = threading.Thread(target=lambda: quiet.starting("d", stands["a"], None).__enter__() or entered.set())
+        late.start()
+        time.sleep(0.2)
+        assert not entered.is_set()  # no engine starts while a pass has the device
+    late.join(5)
+    t.join()
+    assert entered.is_set() and not stands["b"].stopped() and not stands["c"].stopped()
+    assert stands["b"].held_s >= 0.2  # its own timeouts do not count the pause
+    rows = RunDir(tmp_path).load_phases()
+    assert {(r["phase"], r.get("variant"), r.get("by")) for r in rows} == {
+        ("quiet_wait", "a", None), ("paused", "b", "a"), ("paused", "c", "a")}
+
+
+def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands):
+    quiet = packing.Quiet(RunDir(tmp_path))
+    for name, gpu in (("a", "0"), ("b", "1"), ("c", "0")):
+        with quiet.starting(name, stands[name], gpu):
+            pass
+    quiet.gone("c")
+    with quiet.alone("a", "0") as paused:
+        assert paused == [] and not stands["b"].stopped() and not stands["c"].stopped()
+
+
+def _config(tmp_path: Path, model: Path, **scheduler) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"path": str(model)}, "engine": {"mode": "fake", "batch_size": 2},
+        "defaults": {"max_model_len": 2048, "engine_args": {"kv_cache_memory_bytes": 2**26}},
+        "variants": {"a": {}, "b": {}, "c": {}}, "baseline": "a",
+        "tasks": [{"type": "needle", "lengths": [256], "depths": [0.0, 0.5, 1.0]}],
+        "latency": {"prompt_tokens": [32], "output_tokens": 4, "repeats": 2},
+        "scheduler": scheduler, "tracking": {"enabled": False}}))
+    return path
+
+
+def test_which_way_the_latency_pass_is_timed(tmp_path, tiny_model):
+    def mode(cpu: bool, mode: str = "offline", **scheduler) -> str:
+        cfg = load_config(_config(tmp_path, tiny_model, **scheduler))
+        cfg.engine.mode = mode
+        return packing.latency_pass(cfg, cpu)
+
+    assert mode(cpu=False) == "pause"
+    assert mode(cpu=True) == "restart"  # a packed CPU engine computes on a share of the cores
+    assert mode(cpu=False, mode="server") == "restart"
+    assert mode(cpu=True, latency_pass="pause") == "pause"
+    assert mode(cpu=False, latency_pass="restart") == "restart"
+    assert mode(cpu=False, latency_alone=False) == "beside"
+
+
+def test_a_packed_run_times_latency_on_the_engine_it_started(tmp_path, tiny_model):
+    out = tmp_path / "runs"
+    res = cli.invoke(app, ["run", str(_config(tmp_path, tiny_model, parallel=2, latency_pass="pause")),
+                           "--no-progress", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    (root,) = [p for p in out.iterdir() if (p / "run.json").exists()]
+    rows = RunDir(root).load_phases()
+    starts = sorted(r["variant"] for r in rows if r["phase"] == "engine_start")
+    assert starts == ["a", "b", "c"]  # one engine a variant: no second start for latency
+    latency = [r for r in rows if r["phase"] == "task" and r["task"] == "latency"]
+    assert len(latency) == 3 and sum(r["phase"] == "quiet_wait" for r in rows) == 3
+    for r in latency:  # from the device's being had to the pass's end, nobody pauses the variant timing
+        (waited,) = [w for w in rows if w["phase"] == "quiet_wait" and w["variant"] == r["variant"]]
+        others = [p for p in rows if p["phase"] == "paused" and p["variant"] == r["variant"]]
+        assert all(p["end"] <= waited["end"] or p["start"] >= r["end"] for p in others)
+    record = RunDir(root).load_run()
+    assert record.env["scheduler"]["latency_pass"] == "pause" and record.env["scheduler"]["most_at_once"] == 2
+    for v in record.variants:
+        assert v.status == "ok" and v.placement["latency"] == "pause" and v.metric("latency/ttft_ms_p50")
+    assert "paused" in res.output and "2 engines ran at once (at most 2 allowed)" in res.output
