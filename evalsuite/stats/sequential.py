@@ -32,7 +32,7 @@ from evalsuite.stats.significance import PairedTest, strata_indices, stratum_wei
 CAP = 0.5  # a bet risks at most half the capital on one item's worst outcome (WSR 2023's c)
 PRIOR_ITEMS = 10.0  # pseudo-items of no change at the planning discordance: early bets stay small
 PRIOR_DISCORDANCE = 0.05
-FUTILITY = 0.05  # a check is futile once the predicted chance of a pass by the last item is below this
+FUTILITY = 0.01  # a check is futile once the predicted chance of a pass by the last item is below this
 
 Kind = Literal["within", "above"]
 Decision = Literal["pass", "fail", "futile"]
@@ -102,9 +102,12 @@ class Sequential:
         dev = (self.y - self.mean) ** 2
         self.var = (_past(dev) + PRIOR_ITEMS * prior_var) / (i + PRIOR_ITEMS)
         self._dev = dev
+        # the side the estimate points to bets for the limit (aGRAPA); the other as a confidence
+        # sequence does (predictable plug-in, WSR 2023 eq. 26), so that both bounds say something
         gap = limit - self.mean
-        self._bets = {"within": np.maximum(gap, 0) / (self.var + gap * gap),
-                      "above": np.maximum(-gap, 0) / (self.var + gap * gap)}
+        kelly = np.abs(gap) / (self.var + gap * gap)
+        plug_in = np.sqrt(2 * math.log(1 / alpha) / (self.var * (i + 1) * np.log(i + 2)))
+        self._bets = {"within": np.where(gap > 0, kelly, plug_in), "above": np.where(gap < 0, kelly, plug_in)}
         self._cache: dict[tuple[Kind, float], np.ndarray] = {}
 
     def log_e(self, kind: Kind, m: float) -> np.ndarray:
@@ -132,7 +135,11 @@ class Sequential:
 
     def first(self, kind: Kind, m: float) -> np.ndarray | int:
         """Items after which H0 at m is first rejected at alpha; n + 1 where it never is."""
-        hit = self.log_e(kind, m) >= math.log(1 / self.alpha)
+        return self._first_hit(self.log_e(kind, m) >= math.log(1 / self.alpha))
+
+    def _first_hit(self, hit: np.ndarray) -> np.ndarray | int:
+        if not self.n:
+            return 1
         at = np.where(hit.any(axis=-1), np.argmax(hit, axis=-1) + 1, self.n + 1)
         return int(at) if at.ndim == 0 else at
 
@@ -156,9 +163,7 @@ class Sequential:
         var = (np.cumsum(self._dev, axis=-1) + PRIOR_ITEMS * self.var[..., :1]) / (t + PRIOR_ITEMS)
         spread = np.sqrt(var * np.maximum(1 / t - 1 / big_n, 0))
         reach = np.sqrt(2 * var * math.log(1 / self.alpha) / big_n)
-        hit = mean - critical(1 - FUTILITY) * spread + reach >= self.limit
-        at = np.where(hit.any(axis=-1), np.argmax(hit, axis=-1) + 1, self.n + 1)
-        return int(at) if at.ndim == 0 else at
+        return self._first_hit(mean - critical(1 - FUTILITY) * spread + reach >= self.limit)
 
 
 def decision(seq: Sequential, rule: str) -> tuple[Decision | None, int]:
