@@ -6,8 +6,9 @@ the bf16 repeat of another day. Each candidate is replayed in `--orders` seeded 
 (stats.sequential.seeded_order, as the runner orders a task), looked at after every batch as the
 runner does (`--batch`, by default the runner's: 1/128 of the task, 110 MMLU items). Per
 check of the shipped rules (mmlu/acc, and mmlu/acc_macro over subjects, 2 pt each) the decision is
-the sequential test's (report/sequential.py's, the gate's) at the items scored, and the full-data
-verdict the gate's paired test on all 14,042. A candidate's task stops once both checks are decided.
+the confidence sequence's (stats.sequential.decision, the gate's) at the items scored: a pass shown,
+else not; the full-data verdict is the gate's fixed-n paired test on all 14,042. A candidate's task
+stops once both checks are decided (passed, shown beyond, futile) or at its last item.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-11-30-qwen2.5-coder-1.5b
     .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N]
@@ -15,8 +16,10 @@ verdict the gate's paired test on all 14,042. A candidate's task stops once both
 Prints a line per candidate, then `RESULT bench=sequential_gate ...`: items_used_frac (the share of
 items scored: up to the batch the decision was read after, and the one in hand then; over candidates
 and orders), computed_frac (also the batch already sent, which the runner drops), kv_fp8_items_frac
-(FP8 KV's share scored), wrong_decisions (checks decided otherwise than on full data, over all checks
-and orders) and wrong_verdicts (candidates whose verdict differs).
+(FP8 KV's share scored), wrong_decisions (checks whose pass or not differs from the full data's, over
+all checks and orders), of them wrong_pass (passed, full data not) and not_shown (full data passes,
+the sequence did not: futile or run to the end, the price of looking after every batch), and
+wrong_verdicts (candidates whose verdict differs).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 from evalsuite.report.rules import default_rules_path, load_rules
 from evalsuite.results import kept_scores  # the pages' data, after `evalsuite results fetch PAGE`
 from evalsuite.run.stopping import batch_size
-from evalsuite.stats.sequential import Population, Sequential, seeded_order
+from evalsuite.stats.sequential import Population, Sequential, decision, seeded_order
 from evalsuite.stats.significance import paired_test
 
 PAGE, REPEAT_PAGE = "h200-2026-12-01-qwen2.5-coder-1.5b", "h200-2026-11-30-qwen2.5-coder-1.5b"
@@ -51,15 +54,16 @@ def gated() -> list[tuple[str, list[str], float]]:
     return out
 
 
-def replay(pop: Population, d: np.ndarray, limit: float, orders: list[np.ndarray], confidence: float,
-           alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per order: items after which the full run's pass is first shown, and a drop beyond the limit."""
-    passed, failed = [], []
+def replay(pop: Population, d: np.ndarray, limit: float, orders: list[np.ndarray], alpha: float,
+           rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per order: items after which a pass is first shown (n + 1: never), and after which the check
+    is first decided, whichever way (n + 1: never)."""
+    passed, first = [], []
     for o in orders:
-        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], confidence, limit)
-        passed.append(seq.first("within", limit, alpha))
-        failed.append(seq.first("above", limit, alpha))
-    return np.array(passed), np.array(failed), np.minimum(passed, failed)
+        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], limit, alpha)
+        passed.append(seq.first("within", limit))
+        first.append(decision(seq, rule)[1])
+    return np.array(passed), np.array(first)
 
 
 def scored(decided_at: np.ndarray, n: int, batch: int, ahead: int = 1) -> np.ndarray:
@@ -84,33 +88,34 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     index = {s: i for i, s in enumerate(ids)}
     orders = [np.array([index[s] for s in seeded_order(ids, seed, TASK)]) for seed in range(args.orders)]
-    used, computed, wrong, verdicts, per = [], [], [], [], {}
+    used, computed, wrong, wrong_pass, not_shown, verdicts, per = [], [], [], [], [], [], {}
     for name, cand in variants.items():
         d = np.array([base[s]["value"] - cand[s]["value"] for s in ids])
         stops, calls = np.zeros(args.orders, int), []
         for metric, strata, limit in checks:
             keys = [tuple(str(base[s].get(k)) for k in strata) for s in ids]
             full = paired_test(np.clip(d, 0, 1), np.clip(-d, 0, 1), keys, rules.confidence)
-            verdict = "pass" if full.high < limit else "fail"
-            passed, failed, first = replay(Population.of(keys), d, limit, orders, rules.confidence, rules.alpha)
-            stops = np.maximum(stops, first)
-            calls.append((verdict, passed, failed))
+            passed, first = replay(Population.of(keys), d, limit, orders, rules.alpha, rules.decision)
+            stops = np.maximum(stops, np.minimum(first, len(ids)))
+            calls.append((full.high < limit, passed))
         n = scored(stops, len(ids), batch)
-        early = stops <= len(ids)
-        # at the items scored the gate passes a check whose pass was shown, else fails it; run whole, it
-        # judges on full data, which is the verdict by definition
-        wrong_checks = [early & (np.where(passed <= n, "pass", "fail") != verdict) for verdict, passed, _ in calls]
+        # at the items scored the gate passes a check whose pass the sequence has shown, else not
+        shown = [(passed <= n, full_pass) for full_pass, passed in calls]
+        wrong_checks = [s != f for s, f in shown]
         wrong += wrong_checks
+        wrong_pass += [s & ~f for s, f in shown]
+        not_shown += [~s & f for s, f in shown]
         verdicts.append(np.any(wrong_checks, axis=0))
         used.append(n / len(ids))
         computed.append(scored(stops, len(ids), batch, ahead=2) / len(ids))
-        per[name] = (float(np.mean(n) / len(ids)), [v for v, _, _ in calls])
-        print(f"{name}: full data {'/'.join(v for v, _, _ in calls)}; items used {per[name][0]:.3f} "
-              f"(median {np.median(n) / len(ids):.3f}); wrong {np.mean(wrong_checks):.4f} "
-              f"[{time.perf_counter() - t0:.0f} s]", flush=True)
+        per[name] = float(np.mean(n) / len(ids))
+        print(f"{name}: full data {'/'.join('pass' if f else 'fail' for f, _ in calls)}; items used {per[name]:.3f} "
+              f"(median {np.median(n) / len(ids):.3f}); passed {'/'.join(f'{np.mean(s):.3f}' for s, _ in shown)}; "
+              f"wrong {np.mean(wrong_checks):.4f} [{time.perf_counter() - t0:.0f} s]", flush=True)
     print(f"RESULT bench=sequential_gate orders={args.orders} batch={batch} candidates={len(variants)} "
           f"checks={len(checks)} items={len(ids)} items_used_frac={np.mean(used):.3f} computed_frac={np.mean(computed):.3f} "
-          f"kv_fp8_items_frac={per['kv_fp8'][0]:.3f} wrong_decisions={np.mean(wrong):.4f} "
+          f"kv_fp8_items_frac={per['kv_fp8']:.3f} wrong_decisions={np.mean(wrong):.4f} "
+          f"wrong_pass={np.mean(wrong_pass):.4f} not_shown={np.mean(not_shown):.4f} "
           f"wrong_verdicts={np.mean(verdicts):.4f}")
     return 0
 

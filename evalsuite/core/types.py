@@ -357,13 +357,15 @@ FOOTPRINT_PARTS = {"weights_gib": "weights", "kv_cache_gib": "KV pool", "activat
 
 
 class EarlyStop(_Model):
-    """A task `run --stop decided` ended before its last item, every gate check on it decided by an
-    anytime-valid test (evalsuite.stats.sequential); the items it did not score were not needed."""
+    """A task `run --stop decided` watched: it ended before its last item once every gate check on it
+    was decided by its confidence sequence (evalsuite.stats.sequential), and the items it did not score
+    were not needed; items == of: it ran to its end, and is judged by that sequence all the same."""
 
     items: int  # scored: the first of the task's seeded order
     of: int  # the task's items
     seed: int  # the order's seed (stats.sequential.order_key)
-    decided: dict[str, Literal["pass", "fail"]] = Field(default_factory=dict)  # per gated metric
+    # per gated metric where decided (futile: a pass by the last item predicted out of reach)
+    decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
 
 

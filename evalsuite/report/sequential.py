@@ -1,11 +1,12 @@
 """The gate's accuracy checks on a task scored in a seeded random order (`run --stop decided`).
 
-A candidate's task may end before its last item once every check on it is decided (evalsuite.run.
-stopping asks `decisions` after each batch). The gate then judges those checks by the same
-sequential test (`sequential_test`), never by a fixed-n bound on the items it stopped at: after
-optional stopping that bound no longer holds its level. The population is the baseline's items of
-each metric, which `--stop decided` runs whole first; the candidate's items must be the first n of
-the seeded order, or they are no random sample of it.
+A candidate's task may end before its last item once every check on it is decided: passed, shown
+beyond its limit, or futile (evalsuite.run.stopping asks `decisions` after each batch). The gate then
+judges every check of a task that was watched so, stopped or run to its end, by the same confidence
+sequence (`sequential_test`), never by a fixed-n bound: after looks at every batch that bound no
+longer holds its level. The weights are the baseline's items of each metric, which `--stop decided`
+runs whole first; the candidate's items must be the first n of the seeded order, or they are no
+random sample of it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.report.rules import Rule, Rules
 from evalsuite.stats.paired import read_scores
-from evalsuite.stats.sequential import (CONFIDENCE_FLOOR, Population, Sequential, as_paired_test, critical,
-                                        decision, seeded_order)
+from evalsuite.stats.sequential import Population, Sequential, as_paired_test, decision, floor, seeded_order
 from evalsuite.stats.significance import PairedTest, smallest_cell
 
 DECISIONS = ("upper_bound", "lower_bound")  # a `point` rule has no bound to decide early
@@ -42,8 +42,6 @@ def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: 
     could not resolve (too few items, a stratum too small) and that the gate judges on all of them."""
     if rules.decision not in DECISIONS:
         return f"decision {rules.decision!r} is decided on the whole task"
-    if rules.confidence < CONFIDENCE_FLOOR:
-        return f"confidence {rules.confidence:g} < {CONFIDENCE_FLOOR:g}, below the sequential test's range"
     out = []
     for m in base.metrics:
         rule = rules.rule_for(m.name)
@@ -68,8 +66,8 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
     pop, limit = Population.of(keys), rule.limit_for(m.name) / 100
     if pop.n < rules.min_n or smallest_cell(keys) < rules.min_stratum_n:
         return f"{m.name}: {pop.n} items, smallest stratum {smallest_cell(keys)}: too few to judge early"
-    if rules.decision == "upper_bound" and pop.floor(critical(rules.confidence)) > limit:
-        return f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit"
+    if rules.decision == "upper_bound" and floor(pop, limit, rules.alpha) >= limit:
+        return f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit in a confidence sequence"
     return Gated(m, rule, limit, order, items, pop)
 
 
@@ -79,16 +77,15 @@ def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | 
     if seen != check.order[: len(seen)]:
         return f"the candidate's items of {check.metric.name} are not the first {len(seen)} of the seeded order"
     drops = [check.base[s]["value"] - cand[s]["value"] for s in seen]
-    return Sequential(check.population, drops, rules.confidence, check.limit, rules.decision, rules.discordance)
+    return Sequential(check.population, drops, check.limit, rules.alpha, rules.discordance)
 
 
 def decisions(rules: Rules, found: list[Gated], cand_rd: RunDir, cand: str) -> dict[str, str | None]:
-    """Each check's decision on what the candidate has recorded so far: pass, fail, or None (open)."""
+    """Each check's decision on what the candidate has recorded so far: pass, fail, futile, or None (open)."""
     out: dict[str, str | None] = {}
     for check in found:
         seq = sequence(rules, check, read_scores(cand_rd, cand, check.metric))
-        out[check.metric.name] = None if isinstance(seq, str) else decision(seq, rules.decision, check.limit,
-                                                                            rules.alpha)[0]
+        out[check.metric.name] = None if isinstance(seq, str) else decision(seq, rules.decision)[0]
     return out
 
 
@@ -98,19 +95,24 @@ def early_stop(cand: VariantResult, metric: str) -> EarlyStop | None:
 
 def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, cand_rd: RunDir,
                     cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None]:
-    """(the test, how the items were matched, why it cannot judge) for a check of a task that stopped
-    early: its bounds and p-values are the sequential test's at the items recorded."""
+    """(the test, how the items were matched, why it cannot judge) for a check of a task run under
+    --stop decided: its bounds and p-values are the confidence sequence's at the items recorded. A
+    futile check is a fail (not shown within the limit); one the task stopped before deciding, open."""
     found = _check(rules, rule, base_rd, base, base.metric(metric), stop.seed)
     if isinstance(found, str):
-        return None, "sequential", f"stopped early, but {found}"
+        return None, "sequential", f"run under --stop decided, but {found}"
     seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
     if isinstance(seq, str):
         return None, "sequential", seq
-    decided, _ = decision(seq, rules.decision, found.limit, rules.alpha)
-    how = f"stopped early at n={seq.n} of {seq.pop.n} in the seeded order (run --stop decided)"
-    why = None if decided else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was decided "
-                                f"(under {stop.rules or 'the shipped rules'})")
-    return as_paired_test(seq, rules.alpha), how, why
+    decided, at = decision(seq, rules.decision)
+    whole = seq.n >= seq.pop.n
+    how = (f"all {seq.n} items in the seeded order, one confidence sequence (run --stop decided)" if whole else
+           f"stopped early at n={seq.n} of {seq.pop.n} in the seeded order (run --stop decided)")
+    why = None if decided or whole else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was "
+                                         f"decided (under {stop.rules or 'the shipped rules'})")
+    note = f"; stopped for futility at n={at} of {seq.pop.n}: a pass by the last item predicted out of reach" \
+        if decided == "futile" else ""
+    return as_paired_test(seq, note), how, why
 
 
 def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd: RunDir, cand: VariantResult,

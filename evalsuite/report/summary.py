@@ -188,8 +188,8 @@ def _weighted_resolution(rd: RunDir | None, record: RunRecord, base: str | None,
 
 
 def _rules_path(record: RunRecord) -> Path:
-    """The rules a run's early stops followed (run --stop decided with scheduler.stop_rules), so that its
-    gate column judges by the checks that stopped it; else the shipped ones."""
+    """The rules a run's early stops followed (run --stop decided: its gate_rules), so that its gate
+    column judges by the checks that stopped it; else the shipped ones."""
     named = next((Path(s.rules) for v in record.variants for s in v.stopped.values() if s.rules), None)
     return named if named is not None and named.is_file() else default_rules_path()
 
@@ -214,6 +214,7 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
                           "dense; accuracy measured, memory predicted for INT4 kernels, no latency",
                           markup=False, highlight=False)
         for task, stop in v.stopped.items():
-            decided = ", ".join(f"{m} {d}" for m, d in stop.decided.items())
-            console.print(f"  {v.variant} · {task}: stopped at {stop.items:,} of {stop.of:,} items, every check decided "
-                          f"({decided}; --stop decided)", markup=False, highlight=False)
+            decided = ", ".join(f"{m} {d}" for m, d in stop.decided.items()) or "none decided"
+            where = (f"stopped at {stop.items:,} of {stop.of:,} items, every check decided" if stop.items < stop.of else
+                     f"ran all {stop.of:,} items, judged by its confidence sequence")
+            console.print(f"  {v.variant} · {task}: {where} ({decided}; --stop decided)", markup=False, highlight=False)

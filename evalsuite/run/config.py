@@ -212,7 +212,8 @@ class SchedulerConfig(Strict):
     # full: every item of every task. decided: items in a seeded random order, the baseline first and
     # whole, and a candidate's task ends once the gate's checks on it are decided (evalsuite.run.stopping)
     stop: Literal["full", "decided"] = "full"
-    stop_rules: str | None = None  # the gate rules file whose checks decide; unset: the shipped rules
+    # older configs' name for the rules that decide, now always `gate_rules`: if given, it must be that file
+    stop_rules: str | None = None
     # How the device is had to itself: pause (the variant's own engine, its neighbours on the device
     # stopped meanwhile: no second engine start), restart (a second engine per variant, alone, after
     # the packed tasks), auto (pause with offline GPU engines; restart on a CPU, where a packed

@@ -157,10 +157,8 @@ class Runner:
                 recording = pool.submit(self._record, variant, name, task, batch, completions, done)
             if recording is not None:
                 self.progress.advance(bar, recording.result())
-        if watch is not None and watch.result is not None:
-            watch.result.items = len(done)
-            if len(done) >= len(samples):  # the batch in hand was the last: no item was left out
-                watch.result = None
+        if watch is not None:
+            watch.finish(len(done))
         return [done[s.id] for s in samples if s.id in done]
 
     def _record(self, variant: str, name: str, task: Task, batch: list[Sample], completions: list[Completion],

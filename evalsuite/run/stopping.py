@@ -3,19 +3,22 @@
 Each task's items go in a seeded random order (stats.sequential.order_key), for every variant alike.
 The baseline runs first and whole (`phases`): its items are the population the candidates are judged
 on. A candidate's task is then watched after every batch: once every gate check on it (the rules
-file's accuracy rules that name its metrics) is decided by the anytime-valid test that
-report/sequential.py shares with `gate`, the task ends and its record says at how many items
-(`VariantResult.stopped`). `--resume` and `gate` take the items it did not score as not needed.
+config's `gate_rules` that name its metrics) is decided, passed, shown beyond its limit or futile, by
+the confidence sequence that report/sequential.py shares with `gate`, the task ends. Its record says
+at how many items (`VariantResult.stopped`), also where it ran to its end, so that the gate judges
+every watched check by that one sequence. `--resume` and `gate` take the rest as not needed.
 Tasks that another kind of rule judges (latency), harness tasks (lm-eval orders its own items) and
 checks the full data could not resolve run whole.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Sample
-from evalsuite.report.rules import Rules, default_rules_path, load_rules
+from evalsuite.report.rules import Rules, default_rules_path, load_rules, named_rules_path
 from evalsuite.report.sequential import Gated, checks, decisions
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import console
@@ -67,29 +70,49 @@ class Watch:
     def decided(self, scored: int) -> bool:
         """True once every check is decided on the `scored` items recorded; the record is then in `result`."""
         if scored >= self.total:
-            return False  # the last item: nothing left to save, and the gate judges the whole task as always
-        s = self.stopper
-        found = decisions(s.rules, self.found, s.run_dir, self.variant)
+            return False  # the last item: nothing left to save (`finish` records it)
+        found = decisions(self.stopper.rules, self.found, self.stopper.run_dir, self.variant)
         if any(v is None for v in found.values()):
             return False
-        self.result = EarlyStop(items=scored, of=self.total, seed=s.seed, decided=found, rules=s.rules_path)
+        self.result = self._record(scored, found)
         return True
 
+    def finish(self, scored: int) -> None:
+        """The record once the task has ended: where it stopped, or, at its last item, that it ran to
+        its end, so that the gate still judges it by the sequence that was watched (a fixed-n bound
+        after a look at every batch would not hold its level)."""
+        if self.result is not None:
+            self.result.items = scored
+        elif scored >= self.total:
+            found = decisions(self.stopper.rules, self.found, self.stopper.run_dir, self.variant)
+            self.result = self._record(scored, {k: v for k, v in found.items() if v is not None})
 
-def stop_rules(cfg: RunConfig) -> Rules:
-    """The rules whose checks decide (scheduler.stop_rules, else the shipped ones); a bad file is
-    refused in one line before any engine starts."""
-    if not cfg.scheduler.stop_rules:
-        return load_rules(default_rules_path())
+    def _record(self, scored: int, found: dict) -> EarlyStop:
+        s = self.stopper
+        return EarlyStop(items=scored, of=self.total, seed=s.seed, decided=found, rules=s.rules_path)
+
+
+def stop_rules(cfg: RunConfig) -> tuple[str | None, Rules]:
+    """(the path recorded, None for the shipped default; the rules) whose checks decide: the config's
+    `gate_rules`, so that the rules that stop a run are those that gate it. scheduler.stop_rules, read
+    from older configs, must name the same file; a bad one is one line before any engine starts."""
     try:
-        return load_rules(cfg.scheduler.stop_rules)
+        path = named_rules_path(cfg.gate_rules)
+        rules = load_rules(path)
     except ConfigError as e:
-        raise ConfigError(f"scheduler.stop_rules: {e}") from None
+        raise ConfigError(f"gate_rules: {e}") from None
+    if cfg.scheduler.stop_rules:
+        other = Path(cfg.scheduler.stop_rules).expanduser()
+        if not other.is_file() or other.resolve() != path.resolve():
+            raise ConfigError(f"scheduler.stop_rules: {cfg.scheduler.stop_rules!r} is not gate_rules ({path}); the "
+                              "rules that stop a run are the rules that gate it: drop scheduler.stop_rules, or set "
+                              "gate_rules to that file")
+    return (None if path.resolve() == default_rules_path().resolve() else str(path)), rules
 
 
 class Stopper:
     def __init__(self, cfg: RunConfig, run_dir: RunDir):
-        self.rules_path, self.rules = cfg.scheduler.stop_rules, stop_rules(cfg)
+        self.rules_path, self.rules = stop_rules(cfg)
         self.baseline, self.seed, self.run_dir = cfg.baseline, cfg.seed, run_dir
         self._said: set[str] = set()
 
