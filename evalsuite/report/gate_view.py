@@ -17,7 +17,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from evalsuite.report.gate import MISSING, Check, GateReport, failure_kind
+from evalsuite.report.gate import MISSING, NO_SHARED, Check, GateReport, failure_kind
 from evalsuite.report.gate_report import METHOD
 from evalsuite.report.terminal import Block, Blocks, aligned, fits
 
@@ -56,8 +56,8 @@ def _limit(c: Check) -> str:
 def says(c: Check, rules) -> str:
     """One check in a few words: `mmlu/acc dropped 7.0 pt (>= 6.4 pt, 95% lower bound), limit 2`."""
     if c.rule == "status":
-        return f"did not run: {c.detail}"
-    undecided = _undecided(c)
+        return _not_run(c)
+    undecided = _undecided(c, ", limit " + f"{c.limit:g}" if c.limit is not None else "")
     if undecided:
         return f"{c.metric}: {undecided}"
     if c.status == "fail" and failure_kind(c) == "not measured":
@@ -69,16 +69,24 @@ def says(c: Check, rules) -> str:
     return f"{c.metric} {_moved(c, rules)}" + (f" ({b[0]}, {b[1]})" if b else "") + limit
 
 
-def _undecided(c: Check) -> str | None:
-    """Why a check that neither passed nor failed could not decide: too few items, or a baseline at
-    chance; None for a decided one."""
+def _not_run(c: Check) -> str:
+    """A variant that did not run: its reason (`skipped: no W4A16 kernel`), the word said once."""
+    status, _, reason = c.detail.partition(": ")
+    return reason if c.status == "skip" else f"variant {status}: {reason}"
+
+
+def _undecided(c: Check, limit: str = "") -> str | None:
+    """Why a check that neither passed nor failed could not decide: too few items (`35 items resolve
+    9.9 pt{limit} (about 52 needed)`), or a baseline at chance; None for a decided one."""
     if c.status == "uninformative":
         return "baseline at chance, so no evidence either way"
     if c.status != "warn":
         return None
-    if c.n and c.resolvable is not None and c.limit is not None and c.resolvable > c.limit:
+    # items that do not stand for the metric (other items, whole groups missing): more of them is no cure
+    unrepresentative = c.pairs.startswith(NO_SHARED) or c.unmeasured[0] > 0
+    if c.n and c.resolvable is not None and c.limit is not None and c.resolvable > c.limit and not unrepresentative:
         need = f" (about {c.needed:,} needed)" if c.needed else ""
-        return f"{c.n:,} items resolve {c.resolvable:.1f} pt, limit {c.limit:g}{need}"
+        return f"{c.n:,} items resolve {c.resolvable:.1f} pt{limit}{need}"
     return c.insufficient or c.detail.removeprefix("insufficient n: ")
 
 
@@ -134,7 +142,7 @@ def _why(c: Check) -> str:
         return f"too few items: {_undecided(c)}"
     kind = failure_kind(c)
     if c.rule == "status":
-        return c.detail
+        return _not_run(c)
     if kind == "not measured":
         return kind if c.detail == MISSING else f"{kind}: {c.detail.removeprefix(MISSING + ' ')}"
     return {"beyond the limit": "shown beyond the limit", "not shown within": "not shown within the limit"}.get(kind, kind)
@@ -174,10 +182,12 @@ def open_table(report: GateReport, width: int) -> RenderableType | None:
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("candidate", no_wrap=True)
     for h in HEADERS:
-        table.add_column(h, no_wrap=h != "why", max_width=WHY_WIDTH if h == "why" else None, overflow="fold")
+        table.add_column(h, no_wrap=h != "why", overflow="fold")
     for cand, cells in rows.items():
         for row in cells:
             table.add_row(cand, *row)
+    if not fits(table, width):
+        table.columns[-1].max_width = WHY_WIDTH  # the reason wraps under itself before the table gives way
     if fits(table, width):
         return Group(Text(title), table)
     blocks = [Block(Text(cand, style="bold"), cells) for cand, cells in rows.items()]
