@@ -130,3 +130,18 @@ def _mmlu_rules(folder: Path) -> Path:
     path = folder / "mmlu-rules.yaml"
     path.write_text("rules:\n  - {name: accuracy, metrics: [mmlu/acc], max_drop_points: 2.0}\n")
     return path
+
+
+def test_a_pass_let_through_with_too_few_items_never_reads_as_within_its_limit(small, tmp_path):
+    """`insufficient_n: pass` lets small checks through: the line says so, and lists them below."""
+    from evalsuite.report.rules import default_rules_path
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(default_rules_path().read_text().replace("insufficient_n: warn", "insufficient_n: pass"))
+    res = CliRunner().invoke(app, ["gate", "--baseline", f"{small}:bf16", "--candidate", f"{small}:{LONG}",
+                                   "--rules", str(rules)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    line = res.stdout.splitlines()[0]
+    assert "no check failed, 2 let through with too few items; worst: mmlu/acc" in line, line
+    assert "every check within its limit" not in res.stdout
+    assert "passed as insufficient_n says" in res.stdout.split("Checks that failed or could not be decided")[1]

@@ -80,20 +80,29 @@ def _undecided(c: Check, limit: str = "") -> str | None:
     9.9 pt{limit} (about 52 needed)`), or a baseline at chance; None for a decided one."""
     if c.status == "uninformative":
         return "baseline at chance, so no evidence either way"
-    if c.status != "warn":
+    if not too_few(c):
         return None
+    settled = "" if c.status == "warn" else f"; {c.status}ed as insufficient_n says"
     # items that do not stand for the metric (other items, whole groups missing): more of them is no cure
     unrepresentative = c.pairs.startswith(NO_SHARED) or c.unmeasured[0] > 0
     if c.n and c.resolvable is not None and c.limit is not None and c.resolvable > c.limit and not unrepresentative:
         need = f" (about {c.needed:,} needed)" if c.needed else ""
-        return f"{c.n:,} items resolve {c.resolvable:.1f} pt{limit}{need}"
-    return c.insufficient or c.detail.removeprefix("insufficient n: ")
+        return f"{c.n:,} items resolve {c.resolvable:.1f} pt{limit}{need}{settled}"
+    return (c.insufficient or c.detail.removeprefix("insufficient n: ").split("; ")[0]) + settled
+
+
+def too_few(c: Check) -> bool:
+    """Too few items to decide: a warning, or a pass or failure only because `insufficient_n` says so
+    (a drop shown beyond the limit at that n is a failure on evidence)."""
+    small = c.insufficient is not None or c.detail.startswith("insufficient n:")
+    return small and c.status in ("warn", "pass", "fail") and "shown to exceed" not in c.detail
 
 
 def open_checks(report: GateReport, candidate: str) -> list[Check]:
     """A candidate's checks that failed or could not be decided, failures first (most telling first)."""
-    undecided = [c for c in report.checks if c.candidate == candidate and c.status in ("warn", "uninformative")]
-    return report.failing(candidate) + sorted(undecided, key=lambda c: c.status == "uninformative")
+    undecided = [c for c in report.checks if c.candidate == candidate and
+                 (c.status in ("warn", "uninformative") or (c.status == "pass" and too_few(c)))]
+    return sorted(report.failing(candidate), key=too_few) + sorted(undecided, key=lambda c: c.status == "uninformative")
 
 
 def verdict_line(report: GateReport, candidate: str) -> tuple[str, str]:
@@ -108,9 +117,11 @@ def verdict_line(report: GateReport, candidate: str) -> tuple[str, str]:
         changed = f": answers changed on {metric} {shares[metric][0] / shares[metric][1]:.1%}" if metric else ""
         return word, f"a noise reference, never a verdict{changed}"
     if word == "passed":
-        worst = _closest(mine, rules)
+        worst = _closest([c for c in mine if not too_few(c)], rules)
+        through = sum(c.status == "pass" and too_few(c) for c in mine)
+        within = f"no check failed, {through} let through with too few items" if through else "every check within its limit"
         later = f"; {len(opened)} undecided, below" if opened else ""
-        return word, "every check within its limit" + (f"; worst: {says(worst, rules)}" if worst else "") + later
+        return word, within + (f"; worst: {says(worst, rules)}" if worst else "") + later
     if word == "skipped":
         return word, says(mine[0], rules)
     if word == "inconclusive" and not any(c.status == "warn" and c.unit == "pt" for c in mine):
@@ -138,7 +149,7 @@ def _why(c: Check) -> str:
     """The table's reason, in fewer words than the candidate's line."""
     if c.status == "uninformative":
         return "baseline at chance"
-    if c.status == "warn":
+    if too_few(c):
         return f"too few items: {_undecided(c)}"
     kind = failure_kind(c)
     if c.rule == "status":
