@@ -376,7 +376,7 @@ def test_gate_bad_input_is_one_line_naming_the_flag_given(gated, args, line, rul
 
 
 def test_a_control_is_a_variant_other_than_the_sides_and_a_single_variant_run_is_one(gated):
-    alone, with_control, single = (cli(*f"{GATE} --rules {{rules}}{extra}".format(**gated).split())
+    alone, with_control, single = (cli(*f"{GATE} --rules {{rules}} --format markdown{extra}".format(**gated).split())
                                    for extra in ("", " --control {run}:c", " --control {one}"))
     for res in (alone, with_control, single):
         assert res.exit_code in (0, 1, 3) and res.stderr == "", res.output
