@@ -237,7 +237,8 @@ def test_interrupt_leaves_a_partial_run(tmp_path, tiny_model, legal_dir, referen
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"min_n": 2, "min_stratum_n": 2,
                                      "rules": [{"metrics": ["mmlu/acc"], "max_drop_points": 50.0}]}))
-    res = evalsuite("gate", "--baseline", f"{reference}:bf16", "--candidate", f"{run}:bf16", "--rules", str(rules))
+    res = evalsuite("gate", "--baseline", f"{reference}:bf16", "--candidate", f"{run}:bf16", "--rules", str(rules),
+                    "--format", "markdown")
     def subjects(r: Path) -> set[str]:
         return {s["group"] for s in scores(r, "bf16").values() if s["task"] == "mmlu"}
     missing = subjects(reference) - subjects(run)
@@ -297,7 +298,7 @@ def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model
     assert "(simulated)" in row
     assert (default_cache_dir() / "vllm" / "torchinductor").is_dir()
     # gated against bf16, its accuracy is judged and the timings it cannot have are not failed
-    gated = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:w4a16_sim")
+    gated = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:w4a16_sim", "--format", "markdown")
     assert gated.returncode in (0, 1, 3), gated.stderr[-2000:]
     assert "`mmlu/acc`" in gated.stdout and "simulated: measures accuracy only" in gated.stdout
     assert "missing in candidate" not in gated.stdout

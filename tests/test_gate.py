@@ -20,7 +20,8 @@ runner = CliRunner()
 
 
 def gate(*args: str):
-    return runner.invoke(app, ["gate", *args])
+    """The gate's full Markdown report (its terminal view: tests/test_gate_terminal.py)."""
+    return runner.invoke(app, ["gate", *args, "--format", "markdown"])
 
 
 def two_runs(tmp_path: Path, base: dict, cand: dict, **kw) -> tuple[Path, Path]:

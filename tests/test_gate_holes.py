@@ -19,7 +19,8 @@ runner = CliRunner()
 
 
 def gate(*args: str):
-    return runner.invoke(app, ["gate", *args])
+    """The gate's full Markdown report (its terminal view: tests/test_gate_terminal.py)."""
+    return runner.invoke(app, ["gate", *args, "--format", "markdown"])
 
 
 def rules_file(tmp_path: Path, data: dict) -> Path:

@@ -404,7 +404,8 @@ def test_no_pass_without_shared_items_under_any_rules(tmp_path):
     for insufficient in ("pass", "warn", "fail"):
         path = tmp_path / f"rules-{insufficient}.yaml"
         path.write_text(yaml.safe_dump({**rules, "insufficient_n": insufficient}))
-        res = invoke("gate", "--baseline", f"{base}:bf16", "--candidate", f"{cand}:fp8", "--rules", str(path))
+        res = invoke("gate", "--baseline", f"{base}:bf16", "--candidate", f"{cand}:fp8", "--rules", str(path),
+                     "--format", "markdown")
         assert res.exit_code == (1 if insufficient == "fail" else 3), (insufficient, res.output)
         assert "no shared sample ids" in res.output
 

@@ -194,7 +194,8 @@ def test_resume_and_gate_on_the_stopped_run(fake_run):
     assert res.exit_code == 0, res.output
     assert res.output.count("left as recorded (ok)") == 3 and "starting engine" not in res.output
     rules = path.parent / "rules.yaml"
-    res = CliRunner().invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", str(run), "--rules", str(rules)])
+    res = CliRunner().invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", str(run), "--rules", str(rules),
+                                   "--format", "markdown"])
     assert "missing in candidate" not in res.output and res.output.count("stopped early at n=") == 4
 
 

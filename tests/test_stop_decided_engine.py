@@ -50,6 +50,7 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
     assert again.returncode == 0 and "starting engine" not in again.stdout + again.stderr
     assert "again: every item of this config is scored; left as recorded (ok)" in again.stdout + again.stderr
 
-    gate = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:again", "--rules", str(rules))
+    gate = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:again", "--rules", str(rules),
+                     "--format", "markdown")
     assert gate.returncode in (0, 3), gate.stdout[-2000:] + gate.stderr[-2000:]  # 3: MMLU at chance, as it is here
     assert gate.stdout.count(f"stopped early at n={len(rows)} of {ITEMS}") == 2 and "missing" not in gate.stdout

@@ -241,7 +241,7 @@ def test_compare_and_gate_read_mlflow_runs(run, mlflow_server):
     by_experiment = runner.invoke(app, ["compare", "t-read", "--format", "markdown", *uri])
     assert by_experiment.exit_code == 0 and "| mmlu/acc | 0.900 (.851–.934, n=200) | 0.850 (.794–.893, n=200) -5.0 pt [" in by_experiment.stdout
     gate = runner.invoke(app, ["gate", "--baseline", res.variant_run_ids["bf16"], "--candidate",
-                               res.variant_run_ids["fp8"], "--rules", "configs/gates/default.yaml", *uri])
+                               res.variant_run_ids["fp8"], "--rules", "configs/gates/default.yaml", "--format", "markdown", *uri])
     assert gate.exit_code == 1 and "paired, n=200" in gate.stdout  # samples came back from MLflow
     one_variant = runner.invoke(app, ["compare", res.variant_run_ids["fp8"], "--format", "csv", *uri])
     assert one_variant.exit_code == 0 and one_variant.stdout.splitlines()[1].startswith("fp8,ok,0.85")

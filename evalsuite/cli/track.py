@@ -15,6 +15,9 @@ from evalsuite.report.baseline import BASELINE_HELP
 from evalsuite.report.settings import uri_problem
 
 Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
+GateFormat = StrEnum("GateFormat", ["table", "markdown"])
+
+
 def uri_flag(value: str | None) -> str | None:
     """--uri as given, or a usage error where MLflow could not open it (before any run is read)."""
     problem = uri_problem(value) if value is not None else None
@@ -64,7 +67,8 @@ def gate_command(
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
-    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary here (for a PR comment)."),
+    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write the full Markdown report here (for a PR comment)."),
+    fmt: GateFormat = typer.Option(GateFormat.table, "--format", metavar="FORMAT", help="What to print: table (a line per candidate and the checks that failed or could not be decided, at the terminal's width) or markdown (the full report)."),
     plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
     n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
     discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
@@ -103,13 +107,26 @@ def gate_command(
             raise InternalError(f"the gate could not judge these runs ({type(e).__name__}: {e}); this is a bug "
                                 "in evalsuite, not a verdict on the candidate") from e
     text = to_markdown(report)
-    typer.echo(text, nl=False)  # first: a file that cannot be written must not cost the verdict
+    _print_gate(report, text, fmt, markdown)  # first: a file that cannot be written must not cost the verdict
     for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):
         if out:
             write_output(flag, out, body)
     _say_default_rules(rules, path)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
+
+
+def _print_gate(report, text: str, fmt: GateFormat, markdown: Path | None) -> None:
+    """The full Markdown report, or (the default, piped or not) a line per candidate and the checks
+    that need a look, at the terminal's width: 80 when piped, unless $COLUMNS says otherwise."""
+    from evalsuite.report.gate_view import terminal_view
+
+    if fmt == GateFormat.markdown:
+        typer.echo(text, nl=False)
+        return
+    console = Console()
+    for part in terminal_view(report, console.width, markdown):
+        console.print(part)
 
 
 def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict[str, Any]) -> None:

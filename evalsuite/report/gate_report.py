@@ -12,6 +12,7 @@ from evalsuite.report.rules import Rules, decision_rule
 from evalsuite.report.names import fmt_value, is_latency, loaded_note
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
+METHOD = "docs/statistics.md"  # the method in full, one link away from every report
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
 VERDICT_ICON = {"passed": "✅", "failed": "❌", "inconclusive": "❔", "skipped": "⏭️"}
 
@@ -36,6 +37,15 @@ def _header(report: GateReport) -> list[str]:
     title = f"## {VERDICT_ICON[word]} evalsuite gate {word}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     if report.controls:
         title += f" ({len(report.controls)} control(s): noise references, not counted)"
+    return [title, "",
+            f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{r.decision}` at "
+            f"{r.confidence:.0%} one-sided confidence (how to read this: the end of this report, and {METHOD}).", ""]
+
+
+def _method(report: GateReport) -> list[str]:
+    """How to read the tables: the decision, its adjustments and the columns; said last, so that the
+    verdict opens the report."""
+    r = report.rules
     adjust = {"none": "each check's own p-value (intersection-union test: a candidate passes only if every check "
                       "passes, so no multiplicity adjustment is needed to keep its false-pass rate at alpha)",
               "holm": "Holm-adjusted p-values over each candidate's checks (more conservative than the "
@@ -43,20 +53,21 @@ def _header(report: GateReport) -> list[str]:
               "bh": "Benjamini-Hochberg-adjusted p-values over each candidate's checks"}[r.adjust]
     findings = {"holm": "Holm-adjusted (family-wise error)", "bh": "Benjamini-Hochberg-adjusted (false discovery rate)",
                 "none": "unadjusted"}[r.findings]
-    return [title, "",
-            f"Baseline `{report.baseline}` · rules `{report.rules_path}` · decision `{r.decision}` at "
-            f"{r.confidence:.0%} one-sided confidence. **Verdict**: {adjust}. **Significant drop** flags (claims "
+    return ["", "### How to read this", "",
+            f"**Verdict**: {adjust}. **Significant drop** flags (claims "
             f"that a metric got worse) are {findings} over each candidate's checks. Column `worse by`: the change "
             f"in the direction the rule limits, negative when the candidate is better: for accuracy the drop in "
             f"points (baseline - candidate) on items paired by sample id, each row naming its method; for memory "
-            f"and latency the growth in %, for KV capacity the drop in %. Checks with fewer than {r.min_n} pairs "
+            f"and latency the growth in %, for KV capacity the drop in %. Column `{r.confidence:.0%} bounds`: the "
+            f"one-sided lower and upper bounds of the drop, each at {r.confidence:.0%} (`compare` shows a two-sided "
+            f"95% interval of the same change). Checks with fewer than {r.min_n} pairs "
             f"(or a stratum under {r.min_stratum_n}), or whose limit this n cannot resolve, say `insufficient n` "
             f"and count as `{r.insufficient_n}`; a check whose baseline is within its limit of chance is "
             f"`uninformative` (❔); a baseline whose 95% lower bound is ≥ {r.ceiling:g} is `at ceiling` (a pass "
             f"there shows no collapse, not no loss). A candidate with no failure is `inconclusive` (exit 3) while "
             f"an accuracy check warns of too few items, or when none passed on evidence. Column p: p(drop ≥ limit) for an `upper_bound` check (small: "
             f"shown within the limit); p(drop ≤ limit) for `lower_bound`, `point` and insufficient-n checks "
-            f"(small: shown to exceed the limit).", ""]
+            f"(small: shown to exceed the limit). The method, with its references: {METHOD}."]
 
 
 def _row(c: Check) -> str:
@@ -154,7 +165,7 @@ def to_markdown(report: GateReport) -> str:
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
         lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _method(report)) + "\n"
 
 
 def _skipped(checks: list[Check], n_candidates: int) -> list[str]:
