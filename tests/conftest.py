@@ -10,6 +10,13 @@ import pytest
 pytest_plugins = ["tests.mlflow_server"]
 
 
+@pytest.fixture(autouse=True)
+def _wide_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's terminal (or a CI runner's COLUMNS) never decides what a test reads: output is 160
+    columns wide, as piped output is, unless a test names its own width."""
+    monkeypatch.setenv("COLUMNS", "160")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent

@@ -299,7 +299,7 @@ def test_ruler_cpu_config_runs_on_vllm(tmp_path, tiny_model):
         assert all(0 <= Score.model_validate(r["score"]).value <= 1 for r in rows)
     assert sorted(ids["bf16"]) == sorted(ids["fp32"]) and len(ids["bf16"]) == len(set(ids["bf16"]))
     recorded = yaml.safe_load((run / "config.yaml").read_text())
-    assert raw["tasks"][0]["n"] == 2 and recorded["tasks"][0]["n"] == 1 and recorded["limit"] == len(ALL_TASKS)
+    assert raw["tasks"][0]["n"] > 1 and recorded["tasks"][0]["n"] == 1 and recorded["limit"] == len(ALL_TASKS)
 
 
 def test_the_shipped_examples_run_ruler_from_4k_to_128k_with_a_verdicts_n():
