@@ -221,6 +221,6 @@ def test_every_failed_row_names_its_failing_check(tmp_path):
     run = build_run(tmp_path / "runs", "20250101-000000-f", {"bf16": {}, "fp8": {"wrong": range(40)}}, baseline="bf16")
     rd = RunDir(run)
     verdicts, _ = gate_verdicts(rd, rd.load_run(), load_rules(DEFAULT_RULES))
-    assert verdicts["fp8"] == "failed vs bf16: mmlu/acc +20.0 pt (beyond the limit 2 pt)"
+    assert verdicts["fp8"] == "failed vs bf16: mmlu/acc dropped 20.0 pt (beyond the limit 2 pt)"
     report = run_gate(Side(rd, "bf16"), [Side(rd)], load_rules(DEFAULT_RULES), str(DEFAULT_RULES))
-    assert failed_checks_line(report, "fp8") == "mmlu/acc +20.0 pt (beyond the limit 2 pt)"
+    assert failed_checks_line(report, "fp8") == "mmlu/acc dropped 20.0 pt (beyond the limit 2 pt)"

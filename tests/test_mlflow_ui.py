@@ -151,7 +151,7 @@ def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server
         browser.call("Emulation.setDeviceMetricsOverride", browser.session, width=1400, height=900,
                      deviceScaleFactor=1, mobile=False)
         browser.goto(logged.url)
-        page = browser.evaluate(f"{FIRST_SCREEN}({json.dumps(wanted)}, '-7.0 [-11.4, -4.2]')")
+        page = browser.evaluate(f"{FIRST_SCREEN}({json.dumps(wanted)}, '-7.0 [-11.5, -3.9]')")
         shot = kept_path("mlflow-first-screen-1400.png", root)
         screenshot(browser, shot, width=1400, height=900)
     print(f"screenshot: {shot}")
@@ -160,8 +160,8 @@ def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server
         assert column in page["boxes"], (column, page["text"][:2000])
         l, r, _, b = page["boxes"][column]
         assert left <= l and r <= right and b <= page["height"], (column, page["boxes"][column], page["view"])
-    kv = next(r for r in page["rows"] if r.startswith("failed") and "-7.0 [-11.4, -4.2]" in r)
-    assert "-67 [-77, -54]" in kv and "20,000" in kv and "87.4" in kv, kv
+    kv = next(r for r in page["rows"] if r.startswith("failed") and "-7.0 [-11.5, -3.9]" in r)
+    assert "-67 [-78, -53]" in kv and "20,000" in kv and "87.4" in kv, kv
     client = MlflowClient(mlflow_server.uri)
     keys = {k for rid in logged.variant_run_ids.values() for k in client.get_run(rid).data.tags}
     assert {c.removeprefix("tags.`").removesuffix("`") for c in state["selectedColumns"]} <= keys

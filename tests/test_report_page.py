@@ -129,7 +129,7 @@ def test_synthetic_runs_pick_within_limits(tmp_path):
     assert serve["least memory (weights)"] == "fast_ok"
     assert serve["fastest first token at 1,024 prompt tokens"] == "fast_ok"
     verdicts = {r[0]: r[1] for r in _table(md, "| variant | verdict |")}
-    assert verdicts["small_bad"] == "failed: mmlu/acc +7.5 pt (beyond the limit 2 pt)" and verdicts["base"] == "baseline"
+    assert verdicts["small_bad"] == "failed: mmlu/acc dropped 7.5 pt (beyond the limit 2 pt)" and verdicts["base"] == "baseline"
 
 
 def test_a_variant_too_small_to_judge_is_no_pick(tmp_path):

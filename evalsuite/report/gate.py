@@ -573,14 +573,17 @@ def failure_kind(c: Check) -> str:
 
 
 def failed_checks_line(report: GateReport, candidate: str, most: int = 2) -> str:
-    """The checks a failed candidate failed, in a few words each: `needle/acc +50.0 pt > 5 pt`."""
+    """The checks a failed candidate failed, in a few words each: `needle/acc dropped 50.0 pt (beyond the limit 5 pt)`."""
     out = []
     for c in report.failing(candidate)[:most]:
         if c.change is None or (isinstance(c.change, float) and math.isnan(c.change)):
             out.append(f"{c.metric} {failure_kind(c)}")
         else:
-            unit = " pt" if c.unit == "pt" else "%"
-            out.append(f"{c.metric} {c.change:+.1f}{unit} ({failure_kind(c)} {c.limit:g}{unit})")
+            if c.unit == "pt":  # a drop in points: said as one, never as a signed "+7.0 pt"
+                change = f"{'dropped' if c.change >= 0 else 'rose'} {abs(c.change):.1f} pt"
+            else:
+                change = f"{c.change:+.1f}%"
+            out.append(f"{c.metric} {change} ({failure_kind(c)} {c.limit:g}{' pt' if c.unit == 'pt' else '%'})")
     more = len(report.failing(candidate)) - most
     return "; ".join(out) + (f"; {more} more" if more > 0 else "")
 
