@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from evalsuite.engine import one_at_a_time
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
@@ -57,6 +58,9 @@ class Engine:
     def generate(self, requests: list[Request], on_done=None) -> list[Completion]:
         self.asked += len(requests)
         return [Completion(text="x" if _unit(r.prompt) < self.wrong else r.prompt) for r in requests]
+
+    def pipelined(self, batches):
+        return one_at_a_time(self, batches)
 
 
 def _unit(text: str) -> float:
