@@ -491,9 +491,9 @@ def test_the_measured_footprint_is_the_engines_own_nvml_peak_only():
                             source={"nvml_peak_gib": source} if source else {})
         return VariantResult(variant="bf16", engine=stats)
 
-    assert packing.measured(result("process")) == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
-                                                   "footprint_gib": 35.7207}
-    assert "footprint_gib" not in packing.measured(result("device"))
+    assert packing.measured(result("process")).model_dump() == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
+                                                                "footprint_gib": 35.7207}
+    assert "footprint_gib" not in packing.measured(result("device")).model_dump()
     assert "footprint_gib" not in packing.measured(result(None))
 
 

@@ -10,9 +10,9 @@ import pkgutil
 from pathlib import Path
 from types import SimpleNamespace
 
-from evalsuite.engine import one_at_a_time
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EngineStats, Request, Sample, Score, VariantResult
+from evalsuite.engine import one_at_a_time
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory import sharing
 from evalsuite.memory.sharing import DeviceWatch

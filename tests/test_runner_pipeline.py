@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from evalsuite.engine import one_at_a_time
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, Request, Sample, Score
+from evalsuite.engine import one_at_a_time
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.runner import Runner

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from evalsuite.engine import one_at_a_time
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
+from evalsuite.engine import one_at_a_time
 from evalsuite.report.gate import Side, load_rules, run_gate
 from evalsuite.report.rules import default_rules_path
 from evalsuite.run.config import RunConfig

@@ -29,17 +29,17 @@ def upgraded(raw: dict[str, Any], where: str, run: bool) -> dict[str, Any]:
     version this evalsuite cannot read is refused, naming `where`."""
     version = raw.get("schema_version", None if run else 1)
     if version == 1:
-        raw = migrate_v1(raw)
-    elif version != SCHEMA_VERSION:
+        return migrate_v1(raw)
+    if version != SCHEMA_VERSION:
         raise ConfigError(f"{where}: schema_version {version!r} is not supported (this evalsuite reads "
                           f"1 to {SCHEMA_VERSION})")
-    return raw if run else {k: v for k, v in raw.items() if k != "schema_version"}
+    return raw
 
 
 def migrate_v1(raw: dict[str, Any]) -> dict[str, Any]:
     """A version-1 run record (with its `variants`) or variant result, as version 2 holds it."""
     if "variants" not in raw:
-        return {**_variant(raw), "schema_version": 2}
+        return _variant(raw)
     variants = raw["variants"]
     if isinstance(variants, list):
         variants = [_variant(v) for v in variants]
@@ -49,7 +49,7 @@ def migrate_v1(raw: dict[str, Any]) -> dict[str, Any]:
 def _variant(v: Any) -> Any:
     if not isinstance(v, dict):
         return v
-    out = dict(v)
+    out = {**v, "schema_version": 2}
     settings = out.get("settings")
     if isinstance(settings, dict) and ("quantized" in settings or any(k in settings for k in _BUILD_KEYS)):
         settings = dict(settings)

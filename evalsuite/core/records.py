@@ -473,7 +473,7 @@ class RunDir:
         return rows
 
     def write_result(self, result: VariantResult) -> None:
-        _atomic_write(self.variant_dir(result.variant) / RESULT_FILE, result_json(result))
+        _atomic_write(self.variant_dir(result.variant) / RESULT_FILE, result.model_dump_json(indent=2))
 
     def load_result(self, variant: str) -> VariantResult | None:
         path = self.root / check_name(variant, f"{self.root}: variant name") / RESULT_FILE
@@ -507,16 +507,12 @@ def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
     return data
 
 
-def result_json(result: VariantResult) -> str:
-    """A variant's result.json: the result with the schema version it is written in."""
-    return json.dumps({"schema_version": SCHEMA_VERSION, **json.loads(result.model_dump_json())}, indent=2)
-
-
 def read_result(path: Path) -> VariantResult:
     """A variant's result.json (this version's or an earlier one), read as data."""
     raw = read_regular(path, RECORD_BYTES, "JSON record")
-    data = upgraded(_json_object(path, raw), str(path), run=False)
-    return _validated(path, VariantResult, json.dumps(data).encode())
+    parsed = _json_object(path, raw)
+    data = upgraded(parsed, str(path), run=False)
+    return _validated(path, VariantResult, raw if data is parsed else json.dumps(data).encode())
 
 
 def _validated(path: Path, model: type[M], data: bytes | dict[str, Any], strict: bool = True) -> M:

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 SCHEMA_VERSION = 2
 # the latency pass's headline timings: median time to first token and between tokens, per request
@@ -387,7 +387,12 @@ class _Settings(_Shape):
 
 class Footprint(_Model):
     """One engine's memory in GiB, part by part (FOOTPRINT_PARTS) and whole (`footprint_gib`), as the
-    planner predicts it or as the engine measured it; None: a part not predicted or not reported."""
+    planner predicts it or as the engine measured it; None: a part not predicted or not reported, which
+    the record leaves out."""
+
+    @model_serializer(mode="wrap")
+    def _sparse(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
     weights_gib: Number | None = None
     kv_cache_gib: Number | None = None
@@ -515,6 +520,8 @@ class _RunEnv(RecordedEnv):
 
 
 class VariantResult(_Model):
+    # a variant's result.json is a record of its own (evalsuite.core.migrate reads older ones)
+    schema_version: int = SCHEMA_VERSION
     variant: str
     status: Status = "pending"
     reason: str | None = None

@@ -30,7 +30,7 @@ import yaml
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.migrate import upgraded
 from evalsuite.core.records import CONFIG_FILE, ENGINE_LOG, RESULT_FILE, RunDir, new_run_id, read_result
-from evalsuite.core.types import SCHEMA_VERSION, RunRecord
+from evalsuite.core.types import RunRecord
 
 KEPT_SUFFIX = ".scores.jsonl.gz"
 MEMORY_LOG = "engine-memory.log"
@@ -107,7 +107,7 @@ def _export_variant(rd: RunDir, name: str, result: dict, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     if (out / RESULT_FILE).is_file():
         result = with_kept_figures(result, _result_dict(out / RESULT_FILE))
-    (out / RESULT_FILE).write_text(json.dumps({"schema_version": SCHEMA_VERSION, **result}, indent=2) + "\n")
+    (out / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
     keep_config(rd.config_path, out / CONFIG_FILE)
     log = rd.root / name / ENGINE_LOG
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
