@@ -42,7 +42,7 @@ def main(run: Path) -> None:
         m = {x.name: x.value for x in v.metrics}
         s_ttft = m[f"latency/ttft_ms_p50/ctx{CTX}"] / 1000
         s_itl = m[f"latency/itl_ms_p50/ctx{CTX}"]
-        plan_kv = v.predicted.get("kv_capacity_tokens")
+        plan_kv = v.predicted.kv_capacity_tokens if v.predicted is not None else None
         plan_err = pct(plan_kv, v.engine.kv_cache_tokens) if plan_kv else float("nan")
         worst_kv = max(worst_kv, abs(pct(v.engine.kv_cache_tokens, kv)))
         worst_plan = max(worst_plan, abs(plan_err))

@@ -142,7 +142,7 @@ def main() -> int:
                 wall, record = ray_fanout.run(configs[mode], variants, work / f"{mode}-{r}-{i}", None,
                                               ("--parallel", args.parallel))
                 runs[mode].append(timings(record["dir"]))
-                paused = {v["variant"]: v.get("placement", {}).get("paused_for_latency") for v in record["variants"]}
+                paused = {v["variant"]: (v.get("placement") or {}).get("paused_for_latency") for v in record["variants"]}
                 print(f"{mode} run {r}.{i}: {wall:.1f} s; paused for each latency pass: {paused}", flush=True)
     finally:
         for path in configs.values():

@@ -120,7 +120,7 @@ def bare_worker(config: Path, out: Path, log_stats: bool = False) -> None:
     from evalsuite.run.config import load_config
     from evalsuite.engine.factory import make_engine
     from evalsuite.run.engine_args import engine_args
-    from evalsuite.run.runner import preflight
+    from evalsuite.run.items import preflight
     from evalsuite.run.session import load_tokenizer, resolve_model
     from evalsuite.tasks.base import TaskContext
 

@@ -87,7 +87,7 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
 
 def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200, baseline: str | None = None,
               tracking: dict | None = None) -> Path:
-    """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, weights_gib,
+    """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, build, weights_gib,
     kv_cache_tokens, required_gib, source (engine field -> how measured), ttft (ctx -> ms), itl (ctx -> ms),
     host_load (HostLoad fields: the host's load over the latency pass), needle (length -> accuracy)."""
     from evalsuite.core.records import RunDir
@@ -104,7 +104,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
     for name, spec in variants.items():
         result = VariantResult(variant=name, status=spec.get("status", "ok"), reason=spec.get("reason"),
                                settings=spec.get("settings", {"dtype": "bfloat16", "engine_args": {"x": [1, 2]}}),
-                               duration_s=12.5, host_load=spec.get("host_load"))
+                               build=spec.get("build"), duration_s=12.5, host_load=spec.get("host_load"))
         if result.status == "ok":
             wrong = set(spec.get("wrong", ()))
             # four-way questions whose answers cycle A-D; a wrong answer names the next letter

@@ -1,6 +1,6 @@
 """Engine calls are cut by request count and by prompt tokens, so long inputs are recorded in pieces."""
 
-from evalsuite.run.runner import batches
+from evalsuite.run.items import batches
 from evalsuite.core.types import Request, Sample
 
 

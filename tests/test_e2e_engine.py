@@ -281,12 +281,12 @@ def test_simulated_int4_runs_labelled_with_predicted_memory(tmp_path, tiny_model
     got = {v["variant"]: v for v in json.loads((run / "run.json").read_text())["variants"]}
     bf16, s = got["bf16"], got["w4a16_sim"]
     assert bf16["status"] == s["status"] == "ok", s["reason"]
-    assert s["settings"]["simulated"] is True and s["settings"]["quantized"]["simulated"] is True
-    assert Path(s["settings"]["quantized"]["checkpoint"], "evalsuite-quant.json").is_file()
+    assert s["build"]["simulated"] is True
+    assert Path(s["build"]["checkpoint"], "evalsuite-quant.json").is_file()
     for field in ("weights_gib", "kv_cache_tokens", "kv_cache_blocks", "kv_cache_gib"):
         assert s["engine"]["source"][field] == "predicted" and s["engine"][field] == pytest.approx(
             s["predicted"]["kv_capacity_tokens" if field == "kv_cache_tokens" else field]), field
-    assert s["settings"]["dense_engine"]["weights_gib"] > 0  # the dense engine's own, kept apart
+    assert s["build"]["dense_engine"]["weights_gib"] > 0  # the dense engine's own, kept apart
     names = {m["name"] for m in s["metrics"]}
     assert {"mmlu/acc", "legal/balanced_acc", "needle/acc"} <= names and not any(n.startswith("latency") for n in names)
     assert any(m["name"].startswith("latency/") for m in bf16["metrics"])

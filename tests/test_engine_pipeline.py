@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from evalsuite.core.types import EngineStats, Request
-from evalsuite.engine import EngineFailed, answers
+from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import OfflineEngine
 
 
@@ -74,7 +74,7 @@ def engine(tmp_path, request):
 
 @pytest.mark.parametrize("engine", [{"batches": 4}], indirect=True)
 def test_each_batch_but_the_last_finds_the_next_one_waiting(engine):
-    got = [[c.text for c in done] for done in answers(engine, (batch(k) for k in range(4)))]
+    got = [[c.text for c in done] for done in engine.pipelined(batch(k) for k in range(4))]
     assert got == [[f"b{k}/i{i}|{'ahead' if k < 3 else 'alone'}" for i in range(3)] for k in range(4)]
 
 

@@ -195,7 +195,7 @@ def test_a_simulated_variant_is_not_failed_for_timings_it_cannot_have(tmp_path):
     """A simulated INT4 variant runs its rounded weights dense: it has no latency of its own, so its
     latency checks are not judged (named under "Not checked"), while a real variant missing one fails."""
     base, cand = two_runs(tmp_path, {"ttft": {1024: 10.0}},
-                          {"settings": {"dtype": "bfloat16", "simulated": True, "quantize": "rtn"}}, n=2000)
+                          {"settings": {"dtype": "bfloat16", "quantize": "rtn"}, "build": {"simulated": True, "method": "rtn"}}, n=2000)
     rules = rules_file(tmp_path, {"rules": [{"metrics": "mmlu/acc", "max_drop_points": 2},
                                             {"metrics": "latency/*", "max_growth_pct": 25}]})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(rules))

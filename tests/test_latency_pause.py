@@ -142,5 +142,5 @@ def test_a_packed_run_times_latency_on_the_engine_it_started(tmp_path, tiny_mode
     record = RunDir(root).load_run()
     assert record.env["scheduler"]["latency_pass"] == "pause" and record.env["scheduler"]["most_at_once"] == 2
     for v in record.variants:
-        assert v.status == "ok" and v.placement["latency"] == "pause" and v.metric("latency/ttft_ms_p50")
+        assert v.status == "ok" and v.placement.latency == "pause" and v.metric("latency/ttft_ms_p50")
     assert "paused" in res.output and "2 engines ran at once (at most 2 allowed)" in res.output

@@ -78,7 +78,7 @@ def review_run(root):
 
     variants = {"bf16": {"ttft": {1024: 82.04}, "itl": {1024: 17.85}},
                 "kv_fp8": {"wrong": range(14), "kv_cache_tokens": 20000, "ttft": {1024: 87.43}, "itl": {1024: 17.83}},
-                "w4a16_sim": {"wrong": range(60), "weights_gib": 0.37588, "settings": {"simulated": True}},
+                "w4a16_sim": {"wrong": range(60), "weights_gib": 0.37588, "build": {"simulated": True}},
                 "int4": {"status": "skipped", "reason": "no W4A16 kernel on this CPU"}}
     run = build_run(root, "20250101-000000-review", variants, baseline="bf16")
     add_task(RunDir(run), "needle", {"kv_fp8": range(40), "w4a16_sim": range(20)})

@@ -370,7 +370,7 @@ def test_config_validation_and_union():
 
 def test_runner_preflight_refuses_before_any_engine(tokenizer, hay_dir):
     from evalsuite.run.config import RunConfig
-    from evalsuite.run.runner import preflight
+    from evalsuite.run.items import preflight
     from evalsuite.run.session import min_max_model_len
 
     cfg = RunConfig.model_validate({

@@ -96,7 +96,7 @@ def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_mo
     slots = {n: run._slot(n, packer) for n in "abc"}
     assert {n: s.env["CUDA_VISIBLE_DEVICES"] for n, s in slots.items()} == {"a": "0", "b": "1", "c": "0"}
     assert slots["a"].beside == ["c"] and slots["b"].beside == [] and slots["a"].gpu == "0"
-    footprint = run.predicted["a"]["footprint_gib"]
+    footprint = run.predicted["a"].footprint_gib
     assert slots["a"].overrides["gpu_memory_utilization"] == packing.utilization(footprint, 80.0)
     assert [g["gpu"] for g in record.env["scheduler"]["gpus"]] == ["0", "1"]
     from rich.console import Console
@@ -196,14 +196,14 @@ def test_the_footprint_adds_the_planners_parts(tiny_model):
     v = Variant(max_model_len=2048, dtype="bfloat16")
     p = predict_need(str(tiny_model), v, "CPU x86_64", 24.0, tokens(10))
     parts = ("weights_gib", "activation_gib", "cuda_graph_gib", "non_torch_gib", "kv_cache_gib")
-    assert p["footprint_gib"] == pytest.approx(sum(p[k] for k in parts), abs=1e-3)
+    assert p.footprint_gib == pytest.approx(sum(getattr(p, k) for k in parts), abs=1e-3)
     pinned = predict_need(str(tiny_model), v.model_copy(update={"engine_args": {"kv_cache_memory_bytes": 2**30}}),
                           "CPU x86_64", 24.0, tokens(10))
-    assert pinned["kv_cache_memory_bytes"] == 2**30
+    assert pinned.kv_cache_memory_bytes == 2**30
     # at least one request at max_model_len (vLLM refuses to start otherwise), more for a larger batch
-    assert p["kv_cache_memory_bytes"] == predict_need(str(tiny_model), v, "CPU", 24.0, tokens(2048))["kv_cache_memory_bytes"]
-    assert predict_need(str(tiny_model), v, "CPU", 24.0, tokens(8192))["kv_cache_memory_bytes"] == 4 * p["kv_cache_memory_bytes"]
-    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, tokens(10)) == {}
+    assert p.kv_cache_memory_bytes == predict_need(str(tiny_model), v, "CPU", 24.0, tokens(2048)).kv_cache_memory_bytes
+    assert predict_need(str(tiny_model), v, "CPU", 24.0, tokens(8192)).kv_cache_memory_bytes == 4 * p.kv_cache_memory_bytes
+    assert predict_need("/nonexistent", v.model_copy(update={"model": "org/hub-only"}), "CPU", 24.0, tokens(10)) is None
 
 
 def test_quantized_checkpoints_build_one_at_a_time(monkeypatch):
@@ -256,10 +256,10 @@ def test_a_variant_out_of_memory_beside_another_reruns_alone_and_says_so(tmp_pat
     monkeypatch.setattr(run, "_run_slot", run_slot)
     results = run.run(dict(cfg.variants), [], {})
     assert sorted(calls[:2]) == [("a", ("b",)), ("b", ("a",))] and calls[2:] == [("b", ())]
-    assert results["b"].status == "ok" and results["b"].placement["alone"] is True
-    assert results["a"].placement["ran_with"] == ["b"]
-    assert results["a"].placement["predicted"]["footprint_gib"] > 0
-    assert "cpu_cores" in results["a"].placement
+    assert results["b"].status == "ok" and results["b"].placement.alone is True
+    assert results["a"].placement.ran_with == ["b"]
+    assert results["a"].placement.predicted.footprint_gib > 0
+    assert results["a"].placement.cpu_cores is not None
 
 
 def test_bad_parallel_in_a_config_is_one_line(tmp_path, tiny_model):
@@ -425,7 +425,7 @@ def test_a_failed_latency_pass_keeps_the_variants_accuracy(tmp_path, tiny_model,
     fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
     assert fp8.status == "partial" and fp8.reason.startswith("latency pass failed, the other tasks complete: engine died")
     assert fp8.metric("mmlu/acc").n == 12 and fp8.metric("latency/ttft_ms_p50") is None
-    assert fp8.engine.kv_cache_tokens and fp8.placement["engine_alone"] is False  # the packed engine's figures
+    assert fp8.engine.kv_cache_tokens and fp8.placement.engine_alone is False  # the packed engine's figures
     assert RunDir(run).load_result("fp8") == fp8
     assert "fp8 partial: latency pass failed" in res.output
 
@@ -475,7 +475,7 @@ def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp
     assert "fp8: engine ran out of memory beside others; retrying it alone" in res.output
     (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
     fp8 = RunRecord.model_validate_json((run / "run.json").read_text()).variant("fp8")
-    assert fp8.status == "ok" and fp8.placement["alone"] is True
+    assert fp8.status == "ok" and fp8.placement.alone is True
     assert fp8.metric("mmlu/acc").n == 12 and fp8.metric("legal/acc").n == 10
     ids = [json.loads(x)["sample"]["id"] for x in (run / "fp8" / "samples" / "mmlu.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 12
@@ -491,9 +491,9 @@ def test_the_measured_footprint_is_the_engines_own_nvml_peak_only():
                             source={"nvml_peak_gib": source} if source else {})
         return VariantResult(variant="bf16", engine=stats)
 
-    assert packing.measured(result("process")) == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
-                                                   "footprint_gib": 35.7207}
-    assert "footprint_gib" not in packing.measured(result("device"))
+    assert packing.measured(result("process")).model_dump() == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
+                                                                "footprint_gib": 35.7207}
+    assert "footprint_gib" not in packing.measured(result("device")).model_dump()
     assert "footprint_gib" not in packing.measured(result(None))
 
 

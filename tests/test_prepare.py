@@ -14,7 +14,7 @@ import yaml
 from evalsuite.core.configfile import load_raw
 from evalsuite.data.assets import default_cache_dir
 from evalsuite.run.config import load_config
-from evalsuite.run.runner import preflight
+from evalsuite.run.items import preflight
 from evalsuite.run.session import task_context
 
 pytest.importorskip("lm_eval")

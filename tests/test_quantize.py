@@ -208,9 +208,9 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
     monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda launch, model, kwargs, log, cache: FakeEngine(model))
     res = _runner(tmp_path, model_dir).run_variant("awq", Variant(quantize="awq"), [], {})
     assert res.status == "ok", res.reason
-    rec = res.settings["quantized"]
-    assert started == [rec["checkpoint"]] and Path(rec["checkpoint"]).parent == tmp_path / "cache" / "quantized"
-    assert rec["method"] == "awq" and rec["quantize_s"] == 1.5 and "QuantizationModifier" in rec["recipe"]
+    rec = res.build
+    assert started == [rec.checkpoint] and Path(rec.checkpoint).parent == tmp_path / "cache" / "quantized"
+    assert rec.method == "awq" and rec.quantize_s == 1.5 and "QuantizationModifier" in rec.recipe
 
 
 def test_support_skips_int4_without_avx512(monkeypatch):

@@ -159,7 +159,7 @@ def test_a_file_system_without_locks_runs_unguarded(tmp_path, monkeypatch):
 
 
 def test_a_record_holding_a_stored_macro_interval_still_loads(tmp_path):
-    """Records of this schema may carry `ci95` on a macro or balanced accuracy; readers draw that
+    """Records of schema 1 may carry `ci95` on a macro or balanced accuracy; readers draw that
     interval from stderr and the items, so the field is read past rather than refusing the run."""
     from evalsuite.core.types import Metric, RunRecord, VariantResult
 
@@ -168,6 +168,7 @@ def test_a_record_holding_a_stored_macro_interval_still_loads(tmp_path):
         Metric(name="legal/balanced_acc", value=0.6, stderr=0.1, n=6, kind="proportion", strata=["group", "target"])])])
     data = json.loads(record.model_dump_json())
     data["variants"][0]["metrics"][0]["ci95"] = [0.4, 0.8]
+    data["schema_version"] = 1
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "run.json").write_text(json.dumps(data))
     (loaded,) = rd.load_run().variants[0].metrics

@@ -12,17 +12,20 @@ from types import SimpleNamespace
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EngineStats, Request, Sample, Score, VariantResult
+from evalsuite.engine import one_at_a_time
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory import sharing
 from evalsuite.memory.sharing import DeviceWatch
 from evalsuite.run.config import EngineConfig, LatencyConfig, RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.resume import to_run
-from evalsuite.run.runner import Runner, preflight
+from evalsuite.run.items import preflight
+from evalsuite.run.runner import Runner
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.latency import LatencyTask
 
 RUNNER = Path(__file__).resolve().parents[1] / "evalsuite" / "run" / "runner.py"
+ANSWERING = RUNNER.with_name("answering.py")
 
 
 class Counting(Task):
@@ -51,11 +54,14 @@ class Engine:
         self.calls.append(requests)
         return [Completion(text="x") for _ in requests]
 
+    def pipelined(self, batches):
+        return one_at_a_time(self, batches)
+
 
 def test_the_runner_asks_tasks_nothing_by_probing():
     """Every capability is declared on Task; the runner reads it rather than testing a task for it."""
-    tree = ast.parse(RUNNER.read_text())
-    probes = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    trees = [ast.parse(path.read_text()) for path in (RUNNER, ANSWERING)]
+    probes = [n.lineno for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id in ("hasattr", "getattr", "isinstance") and isinstance(n.args[0], ast.Name)
               and n.args[0].id in ("t", "task")]
     assert probes == []
@@ -95,7 +101,7 @@ def test_what_tasks_declare(tmp_path):
 def test_limit_thins_only_the_tasks_that_allow_it(tmp_path, monkeypatch):
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}, "limit": 2})
     tasks = [Counting("acc"), Counting("timing", limited=False)]
-    monkeypatch.setattr("evalsuite.run.runner.build_tasks", lambda cfg, ctx: tasks)
+    monkeypatch.setattr("evalsuite.run.items.build_tasks", lambda cfg, ctx: tasks)
     _, samples = preflight(cfg, TaskContext(base_dir=tmp_path, cache_dir=tmp_path))
     assert (len(samples["acc"]), len(samples["timing"])) == (2, 6)
 
@@ -248,15 +254,13 @@ def test_a_cpu_engines_threads_are_the_cores_it_is_bound_to(tmp_path, monkeypatc
     import os
 
     from evalsuite.core.env import bound_cores
+    from evalsuite.run.hostload import engine_threads
 
     assert bound_cores("0-3") == 4 and bound_cores("0,2,5") == 3 and bound_cores("0-3|4-7") == 8
-    ctx = TaskContext(base_dir=tmp_path, cache_dir=tmp_path)
 
     def threads(engine: dict, device: str) -> int:
         cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}, "engine": engine})
-        runner = Runner(cfg, RunDir(tmp_path / "run"), "m", ctx, Progress(False))
-        runner.device = device
-        return runner._engine_threads(os.cpu_count() or 1)
+        return engine_threads(cfg, device, os.cpu_count() or 1)
 
     assert threads({}, "CPU: Xeon") == (os.cpu_count() or 1)
     assert threads({"env": {"VLLM_CPU_OMP_THREADS_BIND": "2-3"}}, "CPU: Xeon") == 2

@@ -8,6 +8,7 @@ import pytest
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, Request, Sample, Score
+from evalsuite.engine import one_at_a_time
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.runner import Runner
@@ -42,6 +43,9 @@ class EchoEngine:
         if self.calls == self.fail_at_call:
             raise KeyboardInterrupt
         return [Completion(text=r.prompt) for r in requests]
+
+    def pipelined(self, batches):
+        return one_at_a_time(self, batches)
 
 
 def samples() -> list[Sample]:

@@ -139,21 +139,21 @@ def test_simulated_memory_is_the_planners_prediction(tmp_path):
     qc = sim.real_quantization_config(QuantParams(method="rtn"))
     dense = predict(str(tmp_path), variant, measured, "CPU")
     int4 = predict(str(tmp_path), variant, measured, "CPU", quantization_config=qc)
-    assert dense["kv_capacity_tokens"] == int4["kv_capacity_tokens"] == 145_221  # the same 1 GiB pool
-    assert int4["weights_gib"] < 0.75 * dense["weights_gib"] and abs(dense["weights_gib"] - 0.531) < 0.03
+    assert dense.kv_capacity_tokens == int4.kv_capacity_tokens == 145_221  # the same 1 GiB pool
+    assert int4.weights_gib < 0.75 * dense.weights_gib and abs(dense.weights_gib - 0.531) < 0.03
     s = simulated_stats(measured, int4)
-    assert s.weights_gib == int4["weights_gib"] and s.kv_cache_tokens == int4["kv_capacity_tokens"]
+    assert s.weights_gib == int4.weights_gib and s.kv_cache_tokens == int4.kv_capacity_tokens
     for field in ("weights_gib", "kv_cache_tokens", "kv_cache_blocks", "kv_cache_gib", "max_concurrency"):
         assert s.source[field] == "predicted", field
     assert (s.block_size, s.startup_s, s.source["block_size"]) == (128, 3.0, "api")  # not about the weights
-    assert s.peak_activation_gib == int4["activation_gib"]
+    assert s.peak_activation_gib == int4.activation_gib
 
 
 def test_a_simulated_variant_cut_mid_run_records_the_predicted_memory(tmp_path):
     """An engine that died after some tasks leaves a `partial` variant that compare and gate read: a
     simulated one's memory there is still the INT4 checkpoint's prediction, not the dense engine's."""
     from evalsuite.core.records import RunDir
-    from evalsuite.core.types import EngineStats, Metric, VariantResult
+    from evalsuite.core.types import Build, EngineStats, Metric, VariantResult
     from evalsuite.engine import EngineFailed
     from evalsuite.run.config import RunConfig
     from evalsuite.run.progress import Progress
@@ -169,26 +169,26 @@ def test_a_simulated_variant_cut_mid_run_records_the_predicted_memory(tmp_path):
     qc = sim.real_quantization_config(QuantParams(method="rtn"))
     started = EngineStats(weights_gib=0.531, kv_cache_tokens=145_221, block_size=128, max_model_len=4096, device="CPU",
                           source={"weights_gib": "api", "kv_cache_tokens": "api"})
-    result = VariantResult(variant="v", status="running", settings={"quantized": {"quantization_config": qc}},
+    result = VariantResult(variant="v", status="running", build=Build(simulated=True, quantization_config=qc),
                            engine=started)
     acc = Metric(name="mmlu/acc", value=0.5, n=10)
     runner._engine_failed(EngineCut(EngineFailed("boom"), "in needle", ["mmlu"], [acc]), variant, str(tmp_path), result)
     assert (result.status, result.metrics) == ("partial", [acc])
     assert result.reason == "engine failed in needle: boom; mmlu complete"
     assert result.engine.source["weights_gib"] == "predicted" and result.engine.weights_gib < 0.4
-    assert result.settings["dense_engine"]["weights_gib"] == 0.531
+    assert result.build.dense_engine["weights_gib"] == 0.531
 
 
 def test_summary_marks_the_simulated_row():
     from rich.console import Console
 
-    from evalsuite.core.types import EngineStats, Metric, RunRecord, VariantResult
+    from evalsuite.core.types import Build, EngineStats, Metric, RunRecord, VariantResult
     from evalsuite.report.summary import print_summary
 
     rec = RunRecord(run_id="r", model="m", variants=[
         VariantResult(variant="bf16", status="ok", metrics=[Metric(name="mmlu/acc", value=0.5)],
                       engine=EngineStats(weights_gib=0.5)),
-        VariantResult(variant="w4a16_sim", status="ok", settings={"quantize": "rtn", "simulated": True},
+        VariantResult(variant="w4a16_sim", status="ok", settings={"quantize": "rtn"}, build=Build(method="rtn", simulated=True),
                       metrics=[Metric(name="mmlu/acc", value=0.4)], engine=EngineStats(weights_gib=0.3))])
     console = Console(record=True, width=200)
     print_summary(rec, console)
@@ -249,7 +249,7 @@ def test_kv_prediction_counts_layers_kept_in_16_bits(tmp_path):
     skip = Variant(kv_cache_dtype="fp8", max_model_len=4096, engine_args={"kv_cache_dtype_skip_layers": ["0", "1"]})
     per_layer = 2 * GEMMA3_270M["num_key_value_heads"] * GEMMA3_270M["head_dim"]  # K and V, one byte each
     got, base = predict(str(tmp_path), skip, measured, "NVIDIA H200"), predict(str(tmp_path), plain, measured, "NVIDIA H200")
-    assert got["kv_bytes_per_token"] == base["kv_bytes_per_token"] + 2 * per_layer  # two layers at two bytes
+    assert got.kv_bytes_per_token == base.kv_bytes_per_token + 2 * per_layer  # two layers at two bytes
 
 
 def test_gguf_variant_gets_the_kv_layout_of_its_folder_and_no_weight_figures(tmp_path):
@@ -258,7 +258,7 @@ def test_gguf_variant_gets_the_kv_layout_of_its_folder_and_no_weight_figures(tmp
     bytes, its capacity; never weights, which it would predict for bf16."""
     from evalsuite.core.types import EngineStats
     from evalsuite.run.footprint import predict
-    from evalsuite.run.runner import _described_by
+    from evalsuite.run.footprint import described_by as _described_by
 
     (tmp_path / "config.json").write_text(json.dumps(GEMMA3_270M))
     measured = EngineStats(block_size=16, max_model_len=4096, device="NVIDIA H200")
@@ -268,8 +268,8 @@ def test_gguf_variant_gets_the_kv_layout_of_its_folder_and_no_weight_figures(tmp
     assert _described_by(gguf, str(tmp_path)) == str(tmp_path)
     assert _described_by(Variant(model="/m/awq"), str(tmp_path)) == "/m/awq"
     got = predict(_described_by(gguf, str(tmp_path)), gguf, measured, "NVIDIA H200")
-    assert got["kv_bytes_per_token"] == dense["kv_bytes_per_token"] > 0
-    assert got["kv_capacity_tokens"] == dense["kv_capacity_tokens"]
-    assert "weights_gib" not in got and "required_gib" not in got
+    assert got.kv_bytes_per_token == dense.kv_bytes_per_token > 0
+    assert got.kv_capacity_tokens == dense.kv_capacity_tokens
+    assert got.weights_gib is None and got.required_gib is None
     budgeted = predict(str(tmp_path), Variant(model="/m/q4_k_m.gguf", max_model_len=4096), measured, "NVIDIA H200")
-    assert "kv_capacity_tokens" not in budgeted and budgeted["kv_bytes_per_token"] == got["kv_bytes_per_token"]
+    assert budgeted.kv_capacity_tokens is None and budgeted.kv_bytes_per_token == got.kv_bytes_per_token

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
+from evalsuite.engine import one_at_a_time
 from evalsuite.report.gate import Side, load_rules, run_gate
 from evalsuite.report.rules import default_rules_path
 from evalsuite.run.config import RunConfig
@@ -57,6 +58,9 @@ class Engine:
     def generate(self, requests: list[Request], on_done=None) -> list[Completion]:
         self.asked += len(requests)
         return [Completion(text="x" if _unit(r.prompt) < self.wrong else r.prompt) for r in requests]
+
+    def pipelined(self, batches):
+        return one_at_a_time(self, batches)
 
 
 def _unit(text: str) -> float:

@@ -18,7 +18,7 @@ VARIANTS = {
     "bf16": {"needle": {1024: 1.0, 4096: 0.9}, "ttft": {1024: 80.0}, "itl": {1024: 17.8}},
     "bf16_repeat": {"wrong": range(2), "needle": {1024: 1.0, 4096: 0.9}, "ttft": {1024: 82.0}, "itl": {1024: 17.9}},
     "w4a16_sim": {"wrong": range(40), "weights_gib": 0.38, "needle": {1024: 0.5, 4096: 0.5},
-                  "settings": {"simulated": True, "quantize": "rtn"}},
+                  "settings": {"quantize": "rtn"}, "build": {"simulated": True, "method": "rtn"}},
     "kv_fp8": {"wrong": range(20), "kv_cache_tokens": 20000, "needle": {1024: 0.9, 4096: 0.8},
                "ttft": {1024: 87.0}, "itl": {1024: 17.8}},
     LONG: {"wrong": range(5), "kv_cache_tokens": 18000, "needle": {1024: 1.0, 4096: 0.9},

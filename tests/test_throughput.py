@@ -104,9 +104,9 @@ def test_a_packed_engine_gets_the_throughput_pool_unless_the_config_asks_for_the
     bands = [("needle", Shape(32768, 16), 256, 256 * 32784)]
     busy = predict_need(str(tmp_path), v, "NVIDIA H200", 139.8, bands)
     batch = predict_need(str(tmp_path), v, "NVIDIA H200", 139.8, bands, sizing="batch")
-    assert busy["pool"]["needle@32768"] == {"requests": 2, "of": 256, "tokens": 2 * 32784, "source": "roofline"}
-    assert busy["kv_cache_memory_bytes"] == pytest.approx(2 * 32784 * 131072, rel=0.01)  # 128 KiB a token
-    assert batch["kv_cache_memory_bytes"] == pytest.approx(128 * busy["kv_cache_memory_bytes"], rel=0.01)
+    assert busy.pool["needle@32768"] == {"requests": 2, "of": 256, "tokens": 2 * 32784, "source": "roofline"}
+    assert busy.kv_cache_memory_bytes == pytest.approx(2 * 32784 * 131072, rel=0.01)  # 128 KiB a token
+    assert batch.kv_cache_memory_bytes == pytest.approx(128 * busy.kv_cache_memory_bytes, rel=0.01)
     assert "pool" not in batch
 
 
@@ -137,10 +137,10 @@ def test_every_packed_pool_holds_the_tokens_the_neediest_variant_asks(tmp_path):
     todo = {"bf16": Variant(max_model_len=32768), "kv_fp8": Variant(max_model_len=32768, kv_cache_dtype="fp8")}
     bands = [("ruler", Shape(4096, 128, 64), 1024, 1024 * 4224)]
     plans = plan_pools(str(tmp_path), todo, "NVIDIA H200", 139.8, bands, None, "throughput")
-    own = {n: p.get("pool_tokens_own", p["pool_tokens"]) for n, p in plans.items()}
+    own = {n: p.pool_tokens_own or p.pool_tokens for n, p in plans.items()}
     assert own["kv_fp8"] != own["bf16"]
-    assert plans["kv_fp8"]["pool_tokens"] == plans["bf16"]["pool_tokens"] == max(own.values())
-    assert plans["kv_fp8"]["kv_cache_memory_bytes"] == pytest.approx(plans["bf16"]["kv_cache_memory_bytes"] / 2, rel=0.01)
+    assert plans["kv_fp8"].pool_tokens == plans["bf16"].pool_tokens == max(own.values())
+    assert plans["kv_fp8"].kv_cache_memory_bytes == pytest.approx(plans["bf16"].kv_cache_memory_bytes / 2, rel=0.01)
 
 
 def test_on_the_demos_cpu_the_curve_rises_through_eight_so_the_pool_keeps_them():

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric, VariantResult
+from evalsuite.core.types import Metric, Placement, VariantResult
 from evalsuite.report.settings import TrackingConfig
 from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
 from tests.mlflow_server import build_run, free_port
@@ -68,9 +68,10 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     rd = RunDir(run)
     record = rd.load_run()
     record.variants[1].metrics.append(Metric(name="mmlu/acc/µ?", value=0.5))  # fp8: a name MLflow refuses
-    record.variants[1].placement = {"parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
-                                    "predicted": {"weights_gib": 0.52, "kv_cache_gib": 1.0, "footprint_gib": 3.5},
-                                    "measured": {"weights_gib": 0.5, "kv_cache_gib": 1.0}}
+    record.variants[1].placement = Placement.model_validate({
+        "parallel": "auto", "ran_with": ["bf16"], "engine_alone": True,
+        "predicted": {"weights_gib": 0.52, "kv_cache_gib": 1.0, "footprint_gib": 3.5},
+        "measured": {"weights_gib": 0.5, "kv_cache_gib": 1.0}})
     rd.write_run(record)
     res = log_run(rd, TrackingConfig(experiment="t-basic"), uri=mlflow_server.uri)
     assert sorted(res.created) == ["bf16", "broken", "fp8", "int4", "parent"]

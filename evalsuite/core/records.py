@@ -41,6 +41,7 @@ from pydantic_core import from_json
 
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.files import nesting_depth, read_regular
+from evalsuite.core.migrate import upgraded
 from evalsuite.core.outputs import FOLDER_HINT
 from evalsuite.core.types import SCHEMA_VERSION, RecordedConfig, RecordedEnv, RunRecord, SampleLine, VariantResult
 
@@ -354,13 +355,11 @@ class RunDir:
         if not path.exists() and not path.is_symlink():
             raise ConfigError(f"{self.root}: not a run directory (no {RUN_FILE})")
         raw = read_regular(path, RECORD_BYTES, "JSON record")
-        data = _json_object(path, raw)
-        version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ConfigError(f"{path}: schema_version {version!r} is not supported (this evalsuite reads {SCHEMA_VERSION})")
+        parsed = _json_object(path, raw)
+        data = upgraded(parsed, str(path), run=True)
         if "variants" not in data:  # every run writes it, empty or not: without it the file was cut or edited
             raise ConfigError(f"{path}: no `variants` key: not a run record as evalsuite writes it (damaged or edited?)")
-        record = _validated(path, RunRecord, raw)
+        record = _validated(path, RunRecord, raw if data is parsed else json.dumps(data).encode())
         for i, v in enumerate(record.variants):  # each names a folder that readers open
             check_name(v.variant, f"{path}: variants.{i}.variant")
         return record
@@ -480,7 +479,7 @@ class RunDir:
         path = self.root / check_name(variant, f"{self.root}: variant name") / RESULT_FILE
         if not path.exists() and not path.is_symlink():
             return None
-        result = _validated(path, VariantResult, read_regular(path, RECORD_BYTES, "JSON record"))
+        result = read_result(path)
         if result.variant != variant:
             raise ConfigError(f"{path}: variant: {_shown(result.variant)} where its folder is {variant!r} (moved or "
                               "edited?)")
@@ -506,6 +505,14 @@ def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
     return data
+
+
+def read_result(path: Path) -> VariantResult:
+    """A variant's result.json (this version's or an earlier one), read as data."""
+    raw = read_regular(path, RECORD_BYTES, "JSON record")
+    parsed = _json_object(path, raw)
+    data = upgraded(parsed, str(path), run=False)
+    return _validated(path, VariantResult, raw if data is parsed else json.dumps(data).encode())
 
 
 def _validated(path: Path, model: type[M], data: bytes | dict[str, Any], strict: bool = True) -> M:

@@ -1,7 +1,6 @@
 """The nouns of evalsuite. Every other module speaks in these types.
 
-Records written to disk hold SCHEMA_VERSION so that a reader can refuse or migrate
-files written by another version.
+Records written to disk hold SCHEMA_VERSION; evalsuite.core.migrate reads older ones up to it.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # the latency pass's headline timings: median time to first token and between tokens, per request
 TTFT_P50, ITL_P50 = "latency/ttft_ms_p50", "latency/itl_ms_p50"
 
@@ -119,10 +118,9 @@ class Metric(_Model):
 
     @model_validator(mode="before")
     @classmethod
-    def _recorded_before_meanings(cls, data: Any) -> Any:
-        if isinstance(data, dict) and _READ_PAST & data.keys():
-            data = {k: v for k, v in data.items() if k not in _READ_PAST}
-        if isinstance(data, dict) and isinstance(data.get("name"), str) and _recorded_without_meaning(data):
+    def _meaning_from_name(cls, data: Any) -> Any:
+        # a metric made with its name alone (a rule's, a test's) means what its name says
+        if isinstance(data, dict) and "kind" not in data and isinstance(data.get("name"), str):
             return {**meaning_of_name(data["name"]), **data}
         return data
 
@@ -155,21 +153,6 @@ class Metric(_Model):
     def headline_score(self) -> bool:
         """A task-level score, not an interval's bound: what a table shows a task by."""
         return self.group is None and self.in_points and self.kind != MetricKind.bound
-
-
-# fields that records of this schema may hold and no reader uses: a macro or balanced accuracy's stored
-# interval (`ci95`), which every report draws from the metric's stderr and items instead. Read past, so
-# that such a run folder still loads rather than being refused as invalid.
-_READ_PAST = {"ci95"}
-# every field a record holds once written (a dump writes them all), but for the prompt position added last
-_BEFORE_LENGTH = {"name", "value", "stderr", "n", "kind", "unit", "direction", "strata", "percentile"}
-
-
-def _recorded_without_meaning(data: dict) -> bool:
-    """Written before metrics carried their kind, or before they carried their length: a record whose
-    task said neither is read for them from its name. A metric made in code names what it sets and never
-    all of the fields at once."""
-    return "kind" not in data or ("length" not in data and _BEFORE_LENGTH <= data.keys())
 
 
 def task_of(name: str) -> str:
@@ -370,7 +353,7 @@ class EarlyStop(_Model):
 
 
 # ---------------------------------------------------------------- free-form mappings, as readers take them
-# Records keep some mappings open (settings, placement, predictions, the run's environment) so that a
+# Records keep some mappings open (a variant's settings, the run's environment) so that a
 # writer can add to them; the keys a reader reads are held to the types it reads, so a record edited
 # by hand or damaged is refused when read, not met as an AttributeError in a report.
 
@@ -394,39 +377,93 @@ def shaped(model: type[_Shape]) -> AfterValidator:
 Number = int | float
 
 
-class _Footprint(_Shape):
-    footprint_gib: Number | None = None
+class _Settings(_Shape):
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    quantize: str | None = None
+
+
+# ---------------------------------------------------------------- the parts of a variant's record
+# What the planner predicted, where a packed run placed the engine, and the checkpoint a `quantize:`
+# variant ran on: written by evalsuite.run and evalsuite.models, read by the reports, all by field.
+
+
+class Footprint(_Model):
+    """One engine's memory in GiB, part by part (FOOTPRINT_PARTS) and whole (`footprint_gib`), as the
+    planner predicts it or as the engine measured it; None: a part not predicted or not reported, which
+    the record leaves out."""
+
+    @model_serializer(mode="wrap")
+    def _sparse(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
     weights_gib: Number | None = None
     kv_cache_gib: Number | None = None
     activation_gib: Number | None = None
     cuda_graph_gib: Number | None = None
     non_torch_gib: Number | None = None
-    error: str | None = None
+    footprint_gib: Number | None = None
 
 
-class _Prediction(_Footprint):
+class Prediction(Footprint):
+    """The memory planner's figures for one engine (evalsuite.run.footprint at its start, or
+    evalsuite.run.packing's plan, whose KV pool it sizes), or why it has none (`error`)."""
+
     kv_bytes_per_token: Number | None = None
     kv_bytes_per_block: Number | None = None
     kv_capacity_tokens: Number | None = None
     kv_cache_blocks: Number | None = None
     max_concurrency: Number | None = None
     required_gib: Number | None = None
+    block_size: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    device: str | None = None
+    gpu_count: int | None = None
+    # a packing plan's pool: its bytes, the tokens it holds, a variant's own estimate where the plan
+    # sized every pool alike, and how a throughput-sized pool was found
+    kv_cache_memory_bytes: int | None = None
+    pool_tokens: int | None = None
+    pool_tokens_own: int | None = None
+    pool: dict[str, Any] | None = None
+    note: str | None = None  # how a prediction recomputed after its run was made
+    error: str | None = None  # the planner had no prediction: why
 
 
-class _Settings(_Shape):
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    simulated: bool | None = None
-    quantize: str | None = None
+class Placement(_Model):
+    """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
+    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packing)."""
 
-
-class _Placement(_Shape):
-    parallel: int | str | None = None
-    alone: bool | None = None
-    engine_alone: bool | None = None
+    parallel: int | str | None = None  # the run's `scheduler.parallel`
+    alone: bool = False  # nothing ran beside it
     ran_with: list[str] = Field(default_factory=list)
-    gpu: int | str | None = None
-    predicted: _Footprint | None = None
-    measured: _Footprint | None = None
+    predicted: Prediction = Field(default_factory=Prediction)
+    measured: Footprint = Field(default_factory=Footprint)
+    engine_args: dict[str, Any] = Field(default_factory=dict)  # what the plan set for its engine
+    cpu_cores: str | None = None  # a CPU engine's share of the cores
+    gpu: int | str | None = None  # the card (its index), where the run spreads its engines over several
+    latency: Literal["pause"] | None = None  # its latency pass timed with the neighbours paused
+    paused_for_latency: list[str] = Field(default_factory=list)
+    engine_alone: bool | None = None  # the record's engine figures are of an engine alone on the device
+    packed_engine: EngineStats | None = None  # the packed engine's own, where the alone pass's stand
+
+
+class Build(_Model):
+    """The checkpoint a `quantize:` variant ran on (evalsuite.models), or for a `simulate` one the dense
+    copy with its weights rounded as the method would, whose memory is then predicted, not measured."""
+
+    method: str | None = None
+    simulated: bool = False
+    checkpoint: str | None = None
+    cached: bool | None = None
+    key: str | None = None
+    source_fingerprint: str | None = None
+    quantize_s: Number | None = None
+    wall_s: Number | None = None
+    params: dict[str, Any] | None = None
+    recipe: str | None = None
+    quantization_config: dict[str, Any] | None = None  # a simulated copy's: the INT4 checkpoint's own
+    tensors_rounded: int | None = None
+    dense_engine: dict[str, Number | None] | None = None  # a simulated variant's dense engine's own figures
 
 
 class _Card(_Shape):
@@ -485,13 +522,17 @@ class _RunEnv(RecordedEnv):
 
 
 class VariantResult(_Model):
+    # a variant's result.json is a record of its own (evalsuite.core.migrate reads older ones)
+    schema_version: int = SCHEMA_VERSION
     variant: str
     status: Status = "pending"
     reason: str | None = None
     # what the engine said where it ended the variant (the reason of a `failed` one holds it too, and
     # a `partial` one's names the task around it); None where no engine failed
     engine_error: str | None = None
+    # the variant as its config says it (evalsuite.run.config.Variant, defaults left out)
     settings: Annotated[dict[str, Any], shaped(_Settings)] = Field(default_factory=dict)
+    build: Build | None = None  # a `quantize:` variant's checkpoint
     metrics: list[Metric] = Field(default_factory=list)
     # per task, the metric that answers "how did it do", as the task defines it; reports read it here
     primary_metrics: list[str] = Field(default_factory=list)
@@ -499,10 +540,8 @@ class VariantResult(_Model):
     # task has one: a baseline near it says the task cannot tell variants apart
     chance: dict[str, float] = Field(default_factory=dict)
     engine: EngineStats = Field(default_factory=EngineStats)
-    predicted: Annotated[dict[str, Any], shaped(_Prediction)] = Field(default_factory=dict)
-    # `run --parallel`: the packing plan's footprint beside the engine's measured one, the variants that
-    # shared the device, and whether the engine figures were measured alone (evalsuite.run.packing)
-    placement: Annotated[dict[str, Any], shaped(_Placement)] = Field(default_factory=dict)
+    predicted: Prediction | None = None  # the planner's, from the engine's start
+    placement: Placement | None = None  # `run --parallel` only
     host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
     stopped: dict[str, EarlyStop] = Field(default_factory=dict)  # by task: ended early under --stop decided
     started_at: datetime | None = None
@@ -510,6 +549,11 @@ class VariantResult(_Model):
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
+
+    @property
+    def simulated(self) -> bool:
+        """Run as a dense copy of its INT4 checkpoint: accuracy measured, memory predicted, no latency."""
+        return self.build is not None and self.build.simulated
 
     def measured(self) -> dict[str, Metric]:
         """Every number the variant produced by name: its metrics, then its engine's as engine/<field>."""

@@ -23,6 +23,10 @@ class Engine(Protocol):
     def generate(self, requests: list[Request], on_done: Callable[[int], None] | None = None) -> list[Completion]:
         """Run a batch; results in request order. `on_done(k)` reports k more finished."""
 
+    def pipelined(self, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+        """Each batch's completions in order. An engine that takes the next batch while it answers the
+        current one (the offline engine) gets it ahead; the others answer one a call (one_at_a_time)."""
+
     def stats(self) -> EngineStats:
         """Engine stats after the workload (peak KV used, preemptions) merged with start()'s."""
 
@@ -36,13 +40,8 @@ class Engine(Protocol):
         engine is mid-batch and would not answer a polite shutdown (which then waits ~a minute)."""
 
 
-def answers(engine: Engine, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
-    """Each batch's completions in order. An engine that takes the next batch while it answers the
-    current one (`pipelined`, the offline engine) gets it ahead; the others get one batch a call."""
-    pipelined = getattr(engine, "pipelined", None)
-    if pipelined is not None:
-        yield from pipelined(batches)
-        return
+def one_at_a_time(engine: Engine, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+    """`pipelined` for an engine that answers one batch a call."""
     for requests in batches:
         yield engine.generate(requests)
 

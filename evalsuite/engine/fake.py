@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import GIB
+from evalsuite.engine import one_at_a_time
 from evalsuite.engine.server import checkpoint_gib
 
 _WORDS = ("Yes", "No", "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "yes", "no")
@@ -90,6 +91,9 @@ class FakeEngine:
         if on_done is not None:
             on_done(len(requests))
         return out
+
+    def pipelined(self, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+        return one_at_a_time(self, batches)
 
     def _complete(self, request: Request) -> Completion:
         prompt = request.prompt_token_ids if request.prompt_token_ids is not None else request.prompt

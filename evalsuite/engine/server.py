@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ import requests
 
 from evalsuite.core.types import Completion, EngineStats, Request
 from evalsuite.core.units import DTYPE_BYTES, GIB
-from evalsuite.engine import EngineFailed
+from evalsuite.engine import EngineFailed, one_at_a_time
 from evalsuite.engine.offline import exited, failure_reason, fill_from_log, kill_process_group
 
 
@@ -241,6 +241,10 @@ class ServerEngine:
         if on_done:
             on_done(len(requests_))
         return out
+
+    def pipelined(self, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+        # each request of a batch is already its own HTTP call, run side by side: no batch to send ahead
+        return one_at_a_time(self, batches)
 
     def endpoint(self) -> tuple[str | None, str | None, str | None]:
         """Where another client of this server (a load generator) reaches it, once started: its base

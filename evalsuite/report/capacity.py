@@ -21,7 +21,7 @@ from evalsuite.capacity.predict import kv_bound_users
 from evalsuite.capacity.sweep import Bracket, Level, bracket
 from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import VariantResult
+from evalsuite.core.types import Prediction, VariantResult
 
 TASK = CapacityTask.name
 AT_SLO = ("capacity/users_at_slo/ctx", "capacity/rate_at_slo/ctx")  # the gated metrics, by prefix
@@ -132,9 +132,8 @@ def kv_users(result: VariantResult, s: Sweeps, length: int, predicted: bool) -> 
     """Users whose whole requests the KV pool holds at once: the planner's pool (`predicted`, as
     `evalsuite plan` predicts it) or the engine's own."""
     if predicted:
-        p = result.predicted or {}
-        return kv_bound_users(p.get("kv_capacity_tokens"), length, s.cfg.output_tokens, p.get("block_size"),
-                              p.get("max_num_seqs"))
+        p = result.predicted or Prediction()
+        return kv_bound_users(p.kv_capacity_tokens, length, s.cfg.output_tokens, p.block_size, p.max_num_seqs)
     e = result.engine
     return kv_bound_users(e.kv_cache_tokens, length, s.cfg.output_tokens, e.block_size,
                           (result.settings or {}).get("max_num_seqs"))

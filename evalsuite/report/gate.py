@@ -348,7 +348,7 @@ def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     """The capacity pass's load at the SLO, the candidate's bracket against the baseline's
     (evalsuite.report.capacity); a bracket the grid cannot resolve counts as an insufficient n."""
     limit = rule.limit_for(metric)
-    if pair.cand.settings.get("simulated"):
+    if pair.cand.simulated:
         return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this")
     base, cand = bracket_for(pair.base_rd, pair.base, metric), bracket_for(pair.cand_rd, pair.cand, metric)
     if base is None:
@@ -409,7 +409,7 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
         elif rule.kind != "max_drop_points":
             m = cand.metric(metric) or pair.base.metric(metric)
             checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None,
-                                         measured[metric].percentile, bool(cand.settings.get("simulated"))))
+                                         measured[metric].percentile, cand.simulated))
         elif pair.base.metric(metric) is None:
             checks.append(Check(label, rule.label, metric, "skip", "points rules apply to task metrics, not engine stats"))
         elif cand.metric(metric) is None:

@@ -12,15 +12,16 @@ from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, VariantResult
 
 def is_packed(v: VariantResult) -> bool:
     """Whether a packing plan placed the variant (an unpacked run records no placement)."""
-    return v.placement.get("parallel") not in (None, 1)
+    return v.placement is not None and v.placement.parallel not in (None, 1)
 
 
 def packed(record: RunRecord) -> list[VariantResult]:
+    """The variants a packing plan placed: each has its `placement`."""
     return [v for v in record.variants if is_packed(v)]
 
 
 def beside(v: VariantResult) -> str:
-    others = v.placement.get("ran_with") or []
+    others = v.placement.ran_with if v.placement is not None else []
     return ", ".join(others) if others else "alone"
 
 
@@ -42,12 +43,12 @@ def _cell(predicted: float | None, measured: float | None) -> str:
 
 def alone_note(rows: list[VariantResult]) -> str:
     """Which variants' latency and memory figures (the summary's) an engine measured alone on the device."""
-    paused = [v.variant for v in rows if v.placement.get("latency") == "pause"]
+    paused = [v.variant for v in rows if v.placement.latency == "pause"]
     if paused:
         return (f"Latency: timed on each variant's own engine with the others on its device paused ({', '.join(paused)}); "
                 "memory figures: the packed engines' own, their KV pools the plan's (sized for the tasks, not the "
                 "variant's capacity at its own gpu_memory_utilization).")
-    alone = [v.variant for v in rows if v.placement.get("engine_alone")]
+    alone = [v.variant for v in rows if v.placement.engine_alone]
     if len(alone) == len(rows):
         return "Latency and the memory figures above: each engine alone, after the packed tasks."
     if not alone:
@@ -81,21 +82,23 @@ def placement_table(record: RunRecord) -> Table | None:
                              "fixed pool: activation, runtime; CUDA graphs beside other engines) or NVML is absent. "
                              f"{alone_note(rows)}"),
               caption_justify="left")
-    gpus = any("gpu" in v.placement for v in rows)  # engines spread over several cards
+    gpus = any(v.placement.gpu is not None for v in rows)  # engines spread over several cards
     for col in ["variant", *(["GPU"] if gpus else []), "beside", "footprint", *FOOTPRINT_PARTS.values()]:
         t.add_column(col, overflow="fold")
     for v in rows:
-        pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
-        foot = pred.get("footprint_gib")
-        first = _cell(foot, meas.get("footprint_gib")) if foot is not None else \
-            escape(f"no prediction: {pred.get('error', 'unknown')}")
-        t.add_row(v.variant, *([v.placement.get("gpu", "-")] if gpus else []), beside(v), first,
-                  *[_cell(pred.get(k), meas.get(k)) for k in FOOTPRINT_PARTS])
+        pred, meas = v.placement.predicted, v.placement.measured
+        first = _cell(pred.footprint_gib, meas.footprint_gib) if pred.footprint_gib is not None else \
+            escape(f"no prediction: {pred.error or 'unknown'}")
+        gpu = "-" if v.placement.gpu is None else v.placement.gpu
+        t.add_row(v.variant, *([str(gpu)] if gpus else []), beside(v), first,
+                  *[_cell(getattr(pred, k), getattr(meas, k)) for k in FOOTPRINT_PARTS])
     return t
 
 
 def placement_metrics(v: VariantResult) -> dict[str, float]:
     """MLflow metrics of a packed variant: placement/<part>/predicted and /measured, in GiB."""
-    pred, meas = v.placement.get("predicted") or {}, v.placement.get("measured") or {}
-    return {f"placement/{k}/{side}": float(val) for side, src in (("predicted", pred), ("measured", meas))
-            for k in (*FOOTPRINT_PARTS, "footprint_gib") if isinstance(val := src.get(k), int | float)}
+    if v.placement is None:
+        return {}
+    sides = (("predicted", v.placement.predicted), ("measured", v.placement.measured))
+    return {f"placement/{k}/{side}": float(val) for side, src in sides
+            for k in (*FOOTPRINT_PARTS, "footprint_gib") if (val := getattr(src, k)) is not None}

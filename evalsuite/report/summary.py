@@ -62,7 +62,7 @@ def _accuracy(m: Metric | None, mark: str | None) -> str:
 
 def _status(v: VariantResult) -> Text:
     return Text.from_markup(STATUS_CELLS.get(v.status, v.status)) + (
-        Text(" (simulated)", style="cyan") if v.settings.get("simulated") else Text(""))
+        Text(" (simulated)", style="cyan") if v.simulated else Text(""))
 
 
 def _figures(v: VariantResult, latency: list[tuple[str, int | None, str, str]],
@@ -209,8 +209,8 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     for v in record.variants:
         if v.reason:
             console.print(f"  {v.variant} {v.status}: {v.reason}", markup=False, highlight=False)
-        elif v.settings.get("simulated"):
-            console.print(f"  {v.variant} simulated: INT4 weights rounded as {v.settings.get('quantize')} W4A16 and run "
+        elif v.simulated:
+            console.print(f"  {v.variant} simulated: INT4 weights rounded as {v.build.method} W4A16 and run "
                           "dense; accuracy measured, memory predicted for INT4 kernels, no latency",
                           markup=False, highlight=False)
         for task, stop in v.stopped.items():

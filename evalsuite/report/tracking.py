@@ -412,7 +412,8 @@ class _Logger:
         run = self.client.create_run(self.exp_id, start_time=_ms(result.started_at) or _ms(self.record.created_at),
                                      tags=tags)
         run_id = run.info.run_id
-        params = {**run_params(self.record, self.config), **flatten(result.settings)}
+        build = {"build": result.build.model_dump(exclude_none=True)} if result.build is not None else {}
+        params = {**run_params(self.record, self.config), **flatten(result.settings), **flatten(build)}
         _log_batch(self.client, run_id, params=params, metrics=variant_metrics(result))
         self._variant_datasets(run_id, result)
         self._variant_artifacts(run_id, result)

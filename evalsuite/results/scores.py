@@ -28,8 +28,9 @@ from pathlib import Path
 import yaml
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import CONFIG_FILE, ENGINE_LOG, RESULT_FILE, RunDir, new_run_id
-from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.core.migrate import upgraded
+from evalsuite.core.records import CONFIG_FILE, ENGINE_LOG, RESULT_FILE, RunDir, new_run_id, read_result
+from evalsuite.core.types import RunRecord
 
 KEPT_SUFFIX = ".scores.jsonl.gz"
 MEMORY_LOG = "engine-memory.log"
@@ -93,7 +94,7 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
             # engine log with an empty one
             said.append(f"{name}: imported, not run here; kept as it is")
             continue
-        result = json.loads((run / name / RESULT_FILE).read_text())
+        result = _result_dict(run / name / RESULT_FILE)
         if result.get("status") == "partial" and not result.get("metrics"):
             # cut before its first item: nothing to keep, and an empty record would read as measured
             said.append(f"{name}: cut before any item; nothing exported")
@@ -105,7 +106,7 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
 def _export_variant(rd: RunDir, name: str, result: dict, out: Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     if (out / RESULT_FILE).is_file():
-        result = with_kept_figures(result, json.loads((out / RESULT_FILE).read_text()))
+        result = with_kept_figures(result, _result_dict(out / RESULT_FILE))
     (out / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
     keep_config(rd.config_path, out / CONFIG_FILE)
     log = rd.root / name / ENGINE_LOG
@@ -149,7 +150,7 @@ def with_kept_figures(new: dict, kept: dict) -> dict:
             engine[k] = v
             if k in kept_source:
                 source[k] = kept_source[k]
-    return {**new, "engine": {**engine, "source": source}, "predicted": new.get("predicted") or kept.get("predicted") or {}}
+    return {**new, "engine": {**engine, "source": source}, "predicted": new.get("predicted") or kept.get("predicted")}
 
 
 @dataclass
@@ -251,7 +252,7 @@ def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str]
     cfg = config.cfg
     rd = RunDir(root)
     rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
-    results = {n: _kept_result(kept / n / RESULT_FILE) for n in names}
+    results = {n: read_result(kept / n / RESULT_FILE) for n in names}
     rd.write_run(RunRecord(run_id=run_id, config_path=config.path and os.path.realpath(config.path),
                            model=cfg.model.name or cfg.model.source, env={SEEDED_KEY: str(kept)}))
     meta = _sample_meta(cfg)
@@ -277,13 +278,9 @@ def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str]
     rd.write_run(record)
 
 
-def _kept_result(path: Path) -> VariantResult:
-    from pydantic import ValidationError
-
-    try:
-        return VariantResult.model_validate_json(path.read_bytes())
-    except ValidationError as e:
-        raise ConfigError(f"{path}: not a variant's result.json: {e.errors()[0]['msg']}") from None
+def _result_dict(path: Path) -> dict:
+    """A variant's result.json as this version holds it, still a mapping (export merges it as one)."""
+    return upgraded(json.loads(path.read_text()), str(path), run=False)
 
 
 def _sample_meta(cfg) -> Callable[[dict], dict]:

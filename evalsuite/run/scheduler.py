@@ -288,7 +288,7 @@ class _Fanout:
                 self.ray.cancel(ref, force=True)
 
     def _record(self, result: VariantResult) -> None:
-        from evalsuite.run.runner import put_result
+        from evalsuite.run.items import put_result
 
         put_result(self.record, result)
         self.run_dir.write_run(self.record)
@@ -297,7 +297,7 @@ class _Fanout:
 def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
                 progress: Progress, resume: bool) -> RunRecord:
     """The local path's execute(), with every variant left to do running as a Ray task."""
-    from evalsuite.run.runner import in_config_order, left_to_run
+    from evalsuite.run.items import in_config_order, left_to_run
 
     # bad input costs nothing, before any cluster is touched
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)

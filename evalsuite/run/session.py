@@ -19,7 +19,8 @@ from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import config_digest, open_run_dir
-from evalsuite.run.runner import execute, in_config_order
+from evalsuite.run.items import in_config_order
+from evalsuite.run.runner import execute
 from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.stopping import phases, stop_rules, stopping
 from evalsuite.tasks import TaskContext

@@ -1,0 +1,91 @@
+"""A config's items, built before any engine starts (so that bad input costs nothing), the batches the
+runner asks an engine for, and the run record's variants as results come in."""
+
+from __future__ import annotations
+
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
+from evalsuite.core.types import RunRecord, Sample, VariantResult
+from evalsuite.run.config import RunConfig, Variant
+from evalsuite.run.resume import to_run
+from evalsuite.run.stopping import ordered
+from evalsuite.tasks import Task, TaskContext
+
+
+def build_tasks(cfg: RunConfig, ctx: TaskContext) -> list[Task]:
+    tasks: list[Task] = [t.build(ctx) for t in cfg.tasks]
+    if cfg.latency is not None:
+        tasks.append(cfg.latency.build(ctx))
+    if cfg.capacity is not None:
+        tasks.append(cfg.capacity.build(ctx))
+    return tasks
+
+
+def spread(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """At most `limit` samples, evenly spaced over all of them, so that a quick try still touches
+    every subject, length or depth a task orders its items by."""
+    if not limit or len(samples) <= limit:
+        return samples
+    return [samples[i * len(samples) // limit] for i in range(limit)]
+
+
+def task_chance(tasks: list[Task]) -> dict[str, float]:
+    """Headline metric -> its value for answers that ignore the item, for the tasks that have one."""
+    return {t.primary_metric: t.chance for t in tasks if t.chance is not None}
+
+
+def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
+    """Build every task's samples before any engine starts, so bad input costs nothing."""
+    tasks = build_tasks(cfg, ctx)
+    samples = {t.name: ordered(cfg, t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
+    for t in tasks:
+        if not samples[t.name]:
+            raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
+    return tasks, samples
+
+
+def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRecord,
+                resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
+    """The tasks, their samples and the variants left to run; the results --resume leaves as
+    recorded go into `record`."""
+    with run_dir.phase("items") as span:
+        tasks, samples = preflight(cfg, ctx)
+        span["items"] = sum(len(s) for s in samples.values())
+    todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
+    for prev in kept:
+        put_result(record, prev)
+    return tasks, samples, todo
+
+
+def prompt_tokens(request) -> int:
+    """Token count of a request's prompt; text is estimated at 3 characters a token (English runs
+    nearer 4), so a text batch errs towards being smaller."""
+    if request.prompt_token_ids is not None:
+        return len(request.prompt_token_ids)
+    return len(request.prompt or "") // 3 + 1
+
+
+def batches(samples: list[Sample], size: int, max_tokens: int):
+    """Consecutive runs of at most `size` samples and `max_tokens` prompt tokens (never empty: a
+    single longer sample is a batch of its own)."""
+    batch, tokens = [], 0
+    for s in samples:
+        n = prompt_tokens(s.request)
+        if batch and (len(batch) == size or tokens + n > max_tokens):
+            yield batch
+            batch, tokens = [], 0
+        batch.append(s)
+        tokens += n
+    if batch:
+        yield batch
+
+
+def put_result(record: RunRecord, result: VariantResult) -> None:
+    """`result` in the record, in place of the variant's earlier one."""
+    record.variants = [v for v in record.variants if v.variant != result.variant] + [result]
+
+
+def in_config_order(record: RunRecord, cfg: RunConfig) -> None:
+    """The record's variants as the config lists them, whatever order they were run or left in."""
+    order = list(cfg.variants)
+    record.variants.sort(key=lambda v: order.index(v.variant) if v.variant in order else -1)
