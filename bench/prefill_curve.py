@@ -68,11 +68,8 @@ def requests(shape, n: int, rng: random.Random, vocab: int):
                     max_tokens=shape.output_tokens, ignore_eos=True) for _ in range(n)]
 
 
-def pool_bytes(model_dir: str, variant, gpu: str, tokens: int) -> int:
-    """KV bytes for `tokens` tokens in whole blocks, as the planner lays this variant's cache out, and
-    never less than two requests at max_model_len (vLLM refuses to start below one)."""
-    import math
-
+def variant_plan(model_dir: str, variant, gpu: str):
+    """The planner's layout of this variant's engine (its max_model_len and KV blocks)."""
     import psutil
 
     from evalsuite.core.units import GIB
@@ -81,8 +78,27 @@ def pool_bytes(model_dir: str, variant, gpu: str, tokens: int) -> int:
 
     config = json.loads((Path(model_dir) / "config.json").read_text())
     memory = psutil.virtual_memory().total / GIB if gpu == "cpu" else None
-    p = plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=memory)
+    return plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=memory)
+
+
+def pool_bytes(p, tokens: int) -> int:
+    """KV bytes for `tokens` tokens in whole blocks, as the plan `p` lays the cache out, and never
+    less than two requests at max_model_len (vLLM refuses to start below one)."""
+    import math
+
     return math.ceil(max(tokens, 2 * p.max_model_len) / p.block_size) * p.kv_bytes_per_block
+
+
+def refuse_long_shapes(args, name: str, limit: int | None) -> None:
+    """One line, before any engine starts, for a shape whose prompt and output exceed the variant's
+    max_model_len: vLLM refuses such a request only once the engine is up and a curve half measured."""
+    over = [f"{s.prompt_tokens}:{s.output_tokens}" for s, _ in args.shape
+            if limit and s.prompt_tokens + s.output_tokens > limit]
+    if over:
+        from evalsuite.core.errors import ConfigError
+
+        raise ConfigError(f"{args.config}: --shape {', '.join(over)}: prompt + output exceeds variants.{name}."
+                          f"max_model_len {limit} (allowed: PROMPT + OUTPUT <= {limit})")
 
 
 def start_engine(args, work: Path):
@@ -91,7 +107,7 @@ def start_engine(args, work: Path):
     the variant's own fixed pool where that is larger."""
     from evalsuite.core import env as envmod
     from evalsuite.engine.factory import make_engine
-    from evalsuite.run.config import load_config
+    from evalsuite.run.config import load_config, variant_max_len
     from evalsuite.run.engine_args import engine_args
     from evalsuite.run.footprint import planner_gpu
     from evalsuite.run.session import resolve_model
@@ -99,10 +115,13 @@ def start_engine(args, work: Path):
     cfg = load_config(args.config)
     name = args.variant or cfg.baseline or next(iter(cfg.variants))
     variant = cfg.variants[name]
+    refuse_long_shapes(args, name, variant_max_len(variant))  # before the model is imported
     model_dir = resolve_model(cfg, args.config.resolve().parent, args.cache_dir)
     gpu = planner_gpu(envmod.device_name())
+    p = variant_plan(model_dir, variant, gpu)
+    refuse_long_shapes(args, name, p.max_model_len)  # where the model's own limit sets it
     most = max(max(at) * (s.prompt_tokens + s.output_tokens) for s, at in args.shape)
-    pool = max(pool_bytes(model_dir, variant, gpu, 2 * most + 1024), variant.engine_args.get("kv_cache_memory_bytes", 0))
+    pool = max(pool_bytes(p, 2 * most + 1024), variant.engine_args.get("kv_cache_memory_bytes", 0))
     variant = variant.model_copy(update={"enable_prefix_caching": False, "engine_args": {
         **variant.engine_args, "kv_cache_memory_bytes": pool}})
     model, kwargs = engine_args(cfg, variant, model_dir)
@@ -140,6 +159,7 @@ def estimate(model_dir: str, variant, gpu: str, shape, most: int) -> int | None:
 
 
 def main(argv=None) -> int:
+    from evalsuite.core.errors import ConfigError
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.memory.throughput import CURVES_DIR, Curve, CurvePoint, saturation
 
@@ -148,7 +168,11 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that engine.close() still runs
     curves, results = [], []
     with tempfile.TemporaryDirectory(prefix="prefill-curve-") as tmp:
-        engine, model, gpu, model_dir, variant = start_engine(args, Path(tmp))
+        try:
+            engine, model, gpu, model_dir, variant = start_engine(args, Path(tmp))
+        except ConfigError as e:
+            print(e, file=sys.stderr)
+            return 2
         try:
             vocab = int(json.loads((Path(model_dir) / "config.json").read_text()).get("vocab_size", 32000))
             for shape, concurrency in args.shape:

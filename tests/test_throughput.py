@@ -151,3 +151,32 @@ def test_on_the_demos_cpu_the_curve_rises_through_eight_so_the_pool_keeps_them()
     assert saturation(short) == saturation(long) == 8
     assert rate_at(short, 8) / rate_at(short, 1) > 5
     assert busy_concurrency(LLAMA8B, Shape(512, 8), "cpu", 512, 64, [short, long]) == (8, "measured")
+
+
+QWEN_15B = {"model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+            "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+
+
+def test_on_an_h100_the_1_5b_pool_holds_where_each_measured_shape_flattens():
+    """Qwen2.5-Coder-1.5B on one H100 (docs/results/h100-2026-12-06-qwen2.5-coder-1.5b-decision.md):
+    MMLU-sized prompts flatten from 256 at once, RULER's 4K from 64, 32K prompts from 2. The pool
+    holds each band's flat concurrency, the 4K band's the largest, for at least FLAT of each curve's
+    best: a 1,024-request batch's pool would be hundreds of times larger. The roofline alone asks
+    for 47 MMLU-sized prompts where 256 were measured (its steps fill before the GPU's compute does),
+    and for 3 long prompts where 2 do: the measured curve is what sizes the pool."""
+    c700, c4k, c32k = (curve(f"h100-qwen2.5-coder-1.5b-{s}.json") for s in ("700x1", "4096x41", "32000x16"))
+    assert [saturation(c) for c in (c700, c4k, c32k)] == [256, 64, 2]
+    p = plan(QWEN_15B, gpu="H100-SXM", max_model_len=32768)
+    bands = [(name, c.shape, 1024, 1024 * (c.prompt_tokens + c.output_tokens))
+             for name, c in (("mmlu", c700), ("ruler", c4k), ("needle", c32k))]
+    tokens, how = busy_pool(QWEN_15B, p, Variant(), "H100-SXM", bands, [c700, c4k, c32k])
+    assert tokens == 64 * (4096 + 41)
+    for c in (c700, c4k, c32k):
+        band = next(b for k, b in how.items() if k.endswith(f"@{c.prompt_tokens}"))
+        assert band["source"] == "measured" and band["requests"] == saturation(c)
+        assert rate_at(c, band["requests"]) >= FLAT * max(pt.requests_per_s for pt in c.points)
+    assert max(need for *_, need in bands) > 100 * tokens
+    step = p.max_num_batched_tokens
+    assert estimate(QWEN_15B, c700.shape, "H100-SXM", step, most=256) == 47
+    assert estimate(QWEN_15B, c32k.shape, "H100-SXM", step, most=16) == 3

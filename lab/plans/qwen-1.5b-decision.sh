@@ -75,7 +75,7 @@ dw() {  # dw NAME CONFIG [BENCH ARGS] -- [RUN ARGS]: one decision_wall step, its
 FULL="\$(ls -d runs/h200/dw/work/runs/*/ 2>/dev/null | head -1)"  # step 2's run, found when step 3 starts
 STOP="bash lab/device.sh run run --help 2>/dev/null | grep -q -- --stop"  # the flag landed in this checkout
 S1="[ \$(left) -gt 180 ] && py curve bench/prefill_curve.py $C -V bf16 --shape 700:1@1,4,16,64,256 \
---shape 4096:41@1,4,16,32,64,128 --shape 32768:16@1,2,4,8,16 --rounds 2 --save --out runs/h200/curve/curves.json"
+--shape 4096:41@1,4,16,32,64,128 --shape 32000:16@1,2,4,8,16 --rounds 2 --save --out runs/h200/curve/curves.json"
 S2="[ \$(left) -gt 660 ] && $(dw dw $C -- $ITEMS)"
 S3="[ \$(left) -gt 660 ] && $STOP && [ -n \"$FULL\" ] && $(dw dws $C --full "$FULL" -- $ITEMS --stop decided)"
 SP="[ \$(left) -gt 400 ] && py lp bench/latency_pause.py lab/configs/h200/qwen-1.5b-latency-pause.yaml -V bf16 \
