@@ -43,7 +43,7 @@ from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, 
 from evalsuite.core.files import nesting_depth, read_regular
 from evalsuite.core.migrate import upgraded
 from evalsuite.core.outputs import FOLDER_HINT
-from evalsuite.core.types import SCHEMA_VERSION, RecordedConfig, RecordedEnv, RunRecord, SampleLine, VariantResult
+from evalsuite.core.types import RecordedConfig, RecordedEnv, RunRecord, SampleLine, VariantResult
 
 M = TypeVar("M", bound=BaseModel)
 
