@@ -21,6 +21,7 @@ from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Samp
 from evalsuite.engine import one_at_a_time
 from evalsuite.report.gate import Side, load_rules, run_gate
 from evalsuite.report.rules import default_rules_path
+from evalsuite.report.sequential import stopped_interval
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.resume import finished
@@ -128,6 +129,38 @@ def test_gate_judges_a_stopped_task_by_the_sequential_test(stopped):
         assert "confidence sequence" in c.method and "stopped early" in c.detail and "missing" not in c.detail
         assert c.n == run_dir.load_result(name).stopped["echo"].items
     assert checks["cut"].low > 2.0 and checks["same"].high < 2.0
+
+
+def test_check_judges_a_stopped_task_by_the_gates_sequence(stopped, tmp_path):
+    """`evalsuite check` on a stopped run's record: the confidence sequence's two-sided interval (the
+    one `compare` shows), either way round, never the recorded standard errors' fixed-n interval;
+    two sides that both stopped early are not measurable."""
+    run_dir, _, _ = stopped
+
+    def points(base: str, cand: str) -> dict:
+        return {"what": f"{cand} vs {base}", "metric": "echo/acc", "baseline": f"run:{base}",
+                "candidate": f"run:{cand}", "effect": {"kind": "points", "above": -3}}
+
+    claims = tmp_path / "claims.yaml"
+    pairs = [("bf16", "cut"), ("bf16", "same"), ("cut", "bf16"), ("same", "cut")]
+    claims.write_text(yaml.safe_dump({"claims": [
+        {"id": f"{b}-{c}", "text": "t", "where": "w", "checks": [points(b, c)]} for b, c in pairs]}))
+    out = tmp_path / "report.json"
+    CliRunner().invoke(app, ["check", str(claims), str(run_dir.root), "--json", str(out)])
+    found = {c["id"]: c for c in json.loads(out.read_text())["claims"]}
+    rules, base = load_rules(default_rules_path()), run_dir.load_result("bf16")
+    for name, verdict in (("cut", "not held"), ("same", "held")):
+        iv = found[f"bf16-{name}"]["checks"][0]["interval"]
+        seq = stopped_interval(rules, run_dir, base, run_dir, run_dir.load_result(name), "echo/acc", 0.975)
+        assert "confidence sequence" in iv["method"] and "normal from the recorded" not in iv["method"]
+        assert iv["n"] == run_dir.load_result(name).stopped["echo"].items < N
+        assert (iv["low"], iv["high"]) == pytest.approx((-seq.high * 100, -seq.low * 100))
+        assert found[f"bf16-{name}"]["verdict"] == verdict
+    mirrored = found["cut-bf16"]["checks"][0]["interval"]
+    cut = found["bf16-cut"]["checks"][0]["interval"]
+    assert (mirrored["low"], mirrored["high"]) == pytest.approx((-cut["high"], -cut["low"]))
+    both = found["same-cut"]
+    assert both["verdict"] == "not measurable" and "both" in both["checks"][0]["detail"]
 
 
 def test_resume_takes_the_rest_as_not_needed(stopped, tmp_path):

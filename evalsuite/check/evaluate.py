@@ -275,10 +275,10 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> timing.In
     b, c = sides
     scale = 100.0 if kind == "points" else 1.0
     iv = None
-    if b.metric == c.metric:
-        iv = stats.paired_interval(stats.items_for(b.found.run.rd.root, b.found.result.variant, b.record),
-                                   stats.items_for(c.found.run.rd.root, c.found.result.variant, c.record),
-                                   b.record, (b.value, c.value), conf)
+    if b.metric == c.metric:  # a task run under --stop decided: the gate's confidence sequence
+        iv = stats.stopped_difference(b.found, c.found, b.record, conf) or stats.paired_interval(
+            stats.items_for(b.found.run.rd.root, b.found.result.variant, b.record),
+            stats.items_for(c.found.run.rd.root, c.found.result.variant, c.record), b.record, (b.value, c.value), conf)
     iv = iv or timing.normal_interval(c.value - b.value, [b.record, c.record], conf)
     if iv is not None:
         iv.low, iv.high = iv.low * scale, iv.high * scale

@@ -7,7 +7,9 @@ variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighe
 stratum combined by MOVER for weighted ones, else the stratified paired bootstrap), a single score's
 Wilson interval (the normal one over fixed strata where weighted) or stratified bootstrap. Where the
 items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
-the recorded standard errors (normal approximation) and says so.
+the recorded standard errors (normal approximation) and says so. A difference on a task that `run
+--stop decided` watched gets the gate's confidence sequence (report.sequential.stopped_interval),
+never a fixed-n interval: after a look at every batch that would not hold its level.
 
 A timing (TTFT, ITL, e2e) compared between two variants gets evalsuite.stats.timing's t interval for
 the change in its per-request means, paired by request id where both recorded the same requests.
@@ -19,10 +21,14 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from evalsuite.check.runs import Found, NotMeasurable
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Metric
+from evalsuite.core.types import EarlyStop, Metric, task_of
+from evalsuite.report.rules import Rules, default_rules_path, load_rules
+from evalsuite.report.sequential import stopped_interval
 from evalsuite.stats.paired import difference_interval, item_interval, item_mean, pair, read_scores
-from evalsuite.stats.significance import mcnemar_two_sided
+from evalsuite.stats.significance import mcnemar_two_sided, two_sided
 from evalsuite.stats.timing import Interval
 
 
@@ -51,6 +57,43 @@ def paired_interval(base: dict[str, dict], cand: dict[str, dict], metric: Metric
     how = f"paired over {p.n:,} items: {test.method}"
     p_value = mcnemar_two_sided(*test.counts) if test.counts else None
     return Interval(low, high, how, p.n, p_value)
+
+
+def _stop_rules(stop: EarlyStop) -> Rules:
+    """The rules that watched the task (its bets aim at their limits), the shipped ones where the
+    record names none or the file is not here: any predictable bets keep the sequence's level."""
+    try:
+        return load_rules(stop.rules or default_rules_path())
+    except ConfigError:
+        return load_rules(default_rules_path())
+
+
+def stopped_difference(base: Found, cand: Found, metric: Metric, confidence: float) -> Interval | None:
+    """Interval of cand - base (score units) where either side's task was watched by `run --stop
+    decided`: the confidence sequence's two bounds at `confidence`, judged against the side that ran
+    whole; None where neither was watched. NotMeasurable where no sequence can judge it (both sides
+    stopped early, a metric no accuracy rule names): a fixed-n interval there would not hold its level."""
+    task = task_of(metric.name)
+    stops = [f.result.stopped.get(task) for f in (base, cand)]
+    if stops == [None, None]:
+        return None
+    if all(s is not None and s.items < s.of for s in stops):
+        raise NotMeasurable(f"both {base.label} and {cand.label} stopped {task} early (run --stop decided): a "
+                            "confidence sequence needs one side scored whole")
+    flip = stops[1] is None or (stops[0] is not None and stops[0].items < stops[0].of)
+    whole, watched = (cand, base) if flip else (base, cand)
+    stop = watched.result.stopped[task]
+    test = stopped_interval(_stop_rules(stop), whole.run.rd, whole.result, watched.run.rd, watched.result,
+                            metric.name, two_sided(confidence))
+    if test is None:
+        if stop.items >= stop.of:
+            return None  # scored whole, and no rule watched this metric: its items are all there are
+        raise NotMeasurable(f"{watched.label} stopped {task} at {stop.items:,} of {stop.of:,} items (run --stop "
+                            f"decided), and no confidence sequence judges {metric.name} against {whole.label}; "
+                            "a fixed-n interval on the items it stopped at would not hold its level")
+    # the sequence bounds the drop whole - watched
+    low, high = (test.low, test.high) if flip else (-test.high, -test.low)
+    return Interval(low, high, test.method, test.n)
 
 
 def single_interval(items: dict[str, dict], metric: Metric, recorded: float, confidence: float) -> Interval | None:

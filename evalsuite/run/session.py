@@ -72,14 +72,14 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     model_dir, ctx = task_context(cfg, config_path, cache_dir)
     run_dir = open_run_dir(config_path, out, resume, resolved)  # once the run can start
     with run_dir.held():  # to the end, tracking included: another process on this folder is refused
-        for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
-            console.print(f"warning: {line}", markup=False, highlight=False)
         if resume:
             record = run_dir.load_run()
         else:
             run_dir.write_config(resolved)
             record = new_record(cfg, run_dir, config_path, model_dir, config_digest(resolved))
             run_dir.write_run(record)
+        for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
+            console.print(f"warning: {line}", markup=False, highlight=False)
         console.print(f"run {run_dir.run_id} -> {run_dir.root}")
         run_dir.reserve_space()
         try:
