@@ -12,7 +12,6 @@ With tensor parallelism (TP) every GPU holds 1/TP of each Linear, embedding and 
 copy of norms and the RoPE cache; with pipeline parallelism (PP) each GPU holds a run of layers, the
 first also the embedding, the last the LM head and the sampler. vLLM sizes every GPU's KV cache
 alike and keeps the smallest, so the plan reports the GPU that limits it ("per GPU" below).
-
 Constants that are fitted rather than derived are named and explained where they are defined.
 """
 
