@@ -148,7 +148,7 @@ def answered(run_dir: Path) -> int:
 def verdicts(run_dir: Path) -> dict[str, str]:
     """Each variant's verdict as the run's summary gives it (its gate against the baseline)."""
     from evalsuite.core.records import RunDir
-    from evalsuite.report.rules import default_rules_path, load_rules
+    from evalsuite.verdict.rules import default_rules_path, load_rules
     from evalsuite.report.summary import gate_verdicts
 
     rd = RunDir(run_dir)

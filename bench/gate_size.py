@@ -34,7 +34,7 @@ import numpy as np
 from scipy.special import bdtr
 from scipy.stats import binom, norm
 
-from evalsuite.report.rules import default_rules_path, load_rules
+from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.stats import exact
 from evalsuite.stats.significance import items_needed, paired_test
 

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from evalsuite.report.rules import default_rules_path, load_rules
+from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.results import kept_scores  # the pages' data, after `evalsuite results fetch PAGE`
 from evalsuite.run.stopping import batch_size
 from evalsuite.stats.sequential import Population, Sequential, decision, seeded_order

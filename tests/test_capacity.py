@@ -17,7 +17,7 @@ from evalsuite.capacity.sweep import Level, bracket, from_summary, judge
 from evalsuite.capacity.task import CapacityTask, level_id
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import HostLoad, Sample, Score
-from evalsuite.report.capacity import Sweeps, judge_brackets
+from evalsuite.verdict.capacity import Sweeps, judge_brackets
 from evalsuite.run.config import load_config
 from evalsuite.tasks.base import TaskContext
 

@@ -13,8 +13,8 @@ from evalsuite.capacity.task import CapacityTask, level_id
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import HostLoad, RunRecord, Sample
-from evalsuite.report.gate import Check, Side, run_gate
-from evalsuite.report.rules import default_rules_path, load_rules
+from evalsuite.verdict.gate import Check, Side, run_gate
+from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.report.summary import table
 from evalsuite.tasks.base import TaskContext
 from tests.mlflow_server import build_run

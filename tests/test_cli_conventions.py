@@ -264,9 +264,9 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
 @pytest.mark.parametrize("command", ["report", "gate"])
 def test_rules_help_names_the_default_gate_uses(command):
     res = cli(command, "-h", env={"COLUMNS": "250"})
-    assert "`gate_rules`, else the shipped rules, evalsuite/report/gate_rules.yaml" in res.stdout, res.stdout
+    assert "`gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml" in res.stdout, res.stdout
     assert "configs/gates" not in res.stdout
-    assert DEFAULT_RULES.relative_to(DEFAULT_RULES.parents[2]).as_posix() == "evalsuite/report/gate_rules.yaml"
+    assert DEFAULT_RULES.relative_to(DEFAULT_RULES.parents[2]).as_posix() == "evalsuite/verdict/gate_rules.yaml"
 
 
 def test_sync_help_and_an_empty_output_dir_say_what_sync_does(tmp_path):
@@ -496,7 +496,7 @@ def test_a_tracking_uri_mlflow_cannot_open_is_one_line(command, tmp_path):
 def test_the_tracking_schemes_are_mlflows():
     from mlflow.tracking._tracking_service.utils import _tracking_store_registry
 
-    from evalsuite.report.settings import TRACKING_SCHEMES, uri_problem
+    from evalsuite.tracking.settings import TRACKING_SCHEMES, uri_problem
 
     assert set(TRACKING_SCHEMES) == set(_tracking_store_registry._registry) - {""}
     assert uri_problem("postgresql+psycopg2://u@h/db") is None and uri_problem("runs/mlruns") is None

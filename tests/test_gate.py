@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.errors import ConfigError
-from evalsuite.report.gate import Rules, load_rules
+from evalsuite.verdict.rules import Rules, load_rules
 from tests.mlflow_server import build_run
 
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "configs" / "gates" / "default.yaml"
@@ -484,7 +484,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
     assert "latency/ttft_ms_p50 for `fp8` (pooled over prompt lengths; judged per length)" in res.output
     assert "ruler/score" not in res.output  # a rule's metric of a task the baseline never ran is no finding
-    from evalsuite.report.gate import relative_check
+    from evalsuite.verdict.gate import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
     check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20, percentile=99)
@@ -563,7 +563,7 @@ def test_chance_for_a_plain_accuracy_is_the_majority_labels_share(tmp_path):
     """A quarter of the labels are Yes: a model answering No to everything scores 0.75 in accuracy,
     so 0.75 is that metric's chance, not 1/2 (an identical candidate is no evidence of kept skill)."""
     from evalsuite.core.records import RunDir
-    from evalsuite.stats.informative import chance_level
+    from evalsuite.verdict.informative import chance_level
 
     all_no = [float(i % 4 != 0) for i in range(2000)]
     run = _choice_run(tmp_path, "20250101-000000-m", {"bf16": all_no, "same": all_no}, yes_every=4)
@@ -611,7 +611,7 @@ def test_a_control_the_run_never_measured_is_left_out(tmp_path):
 
 
 def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
-    from evalsuite.report.gate import Check
+    from evalsuite.verdict.gate import Check
     from evalsuite.report.gate_report import _skipped
 
     checks = [Check(c, "latency", m, "skip", "not in the baseline") for c in ("a", "b")
@@ -623,8 +623,8 @@ def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
 
 def test_the_same_gate_asked_twice_is_computed_once_and_again_when_a_record_changes(tmp_path, monkeypatch):
     from evalsuite.core.records import RunDir
-    from evalsuite.report import gate as gate_mod
-    from evalsuite.report.gate import Side, load_rules, run_gate
+    from evalsuite.verdict import gate as gate_mod
+    from evalsuite.verdict.gate import Side, run_gate
 
     run = build_run(tmp_path / "runs", "20250101-000000-all", {"bf16": {}, "fp8": {"weights_gib": 0.5}}, baseline="bf16")
     calls = []

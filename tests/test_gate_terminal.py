@@ -134,7 +134,7 @@ def _mmlu_rules(folder: Path) -> Path:
 
 def test_a_pass_let_through_with_too_few_items_never_reads_as_within_its_limit(small, tmp_path):
     """`insufficient_n: pass` lets small checks through: the line says so, and lists them below."""
-    from evalsuite.report.rules import default_rules_path
+    from evalsuite.verdict.rules import default_rules_path
 
     rules = tmp_path / "rules.yaml"
     rules.write_text(default_rules_path().read_text().replace("insufficient_n: warn", "insufficient_n: pass"))

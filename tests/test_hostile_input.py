@@ -400,7 +400,7 @@ def test_no_pass_without_shared_items_under_any_rules(tmp_path):
     cand = build_run(tmp_path / "runs", "20250101-000000-b", {"fp8": {}}, n=300)
     samples = cand / "fp8" / "samples" / "mmlu.jsonl"
     samples.write_text(samples.read_text().replace('"q', '"other-q'))  # the same scores, other items
-    rules = yaml.safe_load((REPO / "evalsuite" / "report" / "gate_rules.yaml").read_text())
+    rules = yaml.safe_load((REPO / "evalsuite" / "verdict" / "gate_rules.yaml").read_text())
     for insufficient in ("pass", "warn", "fail"):
         path = tmp_path / f"rules-{insufficient}.yaml"
         path.write_text(yaml.safe_dump({**rules, "insufficient_n": insufficient}))

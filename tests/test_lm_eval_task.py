@@ -124,7 +124,7 @@ def test_run_config_takes_the_task_type():
 
 
 def test_metric_keys_use_characters_mlflow_accepts():
-    from evalsuite.report.tracking import sanitize
+    from evalsuite.tracking.store import sanitize
 
     for key in (metric_key("lm_eval", "gsm8k", "exact_match", "strict-match"),
                 metric_key("lm_eval", "mmlu_abstract_algebra", "acc", "none"),

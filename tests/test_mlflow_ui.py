@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from evalsuite.core.records import RunDir
-from evalsuite.report.settings import TrackingConfig
-from evalsuite.report.tracking import log_run
+from evalsuite.tracking.settings import TrackingConfig
+from evalsuite.tracking.store import log_run
 from evalsuite.report.review import VIEW_TAG
 from tests.browser import Browser, dump_dom, find_chromium, kept_path, page_text, screenshot
 from tests.mlflow_server import build_run

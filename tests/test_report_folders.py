@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.report.page import build
-from evalsuite.report.rules import default_rules_path, load_rules
+from evalsuite.verdict.rules import default_rules_path, load_rules
 from tests.results_pages import SAMPLE
 
 VARIANTS = ["bf16", "fp8", "kv_fp8"]  # the variants of the tests' sample of that page's data

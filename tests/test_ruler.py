@@ -147,7 +147,7 @@ def test_samples_ids_groups_and_budgets(built, tiny_tokenizer):
 
 
 def test_metrics_named_as_ruler_and_paired_on_the_right_items(built):
-    from evalsuite.report.tracking import sanitize
+    from evalsuite.tracking.store import sanitize
     from evalsuite.stats.paired import covers, item_labels, item_length
 
     task, samples = built

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.report.rules import load_rules
+from evalsuite.verdict.rules import load_rules
 from evalsuite.run.config import load_config
 from evalsuite.run.sizing import planned, sizing_warnings
 

@@ -19,9 +19,9 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import one_at_a_time
-from evalsuite.report.gate import Side, load_rules, run_gate
-from evalsuite.report.rules import default_rules_path
-from evalsuite.report.sequential import stopped_interval
+from evalsuite.verdict.gate import Side, run_gate
+from evalsuite.verdict.rules import default_rules_path, load_rules
+from evalsuite.verdict.sequential import stopped_interval
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.resume import finished

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Metric, Placement, VariantResult
-from evalsuite.report.settings import TrackingConfig
-from evalsuite.report.tracking import TrackingError, _log_batch, flatten, log_run, sanitize
+from evalsuite.tracking.settings import TrackingConfig
+from evalsuite.tracking.store import TrackingError, _log_batch, flatten, log_run, sanitize
 from tests.mlflow_server import build_run, free_port
 
 runner = CliRunner()

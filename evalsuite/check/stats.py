@@ -8,7 +8,7 @@ stratum combined by MOVER for weighted ones, else the stratified paired bootstra
 Wilson interval (the normal one over fixed strata where weighted) or stratified bootstrap. Where the
 items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
 the recorded standard errors (normal approximation) and says so. A difference on a task that `run
---stop decided` watched gets the gate's confidence sequence (report.sequential.stopped_interval),
+--stop decided` watched gets the gate's confidence sequence (verdict.sequential.stopped_interval),
 never a fixed-n interval: after a look at every batch that would not hold its level.
 
 A timing (TTFT, ITL, e2e) compared between two variants gets evalsuite.stats.timing's t interval for
@@ -25,8 +25,8 @@ from evalsuite.check.runs import Found, NotMeasurable
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, task_of
-from evalsuite.report.rules import Rules, default_rules_path, load_rules
-from evalsuite.report.sequential import stopped_interval
+from evalsuite.verdict.rules import Rules, default_rules_path, load_rules
+from evalsuite.verdict.sequential import stopped_interval
 from evalsuite.stats.paired import difference_interval, item_interval, item_mean, pair, read_scores
 from evalsuite.stats.significance import mcnemar_two_sided, two_sided
 from evalsuite.stats.timing import Interval

@@ -1,1 +1,1 @@
-"""The command line (typer). May import: core, stats, data, memory, models, engine, tasks, capacity, report, run, check, results."""
+"""The command line (typer). May import: core, stats, data, memory, models, engine, tasks, capacity, verdict, report, tracking, run, check, results."""

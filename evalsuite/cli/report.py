@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from evalsuite.report.baseline import BASELINE_HELP
+from evalsuite.verdict.baseline import BASELINE_HELP
 from evalsuite.cli.track import uri_flag
 
 
@@ -16,7 +16,7 @@ def report_command(
     runs: list[str] = typer.Argument(..., metavar="RUN...", help="Run folders (DIR or DIR:VARIANT), MLflow run ids or experiment names."),
     out: Path = typer.Option(..., "--out", help="Folder for report.html (self-contained), report.md and its PNGs."),
     baseline: str | None = typer.Option(None, "--baseline", metavar="VARIANT", help=f"{BASELINE_HELP}; each run folder is set against its own NAME (default: the first run's config `baseline`, else its first variant)."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the first run's config's `gate_rules`, else the shipped rules, evalsuite/report/gate_rules.yaml)."),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the first run's config's `gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml)."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
     """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
@@ -35,8 +35,8 @@ def report_command(
 
 def build_report(refs: list[str], baseline: str | None, rules: Path | None, uri: str | None, scratch: Path) -> Report:
     from evalsuite.report.page import build, rules_file
-    from evalsuite.report.rules import load_rules
-    from evalsuite.report.sources import open_sources
+    from evalsuite.verdict.rules import load_rules
+    from evalsuite.tracking.sources import open_sources
 
     sources = open_sources(refs, uri, scratch)
     path = rules_file(rules, sources[0][0] if sources else None)

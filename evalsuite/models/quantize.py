@@ -21,17 +21,13 @@ without them the scales are 1.0.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +36,7 @@ from typing import Any, Literal
 import evalsuite
 from evalsuite.core.errors import ConfigError, EvalsuiteError, UnsupportedVariant
 from evalsuite.data.haystack import BUILTIN_SOURCES
+from evalsuite.models.build import built
 
 METHODS = ("awq", "gptq", "rtn", "kv_fp8")
 Method = Literal[METHODS]
@@ -176,57 +173,32 @@ def quantize_model(model_dir: Path, params: QuantParams, cache_dir: Path | None 
     root = (cache_dir or default_cache_dir()) / "quantized"
     fingerprint = model_fingerprint(model_dir)
     final = root / cache_key(fingerprint, params, model_dir.name)
-    if (final / MARKER).is_file():
-        return QuantResult(final, json.loads((final / MARKER).read_text()), cached=True)
-    py = check_tool()
-    root.mkdir(parents=True, exist_ok=True)
-    with _lock(root / f".{final.name}.lock"):
-        if (final / MARKER).is_file():  # another process built it while we waited
-            return QuantResult(final, json.loads((final / MARKER).read_text()), cached=True)
-        for stale in root.glob(f".{final.name}-*"):  # staging of a killed build; we hold the lock
-            shutil.rmtree(stale, ignore_errors=True)
-        info = _build(py, model_dir, fingerprint, params, final, root.parent, timeout_s)
-    return QuantResult(final, info, cached=False)
+    info, cached = built(final, MARKER, lambda staged: _build(check_tool(), model_dir, fingerprint, params, final,
+                                                              staged, root.parent, timeout_s))
+    return QuantResult(final, info, cached=cached)
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """Two runs asking for the same checkpoint build it once: an 18-minute AWQ is not cheap."""
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _build(py: Path, model_dir: Path, fingerprint: str, params: QuantParams, final: Path,
+def _build(py: Path, model_dir: Path, fingerprint: str, params: QuantParams, final: Path, staged: Path,
            cache_dir: Path, timeout_s: float | None) -> dict[str, Any]:
-    # Staged beside the final folder and renamed, so a half-written checkpoint is never used.
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
-        work, staged = Path(tmp), Path(tmp) / "model"
-        staged.mkdir()
-        job = {"model_dir": str(model_dir), "out_dir": str(staged), "method": params.method,
-               "params": {**params.extra, **asdict(params), "ignore": list(params.ignore)},
-               "seed": params.seed, "result_file": str(work / "result.json")}
-        if params.method != "rtn":
-            budget = params.samples * params.seq_len * 8  # ~4 chars a token, twice over
-            texts = calibration_texts(params.calibration, cache_dir, budget)
-            job["calibration_file"] = str(work / "calibration.jsonl")
-            Path(job["calibration_file"]).write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-        (work / "job.json").write_text(json.dumps(job, indent=2))
-        t0 = time.perf_counter()
-        _run_worker(py, work / "job.json", staged / LOG_NAME, final, timeout_s)
-        result = json.loads((work / "result.json").read_text())
-        info = {"method": params.method, "key": final.name, "source_model": str(model_dir),
-                "source_fingerprint": fingerprint, "params": params.identity(), "recipe_version": RECIPE_VERSION,
-                "wall_s": round(time.perf_counter() - t0, 3), **result,
-                "created_at": datetime.now(timezone.utc).isoformat()}
-        (staged / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-        if final.exists():  # an earlier build died before writing its marker
-            shutil.rmtree(final)
-        staged.rename(final)
-    return info
+    """The checkpoint into `staged` by the quantization tool's Python; its record."""
+    work = staged.parent
+    staged.mkdir()
+    job = {"model_dir": str(model_dir), "out_dir": str(staged), "method": params.method,
+           "params": {**params.extra, **asdict(params), "ignore": list(params.ignore)},
+           "seed": params.seed, "result_file": str(work / "result.json")}
+    if params.method != "rtn":
+        budget = params.samples * params.seq_len * 8  # ~4 chars a token, twice over
+        texts = calibration_texts(params.calibration, cache_dir, budget)
+        job["calibration_file"] = str(work / "calibration.jsonl")
+        Path(job["calibration_file"]).write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    (work / "job.json").write_text(json.dumps(job, indent=2))
+    t0 = time.perf_counter()
+    _run_worker(py, work / "job.json", staged / LOG_NAME, final, timeout_s)
+    result = json.loads((work / "result.json").read_text())
+    return {"method": params.method, "key": final.name, "source_model": str(model_dir),
+            "source_fingerprint": fingerprint, "params": params.identity(), "recipe_version": RECIPE_VERSION,
+            "wall_s": round(time.perf_counter() - t0, 3), **result,
+            "created_at": datetime.now(timezone.utc).isoformat()}
 
 
 def _run_worker(py: Path, job: Path, log: Path, final: Path, timeout_s: float | None) -> None:

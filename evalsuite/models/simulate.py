@@ -27,14 +27,14 @@ import hashlib
 import json
 import re
 import shutil
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.models.quantize import MARKER, RECIPE_VERSION, QuantizeFailed, QuantParams, QuantResult, _lock
+from evalsuite.models.build import built
+from evalsuite.models.quantize import MARKER, RECIPE_VERSION, QuantizeFailed, QuantParams, QuantResult
 from evalsuite.models.quantize_worker import _source_dtype  # the real build's rule for the saved dtype
 
 SIMULATABLE = ("rtn",)  # AWQ and GPTQ need calibration passes that only llmcompressor runs
@@ -108,35 +108,24 @@ def simulate_model(model_dir: Path, params: QuantParams, cache_dir: Path | None 
     root = (cache_dir or default_cache_dir()) / "quantized"
     fingerprint = model_fingerprint(model_dir)
     final = root / sim_key(fingerprint, params, model_dir.name)
-    if (final / MARKER).is_file():
-        return QuantResult(final, json.loads((final / MARKER).read_text()), cached=True)
-    root.mkdir(parents=True, exist_ok=True)
-    with _lock(root / f".{final.name}.lock"):
-        if not (final / MARKER).is_file():
-            _build(model_dir, fingerprint, params, final)
-    return QuantResult(final, json.loads((final / MARKER).read_text()), cached=False)
+    info, cached = built(final, MARKER, lambda staged: _build(model_dir, fingerprint, params, final, staged))
+    return QuantResult(final, info, cached=cached)
 
 
-def _build(model_dir: Path, fingerprint: str, params: QuantParams, final: Path) -> None:
+def _build(model_dir: Path, fingerprint: str, params: QuantParams, final: Path, staged: Path) -> dict[str, Any]:
     from importlib.metadata import version
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=final.parent, prefix=f".{final.name}-") as tmp:
-        staged = Path(tmp) / "model"
-        shutil.copytree(model_dir, staged, ignore=shutil.ignore_patterns("*.safetensors", MARKER, "evalsuite-*.json"))
-        rounded = _write_weights(model_dir, staged, params)
-        info = {"method": params.method, "simulated": True, "key": final.name, "source_model": str(model_dir),
-                "source_fingerprint": fingerprint, "params": params.identity(), "recipe_version": RECIPE_VERSION,
-                "sim_version": SIM_VERSION, "saved_dtype": _source_dtype(model_dir), "tensors_rounded": rounded,
-                "quantization_config": real_quantization_config(params),
-                "versions": {d: version(d) for d in ("compressed-tensors", "torch")},
-                "quantize_s": round(time.perf_counter() - t0, 3), "wall_s": round(time.perf_counter() - t0, 3),
-                "recipe": f"RTN {params.scheme} (symmetric int4, group 128) rounded, stored dense",
-                "created_at": datetime.now(timezone.utc).isoformat()}
-        (staged / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-        if final.exists():  # an earlier build died before writing its marker
-            shutil.rmtree(final)
-        staged.rename(final)
+    shutil.copytree(model_dir, staged, ignore=shutil.ignore_patterns("*.safetensors", MARKER, "evalsuite-*.json"))
+    rounded = _write_weights(model_dir, staged, params)
+    return {"method": params.method, "simulated": True, "key": final.name, "source_model": str(model_dir),
+            "source_fingerprint": fingerprint, "params": params.identity(), "recipe_version": RECIPE_VERSION,
+            "sim_version": SIM_VERSION, "saved_dtype": _source_dtype(model_dir), "tensors_rounded": rounded,
+            "quantization_config": real_quantization_config(params),
+            "versions": {d: version(d) for d in ("compressed-tensors", "torch")},
+            "quantize_s": round(time.perf_counter() - t0, 3), "wall_s": round(time.perf_counter() - t0, 3),
+            "recipe": f"RTN {params.scheme} (symmetric int4, group 128) rounded, stored dense",
+            "created_at": datetime.now(timezone.utc).isoformat()}
 
 
 def _write_weights(model_dir: Path, staged: Path, params: QuantParams) -> int:

@@ -1,12 +1,10 @@
-"""Variants side by side: metrics as rows, variants as columns, deltas against a baseline, and plots.
+"""Variants side by side: metrics as rows, variants as columns, deltas against a baseline.
 
 Sources are run directories, as many as given (variants measured at different times each live
 in their own run folder); MLflow run ids and experiment names are first materialised into the
-same layout (evalsuite.report.tracking.fetch), so everything below reads files only. Engine stats
-become rows named `engine/<field>`, the names MLflow and the gate use.
-
-Every accuracy carries its 95% interval (Wilson for a proportion, normal over fixed strata for a
-macro or balanced accuracy), and every accuracy delta its paired 95% interval over the items both variants answered (evalsuite.stats.significance names the method).
+same layout (evalsuite.tracking.store.fetch), so everything below reads files only. Engine stats
+become rows named `engine/<field>`, the names MLflow and the gate use. The intervals, paired deltas
+and marks come from evalsuite.verdict.compare; compare_view.py writes the table out.
 """
 
 from __future__ import annotations
@@ -18,13 +16,11 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, VariantResult, pools_comparable
-from evalsuite.report.baseline import baseline_ref
-from evalsuite.report.capacity import headline_rows, loaded_at
+from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, pools_comparable
+from evalsuite.report.capacity_view import headline_rows, loaded_at
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
-    flat_metrics,
     fmt_delta,
     fmt_value,
     in_points,
@@ -33,81 +29,20 @@ from evalsuite.report.names import (
     primary_metrics,
     prop,
 )
-from evalsuite.report.rules import chance_margins, default_rules_path, load_rules, run_rules_path
-from evalsuite.report.sequential import stopped_interval
-from evalsuite.stats import CONFIDENCE
-from evalsuite.stats.informative import task_marks
-from evalsuite.stats.metrics import accuracy_interval
-from evalsuite.stats.paired import difference_interval, pairing, unpaired
-from evalsuite.stats.significance import two_sided
-
-
-@dataclass
-class Entry:
-    """One variant of one run, under the label shown in tables and plots."""
-
-    label: str
-    run_dir: RunDir
-    result: VariantResult
+from evalsuite.verdict.compare import (
+    Entry,
+    PairedDelta,
+    baseline_marks,
+    flat_metrics,
+    intervals,
+    load_entries,
+    paired_deltas,
+    pick_baseline,
+)
 
 
 # in place of a pool-bound figure's delta where the candidate's KV pool was sized on another device model
 OTHER_POOL = "another device's pool"
-
-
-def label_entries(pairs: list[tuple[RunDir, VariantResult]]) -> list[str]:
-    """A variant's name, or run:name where the name repeats across runs (run = the run folder's name)."""
-    names = [v.variant for _, v in pairs]
-    labels = [v.variant if names.count(v.variant) == 1 else f"{rd.run_id}:{v.variant}" for rd, v in pairs]
-    twice = sorted({x for x in labels if labels.count(x) > 1})
-    if twice:
-        raise ConfigError(f"two run folders share the name and variant {', '.join(twice)}; rename a folder")
-    return labels
-
-
-def load_entries(sources: list[tuple[RunDir, set[str] | None]]) -> list[Entry]:
-    """Variants of every source in order; a run folder given twice counts once."""
-    pairs, seen = [], set()
-    for rd, only in sources:
-        record = rd.load_run()
-        missing = sorted((only or set()) - {v.variant for v in record.variants})
-        if missing:
-            raise ConfigError(f"{rd.root}:{missing[0]}: no such variant in run {record.run_id} "
-                              f"(allowed: {', '.join(v.variant for v in record.variants)})")
-        for v in record.variants:
-            key = (rd.root.resolve(), v.variant)
-            if (only is None or v.variant in only) and key not in seen:
-                seen.add(key)
-                pairs.append((rd, v))
-    return [Entry(label, rd, v) for (rd, v), label in zip(pairs, label_entries(pairs), strict=True)]
-
-
-def pick_baseline(entries: list[Entry], wanted: str | None) -> Entry:
-    """--baseline (NAME or RUN:NAME); else the first run's config `baseline`; else the first variant."""
-    if not entries:
-        raise ConfigError("compare: no variants to compare")
-    if wanted is None:
-        first = entries[0].run_dir
-        named = first.read_config().get("baseline")
-        match = [e for e in entries if e.run_dir.root == first.root and e.result.variant == named]
-        return usable(match[0] if match else entries[0], entries)  # the config's baseline may not be among those picked
-    rd, name = baseline_ref(wanted, [e.run_dir for e in entries])
-    matches = [e for e in entries if e.result.variant == name
-               and (rd is None or e.run_dir.root.resolve() == rd.root.resolve())]
-    if len(matches) != 1:
-        how = "is ambiguous, give RUN:NAME" if matches else "is not a variant of the runs given"
-        raise ConfigError(f"--baseline: {wanted!r} {how} (allowed: {', '.join(e.label for e in entries)})")
-    return usable(matches[0], entries)
-
-
-def usable(base: Entry, entries: list[Entry]) -> Entry:
-    """The baseline, if it has results to set the others against: a table of changes against a variant
-    that failed or never started would be all blanks."""
-    if base.result.status in USABLE_STATUSES:
-        return base
-    allowed = ", ".join(e.label for e in entries if e.result.status in USABLE_STATUSES) or "none"
-    raise ConfigError(f"--baseline: {base.label} is {base.result.status} ({base.result.reason or 'no reason recorded'}): "
-                      f"give one with results (allowed: {allowed})")
 
 
 def metrics_frame(entries: list[Entry]) -> pd.DataFrame:
@@ -153,18 +88,6 @@ def headline(frame: pd.DataFrame, primary: list[str], meaning: dict[str, Metric]
 
 
 @dataclass
-class PairedDelta:
-    """Candidate - baseline in points on the items both answered, with its two-sided 95% interval."""
-
-    delta: float
-    low: float
-    high: float
-    method: str
-    n: int
-    subset: bool  # fewer items than one of the two metrics counts: the delta differs from theirs
-
-
-@dataclass
 class Comparison:
     entries: list[Entry]
     baseline: str
@@ -199,7 +122,7 @@ class Comparison:
         return {e.label: e.result.host_load for e in self.entries}
 
     def capacity_loaded(self, label: str, metric: str) -> bool:
-        """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity)."""
+        """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity_view)."""
         return loaded_at(self.frame.loc[label].to_dict(), metric)
 
     def without_other_pools(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -256,55 +179,11 @@ def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None 
     meaning = meanings([e.result for e in entries])
     comparison = Comparison(entries, base.label, frame, delta_frame(frame, base.label, meaning),
                             headline(frame, primary, meaning, patterns), primary=primary, meaning=meaning)
-    add_intervals(comparison)
+    comparison.intervals = intervals(entries)
+    comparison.paired = paired_deltas(base, entries, comparison.columns)
     comparison.elsewhere = {e.label for e in entries if not pools_comparable(base.result, e.result)}
     comparison.deltas = comparison.without_other_pools(comparison.deltas)  # the cell says why there is none
-    try:  # marks as the gate would judge the baseline: by the rules its run names, else the shipped ones
-        rules = load_rules(run_rules_path(base.run_dir.read_config()))
-    except ConfigError:
-        rules = load_rules(default_rules_path())
-    comparison.marks = task_marks(base.result, base.run_dir, rules.ceiling, chance_margins(rules, frame.columns.tolist()))
+    comparison.marks = baseline_marks(base, frame.columns.tolist())
     return comparison
 
 
-def _paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
-    """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
-    p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, base.result.metric(metric))
-    seq = stopped_interval(load_rules(default_rules_path()), base.run_dir, base.result, cand.run_dir, cand.result,
-                           metric, two_sided(CONFIDENCE)) if cand.result.stopped else None
-    if seq is not None:  # a task stopped early (run --stop decided): the gate's sequential bounds
-        low, high, test = -seq.high, -seq.low, seq
-    elif p.n == 0:
-        test = unpaired(base.result.metric(metric), cand.result.metric(metric), two_sided(CONFIDENCE))
-        if test is None:
-            return None
-        low, high = -test.high, -test.low
-    elif p.n >= 2 and p.smallest_cell >= 2:
-        low, high, test = difference_interval(p, CONFIDENCE)
-    else:
-        return None
-    counted = [m.n for m in (base.result.metric(metric), cand.result.metric(metric)) if m and m.n]
-    subset = p.n > 0 and any(n > p.n for n in counted)
-    # + 0.0: negating a drop of exactly 0 gives -0.0, printed "-0.0 pt" as if the candidate lost something
-    return PairedDelta(-test.drop * 100 + 0.0, low * 100 + 0.0, high * 100 + 0.0, test.method.split(" (")[0], test.n,
-                       subset)
-
-
-def add_intervals(c: Comparison) -> None:
-    """Intervals for every score of every variant; paired ones for the rows shown."""
-    for e in c.entries:
-        for m in e.result.metrics:
-            if m.item_score:
-                ci = accuracy_interval(m, CONFIDENCE)
-                if ci is not None:
-                    c.intervals[(e.label, m.name)] = ci
-    base = next(e for e in c.entries if e.label == c.baseline)
-    for e in c.entries:
-        if e is base or e.result.status not in USABLE_STATUSES:
-            continue
-        for metric in c.columns:
-            found = base.result.metric(metric)
-            if found and found.item_score and e.result.metric(metric):
-                found = _paired_delta(base, e, metric)
-                if found is not None:
-                    c.paired[(e.label, metric)] = found

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.core.types import USABLE_STATUSES
-from evalsuite.report.capacity import loaded_note as capacity_note
+from evalsuite.report.capacity_view import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
 from evalsuite.report.plots import write_plots

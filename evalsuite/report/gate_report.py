@@ -7,9 +7,10 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 from evalsuite.core.types import task_of
-from evalsuite.report.gate import Check, GateReport, failure_kind
-from evalsuite.report.rules import Rules, decision_rule
-from evalsuite.report.names import fmt_value, is_latency, loaded_note
+from evalsuite.verdict.gate import Check, GateReport, failure_kind
+from evalsuite.verdict.rules import Rules, decision_rule
+from evalsuite.report.names import fmt_value, loaded_note
+from evalsuite.verdict.compare import is_latency
 from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
 
 METHOD = "docs/statistics.md"  # the method in full, one link away from every report

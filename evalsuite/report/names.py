@@ -7,7 +7,8 @@ import math
 
 from rich.text import Text
 
-from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantResult, task_of
+from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantResult
+from evalsuite.verdict.compare import is_latency
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
 LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
@@ -25,11 +26,6 @@ STATUS_CELLS = {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red
 def status_word(status: str) -> str:
     """The status as tables say it, without its colour (markdown, CSV)."""
     return Text.from_markup(STATUS_CELLS.get(status, status)).plain
-
-
-def flat_metrics(result: VariantResult) -> dict[str, float]:
-    """Every number a variant produced: its metrics, then its engine stats as engine/<field>."""
-    return {name: m.value for name, m in result.measured().items()}
 
 
 def meanings(results: list[VariantResult]) -> dict[str, Metric]:
@@ -89,11 +85,6 @@ def _first_scores(v: VariantResult) -> list[str]:
         if m.headline_score:
             seen.setdefault(m.task, m.name)
     return list(seen.values())
-
-
-def is_latency(metric: str) -> bool:
-    """A figure of the latency pass, the one timed pass a loaded host slows."""
-    return task_of(metric) == task_of(TTFT_P50)
 
 
 def loaded_mark(metric: str, load: HostLoad | None) -> str:

@@ -22,11 +22,12 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
 from evalsuite.core.units import GIB
-from evalsuite.report.baseline import baseline_ref
-from evalsuite.report.compare import Comparison, Entry, PairedDelta, compare
-from evalsuite.report.gate import GateReport, Rules, Side, failed_checks_line, run_gate
+from evalsuite.verdict.baseline import baseline_ref
+from evalsuite.report.compare import Comparison, compare
+from evalsuite.verdict.compare import Entry, PairedDelta
+from evalsuite.verdict.gate import GateReport, Side, failed_checks_line, run_gate
 from evalsuite.report.names import loaded_mark
-from evalsuite.report.rules import default_rules_path, run_rules_path
+from evalsuite.verdict.rules import Rules, default_rules_path, run_rules_path
 from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 

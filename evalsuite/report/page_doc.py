@@ -17,7 +17,7 @@ import pandas as pd
 from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
-from evalsuite.report.capacity import view as capacity_view
+from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,

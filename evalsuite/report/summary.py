@@ -16,13 +16,14 @@ from rich.text import Text
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
-from evalsuite.report.capacity import length_of, summary_cell, summary_columns
-from evalsuite.report.gate import Side, failed_checks_line, run_gate
-from evalsuite.report.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
+from evalsuite.report.capacity_view import summary_cell, summary_columns
+from evalsuite.verdict.capacity import length_of
+from evalsuite.verdict.gate import Side, failed_checks_line, run_gate
+from evalsuite.verdict.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
 from evalsuite.report.placement import placement_table
 from evalsuite.report.terminal import Block, Blocks, fits
 from evalsuite.report.names import ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics
-from evalsuite.stats.informative import task_marks
+from evalsuite.verdict.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
 LATENCY_COLUMNS = [(TTFT_P50, "TTFT p50 ms", "{:.1f}"), (ITL_P50, "ITL p50 ms", "{:.2f}")]

@@ -20,8 +20,8 @@ from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSett
 from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
 from evalsuite.models.quantize import Method
-from evalsuite.report.rules import named_rules_path
-from evalsuite.report.settings import TrackingConfig
+from evalsuite.verdict.rules import named_rules_path
+from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask

@@ -19,7 +19,7 @@ from evalsuite.core.types import Build, EngineStats, Metric, MetricKind, RunReco
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
-from evalsuite.models.build import checkpoint_for
+from evalsuite.models.variants import checkpoint_for
 from evalsuite.run import hostload
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.engine_args import engine_args

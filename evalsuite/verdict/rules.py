@@ -1,6 +1,6 @@
 """Gate rules: which metric is judged against which limit, at what confidence, and how the pass
 decision and the findings are adjusted. The shipped default is package data (gate_rules.yaml, which
-explains every setting); report/gate.py applies them."""
+explains every setting); verdict/gate.py applies them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import task_of
-from evalsuite.stats.informative import CEILING
+from evalsuite.verdict.informative import CEILING
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
 
@@ -135,7 +135,7 @@ def run_rules_path(config: dict) -> Path:
 
 def chance_margins(rules: Rules, metrics: list[str]) -> dict[str, float]:
     """Per accuracy metric, its drop limit in score units: a baseline within it of chance is `at chance`
-    (stats/informative.py), so reports mark what the gate will call uninformative."""
+    (verdict/informative.py), so reports mark what the gate will call uninformative."""
     out = {}
     for m in metrics:
         rule = rules.rule_for(m)

@@ -27,7 +27,7 @@ items that miss whole groups the metric averages over, e.g. a RULER length a cut
 never counts as evidence: the check follows `insufficient_n` (pass, fail or warn) unless the test, run
 all the same, shows the drop beyond the limit, which fails at any n (where groups are missing, even
 with the candidate right on every item of them). A check on
-a task whose baseline is at chance (evalsuite.stats.informative) is `uninformative`, a warning; one at
+a task whose baseline is at chance (evalsuite.verdict.informative) is `uninformative`, a warning; one at
 ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
 check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
 when no accuracy check passed on evidence.
@@ -49,12 +49,11 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of)
-from evalsuite.report.capacity import bracket_for, is_at_slo, judge_brackets
-from evalsuite.report.compare import label_entries
-from evalsuite.report.rules import Rule, Rules, decision_rule, default_rules_path, load_rules  # noqa: F401 (re-exported)
-from evalsuite.report.names import flat_metrics, is_latency
-from evalsuite.report.sequential import early_stop, sequential_test
-from evalsuite.stats.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
+from evalsuite.verdict.capacity import bracket_for, is_at_slo, judge_brackets
+from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
+from evalsuite.verdict.rules import Rule, Rules
+from evalsuite.verdict.sequential import early_stop, sequential_test
+from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
@@ -92,7 +91,7 @@ class Check:
     insufficient: str | None = None  # why this n cannot judge the check
     test: PairedTest | None = field(default=None, repr=False)
     pairs: str = ""  # how the items were matched
-    mark: str | None = None  # the baseline's task is "at chance" or "at ceiling" (evalsuite.stats.informative)
+    mark: str | None = None  # the baseline's task is "at chance" or "at ceiling" (evalsuite.verdict.informative)
     evidence: bool = False  # passed because the data show it, not because a too-small check was let through
     changed: int | None = None  # paired items whose answer changed
     unmeasured: tuple[float, float] = (0.0, 0.0)  # Pairing.unmeasured: groups the paired items miss
@@ -346,7 +345,7 @@ def _other_pool(metric: str, pair: Pair) -> str | None:
 
 def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
     """The capacity pass's load at the SLO, the candidate's bracket against the baseline's
-    (evalsuite.report.capacity); a bracket the grid cannot resolve counts as an insufficient n."""
+    (evalsuite.verdict.capacity); a bracket the grid cannot resolve counts as an insufficient n."""
     limit = rule.limit_for(metric)
     if pair.cand.simulated:
         return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this")

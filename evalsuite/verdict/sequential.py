@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
-from evalsuite.report.rules import Rule, Rules
+from evalsuite.verdict.rules import Rule, Rules
 from evalsuite.stats.paired import read_scores
 from evalsuite.stats.sequential import Population, Sequential, as_paired_test, decision, floor, seeded_order
 from evalsuite.stats.significance import PairedTest, smallest_cell

@@ -46,10 +46,10 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
                                     RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
-from evalsuite.report.names import flat_metrics
 from evalsuite.report.placement import beside, is_packed, placement_metrics
 from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
-from evalsuite.report.settings import TrackingConfig, check_uri
+from evalsuite.tracking.settings import TrackingConfig, check_uri
+from evalsuite.verdict.compare import flat_metrics
 
 STATE_FILE = "tracking.json"
 # An unreachable server must fail in seconds, not after MLflow's default 7 retries with backoff;
@@ -469,7 +469,7 @@ def _report(rd: RunDir, out: Path):
     from evalsuite.report.compare_view import write_report
     from evalsuite.report.page import build, rules_file
     from evalsuite.report.page_doc import write
-    from evalsuite.report.rules import load_rules
+    from evalsuite.verdict.rules import load_rules
 
     files, report = [], None
     try:

@@ -21,7 +21,7 @@ def open_sources(refs: list[str], uri: str | None, scratch: Path) -> list[tuple[
             out.append((rd, {variant} if variant else None))
             continue
         try:  # only now: mlflow is slow to import, and run directories alone must not need it
-            from evalsuite.report.tracking import fetch
+            from evalsuite.tracking.store import fetch
         except ImportError as e:
             raise ConfigError(f"{ref}: no such run directory (MLflow lookups need mlflow: {e})") from None
         out += fetch(ref, uri, scratch / str(i))
