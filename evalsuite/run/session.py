@@ -78,9 +78,9 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             run_dir.write_config(resolved)
             record = new_record(cfg, run_dir, config_path, model_dir, config_digest(resolved))
             run_dir.write_run(record)
+        console.print(f"run {run_dir.run_id} -> {run_dir.root}")
         for line in rules_warnings(cfg):  # before any engine starts: limits this run's n cannot resolve
             console.print(f"warning: {line}", markup=False, highlight=False)
-        console.print(f"run {run_dir.run_id} -> {run_dir.root}")
         run_dir.reserve_space()
         try:
             record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
