@@ -155,7 +155,8 @@ def named_values(text: str) -> list[str]:
 
 def needle_value(found: int, asked: int, extra: int, scoring: str) -> float:
     """The score of an answer naming `found` of `asked` values and `extra` values not asked
-    (pass extra=0 to ignore them); see the module docs for the rule."""
+    (pass extra=0 to ignore them): single needles and `all` score 1 only for every asked value and
+    no other, multivalue `fraction` found / (asked + extra), the Jaccard index (docs/tasks.md)."""
     if asked == 1 or scoring == "all":
         return float(found == asked and extra == 0)
     return found / (asked + extra)
