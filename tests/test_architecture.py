@@ -92,6 +92,20 @@ def test_no_cycle_between_packages():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+MAX_DOCSTRING_LINES = 15
+
+
+def test_module_docstrings_are_short():
+    """A module's docstring says what it is for and why; details and measurements live in docs/."""
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        lines = len(doc.strip("\n").splitlines()) if doc else 0
+        if lines > MAX_DOCSTRING_LINES:
+            long.append(f"{path.relative_to(ROOT.parent)}: {lines} lines")
+    assert not long, f"module docstrings over {MAX_DOCSTRING_LINES} lines:\n" + "\n".join(long)
+
+
 def test_the_checker_sees_lazy_imports(tmp_path):
     mod = tmp_path / "m.py"
     mod.write_text("def f():\n    from evalsuite.report.compare import compare\n    import evalsuite.run.runner\n"

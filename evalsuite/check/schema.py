@@ -1,15 +1,8 @@
 """The claims file: what a claim says, where it comes from, and how to measure it.
 
-    claims:
-      - id: "3"
-        text: "block_size 32 instead of 16 at 128K: first-token latency -8.3%"
-        where: "a vLLM tuning blog post"
-        checks:
-          - what: TTFT at 128K, block 32 vs 16
-            metric: latency/ttft_ms_p50@130000
-            baseline: h200-llama8b-128k:defaults
-            candidate: h200-llama8b-128k:block32
-            effect: {kind: change_pct, equals: -8.3, tolerance: 4}
+A claim has an id, its text and where it was made, and checks: each names a metric, the variants
+(`run:variant`) or source that measure it, and the effect the claim states (docs/config.md, "Checking
+claims", has a whole file).
 
 Metric addresses (source `run`): a metric key of a variant's result (`mmlu/acc`,
 `latency/itl_ms_p50/ctx130000`); `engine/<field>` (or the bare field) for an EngineStats field;

@@ -6,10 +6,8 @@ runs/<run_id>/
   run.json               RunRecord (schema_version, variants with status, metrics, engine stats)
   <variant>/result.json  VariantResult, rewritten as the variant progresses
   <variant>/samples/<task>.jsonl   one line per sample: sample, completion, score
-  <variant>/engine.log   vLLM's own output
-  <variant>/capacity/    the load generator's own output per capacity level (evalsuite.capacity)
-  phases.jsonl           one line per timed span of the run (items, builds, engine starts, tasks,
-                         pauses): what `bench/decision_wall.py` adds up, appended as each ends
+  <variant>/engine.log   vLLM's own output; <variant>/capacity/: the load generator's, per level
+  phases.jsonl           one line per timed span of the run, appended as each ends (bench/decision_wall.py)
   run.lock               held by the one process writing the folder; names it (pid, host)
   disk.reserve           room on the disk while a run writes, given back at its end (RESERVE_BYTES)
 

@@ -8,7 +8,7 @@ PlanSettings' fields. A new allowed value is one line here (plus, where it chang
 in the planner); a new setting is one field here, and the planner's arithmetic for it.
 
 The allowed values are the suite's own lists, not vLLM's Literals (vllm.config.cache.CacheDType):
-importing vLLM costs about 11 s on two cores, too slow for `evalsuite --help`, and vLLM accepts values
+importing vLLM takes seconds (docs/benchmarks.md), too slow for `evalsuite --help`, and vLLM accepts values
 (turboquant_*, nvfp4, ...) that the planner has no model of. tests/test_settings.py checks every name
 and value here against vLLM's own `EngineArgs.add_cli_args`.
 """

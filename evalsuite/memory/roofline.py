@@ -5,8 +5,8 @@ matmul; logits only for the last token) + causal attention 2 x 2 x layers x head
 (QK^T and PV, 2 FLOPs per multiply-add, half the score matrix). Decode is bandwidth-bound: each
 new token reads every weight it uses once plus the KV cache of its context.
 
-A floor is a lower bound, not a forecast: vLLM on an H200 reached ~60% of the compute floor in
-prefill and ~70% of the bandwidth floor in decode on the measured rows.
+A floor is a lower bound, not a forecast: measured latencies sit well above it (docs/benchmarks.md,
+"Measurements behind constants in code").
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
 """How many requests at once keep an engine busy, and so how large a KV pool a task needs.
 
-An engine's throughput (requests a second) rises with the requests it holds at once, then flattens:
-once its steps are full, more requests in the pool only wait their turn. A pool sized for that
-concurrency serves a task at the rate of one sized for the task's whole batch of its longest
-request, in a fraction of the memory, so more engines fit on a card beside each other.
-
-Where the concurrency comes from, best first:
-- a measured curve (`bench/prefill_curve.py --save`: requests of one shape, 1, 2, 4, ... at once,
-  on this model and device), kept in `<cache>/throughput/`; `saturation()` reads where it flattens;
-- the roofline (evalsuite.memory.roofline): a wave of c requests costs their prefill (compute at
-  COMPUTE_EFFICIENCY of the peak, the weights read once a step of max_num_batched_tokens) plus
-  their decode steps (the weights once and each request's KV, at BANDWIDTH_EFFICIENCY of the
-  bandwidth), each step STEP_OVERHEAD_S more; c flattens where c / wave reaches FLAT of its value
-  at the largest c, and is never fewer than fill the steps in flight. With a curve for another shape, the curve's flat point is scaled by the
-  estimate's ratio between the two shapes. On a CPU the roofline's figures are placeholders: a
-  curve or nothing (None: the caller keeps its own sizing).
-The decode steps assume every request decodes its expected answer alone after the prefill (its
-max_tokens where it ignores EOS); chunked prefill lets decodes ride in prefill steps, so the estimate
-errs towards more concurrency.
+An engine's throughput rises with the requests it holds at once, then flattens: once its steps are
+full, more requests only wait their turn. A pool sized for that concurrency serves a task at the rate
+of one sized for its whole batch of its longest request, in a fraction of the memory, so more engines
+fit on a card beside each other. Where the concurrency comes from, best first:
+- a measured curve (`bench/prefill_curve.py --save`, kept in `<cache>/throughput/`): `saturation()`
+  reads where it flattens; a curve of another shape is scaled by the roofline's ratio between shapes;
+- the roofline (evalsuite.memory.roofline): a wave of c requests costs their prefill (COMPUTE_EFFICIENCY
+  of the peak, the weights read once a step of max_num_batched_tokens) plus their decode steps (the
+  weights once and each request's KV, at BANDWIDTH_EFFICIENCY), each step STEP_OVERHEAD_S more; c is
+  where c / wave reaches FLAT of its value at the largest c, never fewer than fill the steps in flight.
+  On a CPU its figures are placeholders: a curve or nothing (None: the caller keeps its own sizing).
+Decodes are assumed to run alone after the prefill (max_tokens where EOS is ignored); chunked prefill
+lets them ride in prefill steps, so the estimate errs towards more concurrency.
 """
 
 from __future__ import annotations

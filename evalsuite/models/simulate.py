@@ -7,18 +7,11 @@ multiplies with, dequantize(quantize(w)), measures it with the bf16 kernels of a
 it cannot measure is the memory and speed of INT4 kernels; the runner records the planner's
 prediction for those and labels the variant `simulated` (memory `source: predicted`).
 
-The arithmetic is that of `quantize: rtn` (llmcompressor's QuantizationModifier with scheme
-W4A16 in .venv-quant, then compressed-tensors' pack-quantized compressor), through
-compressed-tensors' own functions, which vllm already installs in the main venv, so the demo
-needs no .venv-quant: per output row and group of 128 input columns, min and max in float32
-(the worker calibrates in float32) -> `calculate_qparams` (symmetric, scale = max|w| / 7.5)
--> the scale cast to the saved dtype (the worker casts the model before packing) ->
-`quantize` to int4 -> `dequantize` to the saved dtype. tests/test_simulate.py compares the
-result bit for bit with a real llmcompressor checkpoint.
-
-The copy keeps config.json unchanged (no quantization_config: vLLM loads it as a dense model
-of the same shape, so it also shares the source's compiled graphs) and is cached beside the
-real checkpoints, `<cache>/quantized/<model>-rtn-w4a16-sim-<hash>/`.
+The rounding is the real build's, through compressed-tensors' own functions (which vllm already
+installs, so the demo needs no .venv-quant; fake_quantize_weight has the steps), checked bit for bit
+against a real llmcompressor checkpoint. The copy keeps config.json unchanged (no
+quantization_config: vLLM loads it as a dense model of the same shape, so it also shares the
+source's compiled graphs) and is cached as `<cache>/quantized/<model>-rtn-w4a16-sim-<hash>/`.
 """
 
 from __future__ import annotations
@@ -57,7 +50,15 @@ def real_quantization_config(params: QuantParams) -> dict[str, Any]:
 
 
 def fake_quantize_weight(weight, args, saved_dtype, compute_dtype=None):
-    """dequantize(quantize(w)) as the real checkpoint and the INT4 kernel compute it."""
+    """dequantize(quantize(w)) as the real checkpoint and the INT4 kernel compute it.
+
+    The arithmetic of `quantize: rtn` (llmcompressor's QuantizationModifier, scheme W4A16, then
+    compressed-tensors' pack-quantized compressor), through compressed-tensors' own functions: per
+    output row and group of `group_size` input columns, min and max in float32 (the worker calibrates
+    in float32) -> `calculate_qparams` (symmetric, scale = max|w| / 7.5) -> the scale cast to the
+    saved dtype (the worker casts the model before packing) -> `quantize` to int4 -> `dequantize` to
+    the saved dtype. tests/test_simulate.py compares the result bit for bit with a real checkpoint.
+    """
     import torch
     from compressed_tensors.quantization.lifecycle.forward import dequantize, quantize
     from compressed_tensors.quantization.utils import calculate_qparams

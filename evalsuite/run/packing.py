@@ -1,20 +1,18 @@
 """Several variants' engines at once on one host's devices (`run --parallel`).
 
-A variant's footprint is the planner's: weights, activation peak, CUDA graphs, runtime overhead and
-a KV pool fixed in bytes (vLLM gets it as `kv_cache_memory_bytes`, so its size does not depend on
-what the others leave free), sized for throughput: per band of prompt lengths of each task, the
-requests at once at which the engine's throughput flattens (evalsuite.memory.throughput: a measured
-curve, else the roofline) times the band's longest request, never more than the task's batch of
-its longest request (`scheduler.kv_pool: batch` keeps that). Engines start, in the config's order,
-while the running footprints fit in a device's memory less a margin: GPU memory as NVML reports it
-free, on each GPU the process may use (an engine goes to the card with the most room and is pinned
-there), or on a CPU the host's available RAM, whose cores are split between the engines; `auto`
-also keeps two host cores for each GPU engine. A variant without a prediction (a hub id, a GGUF
-file), one over every card's budget on its own, one spread over several GPUs, and one whose engine
-ran out of memory beside others runs alone. The latency pass has the device to itself
-(`scheduler.latency_pass`): on each variant's own engine with the others on its device paused
-(Quiet), or on a second engine alone afterwards (restart), whose failure leaves the variant
-`partial` with the packed tasks' results, not `failed`.
+A variant's footprint is the planner's, with a KV pool fixed in bytes (vLLM's `kv_cache_memory_bytes`,
+so its size does not depend on what the others leave free) sized for throughput: per band of prompt
+lengths of each task, the requests at once at which throughput flattens (evalsuite.memory.throughput)
+times the band's longest request, never more than the task's batch (`scheduler.kv_pool: batch` keeps
+that). Engines start, in the config's order, while the running footprints fit in a device's memory
+less a margin: GPU memory NVML reports free on each GPU the process may use (an engine goes to the
+card with the most room and is pinned there), or on a CPU the host's available RAM, whose cores are
+split between the engines; `auto` also keeps two host cores for each GPU engine. A variant without a
+prediction (a hub id, a GGUF file), over every card's budget on its own, spread over several GPUs,
+or whose engine ran out of memory beside others runs alone. The latency pass has the device to itself
+(`scheduler.latency_pass`): on the variant's own engine with its neighbours paused, or on a second
+engine alone afterwards, whose failure leaves the variant `partial`, not `failed`. docs/config.md
+("Several engines on one card") has the settings.
 """
 
 from __future__ import annotations

@@ -8,12 +8,10 @@ is listed here passes without a switch (docs/safety.md says why each is there):
   dict values (compilation_config, speculative_config) are checked key by key, hf_overrides is data.
 - ENV: variables of vLLM, CUDA, NCCL, Hugging Face's offline switches and thread counts, each set to
   a number, a switch or a name, never a path.
-Any other engine argument needs `engine.unsafe_engine_args: true` (and still an exact EngineArgs
-field, or in server mode a `vllm serve` option); any other variable `engine.unsafe_env: true`.
-`config` (a file of further arguments) is refused always. `validate` and `run` say each switch that
-is on in a `note:` line. The field names come from the installed vLLM's source, read without
-importing it (that takes ~10 s). The checks take a mapping and where it sits, so that other
-sections that start `vllm serve` use them as they are.
+Anything else needs `engine.unsafe_engine_args: true` (still an exact EngineArgs field, or in server
+mode a `vllm serve` option) or `engine.unsafe_env: true`; `config` (a file of arguments) is refused
+always. The field names come from the installed vLLM's source, read without importing it (which is
+slow). The checks take a mapping and where it sits, so other sections that start `vllm serve` reuse them.
 """
 
 from __future__ import annotations

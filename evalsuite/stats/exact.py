@@ -1,19 +1,18 @@
 """Exact unconditional test and bounds for a drop between paired 0/1 items (Sidik 2003).
 
-Tango's score bound is asymptotic: at the n where a limit first becomes resolvable it passed a
-candidate whose true drop equals the limit in 6.8-7.2% of runs at a nominal 5% (bench/gate_size.py).
-The exact test keeps the size at every n. Its p for H0: drop >= delta is the largest probability,
-over every pair of discordance rates on the null's boundary (p10 - p01 = delta, p01 = q free), of a
-Tango statistic at most the one observed:
+Tango's score bound is asymptotic and too lenient at the n where a limit first resolves
+(docs/statistics.md has the rates); this test keeps the size at every n. Its p for H0: drop >= delta
+is the largest probability, over every pair of discordance rates on the null's boundary
+(p10 - p01 = delta, p01 = q free), of a Tango statistic at most the one observed:
 
     p(delta) = sup_q  sum_m  Bin(m; n, 2q + delta) * P(B <= k_m | m)
 
 with m = b + c changed answers, B | m ~ Bin(m, (q + delta) / (2q + delta)), and k_m the most losses
-among m changed answers whose statistic is still at most the observed one (Tango's statistic rises
-with the losses at a fixed m). Maximising over q, the nuisance, is what makes the size hold whatever
-the share of answers that change; the conditional test on b given b + c alone (Clopper-Pearson) bounds
-the share of losses, not the drop. Bounds invert the test, so a limit beyond the bound printed is
-exactly one the test rejects. Sidik (2003), Stat Med 22:265-278; Berger & Sidik (2003).
+among m changed answers whose statistic is still at most the observed one (it rises with the losses
+at a fixed m). Maximising over q, the nuisance, makes the size hold whatever the share of answers that
+change; the conditional test on b given b + c (Clopper-Pearson) would bound the share of losses, not
+the drop. Bounds invert the test, so a limit beyond the bound printed is exactly one the test rejects.
+Sidik (2003), Stat Med 22:265-278; Berger & Sidik (2003).
 """
 
 from __future__ import annotations

@@ -3,27 +3,15 @@
 Everything here is pure (arrays in, numbers out); evalsuite.stats.paired reads the items from run
 folders. Drops are baseline - candidate in score units (0.02 = 2 points), positive = worse.
 
-Methods, and why these:
-  single accuracy      Wilson score interval (statsmodels): stays in [0, 1] and keeps its
-                       coverage at small n and near 0 or 1, where the normal interval fails.
-  binary, unweighted   exact McNemar test for "the candidate is worse" (one-sided binomial test
-                       on the discordant pairs; also against a limit of 0), and the exact
-                       unconditional test on Tango's score statistic for the drop (Sidik 2003;
-                       evalsuite.stats.exact), whose size holds at every n where Tango's
-                       asymptotic bound (Tango 1998) passed 7% of drops at the limit.
-  weighted or partial  scores in [0, 1] whose strata weigh unequally (macro, balanced accuracy) or
-                       that take fractional values (RULER's share of needles found): Tango's bounds
-                       per stratum, shares lost and gained counted as changed answers, combined by
-                       MOVER (Zou & Donner 2008), p-values by inverting them; one variant's
-                       weighted 0/1 score: the normal interval over fixed strata (Agresti-Coull
-                       variance), which keeps its coverage over many small strata where Wilson
-                       per stratum by MOVER does not.
-  anything else        paired bootstrap of items (percentile), resampled within strata.
-  many findings        Holm's step-down (family-wise error) or Benjamini-Hochberg (false discovery
-                       rate) adjustment (statsmodels multipletests), for claims that something got
-                       worse; never for a pass that needs every check to hold (see verdict/gate.py).
+Methods (docs/statistics.md has the table, and why each):
+  single accuracy      Wilson score interval; a weighted 0/1 score: the normal interval over fixed strata
+  binary, unweighted   exact McNemar for "worse"; the exact unconditional test for the drop (stats.exact)
+  weighted or partial  Tango's bounds per stratum combined by MOVER (Zou & Donner 2008), shares lost
+                       and gained counted as changed answers; p-values by inverting them
+  anything else        paired bootstrap of items (percentile), resampled within strata
+  many findings        Holm or Benjamini-Hochberg, for claims that something got worse; never for a
+                       pass that needs every check to hold (verdict/gate.py)
   unpaired fallback    Newcombe's hybrid score interval for two independent proportions
-                       (statsmodels), its p-values by inverting it.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Multiple-choice scoring from one generated token's top log-probabilities.
 
-One request per item (max_tokens=1, logprobs=TOP_K) instead of one log-likelihood request
-per choice: the prompt is shared, so the prefix cache serves it, and vLLM skips that cache
-for prompt_logprobs requests. The price: a choice outside the top-k counts as -inf, which
-only matters when the model puts almost no mass on any of the choices.
+One request per item (max_tokens=1, logprobs=TOP_K) instead of one log-likelihood request per
+choice: the prompt is shared, so the prefix cache serves it, and vLLM skips that cache for
+prompt_logprobs requests. The price: a choice outside the top-k counts as -inf, which only matters
+when the model puts almost no mass on any of the choices.
 
-Which token stands for a choice (`choice_tokens`):
-- `lm_eval` (the default): the choice after lm-eval's target delimiter, the continuation whose
-  log-likelihood lm-eval 0.4.13 scores: " A" after "Answer:" (its mmlu task: doc_to_choice
-  ["A", "B", "C", "D"], the default target_delimiter " "), and "A" without the space in chat
-  mode (its construct_requests drops the delimiter under apply_chat_template, since the
-  assistant turn starts the answer). In byte-level BPE vocabularies (Llama 3, Qwen, SmolLM)
-  " A" is one token, so its next-token log-probability is exactly that log-likelihood; "A" is
-  another token and does not count. vLLM reports a SentencePiece "▁A" as " A" too.
-- `fold`: the best of " A" and "A" (any token text that strips to the choice), for models
-  that split their mass between the two.
-
-Rules, as lm-eval's `argmax` over the choices' log-likelihoods:
-- ties: when the best two choices have exactly the same log-probability (bf16 logits of a
-  small model often do), the first in choice order wins; the score records `tie: true` and
-  the task reports `<task>/tie_rate`.
-- no choice: when no choice's token is among the top-k, nothing is predicted (pred "") and the
-  item is wrong, whatever its target; the score records `no_choice: true` and the task reports
-  `<task>/no_choice_rate`. Counting it as the first choice would credit chance for an answer
-  the model never gave.
+`choice_tokens: lm_eval` (the default) reads the continuation lm-eval 0.4.13 scores: " A" after
+"Answer:", "A" in chat mode (lm-eval drops the target delimiter there). In byte-level BPE vocabularies
+(Llama 3, Qwen, SmolLM) " A" is one token, so its next-token log-probability is exactly lm-eval's
+log-likelihood; vLLM reports a SentencePiece "▁A" as " A" too. `fold` takes the best of " A" and "A".
+Exact ties go to the first choice (lm-eval's argmax; `<task>/tie_rate`). An item with no choice in the
+top-k predicts nothing and is wrong (`<task>/no_choice_rate`): counting it as the first choice would
+credit chance for an answer the model never gave. docs/tasks.md and tasks/defs/README.md say more.
 """
 
 from __future__ import annotations

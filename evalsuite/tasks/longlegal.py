@@ -1,21 +1,16 @@
 """Legal clauses at long context: find a planted clause's terms in a long contract.
 
-Each prompt is a contract-like document of exactly L tokens (with the answer budget): an
-agreement preamble, then real legal prose (licensedcode's full license texts, attached as
-schedules), and, at the cell's depth, an article of general provisions whose terms are drawn
-from a seed: governing-law state, termination notice period in days, liability cap in dollars,
-renewal term in months, payment term in days. One question per clause kind; every kind asks
-for one value that appears only in the planted article: haystack documents that state a
-governing law, a number of days/months/years or a dollar amount are left out. Scoring is exact
-match after extraction and normalization (the first U.S. state named; the first number, with
-"$", commas and "million" handled).
+Each prompt is a contract-like document of exactly L tokens (with the answer budget): an agreement
+preamble, real legal prose (licensedcode's full license texts, attached as schedules), and at the
+cell's depth an article of general provisions whose terms are drawn from a seed (governing law,
+notice period, liability cap, renewal term, payment term). One question per clause kind; haystack
+documents that state a governing law, a number of days/months/years or a dollar amount are left out,
+so every answer appears only in the planted article. Scoring is exact match after extraction and
+normalization (the first U.S. state named; the first number, with "$", commas and "million").
 
-The grid, its schedule, refusal beyond max_model_len and the metric names are the needle
-task's (see evalsuite.tasks.needle): `legal_long/acc`, `legal_long/acc/len{L}`,
-`legal_long/acc/len{L}_depth{D}`, plus `legal_long/acc/{clause}` and the prompt tokens sent and
-computed (`legal_long/prompt_tokens_total`, `legal_long/uncached_prompt_tokens_total`).
-The questions of one cell share the whole document, so with prefix caching they cost little
-more than one.
+The grid, its schedule, refusal beyond max_model_len and the metric names are the needle task's
+(evalsuite.tasks.needle), plus `legal_long/acc/{clause}`. The questions of one cell share the whole
+document, so with prefix caching they cost little more than one. docs/tasks.md has the details.
 """
 
 from __future__ import annotations

@@ -2,21 +2,13 @@
 
 legal_long asks for a term its planted article states in the question's own words; a model that
 finds the sentence has the answer. Here each question needs more:
-  notice_extended  two clauses: the termination notice period, and an amendment elsewhere in the
-                   contract that extends "the notice period of Section 12.2" by k days; the answer is
-                   the sum, which neither clause states
-  liability_cap    two clauses: the cap is "{m} times the Annual Fee" and the Annual Fee is stated
-                   in another article; the answer is the product
-  late_charge      one clause found by meaning (NoLiMa-style): no content word of the question
-                   ("interest rate", "overdue invoices") appears in the clause ("sums not remitted
-                   when owed accrue a surcharge of r percent per month")
-The two clauses of a question sit at the cell's depth and half a document away from it (wrapped),
-so that every depth pair is covered. Haystack, grid, schedule and metrics are legal_long's
-(`legal_long_multi/acc`, `/acc/len{L}`, `/acc/len{L}_depth{D}`, `/acc/{question}`); scoring is its
-exact match of the first number after normalization. The single-clause baseline of legal_long is
-near 100% to 32K on the 1.5B model; these stay well below it. On Qwen2.5-Coder-1.5B at 32K the two
-two-clause questions are 0/50 under every setting (floor: they inform only on larger models) and the
-by-meaning one 49/50 for bf16, so read `/acc/{question}` rather than the pooled `acc`.
+  notice_extended  a notice period plus an amendment elsewhere that extends it: the answer is the sum
+  liability_cap    a cap of "{m} times the Annual Fee" and the fee stated in another article: the product
+  late_charge      one clause found by meaning (NoLiMa-style): no content word of the question in it
+The two clauses of a question sit at the cell's depth and half a document away from it (wrapped), so
+that every depth pair is covered. Haystack, grid, schedule, metrics and scoring are legal_long's, plus
+`legal_long_multi/acc/{question}`: the questions differ so much in difficulty (docs/tasks.md has
+figures) that the per-question scores, not the pooled `acc`, are the ones to read.
 """
 
 from __future__ import annotations

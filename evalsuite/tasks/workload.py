@@ -2,16 +2,14 @@
 
 The latency pass sends one request at a time; this sends all N together, as concurrent users do,
 so the scheduler has to share the KV pool: over capacity (N x tokens > KV cache) it preempts and
-recomputes, and with a shared prefix (a fixed system prompt) prefix caching can reuse the
-prefix's blocks. Measured per task, from the engine's own per-request numbers (vLLM's
-num_cached_tokens, arrival-to-token timestamps), so other tasks of the variant do not mix in:
-
+recomputes, and with a shared prefix (a fixed system prompt) prefix caching can reuse its blocks.
+Measured per task from the engine's own per-request numbers (vLLM's num_cached_tokens,
+arrival-to-token timestamps), so other tasks of the variant do not mix in:
   {name}/prefix_hit_rate      prompt tokens served from the prefix cache / prompt tokens
   {name}/prefix_hit_rate_max  the same if every request after the first found the whole shared prefix
   {name}/demand_tokens        KV tokens all requests need at once (shared prefix counted once)
   {name}/ttft_ms_*, {name}/itl_ms_*, {name}/e2e_ms_*   per-request latency under this load
   {name}/output_tok_per_s     generated tokens / the slowest request's end-to-end time
-
 Preemptions are counted by the engine for the whole variant (engine/num_preemptions), so a run
 config that measures them runs this task alone.
 """

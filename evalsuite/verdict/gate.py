@@ -1,41 +1,18 @@
 """The quality gate: does a candidate keep accuracy, memory and latency within a baseline's limits?
 
 Accuracy is judged on paired per-item results (the sample ids both runs answered), because two
-variants answering the same questions differ far less than two independent samples.
-evalsuite.stats has the methods: the exact unconditional test and bounds for 0/1 scores (its size held
-at every n), Tango's bounds by stratum combined by MOVER for weighted or fractional scores, a paired
-(stratified) bootstrap for the rest. Every test is one-sided at alpha = 1 - `confidence`.
+variants answering the same questions differ far less than two independent samples; evalsuite.stats
+has the methods. A candidate passes only if EVERY check passes, each one-sided at alpha: an
+intersection-union test (Berger 1982), so no multiplicity adjustment on the pass, and one candidate's
+verdict never depends on which others share the call. Holm or BH adjust only the other family, the
+findings that a metric got significantly worse.
 
-Decision rule (rules file `decision`, default `upper_bound`), drop = baseline - candidate:
-  upper_bound  pass only when the data show the drop is within the limit: p(drop >= limit) < alpha
-               (non-inferiority; a small or noisy eval cannot wave a regression through)
-  point        fail when the estimated drop exceeds the limit
-  lower_bound  fail only when the data show the drop exceeds the limit: p(drop <= limit) < alpha
-
-A candidate passes only if EVERY check passes: an intersection-union test (Berger 1982; Berger & Hsu
-1996). Its chance of passing a candidate that is worse than a limit on any one metric is at most that
-check's alpha, so each check is tested at alpha with no multiplicity adjustment (`adjust: none`, the
-default), and one candidate's verdict never depends on which others share the call. `adjust: holm|bh`
-adjusts the verdict's p-values over the candidate's checks anyway, for users who want that (more
-conservative, less power). Multiplicity belongs to the other family: the report's findings that a
-metric got significantly WORSE (a union of claims), which `findings` (Holm by default, or BH) adjusts
-over each candidate's checks.
-
-Evidence. Too few items to judge ("insufficient n": fewer than `min_n` pairs, a stratum under
-`min_stratum_n`, a limit this n cannot resolve either way, runs that share no sample id, or paired
-items that miss whole groups the metric averages over, e.g. a RULER length a cut run never reached)
-never counts as evidence: the check follows `insufficient_n` (pass, fail or warn) unless the test, run
-all the same, shows the drop beyond the limit, which fails at any n (where groups are missing, even
-with the candidate right on every item of them). A check on
-a task whose baseline is at chance (evalsuite.verdict.informative) is `uninformative`, a warning; one at
-ceiling keeps its verdict, which then means "no collapse", not "no loss". A candidate with no failed
-check is `inconclusive` (exit 3), never `passed`, while any accuracy check warns of too few items, or
-when no accuracy check passed on evidence.
-
-Memory, capacity and latency compare two measurements (growth or drop in percent); latency per
-prompt length, never pooled over lengths, tail percentiles only with enough samples, and not at all
-where either side was timed on a loaded host. A control's checks are a noise reference: its verdict
-never sets the exit code.
+Never green without evidence: too few items, a limit this n cannot resolve, or groups a cut run never
+reached make a check "insufficient n" (it follows `insufficient_n`), a baseline at chance makes it
+`uninformative`, and a candidate with no failed check but no evidence is `inconclusive` (exit 3); a
+drop shown beyond the limit fails at any n. A control's verdict never sets the exit code. Memory and
+latency compare two measurements (latency per prompt length, not where a host was loaded).
+The decision rules: evalsuite/verdict/gate_rules.yaml; the reasoning: docs/statistics.md.
 """
 
 from __future__ import annotations

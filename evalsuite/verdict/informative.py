@@ -5,18 +5,14 @@ no loss because there is nothing to lose; a task at ceiling (needles at 4K-32K) 
 variant collapsed, not a subtle loss. Reports say so beside the number, and the gate never counts a
 check on an at-chance task as evidence.
 
-  at chance   the baseline's two-sided interval (Wilson for a proportion, else normal from its standard
-              error, over fixed strata for a macro or balanced accuracy) reaches within `margin` of the chance level: its skill above chance may be smaller
-              than the drop the gate would tolerate, so "within the limit" cannot mean "no loss". With
-              margin 0 (reports without a limit) that is the interval including chance.
+  at chance   the baseline's two-sided interval reaches within `margin` (the check's limit) of the
+              chance level, so "within the limit" cannot mean "no loss"; margin 0 (reports without a
+              limit) is the interval including chance.
   at ceiling  the interval's lower bound is at or above `ceiling` (0.95 by default).
 
-The chance level is what the best answer that ignores the item scores: 1/k for a balanced accuracy
-over k labels, the majority label's share for a plain accuracy (read from the items' targets); a task
-declares its headline's in its result (`chance`, by metric), else k is read from the choices its
-samples scored, else from the targets. Free-form answers (needles, lm-eval generation) have no
-chance level. Where nothing says (an older record without targets), the mark is `chance unknown`,
-which the gate treats as at chance: never evidence.
+Where no chance level can be found (an older record without targets) the mark is `chance unknown`,
+which the gate treats as at chance. How the chance level is read: docs/statistics.md ("Informative
+or not").
 """
 
 from __future__ import annotations
