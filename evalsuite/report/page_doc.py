@@ -273,7 +273,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
                      ", ".join(gpus), config_hash(rd.config_path),
-                     f"evalsuite run {record.config_path}" if record.config_path else "-"])
+                     f"evalsuite run {_shown_path(record.config_path)}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]
 
