@@ -205,18 +205,18 @@ def test_vllm_cpu_pages_per_token_head_caches_as_fp8(dtype):
 def test_kv_gib_of_a_hybrid_model_is_whole_blocks_not_tokens():
     """Measured KV GiB = the engine's blocks x one block's bytes (3 layers a group x 128 tokens x
     1 KiB): the pool's 1 GiB, where tokens x bytes per token gave 2.49 GiB for 145,221 tokens."""
-    from evalsuite.core.types import EngineStats
-    from evalsuite.run.footprint import complete
+    from evalsuite.core.types import EngineStats, Prediction
+    from evalsuite.run.footprint import PREDICTED_KEYS, complete
 
     p = plan(GEMMA3_270M, gpu="cpu", device_memory_gib=23, max_model_len=4096, max_num_batched_tokens=512,
              kv_cache_memory_gib=1.0)
     assert p.kv_bytes_per_block == 3 * 128 * 1024
     measured = EngineStats(kv_cache_tokens=145_221, kv_cache_blocks=2730, block_size=128, kv_used_peak_blocks=10,
                            source={"kv_cache_tokens": "api", "block_size": "api"})
-    s = complete(measured, p.model_dump())
+    s = complete(measured, Prediction(**{k: getattr(p, k) for k in PREDICTED_KEYS if hasattr(p, k)}))
     assert s.kv_cache_gib == pytest.approx(2730 * 393_216 / 2**30) and s.kv_cache_gib <= 1.0
     assert s.kv_used_peak_gib == pytest.approx(10 * 393_216 / 2**30)
-    full = complete(EngineStats(kv_cache_tokens=599_184, block_size=16), {"kv_bytes_per_token": 28_672})
+    full = complete(EngineStats(kv_cache_tokens=599_184, block_size=16), Prediction(kv_bytes_per_token=28_672))
     assert full.kv_cache_gib == pytest.approx(599_184 * 28_672 / 2**30)  # a full-attention model, no block count
 
 
