@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-PLAN = Path(__file__).resolve().parents[1] / "lab" / "plans" / "qwen-1.5b-decision.sh"
+PLAN = Path(__file__).resolve().parents[2] / "lab" / "plans" / "qwen-1.5b-decision.sh"
 
 
 def lanes(**env: str) -> list[str]:
