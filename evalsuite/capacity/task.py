@@ -200,13 +200,10 @@ class _Target:
             return {}
 
     def load_now(self) -> HostLoad | None:
-        now = envmod.load_average()
-        return None if now is None else HostLoad(cpus=os.cpu_count() or 1, start=now, engine_threads=self.threads)
+        return envmod.host_load_now(self.threads)
 
     def load_ended(self, load: HostLoad | None) -> HostLoad | None:
-        if load is not None:
-            load.end = envmod.load_average()
-        return load
+        return envmod.host_load_ended(load)
 
     def check_alive(self, after: str) -> None:
         """A server that stopped answering ends the pass: the levels left would all break for it."""

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from evalsuite.check import stats
 from evalsuite.stats import timing
 from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup, undefined_variant
-from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, engine_field, split_at
+from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, split_at
 from evalsuite.core.configfile import format_validation_error
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import REQUEST_TIMINGS, UNIT_SUFFIXES, MetricKind

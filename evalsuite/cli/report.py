@@ -5,11 +5,15 @@ from __future__ import annotations
 import shlex
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from evalsuite.verdict.baseline import BASELINE_HELP
 from evalsuite.cli.track import uri_flag
+
+if TYPE_CHECKING:
+    from evalsuite.report.page import Report
 
 
 def report_command(

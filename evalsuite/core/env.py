@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from evalsuite.core.types import HostLoad
+
 
 def _version(dist: str) -> str | None:
     try:
@@ -110,6 +112,20 @@ def load_average() -> list[float] | None:
         return list(os.getloadavg())
     except (AttributeError, OSError):
         return None
+
+
+def host_load_now(engine_threads: int) -> HostLoad | None:
+    """The load as a timed pass starts, beside the cores and the engine's own threads; None where the
+    platform keeps no load averages."""
+    now = load_average()
+    return None if now is None else HostLoad(cpus=os.cpu_count() or 1, start=now, engine_threads=engine_threads)
+
+
+def host_load_ended(load: HostLoad | None) -> HostLoad | None:
+    """`load` with the load as its pass ends, once (a resumed pass keeps the end it had)."""
+    if load is not None and load.end is None:
+        load.end = load_average()
+    return load
 
 
 def capture() -> dict[str, Any]:

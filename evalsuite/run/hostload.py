@@ -7,7 +7,7 @@ import os
 
 from evalsuite.core import env as envmod
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import HostLoad, VariantResult
+from evalsuite.core.types import VariantResult
 from evalsuite.run.config import RunConfig
 
 
@@ -15,7 +15,8 @@ def pass_started(cfg: RunConfig, run_dir: RunDir, device: str, result: VariantRe
     """The load as the pass starts, written at once, so that a run killed inside it (then scored by
     `finish`) still says. A resumed pass keeps the load its recorded items were timed under when it
     times none now, or when that load was the one that marks them."""
-    now = envmod.load_average()
+    cpus = os.cpu_count() or 1
+    now = envmod.host_load_now(engine_threads(cfg, device, cpus))
     if now is None:
         return
     recorded = len(run_dir.load_samples(result.variant, task))
@@ -23,16 +24,13 @@ def pass_started(cfg: RunConfig, run_dir: RunDir, device: str, result: VariantRe
     if recorded >= items or (prior is not None and prior.loaded):
         result.host_load = prior
         return
-    cpus = os.cpu_count() or 1
-    result.host_load = HostLoad(cpus=cpus, start=now, engine_threads=engine_threads(cfg, device, cpus))
+    result.host_load = now
     run_dir.write_result(result)
 
 
 def pass_ended(result: VariantResult) -> None:
     """The load as the pass ends, beside the one it started under."""
-    now = envmod.load_average()
-    if now is not None and result.host_load is not None and result.host_load.end is None:
-        result.host_load.end = now
+    envmod.host_load_ended(result.host_load)
 
 
 def engine_threads(cfg: RunConfig, device: str, cpus: int) -> int:
