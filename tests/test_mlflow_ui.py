@@ -115,10 +115,10 @@ def test_dump_dom_renders_the_parent_run(logged, mlflow_server):
 # visible grid's and the rows.
 FIRST_SCREEN = """(async (wanted, needle) => {
   const sleep = ms => new Promise(r => setTimeout(r, ms));
-  const deadline = Date.now() + 90000;
+  const deadline = Date.now() + 180000;  // a loaded CI host renders the grid slowly
   const heads = () => Object.fromEntries([...document.querySelectorAll('.ag-header-cell')].map(h => [h.getAttribute('col-id'), h]));
   const rows = () => [...document.querySelectorAll('.ag-row')].map(r => r.innerText);
-  const ready = () => wanted.every(w => heads()[w]) && rows().some(r => r.includes(needle));
+  const ready = () => wanted.every(w => heads()[w]) && rows().some(r => r.startsWith('failed') && r.includes(needle));
   const settle = async () => { while (Date.now() < deadline && !ready()) await sleep(250); };
   while (Date.now() < deadline && !ready()) {
     const close = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
@@ -160,7 +160,8 @@ def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server
         assert column in page["boxes"], (column, page["text"][:2000])
         l, r, _, b = page["boxes"][column]
         assert left <= l and r <= right and b <= page["height"], (column, page["boxes"][column], page["view"])
-    kv = next(r for r in page["rows"] if r.startswith("failed") and "-7.0 [-11.5, -3.9]" in r)
+    kv = next((r for r in page["rows"] if r.startswith("failed") and "-7.0 [-11.5, -3.9]" in r), None)
+    assert kv is not None, (page["rows"], page["text"][:2000])
     assert "-67 [-78, -53]" in kv and "20,000" in kv and "87.4" in kv, kv
     client = MlflowClient(mlflow_server.uri)
     keys = {k for rid in logged.variant_run_ids.values() for k in client.get_run(rid).data.tags}
