@@ -16,10 +16,12 @@ stops once both checks are decided (passed, shown beyond, futile) or at its last
 Prints a line per candidate, then `RESULT bench=sequential_gate ...`: items_used_frac (the share of
 items scored: up to the batch the decision was read after, and the one in hand then; over candidates
 and orders), computed_frac (also the batch already sent, which the runner drops), kv_fp8_items_frac
-(FP8 KV's share scored), wrong_decisions (checks whose pass or not differs from the full data's, over
-all checks and orders), of them wrong_pass (passed, full data not) and not_shown (full data passes,
-the sequence did not: futile or run to the end, the price of looking after every batch), and
-wrong_verdicts (candidates whose verdict differs).
+(FP8 KV's share scored), wrong_decisions (candidates whose verdict, every check passed or not,
+differs from the full data's, over candidates and orders: the gate's decision), and per check
+wrong_checks (a check's pass or not differs from the full data's, over all checks and orders), of
+them wrong_pass (passed, full data not) and not_shown (full data passes, the sequence did not:
+futile, stopped with its candidate failed on another check, or run to the end, the price of looking
+after every batch).
 """
 
 from __future__ import annotations
@@ -105,18 +107,18 @@ def main(argv: list[str] | None = None) -> int:
         wrong += wrong_checks
         wrong_pass += [s & ~f for s, f in shown]
         not_shown += [~s & f for s, f in shown]
-        verdicts.append(np.any(wrong_checks, axis=0))
+        verdicts.append(np.all([s for s, _ in shown], axis=0) != all(f for _, f in shown))
         used.append(n / len(ids))
         computed.append(scored(stops, len(ids), batch, ahead=2) / len(ids))
         per[name] = float(np.mean(n) / len(ids))
         print(f"{name}: full data {'/'.join('pass' if f else 'fail' for f, _ in calls)}; items used {per[name]:.3f} "
               f"(median {np.median(n) / len(ids):.3f}); passed {'/'.join(f'{np.mean(s):.3f}' for s, _ in shown)}; "
-              f"wrong {np.mean(wrong_checks):.4f} [{time.perf_counter() - t0:.0f} s]", flush=True)
+              f"wrong checks {np.mean(wrong_checks):.4f}, verdicts {np.mean(verdicts[-1]):.4f} "
+              f"[{time.perf_counter() - t0:.0f} s]", flush=True)
     print(f"RESULT bench=sequential_gate orders={args.orders} batch={batch} candidates={len(variants)} "
           f"checks={len(checks)} items={len(ids)} items_used_frac={np.mean(used):.3f} computed_frac={np.mean(computed):.3f} "
-          f"kv_fp8_items_frac={per['kv_fp8']:.3f} wrong_decisions={np.mean(wrong):.4f} "
-          f"wrong_pass={np.mean(wrong_pass):.4f} not_shown={np.mean(not_shown):.4f} "
-          f"wrong_verdicts={np.mean(verdicts):.4f}")
+          f"kv_fp8_items_frac={per['kv_fp8']:.3f} wrong_decisions={np.mean(verdicts):.4f} "
+          f"wrong_checks={np.mean(wrong):.4f} wrong_pass={np.mean(wrong_pass):.4f} not_shown={np.mean(not_shown):.4f}")
     return 0
 
 

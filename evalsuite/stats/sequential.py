@@ -34,7 +34,7 @@ PRIOR_ITEMS = 10.0  # pseudo-items of no change at the planning discordance: ear
 PRIOR_DISCORDANCE = 0.05
 # fractional Kelly: a bet at 0.7 of the estimated Kelly fraction gives up a little growth for much less
 # spread of the log capital, which early estimates of the mean make large (bench/sequential_gate.py: 1.0, 0.7
-# and 0.5 tried; 0.7 the fewest wrong decisions)
+# and 0.5 tried; 0.7 the fewest wrong checks)
 KELLY = 0.7
 FUTILITY = 0.01  # a check is futile once the predicted chance of a pass by the last item is below this
 
