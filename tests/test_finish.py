@@ -3,7 +3,6 @@ compare and gate read, with no engine."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -522,7 +521,7 @@ def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
 def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None, yes_every: int = 2) -> Path:
     """A two-choice task (Yes/No, one item in `yes_every` a Yes) whose baseline may sit at chance."""
     from evalsuite.core.records import RunDir
-    from evalsuite.core.types import Metric, RunRecord, Score, VariantResult
+    from evalsuite.core.types import RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
 
     rd = RunDir(tmp_path / run_id)

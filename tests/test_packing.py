@@ -432,8 +432,8 @@ def test_a_failed_latency_pass_keeps_the_variants_accuracy(tmp_path, tiny_model,
     assert RunDir(run).load_result("fp8") == fp8
     assert "fp8 partial: latency pass failed" in res.output
 
-    gated = cli.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8",
-                             "--markdown", str(tmp_path / "gate.md")])
+    cli.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:fp8",
+                "--markdown", str(tmp_path / "gate.md")])
     report = (tmp_path / "gate.md").read_text()
     assert "variant status" not in report and "`mmlu/acc`" in report, report
     assert "missing in candidate (latency pass failed, the other tasks complete: engine died" in report

@@ -8,7 +8,6 @@ they check evalsuite's side of the protocol without llmcompressor.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from pathlib import Path

@@ -17,6 +17,51 @@ def test_partial_line_is_dropped_and_not_counted_twice(tmp_path):
     assert path.read_text().count("\n") == 3
 
 
+
+def ids(rows: list[dict]) -> list[str]:
+    return [r["sample"]["id"] for r in rows]
+
+
+def test_a_followed_samples_file_gives_each_new_row_once_as_load_samples_reads_them(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    tail = rd.follow_samples("v", "t")
+    assert tail.new() == ([], False)  # nothing recorded yet
+    rd.append_samples("v", "t", [row("a"), row("b")])
+    assert ids(tail.new()[0]) == ["a", "b"]
+    path = rd.samples_path("v", "t")
+    with path.open("a") as f:
+        f.write('{"sample": {"id": "c"}, "sco')  # a line still being written, or cut by a kill
+    assert tail.new() == ([], False)
+    rd.append_samples("v", "t", [row("c"), row("a"), row("d")])  # drops the cut line first
+    assert ids(tail.new()[0]) == ["c", "d"]
+    assert tail.new() == ([], False)
+    assert ids(rd.load_samples("v", "t")) == ["a", "b", "c", "d"]
+
+
+def test_a_followed_file_replaced_by_a_shorter_one_is_read_from_its_start(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    tail = rd.follow_samples("v", "t")
+    rd.append_samples("v", "t", [row("a"), row("b")])
+    tail.new()
+    rd.write_samples("v", "t", [row("z")])
+    rows, again = tail.new()
+    assert ids(rows) == ["z"] and again
+
+
+def test_a_whole_line_that_is_not_a_sample_is_refused_in_one_line_naming_it(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    tail = rd.follow_samples("v", "t")
+    rd.append_samples("v", "t", [row("a")])
+    tail.new()
+    with rd.samples_path("v", "t").open("a") as f:
+        f.write('{"sample": {"id": "b"}, "sco\n')
+    with pytest.raises(ConfigError, match=r"t\.jsonl: line 2: not JSON") as e:
+        tail.new()
+    with pytest.raises(ConfigError) as whole:
+        rd.load_samples("v", "t")
+    assert str(e.value) == str(whole.value) and "\n" not in str(e.value)
+
+
 # ---------------------------------------------------------------- writes stay inside the run folder
 
 import errno  # noqa: E402

@@ -8,7 +8,6 @@ import ast
 import importlib
 import pkgutil
 from pathlib import Path
-from types import SimpleNamespace
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EngineStats, Request, Sample, Score, VariantResult

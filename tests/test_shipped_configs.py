@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.core.configfile import load_raw
 from evalsuite.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,14 @@ from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Samp
 from evalsuite.engine import one_at_a_time
 from evalsuite.verdict.gate import Side, run_gate
 from evalsuite.verdict.rules import default_rules_path, load_rules
-from evalsuite.verdict.sequential import stopped_interval
+from evalsuite.verdict.sequential import decisions, stopped_interval
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
 from evalsuite.run.resume import finished
 from evalsuite.run.runner import Runner
-from evalsuite.run.stopping import ordered, phases
+from evalsuite.run.stopping import Stopper, ordered, phases
 from evalsuite.stats.metrics import accuracy
+from evalsuite.stats.paired import scored_items
 from evalsuite.stats.sequential import seeded_order
 from evalsuite.tasks import Task, TaskContext
 
@@ -117,6 +119,23 @@ def test_a_candidate_that_answers_alike_stops_early_as_passed(stopped):
     run_dir, _, _ = stopped
     stop = run_dir.load_result("same").stopped["echo"]
     assert stop.decided == {"echo/acc": "pass"} and stop.items < N
+
+
+
+def test_a_watch_reads_each_batch_once_and_decides_as_a_whole_read_would(stopped, tmp_path):
+    """The watch follows the candidate's samples file (each line read once, not the whole file after
+    every batch); after each batch its decisions are those on a fresh read of everything recorded."""
+    shutil.copytree(stopped[0].root, tmp_path / "run")
+    run_dir = RunDir(tmp_path / "run")
+    rows = run_dir.load_samples("same", "echo")
+    watch = Stopper(config(), run_dir).watch("late", EchoTask(), N)
+    found = watch.found
+    for at in range(BATCH, 6 * BATCH + 1, BATCH):
+        run_dir.append_samples("late", "echo", rows[at - BATCH:at])
+        ours = decisions(watch.stopper.rules, found, watch._recorded())
+        whole = decisions(watch.stopper.rules, found, scored_items(run_dir.load_samples("late", "echo")))
+        assert ours == whole and len(watch._items) == at
+        assert watch._tail.offset == run_dir.samples_file("late", "echo").stat().st_size
 
 
 def test_gate_judges_a_stopped_task_by_the_sequential_test(stopped):

@@ -15,9 +15,9 @@ from pathlib import Path
 from evalsuite.core.errors import ConfigError
 
 
-def read_regular(path: Path, limit: int, kind: str = "file") -> bytes:
-    """The bytes of `path`, a regular file of at most `limit` bytes; `kind` names what was expected
-    ("YAML file", "run record") in the refusal."""
+def read_regular(path: Path, limit: int, kind: str = "file", start: int = 0) -> bytes:
+    """The bytes of `path` from offset `start`, a regular file of at most `limit` bytes; `kind` names
+    what was expected ("YAML file", "run record") in the refusal."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -30,7 +30,9 @@ def read_regular(path: Path, limit: int, kind: str = "file") -> bytes:
             raise ConfigError(f"{path}: is a folder, not a {kind}")
         if not stat.S_ISREG(mode):
             raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); give a {kind}")
-        chunks, size = [], 0
+        chunks, size = [], start
+        if start:
+            os.lseek(fd, start, os.SEEK_SET)
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
             if not chunk:

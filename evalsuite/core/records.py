@@ -451,24 +451,11 @@ class RunDir:
         path = self.samples_file(variant, task)
         if not path.exists() and not path.is_symlink():
             return []
-        lines = read_regular(path, SAMPLES_BYTES, "samples file (JSON lines)").split(b"\n")
-        rows, seen = [], set()
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = SampleLine.model_validate_json(line, strict=True)
-            except ValidationError as e:
-                if n == len(lines) and e.errors()[0]["type"] == "json_invalid":
-                    continue  # cut short by a kill: no newline after it
-                raise ConfigError(_refusal(path, SampleLine, e, line, n)) from None
-            if row.sample.id in seen:
-                continue  # never count a sample twice
-            seen.add(row.sample.id)
-            rows.append(row.model_dump(exclude_unset=True))
-            if first is not None and len(rows) >= first:
-                break
-        return rows
+        return _sample_rows(path, read_regular(path, SAMPLES_BYTES, SAMPLES_KIND).split(b"\n"), 1, set(), first)
+
+    def follow_samples(self, variant: str, task: str) -> SamplesTail:
+        """A reader of the task's samples as they are appended (load_samples, a batch at a time)."""
+        return SamplesTail(self.samples_file(variant, task))
 
     def write_result(self, result: VariantResult) -> None:
         _atomic_write(self.variant_dir(result.variant) / RESULT_FILE, result.model_dump_json(indent=2))
@@ -482,6 +469,56 @@ class RunDir:
             raise ConfigError(f"{path}: variant: {_shown(result.variant)} where its folder is {variant!r} (moved or "
                               "edited?)")
         return result
+
+
+SAMPLES_KIND = "samples file (JSON lines)"
+
+
+def _sample_rows(path: Path, lines: list[bytes], at: int, seen: set[str], first: int | None = None) -> list[dict]:
+    """The SampleLines among `lines` (the first numbered `at` in the file) whose ids are not in `seen`
+    (which gains them); an unparsable last one was cut short by a kill and is dropped (it is redone)."""
+    rows: list[dict] = []
+    for n, line in enumerate(lines, at):
+        if not line.strip():
+            continue
+        try:
+            row = SampleLine.model_validate_json(line, strict=True)
+        except ValidationError as e:
+            if n == at + len(lines) - 1 and e.errors()[0]["type"] == "json_invalid":
+                continue  # cut short by a kill: no newline after it
+            raise ConfigError(_refusal(path, SampleLine, e, line, n)) from None
+        if row.sample.id in seen:
+            continue  # never count a sample twice
+        seen.add(row.sample.id)
+        rows.append(row.model_dump(exclude_unset=True))
+        if first is not None and len(rows) >= first:
+            break
+    return rows
+
+
+class SamplesTail:
+    """A samples file read as it grows: `new()` validates only the whole lines appended since the last
+    call, as load_samples would, so a reader that looks after every batch reads each line once. A file
+    that shrank below what was read (replaced, not appended to) is read again from its start."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.line, self.seen = path, 0, 1, set()
+
+    def new(self) -> tuple[list[dict], bool]:
+        """(rows not returned before, whether the file was read again from its start)."""
+        if not self.path.exists() and not self.path.is_symlink():
+            return [], False
+        again = self.path.stat().st_size < self.offset
+        if again:
+            self.offset, self.line, self.seen = 0, 1, set()
+        data = read_regular(self.path, SAMPLES_BYTES, SAMPLES_KIND, self.offset)
+        whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits for its newline
+        lines = whole.split(b"\n")[:-1]
+        # the empty piece after the last newline stands where load_samples sees one: a whole line that
+        # is not JSON is an error here too, never taken for one cut short
+        rows = _sample_rows(self.path, [*lines, b""], self.line, self.seen) if lines else []
+        self.offset, self.line = self.offset + len(whole), self.line + len(lines)
+        return rows, again
 
 
 # Run records are read as data whoever wrote them: a regular file of bounded size, strict types (no

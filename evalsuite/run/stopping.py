@@ -22,6 +22,7 @@ from evalsuite.verdict.rules import Rules, default_rules_path, load_rules, named
 from evalsuite.verdict.sequential import Gated, checks, decisions
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import console
+from evalsuite.stats.paired import Item, scored_items
 from evalsuite.stats.sequential import seeded_order
 from evalsuite.tasks import Task
 
@@ -63,6 +64,16 @@ class Watch:
     def __init__(self, stopper: Stopper, variant: str, task: str, found: list[Gated], total: int):
         self.stopper, self.variant, self.task, self.found, self.total = stopper, variant, task, found, total
         self.result: EarlyStop | None = None
+        # each look reads only the lines recorded since the last: a re-read of the whole file after every
+        # batch would cost O(items^2) over a task, more than the engine's answers on a GPU
+        self._tail, self._items = stopper.run_dir.follow_samples(variant, task), []
+
+    def _recorded(self) -> list[Item]:
+        rows, again = self._tail.new()
+        if again:
+            self._items = []
+        self._items.extend(scored_items(rows))
+        return self._items
 
     def batch_size(self, size: int) -> int:
         return batch_size(self.total, size)
@@ -71,7 +82,7 @@ class Watch:
         """True once every check is decided on the `scored` items recorded; the record is then in `result`."""
         if scored >= self.total:
             return False  # the last item: nothing left to save (`finish` records it)
-        found = decisions(self.stopper.rules, self.found, self.stopper.run_dir, self.variant)
+        found = decisions(self.stopper.rules, self.found, self._recorded())
         if any(v is None for v in found.values()):
             return False
         self.result = self._record(scored, found)
@@ -84,7 +95,7 @@ class Watch:
         if self.result is not None:
             self.result.items = scored
         elif scored >= self.total:
-            found = decisions(self.stopper.rules, self.found, self.stopper.run_dir, self.variant)
+            found = decisions(self.stopper.rules, self.found, self._recorded())
             self.result = self._record(scored, {k: v for k, v in found.items() if v is not None})
 
     def _record(self, scored: int, found: dict) -> EarlyStop:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,8 +58,16 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
     """(id, value, group, target, prediction, labels, length) per scored line; cached per file version,
     because one task's file serves many metrics (per length, per group) and many candidates."""
     variant_dir, task = Path(path).parent.parent, Path(path).stem
+    return scored_items(RunDir(variant_dir.parent).load_samples(variant_dir.name, task))
+
+
+Item = tuple[str, float, object, object, object, frozenset, int | None]
+
+
+def scored_items(rows: list[dict]) -> tuple[Item, ...]:
+    """(id, value, group, target, prediction, labels, length) of each scored samples row."""
     out = []
-    for row in RunDir(variant_dir.parent).load_samples(variant_dir.name, task):
+    for row in rows:
         sample, score = row.get("sample") or {}, row.get("score") or {}
         sid = sample.get("id") or score.get("sample_id")
         if sid is not None and isinstance(score.get("value"), (int, float)):
@@ -68,16 +76,19 @@ def _items(path: str, _mtime_ns: int, _size: int) -> tuple[tuple[str, float, obj
     return tuple(out)
 
 
+def scores_of(items: Iterable[Item], metric: Metric) -> dict[str, dict]:
+    """sample id -> {value, group, target, pred} for the items behind `metric`."""
+    return {sid: {"value": v, "group": g, "target": t, "pred": pred}
+            for sid, v, g, t, pred, labels, length in items if covers(metric, labels, length)}
+
+
 def read_scores(rd: RunDir, variant: str, metric: Metric) -> dict[str, dict]:
-    """sample id -> {value, group, target, pred} for the items behind `metric` (a sample id counts once,
-    as RunDir.load_samples reads it)."""
+    """scores_of the items behind `metric` (a sample id counts once, as RunDir.load_samples reads it)."""
     path = rd.samples_file(variant, metric.task)
     if not path.exists():
         return {}
     st = path.stat()
-    return {sid: {"value": v, "group": g, "target": t, "pred": pred}
-            for sid, v, g, t, pred, labels, length in _items(str(path), st.st_mtime_ns, st.st_size)
-            if covers(metric, labels, length)}
+    return scores_of(_items(str(path), st.st_mtime_ns, st.st_size), metric)
 
 
 @dataclass

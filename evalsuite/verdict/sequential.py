@@ -11,12 +11,13 @@ random sample of it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
-from evalsuite.stats.paired import read_scores
+from evalsuite.stats.paired import Item, read_scores, scores_of
 from evalsuite.stats.sequential import Population, Sequential, as_paired_test, decision, floor, seeded_order
 from evalsuite.stats.significance import PairedTest, smallest_cell
 
@@ -80,11 +81,12 @@ def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | 
     return Sequential(check.population, drops, check.limit, rules.alpha, rules.discordance)
 
 
-def decisions(rules: Rules, found: list[Gated], cand_rd: RunDir, cand: str) -> dict[str, str | None]:
-    """Each check's decision on what the candidate has recorded so far: pass, fail, futile, or None (open)."""
+def decisions(rules: Rules, found: list[Gated], cand: Iterable[Item]) -> dict[str, str | None]:
+    """Each check's decision on the candidate's items recorded so far (stats.paired.scored_items of its
+    samples): pass, fail, futile, or None (open)."""
     out: dict[str, str | None] = {}
     for check in found:
-        seq = sequence(rules, check, read_scores(cand_rd, cand, check.metric))
+        seq = sequence(rules, check, scores_of(cand, check.metric))
         out[check.metric.name] = None if isinstance(seq, str) else decision(seq, rules.decision)[0]
     return out
 
