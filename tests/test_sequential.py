@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalsuite.stats.sequential import Population, Sequential, as_paired_test, decision, order_key, seeded_order
+from evalsuite.stats.sequential import (Population, Sequential, as_paired_test, decision, mean_interval, order_key,
+                                       seeded_order)
 
 ALPHA = 0.05
 
@@ -54,6 +55,26 @@ def test_shown_beyond_at_a_true_drop_equal_to_the_limit_is_rare():
     reps, n, limit = 400, 2000, 0.02
     seq = Sequential(plain(n), superpopulation(n, limit, 0.1, 6, reps), limit, ALPHA)
     assert float(np.mean(seq.first("above", limit) <= n)) <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / reps)
+
+
+
+@pytest.mark.parametrize("p,n", [(0.6, 1500), (0.9, 800), (0.25, 1000)])
+def test_one_scores_interval_covers_its_mean_at_every_n(p, n):
+    """mean_interval's two bounds, read after every item, both hold the true mean at once in at least
+    95% of the replicates, where a Wilson interval read after every item would not."""
+    from evalsuite.stats.significance import wilson
+
+    reps = 300
+    scores = (np.random.default_rng(11).random((reps, n)) < p).astype(float)
+    seq = Sequential(plain(n), scores, None, (1 - 0.95) / 2, discordance=0.25)
+    missed = (seq.first("within", p) <= n) | (seq.first("above", p) <= n)
+    assert float(np.mean(missed)) <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / reps)
+    low, high = mean_interval(plain(n), scores[0], 0.95)
+    wl, wh = wilson(scores[0].sum(), n, 0.95)
+    assert high - low > wh - wl  # wider than the fixed-n interval at the same n
+    peeked = [any(not (lo <= p <= hi) for lo, hi in (wilson(row[:k].sum(), k, 0.95) for k in range(50, n + 1, 50)))
+              for row in scores[:100]]
+    assert np.mean(peeked) > ALPHA  # why a stopped task needs the sequence
 
 
 # ---------------------------------------------------------------- decisions

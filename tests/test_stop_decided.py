@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -25,10 +26,11 @@ from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.verdict.sequential import decisions, stopped_interval
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import Progress
+from evalsuite.run.finish import finish_run
 from evalsuite.run.resume import finished
 from evalsuite.run.runner import Runner
 from evalsuite.run.stopping import Stopper, ordered, phases
-from evalsuite.stats.metrics import accuracy
+from evalsuite.stats.metrics import accuracy, accuracy_interval
 from evalsuite.stats.paired import scored_items
 from evalsuite.stats.sequential import seeded_order
 from evalsuite.tasks import Task, TaskContext
@@ -242,6 +244,48 @@ def test_run_stop_decided_records_where_each_task_stopped(fake_run):
         stop = EarlyStop.model_validate(v["stopped"]["mmlu"])
         assert stop.items == len((run / v["variant"] / "samples" / "mmlu.jsonl").read_text().splitlines()) < base
         assert set(stop.decided) == {"mmlu/acc", "mmlu/acc_macro"} and stop.rules.endswith("rules.yaml")
+
+
+
+def test_a_score_of_a_task_stopped_early_gets_its_confidence_sequence_not_wilson(fake_run, tmp_path):
+    """Each item score of a stopped task records the sequence's 95% interval (Metric.ci95), which the
+    run's metrics, compare and `check` give; Wilson at the n the looks chose would not hold its level."""
+    _, run = fake_run
+    rd = RunDir(run)
+    base = {m.name: m for m in rd.load_result("bf16").metrics}
+    assert all(m.ci95 is None for m in base.values())  # run whole: its fixed-n interval holds
+    cand = rd.load_result("kv_fp8")
+    got = {m.name: m for m in cand.metrics}
+    for name in ("mmlu/acc", "mmlu/acc_macro", "mmlu/acc/anatomy"):
+        m = got[name]
+        low, high = m.ci95
+        assert low <= m.value <= high and accuracy_interval(m) == (low, high)
+        assert high - low > 2 * 1.96 * math.sqrt(m.value * (1 - m.value) / m.n)  # wider than a fixed-n interval
+    assert (got["mmlu/acc_ci95_low"].value, got["mmlu/acc_ci95_high"].value) == tuple(got["mmlu/acc"].ci95)
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"claims": [{"id": "one", "text": "t", "where": "w", "checks": [
+        {"what": "kv_fp8 alone", "metric": "mmlu/acc", "variant": f"{run.name}:kv_fp8", "effect": {"kind": "value", "above": 0.0}}]}]}))
+    out = tmp_path / "report.json"
+    res = CliRunner().invoke(app, ["check", str(claims), str(run), "--json", str(out)])
+    found = json.loads(out.read_text())["claims"][0]["checks"][0]
+    iv = found["interval"]
+    assert iv and "confidence sequence" in iv["method"] and "Wilson" not in iv["method"], (found, res.output)
+    assert (iv["low"], iv["high"]) == pytest.approx(tuple(got["mmlu/acc"].ci95))
+
+
+
+def test_finish_keeps_a_stopped_tasks_sequence_intervals(fake_run, tmp_path):
+    """A run cut after a task stopped early, scored by `finish` without an engine: the stopped task's
+    scores keep the sequence's intervals."""
+    _, run = fake_run
+    shutil.copytree(run, tmp_path / "run")
+    rd = RunDir(tmp_path / "run")
+    cut = rd.load_result("kv_fp8")
+    before = {m.name: m.ci95 for m in cut.metrics if m.ci95 is not None}
+    rd.write_result(cut.model_copy(update={"status": "running", "metrics": []}))
+    finish_run(rd.root, tmp_path / "cache")
+    after = {m.name: m.ci95 for m in rd.load_result("kv_fp8").metrics if m.ci95 is not None}
+    assert before and after == before
 
 
 def test_resume_and_gate_on_the_stopped_run(fake_run):

@@ -271,7 +271,8 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> timing.In
     if kind == "value":
         s = sides[0]
         items = stats.items_for(s.found.run.rd.root, s.found.result.variant, s.record)
-        return stats.single_interval(items, s.record, s.value, conf) or timing.normal_interval(s.value, [s.record], conf)
+        return (stats.stopped_single(s.found, s.record, conf) or stats.single_interval(items, s.record, s.value, conf)
+                or timing.normal_interval(s.value, [s.record], conf))
     b, c = sides
     scale = 100.0 if kind == "points" else 1.0
     iv = None

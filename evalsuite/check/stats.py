@@ -1,15 +1,15 @@
 """Intervals for claims, read from run folders: accuracy from the per-item scores a run recorded, the
 per-request timings of a timed task. The arithmetic is evalsuite.stats's (paired, significance, timing).
 
-Accuracy goes through the one statistics path of evalsuite.stats.paired (the same item reader,
-strata rule and paired test as `compare` and `gate`): a paired difference on the items both
-variants answered (exact McNemar with Tango's score bounds for 0/1 scores weighed alike, Tango per
-stratum combined by MOVER for weighted ones, else the stratified paired bootstrap), a single score's
-Wilson interval (the normal one over fixed strata where weighted) or stratified bootstrap. Where the
-items do not reproduce the recorded metric, they do not describe it, so the interval falls back to
-the recorded standard errors (normal approximation) and says so. A difference on a task that `run
+Accuracy goes through the one statistics path of evalsuite.stats.paired (the item reader, strata
+rule and paired test of `compare` and `gate`): a paired difference on the items both answered (exact
+McNemar with Tango's bounds, Tango per stratum by MOVER where weighted, else the stratified paired
+bootstrap), a single score's Wilson interval (normal over fixed strata where weighted) or bootstrap.
+Where the items do not reproduce the recorded metric, they do not describe it: the interval falls back
+to the recorded standard errors (normal approximation) and says so. A difference on a task that `run
 --stop decided` watched gets the gate's confidence sequence (verdict.sequential.stopped_interval),
-never a fixed-n interval: after a look at every batch that would not hold its level.
+and one score of a task it stopped early its own (stopped_score), never a fixed-n interval: after a
+look at every batch that would not hold its level.
 
 A timing (TTFT, ITL, e2e) compared between two variants gets evalsuite.stats.timing's t interval for
 the change in its per-request means, paired by request id where both recorded the same requests.
@@ -26,7 +26,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, task_of
 from evalsuite.verdict.rules import Rules, default_rules_path, load_rules
-from evalsuite.verdict.sequential import stopped_interval
+from evalsuite.verdict.sequential import stopped_interval, stopped_score
 from evalsuite.stats.paired import difference_interval, item_interval, item_mean, pair, read_scores
 from evalsuite.stats.significance import mcnemar_two_sided, two_sided
 from evalsuite.stats.timing import Interval
@@ -94,6 +94,25 @@ def stopped_difference(base: Found, cand: Found, metric: Metric, confidence: flo
     # the sequence bounds the drop whole - watched
     low, high = (test.low, test.high) if flip else (-test.high, -test.low)
     return Interval(low, high, test.method, test.n)
+
+
+def stopped_single(found: Found, metric: Metric, confidence: float) -> Interval | None:
+    """One variant's score where `run --stop decided` ended its task early: the confidence sequence of
+    its mean over the seeded order, the run's baseline (run whole) giving the population; None where the
+    task ran whole. NotMeasurable where no sequence can be formed: Wilson at a stopped n would not hold."""
+    stop = found.result.stopped.get(metric.task)
+    if stop is None or stop.items >= stop.of:
+        return None
+    rd, baseline = found.run.rd, found.run.rd.read_config().get("baseline")
+    if not isinstance(baseline, str) or baseline == found.result.variant or rd.load_result(baseline) is None:
+        raise NotMeasurable(f"{found.label} stopped {metric.task} at {stop.items:,} of {stop.of:,} items (run "
+                            "--stop decided), and its run folder holds no baseline scored whole to weigh them by")
+    ci = stopped_score(read_scores(rd, baseline, metric), read_scores(rd, found.result.variant, metric), metric, stop,
+                       confidence)
+    if isinstance(ci, str):
+        raise NotMeasurable(f"{found.label} stopped {metric.task} early (run --stop decided): {ci}")
+    return Interval(ci[0], ci[1], f"confidence sequence over the seeded order (run --stop decided: stopped at "
+                    f"{stop.items:,} of {stop.of:,} items)", stop.items)
 
 
 def single_interval(items: dict[str, dict], metric: Metric, recorded: float, confidence: float) -> Interval | None:

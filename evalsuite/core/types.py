@@ -115,6 +115,10 @@ class Metric(_Model):
     # `latency/ttft_ms_p50/ctx512`): a point of a series over lengths; with `depth`, one cell of a grid
     length: int | None = None
     depth: int | None = None  # where in the prompt a grid cell's needle sits, in percent
+    # an item score's two-sided 95% interval where no formula of value and n gives one: a task that
+    # `run --stop decided` ended early has its confidence sequence's (a fixed-n interval at a stopped n
+    # would not hold its level); [] where none holds. Left out of records where unset.
+    ci95: list[float] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from evalsuite.core.records import ENGINE_LOG, RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
 from evalsuite.run.config import RunConfig
+from evalsuite.run.stopping import fix_intervals
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.latency import LatencyTask
@@ -59,7 +60,10 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
             continue
         scores = [Score.model_validate(r["score"]) for r in rows]
         task = task_cfg.build(ctx)
-        metrics += task.metrics(scores)
+        made = task.metrics(scores)
+        if name in result.stopped:  # a task --stop decided ended early keeps its sequence's intervals
+            fix_intervals(run_dir, cfg.baseline, result.variant, made, result.stopped[name])
+        metrics += made
         if task.primary_metric not in result.primary_metrics:
             result.primary_metrics.append(task.primary_metric)
         if task.chance is not None:

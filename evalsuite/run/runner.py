@@ -197,10 +197,12 @@ class Runner(Answering):
                                 metrics + interval_metrics(metrics)) from e
             if timed:
                 hostload.pass_ended(result)
+            made = task.metrics(scores)
             if (name, task.name) in self.stops:  # said in the record at once: a later cut keeps it
                 result.stopped[task.name] = self.stops[(name, task.name)]
                 self.run_dir.write_result(result)
-            metrics += task.metrics(scores)
+                self.stopper.fix_intervals(name, made, self.stops[(name, task.name)])
+            metrics += made
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)

@@ -17,12 +17,13 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import EarlyStop, Sample
+from evalsuite.core.types import EarlyStop, Metric, MetricKind, Sample
 from evalsuite.verdict.rules import Rules, default_rules_path, load_rules, named_rules_path
-from evalsuite.verdict.sequential import Gated, checks, decisions
+from evalsuite.verdict.sequential import Gated, checks, decisions, stopped_score
 from evalsuite.run.config import RunConfig
 from evalsuite.run.progress import console
-from evalsuite.stats.paired import Item, scored_items
+from evalsuite.stats import CONFIDENCE
+from evalsuite.stats.paired import Item, read_scores, scored_items
 from evalsuite.stats.sequential import seeded_order
 from evalsuite.tasks import Task
 
@@ -121,6 +122,19 @@ def stop_rules(cfg: RunConfig) -> tuple[str | None, Rules]:
     return (None if path.resolve() == default_rules_path().resolve() else str(path)), rules
 
 
+def fix_intervals(rd: RunDir, baseline: str | None, variant: str, metrics: list[Metric], stop: EarlyStop) -> None:
+    """Each item score's 95% interval (`Metric.ci95`) of a task that ended before its last item: the
+    confidence sequence of its mean ([] where none can be given), never a fixed-n interval at the n
+    the looks chose."""
+    if stop.items >= stop.of:
+        return  # every item scored: the fixed-n interval over all of them holds
+    for m in metrics:
+        if m.item_score and m.kind != MetricKind.bound:
+            found = stopped_score(read_scores(rd, baseline, m), read_scores(rd, variant, m), m, stop, CONFIDENCE) \
+                if baseline else "no baseline"
+            m.ci95 = [] if isinstance(found, str) else list(found)
+
+
 class Stopper:
     def __init__(self, cfg: RunConfig, run_dir: RunDir):
         self.rules_path, self.rules = stop_rules(cfg)
@@ -141,6 +155,9 @@ class Stopper:
             self._note(f"{task.name} runs whole: {found}")
             return None
         return Watch(self, variant, task.name, found, total)
+
+    def fix_intervals(self, variant: str, metrics: list[Metric], stop: EarlyStop) -> None:
+        fix_intervals(self.run_dir, self.baseline, variant, metrics, stop)
 
     def _note(self, text: str) -> None:
         if text not in self._said:

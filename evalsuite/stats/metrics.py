@@ -90,12 +90,15 @@ def latency_summary(values: Sequence[float | None], prefix: str, unit: str = "ms
 
 
 def accuracy_interval(m: Metric, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """A single accuracy's two-sided interval: Wilson for a mean of per-item scores (acc,
+    """A single accuracy's two-sided interval: the one recorded with it where its task stopped early
+    (`Metric.ci95`, at 95% only), else Wilson for a mean of per-item scores (acc,
     exact_match) and for a mean of partial credit with every item at 0 or every item at 1, else the
     normal interval from its stderr clipped to [0, 1] (partial credit, macro and balanced means of
     several proportions, where no single count exists)."""
     from evalsuite.stats.significance import wilson  # scipy/statsmodels load only when intervals are wanted
 
+    if m.ci95 is not None:  # fixed when the metric was made (a task stopped early): no formula of n holds
+        return (m.ci95[0], m.ci95[1]) if len(m.ci95) == 2 and math.isclose(confidence, 0.95) else None
     if m.n and m.kind == MetricKind.proportion and 0 <= m.value <= 1:
         return wilson(m.value * m.n, m.n, confidence)
     if m.n and m.item_score and m.in_points and not m.stderr and m.value in (0.0, 1.0):

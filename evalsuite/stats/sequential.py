@@ -94,7 +94,7 @@ class Sequential:
     a 2-D `diffs` are separate sequences, for simulation). Its bets depend on the limit, not on the
     m a bound asks about, so the capital is monotone in m."""
 
-    def __init__(self, pop: Population, diffs: Sequence[float] | np.ndarray, limit: float, alpha: float,
+    def __init__(self, pop: Population, diffs: Sequence[float] | np.ndarray, limit: float | None, alpha: float,
                  discordance: float = PRIOR_DISCORDANCE):
         d = np.asarray(diffs, float)
         self.pop, self.limit, self.alpha, self.n = pop, limit, alpha, d.shape[-1]
@@ -108,10 +108,13 @@ class Sequential:
         self._dev = dev
         # the side the estimate points to bets for the limit (aGRAPA); the other as a confidence
         # sequence does (predictable plug-in, WSR 2023 eq. 26), so that both bounds say something
-        gap = limit - self.mean
-        kelly = KELLY * np.abs(gap) / (self.var + gap * gap)
         plug_in = np.sqrt(2 * math.log(1 / alpha) / (self.var * (i + 1) * np.log(i + 2)))
-        self._bets = {"within": np.where(gap > 0, kelly, plug_in), "above": np.where(gap < 0, kelly, plug_in)}
+        if limit is None:  # no limit to aim at (one score's interval): both sides bet as a confidence sequence
+            self._bets = {"within": plug_in, "above": plug_in}
+        else:
+            gap = limit - self.mean
+            kelly = KELLY * np.abs(gap) / (self.var + gap * gap)
+            self._bets = {"within": np.where(gap > 0, kelly, plug_in), "above": np.where(gap < 0, kelly, plug_in)}
         self._cache: dict[tuple[Kind, float], np.ndarray] = {}
 
     def log_e(self, kind: Kind, m: float) -> np.ndarray:
@@ -180,6 +183,14 @@ def decision(seq: Sequential, rule: str) -> tuple[Decision | None, int]:
     if at > seq.n:
         return None, seq.n + 1
     return ("pass" if passed == at else "fail" if failed == at else "futile"), at
+
+
+def mean_interval(pop: Population, values: Sequence[float], confidence: float) -> tuple[float, float]:
+    """Two-sided interval of the population's (weighted) mean of scores in [0, 1] from the first n of
+    its seeded order, anytime-valid: each bound a confidence sequence at (1 - confidence) / 2, so it
+    holds at an n chosen by looking, as a stopped task's is (a score's variance is up to 1/4)."""
+    seq = Sequential(pop, values, None, (1 - confidence) / 2, discordance=0.25)
+    return max(0.0, seq.bound("above")), min(1.0, seq.bound("within"))
 
 
 def floor(pop: Population, limit: float, alpha: float) -> float:

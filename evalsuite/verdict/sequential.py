@@ -18,7 +18,8 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
 from evalsuite.stats.paired import Item, read_scores, scores_of
-from evalsuite.stats.sequential import Population, Sequential, as_paired_test, decision, floor, seeded_order
+from evalsuite.stats.sequential import (Population, Sequential, as_paired_test, decision, floor, mean_interval,
+                                         seeded_order)
 from evalsuite.stats.significance import PairedTest, smallest_cell
 
 DECISIONS = ("upper_bound", "lower_bound")  # a `point` rule has no bound to decide early
@@ -115,6 +116,23 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     note = f"; stopped for futility at n={at} of {seq.pop.n}: a pass by the last item predicted out of reach" \
         if decided == "futile" else ""
     return as_paired_test(seq, note), how, why
+
+
+def stopped_score(base: dict[str, dict], cand: dict[str, dict], metric: Metric, stop: EarlyStop,
+                  confidence: float) -> tuple[float, float] | str:
+    """One variant's score interval where `stop` ended its task early: the confidence sequence of its
+    mean over the seeded order (stats.sequential.mean_interval), the strata weighed as in the
+    population, which the baseline's items (run whole first) give; or why none holds its level."""
+    order = seeded_order(base, stop.seed, metric.task)
+    seen = [s for s in order if s in cand]
+    if not seen or seen != order[: len(seen)] or len(seen) < len(cand):
+        return (f"{metric.name}: the items scored are not the first {len(cand):,} of the baseline's {len(order):,} "
+                "in the seeded order")
+    values = [cand[s]["value"] for s in seen]
+    if not all(0 <= v <= 1 for v in values):
+        return f"{metric.name} has scores outside [0, 1]"
+    keys = [tuple(str(base[s].get(k)) for k in metric.strata or []) for s in order]
+    return mean_interval(Population.of(keys), values, confidence)
 
 
 def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd: RunDir, cand: VariantResult,
