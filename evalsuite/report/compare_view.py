@@ -18,7 +18,7 @@ from rich.text import Text
 from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.capacity_view import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, Comparison
-from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word
+from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word, stopped_note
 from evalsuite.report.plots import write_plots
 from evalsuite.report.terminal import Block, Blocks, fits
 
@@ -32,7 +32,9 @@ POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than t
 def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
     swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
-    notes = [n for n in (loaded_note(c.loads()), capacity_note(swept), POOL_NOTE if c.elsewhere else "") if n]
+    early = {e.label: [t for t, stop in e.result.stopped.items() if stop.items < stop.of] for e in c.entries}
+    notes = [n for n in (loaded_note(c.loads()), stopped_note(early), capacity_note(swept),
+                         POOL_NOTE if c.elsewhere else "") if n]
     return ". ".join([LEGEND, *notes])
 
 

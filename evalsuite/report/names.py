@@ -103,6 +103,16 @@ def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
             f"compare with a quiet host's): {'; '.join(parts)}")
 
 
+def stopped_note(stopped: dict[str, list[str]]) -> str | None:
+    """Which variants' tasks `run --stop decided` ended early (variant -> tasks), whose scores' intervals
+    are their confidence sequences'; None where none was."""
+    parts = [f"{name} ({', '.join(tasks)})" for name, tasks in stopped.items() if tasks]
+    if not parts:
+        return None
+    return (f"Tasks ended early by run --stop decided: {'; '.join(parts)}; their scores' intervals are "
+            "confidence sequences over the seeded order, wider than a fixed-n interval")
+
+
 def _load(load: HostLoad) -> str:
     end = f"{load.end[0]:.1f}" if load.end else "-"
     own = f", {load.engine_threads} of them the engine's threads" if load.engine_threads else ""
