@@ -75,7 +75,7 @@ def looks(rd: RunDir, watch: Watch, order: list[str], wrong: set[str], prompt: s
         t0 = time.perf_counter()
         whole = decisions(watch.stopper.rules, watch.found, scored_items(rd.load_samples("cand", TASK)))
         t1 = time.perf_counter()
-        followed = decisions(watch.stopper.rules, watch.found, watch._recorded())
+        followed = decisions(watch.stopper.rules, watch.found, watch.recorded())
         t2 = time.perf_counter()
         last_whole, last_followed = t1 - t0, t2 - t1
         whole_s, followed_s, same = whole_s + last_whole, followed_s + last_followed, same and whole == followed

@@ -134,7 +134,7 @@ def test_a_watch_reads_each_batch_once_and_decides_as_a_whole_read_would(stopped
     found = watch.found
     for at in range(BATCH, 6 * BATCH + 1, BATCH):
         run_dir.append_samples("late", "echo", rows[at - BATCH:at])
-        ours = decisions(watch.stopper.rules, found, watch._recorded())
+        ours = decisions(watch.stopper.rules, found, watch.recorded())
         whole = decisions(watch.stopper.rules, found, scored_items(run_dir.load_samples("late", "echo")))
         assert ours == whole and len(watch._items) == at
         assert watch._tail.offset == run_dir.samples_file("late", "echo").stat().st_size

@@ -77,16 +77,16 @@ def stopped_difference(base: Found, cand: Found, metric: Metric, confidence: flo
     stops = [f.result.stopped.get(task) for f in (base, cand)]
     if stops == [None, None]:
         return None
-    if all(s is not None and s.items < s.of for s in stops):
+    if all(s is not None and s.early for s in stops):
         raise NotMeasurable(f"both {base.label} and {cand.label} stopped {task} early (run --stop decided): a "
                             "confidence sequence needs one side scored whole")
-    flip = stops[1] is None or (stops[0] is not None and stops[0].items < stops[0].of)
+    flip = stops[1] is None or (stops[0] is not None and stops[0].early)
     whole, watched = (cand, base) if flip else (base, cand)
     stop = watched.result.stopped[task]
     test = stopped_interval(_stop_rules(stop), whole.run.rd, whole.result, watched.run.rd, watched.result,
                             metric.name, two_sided(confidence))
     if test is None:
-        if stop.items >= stop.of:
+        if not stop.early:
             return None  # scored whole, and no rule watched this metric: its items are all there are
         raise NotMeasurable(f"{watched.label} stopped {task} at {stop.items:,} of {stop.of:,} items (run --stop "
                             f"decided), and no confidence sequence judges {metric.name} against {whole.label}; "
@@ -101,7 +101,7 @@ def stopped_single(found: Found, metric: Metric, confidence: float) -> Interval 
     its mean over the seeded order, the run's baseline (run whole) giving the population; None where the
     task ran whole. NotMeasurable where no sequence can be formed: Wilson at a stopped n would not hold."""
     stop = found.result.stopped.get(metric.task)
-    if stop is None or stop.items >= stop.of:
+    if stop is None or not stop.early:
         return None
     rd, baseline = found.run.rd, found.run.rd.read_config().get("baseline")
     if not isinstance(baseline, str) or baseline == found.result.variant or rd.load_result(baseline) is None:

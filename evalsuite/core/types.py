@@ -355,6 +355,11 @@ class EarlyStop(_Model):
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
 
+    @property
+    def early(self) -> bool:
+        """Ended before its last item (items < of), as opposed to watched to its end."""
+        return self.items < self.of
+
 
 # ---------------------------------------------------------------- free-form mappings, as readers take them
 # Records keep some mappings open (a variant's settings, the run's environment) so that a

@@ -32,7 +32,7 @@ POOL_NOTE = (f"{OTHER_POOL}: KV capacity measured on another device model than t
 def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
     swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
-    early = {e.label: [t for t, stop in e.result.stopped.items() if stop.items < stop.of] for e in c.entries}
+    early = {e.label: [t for t, stop in e.result.stopped.items() if stop.early] for e in c.entries}
     notes = [n for n in (loaded_note(c.loads()), stopped_note(early), capacity_note(swept),
                          POOL_NOTE if c.elsewhere else "") if n]
     return ". ".join([LEGEND, *notes])

@@ -203,7 +203,7 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
     base = _baseline(run_dir, record) if run_dir is not None else None
     console.print(table(record, verdicts, marks, console.width, base))
-    early = {v.variant: [t for t, stop in v.stopped.items() if stop.items < stop.of] for v in record.variants}
+    early = {v.variant: [t for t, stop in v.stopped.items() if stop.early] for v in record.variants}
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), stopped_note(early),
                  resolution_note(record, rules, run_dir)):
         if note:
@@ -219,6 +219,6 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
                           markup=False, highlight=False)
         for task, stop in v.stopped.items():
             decided = ", ".join(f"{m} {d}" for m, d in stop.decided.items()) or "none decided"
-            where = (f"stopped at {stop.items:,} of {stop.of:,} items, every check decided" if stop.items < stop.of else
+            where = (f"stopped at {stop.items:,} of {stop.of:,} items, every check decided" if stop.early else
                      f"ran all {stop.of:,} items, judged by its confidence sequence")
             console.print(f"  {v.variant} · {task}: {where} ({decided}; --stop decided)", markup=False, highlight=False)

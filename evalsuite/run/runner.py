@@ -27,6 +27,7 @@ from evalsuite.run.footprint import floor_metrics, record_figures
 from evalsuite.run.answering import Answering
 from evalsuite.run.items import in_config_order, left_to_run, put_result, task_chance
 from evalsuite.run.progress import Progress
+from evalsuite.run.stopping import fix_intervals
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
@@ -201,7 +202,7 @@ class Runner(Answering):
             if (name, task.name) in self.stops:  # said in the record at once: a later cut keeps it
                 result.stopped[task.name] = self.stops[(name, task.name)]
                 self.run_dir.write_result(result)
-                self.stopper.fix_intervals(name, made, self.stops[(name, task.name)])
+                fix_intervals(self.run_dir, self.cfg.baseline, name, made, self.stops[(name, task.name)])
             metrics += made
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))

@@ -69,7 +69,8 @@ class Watch:
         # batch would cost O(items^2) over a task, more than the engine's answers on a GPU
         self._tail, self._items = stopper.run_dir.follow_samples(variant, task), []
 
-    def _recorded(self) -> list[Item]:
+    def recorded(self) -> list[Item]:
+        """The candidate's scored items so far (stats.paired.scored_items), read on from the last look."""
         rows, again = self._tail.new()
         if again:
             self._items = []
@@ -83,7 +84,7 @@ class Watch:
         """True once every check is decided on the `scored` items recorded; the record is then in `result`."""
         if scored >= self.total:
             return False  # the last item: nothing left to save (`finish` records it)
-        found = decisions(self.stopper.rules, self.found, self._recorded())
+        found = decisions(self.stopper.rules, self.found, self.recorded())
         if any(v is None for v in found.values()):
             return False
         self.result = self._record(scored, found)
@@ -96,7 +97,7 @@ class Watch:
         if self.result is not None:
             self.result.items = scored
         elif scored >= self.total:
-            found = decisions(self.stopper.rules, self.found, self._recorded())
+            found = decisions(self.stopper.rules, self.found, self.recorded())
             self.result = self._record(scored, {k: v for k, v in found.items() if v is not None})
 
     def _record(self, scored: int, found: dict) -> EarlyStop:
@@ -126,13 +127,14 @@ def fix_intervals(rd: RunDir, baseline: str | None, variant: str, metrics: list[
     """Each item score's 95% interval (`Metric.ci95`) of a task that ended before its last item: the
     confidence sequence of its mean ([] where none can be given), never a fixed-n interval at the n
     the looks chose."""
-    if stop.items >= stop.of:
+    if not stop.early:
         return  # every item scored: the fixed-n interval over all of them holds
     for m in metrics:
-        if m.item_score and m.kind != MetricKind.bound:
-            found = stopped_score(read_scores(rd, baseline, m), read_scores(rd, variant, m), m, stop, CONFIDENCE) \
-                if baseline else "no baseline"
-            m.ci95 = [] if isinstance(found, str) else list(found)
+        if not m.item_score or m.kind == MetricKind.bound:
+            continue
+        found = stopped_score(read_scores(rd, baseline, m), read_scores(rd, variant, m), m, stop, CONFIDENCE) \
+            if baseline else "no baseline"
+        m.ci95 = [] if isinstance(found, str) else list(found)
 
 
 class Stopper:
@@ -155,9 +157,6 @@ class Stopper:
             self._note(f"{task.name} runs whole: {found}")
             return None
         return Watch(self, variant, task.name, found, total)
-
-    def fix_intervals(self, variant: str, metrics: list[Metric], stop: EarlyStop) -> None:
-        fix_intervals(self.run_dir, self.baseline, variant, metrics, stop)
 
     def _note(self, text: str) -> None:
         if text not in self._said:

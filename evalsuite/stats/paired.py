@@ -145,7 +145,7 @@ def pair(base: dict[str, dict], cand: dict[str, dict], strata: list[str]) -> Pai
     groups = {str(r.get("group")) for r in (*base.values(), *cand.values())}
     missing = groups - {str(base[s].get("group")) for s in shared}
     return Pairing([base[s]["value"] for s in shared], [cand[s]["value"] for s in shared],
-                   [tuple(str(base[s].get(k)) for k in strata) for s in shared], len(base), len(cand),
+                   item_keys((base[s] for s in shared), strata), len(base), len(cand),
                    sum(_differs(base[s], cand[s]) for s in shared), tuple(sorted(missing)), len(groups),
                    _unmeasured(base, cand, strata, missing))
 
@@ -157,7 +157,7 @@ def _unmeasured(base: dict[str, dict], cand: dict[str, dict], strata: list[str],
     if not missing:
         return 0.0, 0.0
     items = [(r, r["value"] - 1.0) for r in base.values()] + [(r, -r["value"]) for s, r in cand.items() if s not in base]
-    w = stratum_weights([tuple(str(r.get(k)) for k in strata) for r, _ in items])
+    w = stratum_weights(item_keys((r for r, _ in items), strata))
     out = [i for i, (r, _) in enumerate(items) if str(r.get("group")) in missing]
     return float(w[out].sum()), float(sum(w[i] * items[i][1] for i in out))
 
@@ -200,20 +200,21 @@ def difference_interval(p: Pairing, confidence: float) -> tuple[float, float, Pa
     return -test.high, -test.low, test
 
 
-def _item_keys(rows: list[dict], strata: list[str]) -> list[tuple]:
+def item_keys(rows: Iterable[dict], strata: list[str]) -> list[tuple]:
+    """Each item's stratum: its values of the `strata` fields, as text."""
     return [tuple(str(r.get(k)) for k in strata) for r in rows]
 
 
 def item_mean(items: dict[str, dict], strata: list[str]) -> float:
     """One variant's score over its items, weighted by `strata` as the metric weighs them."""
     rows = list(items.values())
-    return float(stratum_weights(_item_keys(rows, strata)) @ np.array([r["value"] for r in rows]))
+    return float(stratum_weights(item_keys(rows, strata)) @ np.array([r["value"] for r in rows]))
 
 
 def item_interval(items: dict[str, dict], strata: list[str], confidence: float) -> tuple[float, float, str]:
     """Two-sided interval of one variant's score over its items, weighted by `strata`."""
     rows = list(items.values())
-    return score_interval([r["value"] for r in rows], _item_keys(rows, strata), confidence)
+    return score_interval([r["value"] for r in rows], item_keys(rows, strata), confidence)
 
 
 def planned_resolution(items: dict[str, dict], strata: list[str], confidence: float, power: float,
@@ -222,4 +223,4 @@ def planned_resolution(items: dict[str, dict], strata: list[str], confidence: fl
     answer, weighed by `strata` as the gate weighs them: a balanced accuracy's few minority-label
     items set its floor and effective n, which its item count overstates (1,000 items with 3% "No":
     effective n 116, 5.2 points where n = 1,000 unweighted gives 1.8)."""
-    return keyed_resolution(_item_keys(list(items.values()), strata), confidence, power, discordance)
+    return keyed_resolution(item_keys(list(items.values()), strata), confidence, power, discordance)

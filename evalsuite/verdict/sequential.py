@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
-from evalsuite.stats.paired import Item, read_scores, scores_of
+from evalsuite.stats.paired import Item, item_keys, read_scores, scores_of
 from evalsuite.stats.sequential import (Population, Sequential, as_paired_test, decision, floor, mean_interval,
                                          seeded_order)
 from evalsuite.stats.significance import PairedTest, smallest_cell
@@ -64,7 +64,7 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
         return f"{m.name} has scores outside [0, 1]"
     order = seeded_order(items, seed, task_of(m.name))
     strata = rule.strata or m.strata or []
-    keys = [tuple(str(items[s].get(k)) for k in strata) for s in order]
+    keys = item_keys((items[s] for s in order), strata)
     pop, limit = Population.of(keys), rule.limit_for(m.name) / 100
     if pop.n < rules.min_n or smallest_cell(keys) < rules.min_stratum_n:
         return f"{m.name}: {pop.n} items, smallest stratum {smallest_cell(keys)}: too few to judge early"
@@ -75,11 +75,17 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
 
 def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | str:
     """The check's test on the candidate's items, which must be the first n of the seeded order."""
-    seen = [s for s in check.order if s in cand]
-    if seen != check.order[: len(seen)]:
-        return f"the candidate's items of {check.metric.name} are not the first {len(seen)} of the seeded order"
+    seen = first_in_order(check.order, cand)
+    if seen is None:
+        return f"the candidate's {len(cand)} items of {check.metric.name} are not the first of the seeded order"
     drops = [check.base[s]["value"] - cand[s]["value"] for s in seen]
     return Sequential(check.population, drops, check.limit, rules.alpha, rules.discordance)
+
+
+def first_in_order(order: list[str], cand: dict[str, dict]) -> list[str] | None:
+    """The ids of `order` the candidate scored, where they are its first n (a random sample of it), else None."""
+    seen = [s for s in order if s in cand]
+    return seen if seen == order[: len(seen)] else None
 
 
 def decisions(rules: Rules, found: list[Gated], cand: Iterable[Item]) -> dict[str, str | None]:
@@ -124,14 +130,14 @@ def stopped_score(base: dict[str, dict], cand: dict[str, dict], metric: Metric, 
     mean over the seeded order (stats.sequential.mean_interval), the strata weighed as in the
     population, which the baseline's items (run whole first) give; or why none holds its level."""
     order = seeded_order(base, stop.seed, metric.task)
-    seen = [s for s in order if s in cand]
-    if not seen or seen != order[: len(seen)] or len(seen) < len(cand):
+    seen = first_in_order(order, cand)
+    if not seen or len(seen) < len(cand):
         return (f"{metric.name}: the items scored are not the first {len(cand):,} of the baseline's {len(order):,} "
                 "in the seeded order")
     values = [cand[s]["value"] for s in seen]
     if not all(0 <= v <= 1 for v in values):
         return f"{metric.name} has scores outside [0, 1]"
-    keys = [tuple(str(base[s].get(k)) for k in metric.strata or []) for s in order]
+    keys = item_keys((base[s] for s in order), metric.strata or [])
     return mean_interval(Population.of(keys), values, confidence)
 
 
