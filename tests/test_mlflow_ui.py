@@ -111,14 +111,24 @@ def test_dump_dom_renders_the_parent_run(logged, mlflow_server):
 
 # Waits for the runs table's header cells named in `wanted` (ag-grid col-ids), closes MLflow's
 # Assistant panel (MLflow opens it by itself on a local server's first visit; a person closes it
-# once, and the browser remembers) until a row shows `needle`, then returns each header's box, the
-# visible grid's and the rows.
+# once, and the browser remembers) until a row's verdict cell says failed and its first change cell
+# reads `needle`, then returns each header's box, the visible grid's and the rows. A row is read cell
+# by cell (row-index, col-id): ag-grid splits a row between its pinned and scrolled parts and keeps
+# cells in the order they were created, which after a re-layout is not the order on screen.
 FIRST_SCREEN = """(async (wanted, needle) => {
   const sleep = ms => new Promise(r => setTimeout(r, ms));
   const deadline = Date.now() + 180000;  // a loaded CI host renders the grid slowly
   const heads = () => Object.fromEntries([...document.querySelectorAll('.ag-header-cell')].map(h => [h.getAttribute('col-id'), h]));
-  const rows = () => [...document.querySelectorAll('.ag-row')].map(r => r.innerText);
-  const ready = () => wanted.every(w => heads()[w]) && rows().some(r => r.startsWith('failed') && r.includes(needle));
+  const rows = () => {
+    const out = {};
+    for (const c of document.querySelectorAll('.ag-row .ag-cell[col-id]')) {
+      const i = c.closest('.ag-row').getAttribute('row-index');
+      (out[i] = out[i] || {})[c.getAttribute('col-id')] = c.innerText.trim();
+    }
+    return Object.values(out);
+  };
+  const ready = () => wanted.every(w => heads()[w])
+    && rows().some(r => (r[wanted[0]] || '').startsWith('failed') && r[wanted[1]] === needle);
   const settle = async () => { while (Date.now() < deadline && !ready()) await sleep(250); };
   while (Date.now() < deadline && !ready()) {
     const close = document.querySelector('[data-component-id="mlflow.assistant.chat_panel.close"]');
@@ -160,9 +170,11 @@ def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server
         assert column in page["boxes"], (column, page["text"][:2000])
         l, r, _, b = page["boxes"][column]
         assert left <= l and r <= right and b <= page["height"], (column, page["boxes"][column], page["view"])
-    kv = next((r for r in page["rows"] if r.startswith("failed") and "-7.0 [-11.5, -3.9]" in r), None)
-    assert kv is not None, (page["rows"], page["text"][:2000])
-    assert "-67 [-78, -53]" in kv and "20,000" in kv and "87.4" in kv, kv
+    kv = next((r for r in page["rows"] if r.get(wanted[0], "").startswith("failed")
+               and r.get(wanted[1]) == "-7.0 [-11.5, -3.9]"), None)
+    if kv is None:  # pytest.fail prints the whole message; an assert's would be cut
+        pytest.fail(f"no failed row with -7.0 [-11.5, -3.9]; rows by column: {json.dumps(page['rows'], indent=1)}")
+    assert [kv.get(c) for c in wanted[2:]] == ["-67 [-78, -53]", "-5.0 [-13.9, +1.4]", "1.000", "20,000", "87.4"], kv
     client = MlflowClient(mlflow_server.uri)
     keys = {k for rid in logged.variant_run_ids.values() for k in client.get_run(rid).data.tags}
     assert {c.removeprefix("tags.`").removesuffix("`") for c in state["selectedColumns"]} <= keys
