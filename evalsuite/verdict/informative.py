@@ -89,13 +89,14 @@ def _label_set(targets: list[str]) -> bool:
 
 def _constant_answer(rd: RunDir, result: VariantResult, metric: str) -> float | None:
     """max over answers a of the metric's weighted mean of [target == a]; None without targets."""
+    from evalsuite.stats.paired import item_keys
     from evalsuite.stats.significance import stratum_weights
 
     found = _targeted(rd, result, metric)
     if found is None:
         return None
     items, strata = found
-    w = stratum_weights([tuple(str(it.get(k)) for k in strata) for it in items])
+    w = stratum_weights(item_keys(items, strata))
     share: dict[str, float] = {}
     for it, wi in zip(items, w, strict=True):
         share[str(it["target"])] = share.get(str(it["target"]), 0.0) + float(wi)
