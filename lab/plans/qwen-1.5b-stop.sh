@@ -32,5 +32,5 @@ dw() {  # dw NAME [RUN ARGS]: one decision_wall step, its runs in runs/h200/NAME
 --work-dir runs/h200/$name/work -- $*"
 }
 S1="[ \$(left) -gt 360 ] && $(dw dws --stop decided)"
-S2="[ \$(left) -gt 540 ] && $(dw dw)"
+S2="[ \$(left) -gt 600 ] && $(dw dw)"
 ${LANES:-bash lab/lanes.sh} $DL "$S1; $S2"

@@ -18,6 +18,6 @@ def test_stopped_then_full_each_fresh_and_behind_its_estimate():
     assert deadline == str(1000 + 2000 - 150)
     stop, full = [s.strip() for s in lane.split(";")]
     assert stop.startswith("[ $(left) -gt 360 ] && py dws ") and stop.endswith("-- --stop decided")
-    assert full.startswith("[ $(left) -gt 540 ] && py dw ") and full.endswith("--")
+    assert full.startswith("[ $(left) -gt 600 ] && py dw ") and full.endswith("--")
     assert "--cache-root /root/fresh-dws " in stop and "--cache-root /root/fresh-dw " in full
     assert stop.count("-V ") == full.count("-V ") == 4
