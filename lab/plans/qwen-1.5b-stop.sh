@@ -9,8 +9,11 @@
 #   1 stop   `-- --stop decided`, ~6 min (items ~50 s, starts ~90 s, the tasks on part of MMLU)
 #   2 full   the same without it, ~9 min (4 x ~85 s of card for the tasks, shared)
 # The stopped run goes first: cut short, it is still whole beside the full H200 scores kept with the
-# 1.5B's page. Set against each other here afterwards (run folders brought back by poll.sh):
-#   .venv/bin/python -c 'import sys; sys.path.insert(0, "bench"); import decision_wall as d; ...'
+# 1.5B's page. Set against each other here afterwards (run folders brought back by poll.sh), by the
+# items answered and each variant's verdict, as decision_wall --full does:
+#   .venv/bin/python -c 'import sys; from pathlib import Path; sys.path.insert(0, "bench");
+#     from decision_wall import against_full; print(against_full(Path(sys.argv[1]), Path(sys.argv[2])))' \
+#     runs/h200/dws/work/runs/RUN runs/h200/dw/work/runs/RUN
 # Carrying and start: as lab/plans/qwen-1.5b-yarn-rest.sh (the kit, .gpu/carry with `device.sh
 # prepare`, the model's pieces), the last call running
 #   T0=$(date +%s); set -e; bash lab/device.sh stash; bash lab/device.sh setup 2>&1 | tail -4
