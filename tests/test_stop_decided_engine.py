@@ -7,6 +7,7 @@ are in test_stop_decided.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -65,8 +66,6 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
 
     # finish, on a copy cut while `twice` was still running, keeps the sequence's interval; check
     # judges the stopped candidate by that sequence, never by a fixed-n interval at the n it stopped at
-    import shutil
-
     cut = tmp_path / "cut" / run.name
     shutil.copytree(run, cut)
     result = json.loads((cut / "twice" / "result.json").read_text())
