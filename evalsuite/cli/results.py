@@ -10,7 +10,8 @@ import typer
 from evalsuite.cli.usage import OneLineUsageGroup
 
 results_app = typer.Typer(cls=OneLineUsageGroup, no_args_is_help=True,
-                          help="The results pages' data: pack it into archives, fetch them with their sha256 checked.")
+                          help="The results pages' data: rebuild each page's archive from the clone's history (or fetch it "
+                               "from a mirror) with its sha256 checked; pack new data into archives.")
 PAGE_HELP = "A results page: its .md file, its folder, or its name in docs/results."
 
 
@@ -57,17 +58,19 @@ def import_command(
 
 def fetch_command(
     page: list[str] = typer.Argument(..., metavar="PAGE...", help=PAGE_HELP),
-    source: str | None = typer.Option(None, "--from", metavar="DIR|URL", help="Where the archives are: a folder, "
-                                      "file://, or a URL (default: $EVALSUITE_RESULTS_FROM, else the project's "
-                                      "release)."),
+    source: str | None = typer.Option(None, "--from", metavar="DIR|URL", help="A mirror of the archives: a folder, "
+                                      "file://, http:// on 127.0.0.1, or https:// from a --trust-host (default: "
+                                      "$EVALSUITE_RESULTS_FROM, else rebuilt from this clone's git history, from the "
+                                      "commit the page records)."),
     into: Path | None = typer.Option(None, "--into", metavar="DIR", help="Unpack here instead of the page's folder "
                                      "(one page only)."),
     trust_host: list[str] = typer.Option([], "--trust-host", metavar="HOST", help="Also fetch over https from HOST "
-                                         "(repeatable): a mirror of the release. The sha256 is checked all the same."),
+                                         "(repeatable): a mirror. The sha256 is checked all the same."),
     root: Path | None = typer.Option(None, "--root", metavar="DIR", help="Where pages named by name are (default: "
                                      "docs/results)."),
 ) -> None:
-    """Fetch pages' data archives, check each one's sha256 against the page, and unpack it beside the page."""
+    """Put pages' data beside them: each archive rebuilt from the commit the page records (or fetched from a
+    mirror), its sha256 checked against the page's, then unpacked."""
     from evalsuite.core.errors import ConfigError
     from evalsuite.core.outputs import writing
     from evalsuite.results.archive import fetch
@@ -76,13 +79,15 @@ def fetch_command(
 
     if into is not None and len(page) > 1:
         raise ConfigError("--into: one page at a time")
+    source = source or default_source()
     for ref in page:
         p = find_page(ref, root)
         dest = into or p.folder
         with writing("--into" if into else "PAGE", dest, folder=True):
-            archive, files = fetch(p, source or default_source(), dest, tuple(h.lower() for h in trust_host))
+            archive, files = fetch(p, source, dest, tuple(h.lower() for h in trust_host))
         state = f"{len(files)} files unpacked" if files else "already there"
-        typer.echo(f"{dest}: {archive.file} (sha256 {archive.sha256[:12]}...): {state}")
+        origin = f", rebuilt from commit {archive.commit[:12]}" if files and source is None and archive.commit else ""
+        typer.echo(f"{dest}: {archive.file} (sha256 {archive.sha256[:12]}...{origin}): {state}")
 
 
 def pack_command(
@@ -91,10 +96,15 @@ def pack_command(
     summary: list[str] | None = typer.Option(None, "--summary", metavar="FILE", help="A file of the page's folder "
                                              "kept in git, not archived (repeatable; default: those the page "
                                              "records). Markdown always is."),
+    commit: str | None = typer.Option(None, "--commit", metavar="REV", help="The commit that holds these files in "
+                                      "the page's folder (`git add -f` them first), recorded for a clone to rebuild "
+                                      "the archive from; checked to make the same tar (default: the one the page "
+                                      "records, while the files are the same)."),
     root: Path | None = typer.Option(None, "--root", metavar="DIR", help="Where pages named by name are (default: "
                                      "docs/results)."),
 ) -> None:
-    """Pack pages' data into versioned archives (the release assets), their sha256 recorded in each page.
+    """Pack pages' data into versioned archives, their sha256 and the commit holding their files recorded
+    in each page.
 
     An archive holds every file of the page's folder but its Markdown and JSON summaries; the same files
     make the same tar."""
@@ -105,8 +115,8 @@ def pack_command(
     for ref in page:
         p = find_page(ref, root)
         with writing("--out", out, folder=True):
-            done = pack(p, out, summary or None)
-        what = "new version: publish it" if done.changed else "unchanged"
+            done = pack(p, out, summary or None, commit)
+        what = "new version" if done.changed else "unchanged"
         typer.echo(f"{done.path}: {done.archive.files} files, {done.archive.bytes:,} bytes, "
                    f"sha256 {done.archive.sha256} ({what})")
         if done.note:
@@ -126,4 +136,5 @@ def list_command(
             continue
         got = fetched(p)
         here = "fetched" if got and got.get("sha256") == archive.sha256 else "not fetched"
-        typer.echo(f"{p.name}: {archive.file} ({archive.bytes / 1e6:.1f} MB, {archive.files} files): {here}")
+        held = f"commit {archive.commit[:12]}" if archive.commit else "no commit holds it"
+        typer.echo(f"{p.name}: {archive.file} ({archive.bytes / 1e6:.1f} MB, {archive.files} files, {held}): {here}")

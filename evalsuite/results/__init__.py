@@ -4,9 +4,10 @@ A run folder holds prompts and completions (hundreds of MB on long contexts); wh
 needs of it is each item's Score. `scores` keeps those per variant and task (`evalsuite export
 RUN --scores DIR`) and turns them back into a run folder that gate, compare, report and check read
 (`evalsuite import`), or one that `run --resume` completes. A results page (docs/results/PAGE.md)
-keeps its Markdown and small JSON summaries in git; its per-item scores, run folders and plots go
-in one versioned archive per page (`archive`: packed reproducibly, published as a release asset,
-fetched with its sha256 checked against the page's `archive.json`).
+keeps its Markdown and small JSON summaries in the tree; its per-item scores, run folders and plots
+are one versioned archive per page (`archive`: packed reproducibly, `tarball`), whose files a commit
+of the repository's history holds: `fetch` rebuilds it from there (`history`) or takes it from a
+mirror (`sources`), its sha256 checked against the page's `archive.json`.
 
 `kept_scores(PAGE, PART)` is the one reader of a page's kept scores for benches and tests, wherever
 `evalsuite results fetch` put them.

@@ -1,47 +1,30 @@
 """A results page's data as one archive: packed reproducibly, unpacked only after its sha256 checks.
 
-Why a versioned archive per page, published as a release asset (docs/results/README.md says more):
-a clone downloads none of it, a page pins the exact bytes it was made from, and anyone can rebuild
-the archive from the same files and get the same tar. Members are `NAME/PATH`, so `tar xzf` in
-docs/results restores the page's folder by hand too. Sorted names, no times, owners or modes of the
-machine: the tar's bytes depend on the files alone. The gzip around it is zlib's, so its sha256 is
-the published file's, and the tar's own sha256 is what a rebuild is checked against.
+Why a versioned archive per page, rebuilt from the commit that holds its files
+(docs/results/README.md says more): the checkout stays small, a full clone holds every byte, a page
+pins the exact bytes it was made from, and anyone can rebuild the archive from the same files and
+get the same tar (tarball.py). Members are `NAME/PATH`, so `tar xzf` in docs/results restores the
+page's folder by hand too.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 import os
 import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.results import history
 from evalsuite.results.pages import ARCHIVE_SUFFIX, MARKER, Archive, Page, member_path
-from evalsuite.results.sources import RELEASE_URL, obtain
+from evalsuite.results.sources import obtain
+from evalsuite.results.tarball import write_archive
 
 CHUNK = 1 << 20
-
-
-class _Hashing:
-    """A write-only stream that hashes what passes through it on the way to `out`."""
-
-    def __init__(self, out):
-        self.out, self.sha, self.n = out, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.n += len(data)
-        return self.out.write(data)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
 QUOTE_START, QUOTE_END = "<!-- archive: written by `evalsuite results pack` -->", "<!-- /archive -->"
 
 
@@ -53,26 +36,16 @@ class Packed:
     note: str = ""
 
 
-def _tar(page: Page, files: list[str], out) -> int:
-    """Write the tar of `files` to `out`; returns the bytes they hold."""
-    total = 0
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for rel in files:
-            path = page.folder / rel
-            info = tarfile.TarInfo(f"{page.name}/{rel}")
-            info.size, info.mode, info.mtime = path.stat().st_size, 0o644, 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with path.open("rb") as fh:
-                tar.addfile(info, fh)
-            total += info.size
-    return total
+def _on_disk(page: Page, files: list[str]):
+    return [(rel, (page.folder / rel).stat().st_size, partial((page.folder / rel).open, "rb")) for rel in files]
 
 
-def pack(page: Page, out_dir: Path, summaries: list[str] | None = None) -> Packed:
+def pack(page: Page, out_dir: Path, summaries: list[str] | None = None, commit: str | None = None) -> Packed:
     """Pack the page's data files into out_dir/NAME-vN.tar.gz and record it in NAME/archive.json: the
     version the page records where the tar is the same, the next one where the files changed.
-    `summaries`: the folder's files kept in git instead (default: those the page records)."""
+    `summaries`: the folder's files kept in git instead (default: those the page records). `commit`:
+    the commit holding the same files, which a clone rebuilds the archive from (checked here; default:
+    the one the page records, while the tar is the same)."""
     old = page.archive()
     summaries = sorted(summaries if summaries is not None else old.summaries if old else [])
     missing = [s for s in summaries if not (page.folder / s).is_file()]
@@ -87,37 +60,53 @@ def pack(page: Page, out_dir: Path, summaries: list[str] | None = None) -> Packe
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".pack-")
     try:
         with os.fdopen(fd, "wb") as raw:
-            gz_hash = _Hashing(raw)
-            with gzip.GzipFile(filename="", mode="wb", fileobj=gz_hash, mtime=0, compresslevel=9) as gz:
-                tar_hash = _Hashing(gz)
-                unpacked = _tar(page, files, tar_hash)
-        tar_sha = tar_hash.sha.hexdigest()
-        same = old is not None and old.tar_sha256 == tar_sha
+            written = write_archive(page.name, _on_disk(page, files), raw)
+        same = old is not None and old.tar_sha256 == written.tar_sha256
+        holder = _holder(page, commit, written.tar_sha256, summaries) if commit else old.commit if same else None
         version = old.version if same else (old.version + 1 if old else 1)
         archive = Archive(page=page.name, version=version, file=f"{page.name}-v{version}{ARCHIVE_SUFFIX}",
-                          sha256=gz_hash.sha.hexdigest(), bytes=gz_hash.n, tar_sha256=tar_sha, files=len(files),
-                          unpacked_bytes=unpacked, summaries=summaries)
+                          sha256=written.sha256, bytes=written.bytes, tar_sha256=written.tar_sha256,
+                          files=written.files, unpacked_bytes=written.unpacked_bytes, summaries=summaries, commit=holder)
         path = out_dir / archive.file
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a file meant for publishing from others on the machine
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+    notes = []
     if same and old.sha256 != archive.sha256:
-        # the same files, compressed by another zlib: the published file stays the one the page records
-        return Packed(path, old, changed=False, note=f"the same tar as the published {old.file}, compressed to other "
-                                                     f"bytes by this zlib: the published file stands")
-    page.manifest_path.write_text(archive.model_dump_json(indent=2) + "\n")
+        # the same files, compressed by another zlib: the recorded file stays the one the page records
+        archive = old.model_copy(update={"commit": holder})
+        notes.append(f"the same tar as {old.file}, compressed to other bytes by this zlib: the recorded file stands")
+    if holder is None:
+        notes.append(f"no commit holds these files, so a clone cannot rebuild {archive.file}: commit them (git add -f "
+                     f"{page.folder}) and pack again with --commit HEAD (docs/results/README.md)")
+    page.manifest_path.write_text(archive.model_dump_json(indent=2, exclude_none=True) + "\n")
     quote(page, archive)
-    return Packed(path, archive, changed=not same)
+    return Packed(path, archive, changed=not same, note="; ".join(notes))
+
+
+def _holder(page: Page, rev: str, tar_sha256: str, summaries: list[str]) -> str:
+    """The full id of commit `rev`, once its files in the page's folder are shown to make the same tar."""
+    full = history.commit_of(page, rev)
+    got = history.write_from(page, full, summaries, None)
+    if got.tar_sha256 != tar_sha256:
+        raise ConfigError(f"--commit {rev}: its files in {history.place(page).folder} ({got.files}, tar sha256 "
+                          f"{got.tar_sha256[:12]}) are not the ones packed (tar sha256 {tar_sha256[:12]}); commit the "
+                          f"data first (git add -f {page.folder})")
+    return full
 
 
 def quote_lines(page: Page, archive: Archive) -> list[str]:
     """What the page says of its archive, between its QUOTE_START and QUOTE_END lines."""
-    return [QUOTE_START,
-            f"Data: [`{archive.file}`]({RELEASE_URL}/{archive.file}) ({archive.bytes / 1e6:.1f} MB, {archive.files} files), "
-            f"sha256 `{archive.sha256}`.",
-            f"`evalsuite results fetch {page.name}` puts it in [{page.name}/]({page.name}/), its sha256 checked.",
-            QUOTE_END]
+    what = f"Data: `{archive.file}` ({archive.bytes / 1e6:.1f} MB, {archive.files} files), sha256 `{archive.sha256}`"
+    if archive.commit is None:
+        return [QUOTE_START, f"{what}; no commit of this repository holds its files.",
+                f"`evalsuite results fetch {page.name} --from DIR|URL` puts it in [{page.name}/]({page.name}/) from "
+                f"a copy, its sha256 checked.", QUOTE_END]
+    return [QUOTE_START, f"{what}, rebuilt from this repository's commit `{archive.commit[:12]}`, which holds "
+                         f"its files beside this page (`{page.name}/`).",
+            f"`evalsuite results fetch {page.name}` puts it in [{page.name}/]({page.name}/), its sha256 checked "
+            f"(in a shallow clone, `git fetch --unshallow` first).", QUOTE_END]
 
 
 def quote(page: Page, archive: Archive) -> None:
@@ -133,9 +122,9 @@ def quote(page: Page, archive: Archive) -> None:
     page.markdown.write_text("\n".join(lines) + "\n")
 
 
-def fetch(page: Page, source: str, dest: Path | None = None, trusted: tuple[str, ...] = ()) -> tuple[Archive, list[str]]:
-    """The page's archive from `source`, its size and sha256 checked, unpacked into `dest` (the page's
-    folder). An archive already unpacked there is not fetched again."""
+def fetch(page: Page, source: str | None, dest: Path | None = None, trusted: tuple[str, ...] = ()) -> tuple[Archive, list[str]]:
+    """The page's archive from `source` (None: rebuilt from the clone's history), its sha256 checked,
+    unpacked into `dest` (the page's folder). An archive already unpacked there is not fetched again."""
     archive = page.archive()
     if archive is None:
         raise ConfigError(f"{page.markdown}: records no data archive ({page.manifest_path} missing); nothing to fetch")
@@ -144,7 +133,7 @@ def fetch(page: Page, source: str, dest: Path | None = None, trusted: tuple[str,
     if done and done.get("sha256") == archive.sha256 and all((dest / f).is_file() for f in done.get("files", [])):
         return archive, []
     dest.mkdir(parents=True, exist_ok=True)
-    file = obtain(source, archive, dest, trusted)
+    file = obtain(source, page, archive, dest, trusted)
     try:
         return archive, unpack(page, archive, file, dest)
     finally:

@@ -2,9 +2,10 @@
 
 docs/results/NAME.md is the page; docs/results/NAME/ holds its Markdown sub-pages and small JSON
 summaries (tracked) and, once fetched, its data (ignored by git). NAME/archive.json records the
-archive the data comes in: its file name and version, its sha256 (checked before it is opened) and
-the sha256 of the tar inside (what `pack` rebuilds bit for bit from the same files, whatever the
-zlib). `.fetched.json` beside the data says which archive was unpacked there.
+archive the data comes in: its file name and version, its sha256 (checked before it is opened), the
+sha256 of the tar inside (what `pack` rebuilds bit for bit from the same files, whatever the zlib)
+and the commit whose tree holds those files (what a clone rebuilds the archive from).
+`.fetched.json` beside the data says which archive was unpacked there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from evalsuite.core.records import is_safe_name
 RESULTS_DIR = Path("docs") / "results"  # where a clone keeps its pages, from its root
 MANIFEST, MARKER = "archive.json", ".fetched.json"
 ARCHIVE_SUFFIX = ".tar.gz"
-SHA256 = r"[0-9a-f]{64}"
+SHA256 = r"^[0-9a-f]{64}$"
+COMMIT = r"^[0-9a-f]{40}([0-9a-f]{24})?$"  # git's SHA-1 or SHA-256 object id
 
 
 class Archive(BaseModel):
@@ -41,6 +43,8 @@ class Archive(BaseModel):
     unpacked_bytes: int = Field(ge=0)
     # files of the page's folder kept in git beside its Markdown (never in the archive)
     summaries: list[str] = Field(default_factory=list)
+    # the commit whose tree holds the data files in the page's folder: `fetch`'s default source
+    commit: str | None = Field(None, pattern=COMMIT)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class Page:
         """Kept in git, never archived: Markdown, the archive record, and the summaries it names."""
         return rel.endswith(".md") or rel == MANIFEST or rel in summaries
 
+    def in_archive(self, rel: str, summaries: Sequence[str] = ()) -> bool:
+        """Whether a file of the page's folder belongs in its archive (by its POSIX path inside it)."""
+        return not (rel == MARKER or rel.startswith(".fetch-") or self.is_summary(rel, summaries))
+
     def data_files(self, summaries: Sequence[str] = ()) -> list[str]:
         """The page folder's files that belong in its archive, as sorted POSIX paths inside the folder."""
         if not self.folder.is_dir():
@@ -78,7 +86,7 @@ class Page:
         out = []
         for p in self.folder.rglob("*"):
             rel = p.relative_to(self.folder).as_posix()
-            if rel == MARKER or rel.startswith(".fetch-") or p.is_dir() or self.is_summary(rel, summaries):
+            if p.is_dir() or not self.in_archive(rel, summaries):
                 continue
             if p.is_symlink() or not p.is_file():
                 raise ConfigError(f"{p}: not a plain file; an archive holds plain files only")

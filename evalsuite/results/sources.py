@@ -1,15 +1,18 @@
-"""Where a page's archive is fetched from, and its bytes checked on the way.
+"""Where a page's archive comes from, and its bytes checked on the way.
 
-A source is a folder or a URL naming the folder of the archives (or the archive file itself).
-Allowed: a local folder or file (a path or file://), https from the project's release hosts or a
-host named with --trust-host, and http on this machine's loopback only (a local mirror, the tests'
-server). Redirects are followed only to allowed places. Nothing is kept unless its size and sha256
-are the ones the page records; a download stops at the recorded size.
+By default, from the clone itself: rebuilt from the commit the page records (history.py), its tar's
+sha256 checked against the page's. A mirror is named with --from (or $EVALSUITE_RESULTS_FROM): a
+folder or a URL naming the folder of the archives (or the archive file itself). Allowed: a local
+folder or file (a path or file://), https from a host named with --trust-host, and http on this
+machine's loopback only (a local mirror, the tests' server). Redirects are followed only to allowed
+places. Nothing from a mirror is kept unless its size and sha256 are the ones the page records; a
+download stops at the recorded size. No host is trusted by default.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -17,28 +20,26 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.results.pages import ARCHIVE_SUFFIX, Archive
+from evalsuite.results.history import rebuild
+from evalsuite.results.pages import ARCHIVE_SUFFIX, Archive, Page
 
-# The project's release that holds every page's archive as an asset (README: "Results data")
-RELEASE_URL = "https://github.com/evalsuite/evalsuite/releases/download/results"
 SOURCE_ENV = "EVALSUITE_RESULTS_FROM"
-# GitHub serves a release asset by a redirect to one of its storage hosts
-RELEASE_HOSTS = ("github.com", "objects.githubusercontent.com", "release-assets.githubusercontent.com")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-SCHEMES = "a folder, file://, https:// (hosts: " + ", ".join(RELEASE_HOSTS) + " or --trust-host), http:// on 127.0.0.1"
+SCHEMES = "a folder, file://, https:// from a host named with --trust-host, http:// on 127.0.0.1"
 MAX_REDIRECTS = 5
 CHUNK = 1 << 20
 
 
-def default_source() -> str:
-    return os.environ.get(SOURCE_ENV) or RELEASE_URL
+def default_source() -> str | None:
+    """$EVALSUITE_RESULTS_FROM, else None: the clone's own history."""
+    return os.environ.get(SOURCE_ENV) or None
 
 
 def _allowed(url: str, trusted: Sequence[str]) -> str:
     """The URL, or a ConfigError saying what is allowed."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
-    if parts.scheme == "https" and host and (host in RELEASE_HOSTS or host in trusted):
+    if parts.scheme == "https" and host and host in trusted:
         return url
     if parts.scheme == "http" and host in LOOPBACK:
         return url
@@ -54,24 +55,39 @@ def locate(source: str, file: str) -> str:
     return str(Path(source) / file)
 
 
-def obtain(source: str, archive: Archive, into: Path, trusted: Sequence[str] = ()) -> Path:
-    """The archive's bytes from `source`, checked, in a temporary file under `into`; the caller
-    removes it."""
-    where = locate(source, archive.file)
+def obtain(source: str | None, page: Page, archive: Archive, into: Path, trusted: Sequence[str] = ()) -> Path:
+    """The archive's bytes, checked, in a temporary file under `into`; the caller removes it.
+    `source` None: rebuilt from the clone's history."""
+    where = locate(source, archive.file) if source is not None else ""
     scheme = urlsplit(where).scheme if "://" in where else ""
     fd, tmp = tempfile.mkstemp(dir=into, prefix=".fetch-", suffix=ARCHIVE_SUFFIX)
     path = Path(tmp)
     try:
         with os.fdopen(fd, "wb") as out:
-            if scheme in ("", "file"):
+            if source is None:
+                written = rebuild(page, archive, out)
+            elif scheme in ("", "file"):
                 _copy_local(Path(unquote(urlsplit(where).path)) if scheme else Path(where), out, archive)
             else:
                 _download(_allowed(where, trusted), out, archive, trusted)
-        _check(path, archive, where)
+        if source is None:
+            _note_zlib(page, archive, written.sha256)
+        else:
+            _check(path, archive, where)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
     return path
+
+
+def _note_zlib(page: Page, archive: Archive, sha256: str) -> None:
+    """A rebuilt archive whose tar is the page's (checked) but whose gzip is not: another zlib
+    (zlib-ng, say) compresses the same bytes differently. The files are the page's; say so."""
+    if sha256 != archive.sha256:
+        logging.getLogger(__name__).warning(
+            "evalsuite: %s: rebuilt from commit %s, its tar's sha256 is the page's %s; this zlib compresses it to "
+            "sha256 %s, not the page's %s (the same files)", page.name, archive.commit[:12], archive.tar_sha256,
+            sha256, archive.sha256)
 
 
 def _copy_local(src: Path, out, archive: Archive) -> None:
