@@ -184,7 +184,7 @@ page_q05() {  # h200-2026-12-01-qwen2.5-coder-0.5b
 }
 
 page_claims() {  # claims-2026-12-02: the command at the bottom of its page; claim 5 reads the 1.5B's accuracy
-    rundir $Q15/scores $CFG/qwen-1.5b-accuracy.yaml qwen15 --variant bf16 --variant fp8
+    rundir $Q15/scores $CFG/qwen-1.5b-accuracy.yaml qwen15 --variant bf16 --variant fp8  # what claim 5 reads
     link_runs qwen15
     local rc=0
     evalsuite check configs/claims/long-context-128k.yaml $CLAIMS/runs/* runs/qwen15 \
