@@ -81,13 +81,14 @@ def test_a_shallow_clone_says_in_one_line_what_to_fetch(tmp_path):
     assert code == 0 and data_files(shallow / "pages" / "tiny") == DATA, said
 
 
-def test_a_rebuilt_tar_that_is_not_the_pages_is_refused(tmp_path):
+@pytest.mark.parametrize("change,said", [({"tar_sha256": "0" * 64}, "make a tar with sha256"),
+                                         ({"files": 5}, "holds 4 files"), ({"unpacked_bytes": 1}, "holds 4 files")])
+def test_a_rebuilt_tar_that_is_not_the_pages_is_refused(tmp_path, change, said):
     repo = repo_with_page(tmp_path)
     manifest = repo / "pages" / "tiny" / "archive.json"
-    record = json.loads(manifest.read_text())
-    manifest.write_text(json.dumps({**record, "tar_sha256": "0" * 64}))
-    code, said = run("results", "fetch", "tiny", "--root", str(repo / "pages"))
-    assert code == 1 and "refused, nothing unpacked" in said and len(said.strip().splitlines()) == 1, said
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), **change}))
+    code, out = run("results", "fetch", "tiny", "--root", str(repo / "pages"))
+    assert code == 1 and said in out and "refused, nothing unpacked" in out and len(out.strip().splitlines()) == 1, out
     assert data_files(repo / "pages" / "tiny") == {} and not list(repo.rglob(".fetch-*"))
 
 

@@ -136,11 +136,13 @@ class _Exact:
             raise EvalsuiteError("git cat-file: a blob ended early")
 
 
-def write_from(page: Page, commit: str, summaries: Sequence[str], out: BinaryIO | None) -> Written:
-    """The archive of the page's files in `commit` to `out` (None: only the tar's hash)."""
+def _files(page: Page, commit: str, summaries: Sequence[str]) -> tuple[Place, list[tuple[str, str, int]]]:
     where = place(page)
     _require(where, page, commit)
-    files = _members(where, page, commit, summaries)
+    return where, _members(where, page, commit, summaries)
+
+
+def _write(where: Place, page: Page, files: list[tuple[str, str, int]], out: BinaryIO | None) -> Written:
     blobs = _Blobs(where.top)
     try:
         return write_archive(page.name, [(rel, size, partial(blobs.open, blob, size)) for rel, blob, size in files], out)
@@ -148,15 +150,27 @@ def write_from(page: Page, commit: str, summaries: Sequence[str], out: BinaryIO 
         blobs.close()
 
 
+def write_from(page: Page, commit: str, summaries: Sequence[str], out: BinaryIO | None) -> Written:
+    """The archive of the page's files in `commit` to `out` (None: only the tar's hash)."""
+    where, files = _files(page, commit, summaries)
+    return _write(where, page, files, out)
+
+
 def rebuild(page: Page, archive: Archive, out: BinaryIO) -> Written:
     """The page's archive rebuilt from the commit it records, written to `out`; refused unless its
-    tar is the one the page records (`tar_sha256`). The caller compares the gzip's sha256."""
+    files are as many and as large as the record says (before a byte is read) and its tar is the
+    one the page records (`tar_sha256`). The caller compares the gzip's sha256."""
     if archive.commit is None:
         raise EvalsuiteError(f"{page.manifest_path}: names no commit that holds the page's data, so this clone "
                              f"cannot rebuild {archive.file}; fetch it from a copy with --from DIR|URL")
-    written = write_from(page, archive.commit, archive.summaries, out)
-    if (written.tar_sha256, written.files, written.unpacked_bytes) != (archive.tar_sha256, archive.files, archive.unpacked_bytes):
-        raise EvalsuiteError(f"{page.name}: the files of commit {archive.commit[:12]} in {place(page).folder} make a tar "
-                             f"of {written.files} files, sha256 {written.tar_sha256}; the page records {archive.files} "
-                             f"files, {archive.tar_sha256}; refused, nothing unpacked")
+    where, files = _files(page, archive.commit, archive.summaries)
+    found = f"{len(files)} files, {sum(size for _, _, size in files):,} bytes"
+    if found != f"{archive.files} files, {archive.unpacked_bytes:,} bytes":
+        raise EvalsuiteError(f"{page.name}: commit {archive.commit[:12]} holds {found} in {where.folder}; the page "
+                             f"records {archive.files} files, {archive.unpacked_bytes:,} bytes; refused, nothing unpacked")
+    written = _write(where, page, files, out)
+    if written.tar_sha256 != archive.tar_sha256:
+        raise EvalsuiteError(f"{page.name}: the files of commit {archive.commit[:12]} in {where.folder} make a tar "
+                             f"with sha256 {written.tar_sha256}, not the page's {archive.tar_sha256}; refused, "
+                             f"nothing unpacked")
     return written
