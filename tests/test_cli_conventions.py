@@ -402,7 +402,8 @@ def test_quantize_help_lists_the_methods_it_accepts():
     assert ", ".join(METHODS) in helped
 
 
-PLAN_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+PLAN_SOURCES = ("a model folder, its config.json, a .gguf file, an evalsuite config (.yaml) or a Hugging Face id "
+                "(org/name)")
 
 
 @pytest.mark.parametrize("source,line", [

@@ -39,6 +39,19 @@ def config_path(path: Path) -> Path:
     return shipped
 
 
+DEFAULT_CONFIG = Path("evalsuite.yaml")  # what `evalsuite init` writes, and what a command reads unnamed
+
+
+def default_config(given: Path | None, what: str = "CONFIG") -> Path:
+    """The config a command was given, else ./evalsuite.yaml where `evalsuite init` wrote one."""
+    if given is not None:
+        return given
+    if not DEFAULT_CONFIG.is_file():
+        raise ConfigError(f"no {what} given, and no {DEFAULT_CONFIG} here; name one (examples/NAME: a shipped "
+                          f"example), or write the starter with `evalsuite init`")
+    return DEFAULT_CONFIG
+
+
 def init_command(
     directory: Path = typer.Argument(Path("."), metavar="[DIR]", help="Where to write evalsuite.yaml (default: here)."),
     model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
@@ -55,7 +68,11 @@ def init_command(
 
     CPU: a small real model, bf16 against INT4 weights and an FP8 KV cache, a few items of each task.
 
-    Then: evalsuite run DIR/evalsuite.yaml"""
+    Then `evalsuite plan` (does each variant fit here) and `evalsuite run`, which read ./evalsuite.yaml.
+
+    Examples:
+      evalsuite init
+      evalsuite init --model Qwen/Qwen2.5-7B-Instruct --device gpu --force"""
     out = directory / "evalsuite.yaml"
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")

@@ -37,7 +37,11 @@ def compare_command(
     metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
-    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out.
+
+    Examples:
+      evalsuite compare runs/A
+      evalsuite compare runs/A runs/B:awq --out report/ --format csv"""
     from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import terminal_view, to_csv, to_json, to_markdown, write_report
@@ -75,7 +79,11 @@ def gate_command(
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
-    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
+    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict).
+
+    Examples:
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/A
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/B --markdown gate.md"""
     from evalsuite.core.outputs import write_output
     from evalsuite.verdict.rules import default_rules_path, load_rules
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
@@ -206,7 +214,11 @@ def sync_command(
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:
-    """Upload runs to MLflow that are not there yet; runs already there are left alone."""
+    """Upload runs to MLflow that are not there yet; runs already there are left alone.
+
+    Examples:
+      evalsuite sync
+      evalsuite sync runs/A --uri http://127.0.0.1:5000"""
     try:
         from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, run_tracking_config
     except ImportError as e:
