@@ -89,9 +89,10 @@ def with_file(e: ConfigError, cfg_file: str) -> ConfigError:
 def plan_config(path: Path, only: list[str], gpu: str | None, device_memory_gib: float | None, as_json: bool) -> None:
     """Every variant of an evalsuite config (or those in `only`) on `gpu`; None: where `run` would
     start it (this machine's GPU or CPU, where a variant runs here; else the planner's default GPU)."""
-    from evalsuite.run.config import load_config
+    from evalsuite.run.config import check_local_model, load_config
 
     cfg = load_config(path)
+    check_local_model(cfg, path)  # a model folder that is not here: said as validate and run say it
     unknown = [v for v in only if v not in cfg.variants]
     if unknown:
         raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
