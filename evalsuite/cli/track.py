@@ -150,11 +150,12 @@ def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
     """Which rules judged, where none were given; said last, so that bad input reads as one line."""
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import default_rules_path
 
     if rules is None:
         which = "the shipped default" if path == default_rules_path() else "the baseline run's config's gate_rules"
-        typer.echo(f"rules: {which} ({path}); --rules FILE for your own", err=True)
+        typer.echo(f"rules: {which} ({shared_path(path)}); --rules FILE for your own", err=True)
 
 
 def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_baseline: str | None,
@@ -162,6 +163,7 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     """The gate's report and the rules file that judged: --rules, else the baseline run's config's
     `gate_rules` (the rules it was made to be judged by), else the shipped default."""
     from evalsuite.verdict.gate import run_gate
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import SHIPPED_RULES, default_rules_path, load_rules, run_rules_path
     from evalsuite.tracking.sources import open_sources
 
@@ -170,8 +172,8 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     shipped = {default_rules_path().parent / f: n for n, f in SHIPPED_RULES.items()}
     # never a path of this machine in a report: a shipped set by its name
     name = shipped.get(path.resolve())
-    shown = str(rules) if rules else "the shipped default" if name == "default" else \
-        f"the shipped {name} rules" if name else path.name
+    shown = shared_path(rules) if rules else "the shipped default" if name == "default" else \
+        f"the shipped {name} rules" if name else shared_path(path)
     spec = load_rules(path)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate, ref)
              for i, ref in enumerate(candidates)]

