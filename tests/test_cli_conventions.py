@@ -257,7 +257,7 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     _, full, _ = quick
     res = cli("gate", "--baseline", f"{full}:bf16", "--candidate", f"{full}:kv_fp8")
     assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
-    assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
+    assert res.stderr.strip() == "rules: the shipped default (evalsuite/verdict/gate_rules.yaml); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
 
 
