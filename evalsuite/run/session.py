@@ -95,7 +95,7 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
              show_progress: bool | None, resume: bool, cache_dir: Path) -> RunRecord:
     """The variants left to run, as the config's scheduler runs them."""
     try:
-        with Progress(show_progress) as progress:
+        with Progress(show_progress, cache_dir) as progress:
             parts = phases(cfg)  # --stop decided: the baseline whole, then the candidates
             for part in parts:
                 record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume)
