@@ -20,7 +20,7 @@ from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.names import loaded_mark, loaded_note
-from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
+from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
 
@@ -143,7 +143,9 @@ def answer(report: Report) -> list[str | Table]:
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
-    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
+    said = decision(report)
+    return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows,
+                                                _loaded(report) or "")]
 
 
 # ---------------------------------------------------------------- (b) per task

@@ -48,7 +48,8 @@ from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_F
                                     RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.placement import beside, is_packed, placement_metrics
-from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
+from evalsuite.report.review import (NOTE_MARK, T_NOTE, VIEW_TAG, experiment_note, review_hint, run_review, runs_table_url,
+                                     variant_review, view_columns, view_state)
 from evalsuite.tracking.settings import TrackingConfig, check_uri
 from evalsuite.verdict.compare import flat_metrics
 
@@ -461,8 +462,14 @@ class _Logger:
         for variant, (metrics, tags) in variant_review(report).items():
             if variant in variant_run_ids:
                 _log_batch(self.client, variant_run_ids[variant], metrics=metrics, tags=tags)
-        previous = self.client.get_experiment(self.exp_id).tags.get(VIEW_TAG)
-        self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id, previous))
+        _log_batch(self.client, parent_id, tags=run_review(report))
+        experiment = self.client.get_experiment(self.exp_id)
+        self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id,
+                                                                         experiment.tags.get(VIEW_TAG)))
+        note = experiment.tags.get(T_NOTE)
+        if note is None or note.startswith(NOTE_MARK):  # a description someone wrote stays theirs
+            self.client.set_experiment_tag(self.exp_id, T_NOTE, experiment_note(report, self.record.run_id,
+                                                                                self.exp_id))
 
 
 def _report(rd: RunDir, out: Path):
