@@ -91,7 +91,9 @@ def init_command(
     _write(directory, out, text)
     which = f"GPU starter ({gpus[0]} found; --device cpu for the CPU one)" if gpus else \
         "GPU starter" if gpu else "CPU starter" + ("" if device == Device.cpu else " (no GPU found; --device gpu for the GPU one)")
-    typer.echo(f"wrote {out}: the {which}; next: evalsuite run {out}")
+    named = "" if out.resolve() == DEFAULT_CONFIG.resolve() else f" {out}"  # ./evalsuite.yaml is read unnamed
+    typer.echo(f"wrote {out}: the {which}; next: evalsuite plan{named} (does each variant fit here), "
+               f"evalsuite run{named}")
 
 
 def _write(directory: Path, out: Path, text: str) -> None:
