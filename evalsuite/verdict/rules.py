@@ -75,11 +75,24 @@ class Rules(BaseModel):
     insufficient_n: Literal["pass", "fail", "warn"] = "warn"  # what a check too small to judge becomes
     power: float = Field(default=0.8, gt=0, lt=1)  # for "the smallest limit this n resolves"
     discordance: float = Field(default=0.05, gt=0, le=1)  # planning: fraction of items that change answer
+    # run --stop decided: the share of alpha its confidence sequence spends; a fixed-n look on all the
+    # items of a task that runs to its end spends the rest (1: the sequence alone)
+    sequence_share: float = Field(default=0.5, gt=0, le=1)
     rules: list[Rule] = Field(min_length=1)
 
     @property
     def alpha(self) -> float:
         return 1 - self.confidence
+
+    @property
+    def sequence_alpha(self) -> float:
+        """The confidence sequence's level under `run --stop decided`."""
+        return self.alpha * self.sequence_share
+
+    @property
+    def final_alpha(self) -> float | None:
+        """The fixed-n look's level at the last item of a watched task; None where the sequence has it all."""
+        return self.alpha * (1 - self.sequence_share) if self.sequence_share < 1 else None
 
     def rule_for(self, metric: str) -> Rule | None:
         """The first rule that names the metric, so specific rules go above broad ones."""
