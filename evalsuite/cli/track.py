@@ -63,7 +63,7 @@ def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the baseline run's config's `gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml).", metavar="FILE"),
-    control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT, or a run of one variant): the baseline rerun or another engine mode, never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
+    control: list[str] | None = typer.Option(None, "--control", help="A control, named as RUN:VARIANT: the baseline rerun or another engine mode, a noise reference never judged; never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
@@ -187,18 +187,16 @@ def _one_run(sources, flag: str, variant: str | None, ref: str):
         # is one variant, and two names for it leave no way to tell which the user meant
         raise ConfigError(f"--baseline names variant {picked!r} and --variant-baseline {variant!r}; give one")
     if flag == "--control" and not picked:
-        picked = _only_variant(rd, ref)
+        _unnamed_control(rd, ref)
     named_by = flag if picked or not variant else f"--variant-{flag.removeprefix('--')}"
     return Side(rd, picked or variant, named_by)
 
 
-def _only_variant(rd, ref: str) -> str:
-    """A control is one variant: a bare run is one only where it holds one."""
+def _unnamed_control(rd, ref: str) -> None:
+    """A control is named, never inferred: RUN:VARIANT, even where the run holds one variant."""
     names = [v.variant for v in rd.load_run().variants]
-    if len(names) != 1:
-        raise ConfigError(f"--control {ref}: a control is one variant, and this run holds {len(names)}; "
-                          f"give RUN:VARIANT (allowed: {', '.join(names)})")
-    return names[0]
+    raise ConfigError(f"--control {ref}: a control is named as RUN:VARIANT, never inferred from a run "
+                      f"(allowed: {', '.join(f'{ref}:{n}' for n in names)})")
 
 
 def sync_command(

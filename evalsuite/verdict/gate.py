@@ -439,7 +439,8 @@ def baseline_variant(rd: RunDir, wanted: str | None, flag: str = "--baseline") -
 
 
 def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list[VariantResult]:
-    """The variant named, else every variant of the candidate run but the baseline itself."""
+    """The variant named, else every variant of the candidate run but the baseline itself and the
+    controls its config names: a control is named, never a candidate by default."""
     record = side.run_dir.load_run()
     flag = side.flag or "--candidate"
     if side.variant:
@@ -449,9 +450,12 @@ def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list
                               f"(allowed: {', '.join(v.variant for v in record.variants)})")
         return [v]
     same_run = side.run_dir.root.resolve() == base_rd.root.resolve()
-    out = [v for v in record.variants if not (same_run and v.variant == base.variant)]
+    controls = {str(n) for n in side.run_dir.read_config().get("controls") or []}
+    out = [v for v in record.variants if not (same_run and v.variant == base.variant) and v.variant not in controls]
     if not out:
-        raise ConfigError(f"{flag}: run {record.run_id} has no variant to compare with {base.variant!r}")
+        but = f" but its controls ({', '.join(sorted(controls))}), which are noise references" if controls else ""
+        raise ConfigError(f"{flag}: run {record.run_id} has no variant to compare with {base.variant!r}{but}; "
+                          f"nothing to judge")
     return out
 
 
@@ -594,10 +598,16 @@ def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
 
 
 def _controls(baseline: Side, base: VariantResult, candidates: list[Side], controls: list[Side] | None) -> list[Side]:
-    """control_sides, less the baseline and every candidate named: a control's checks are a noise
-    reference, not a verdict, so a candidate that were also a control would pass unjudged. One given
-    on the command line is refused; one the config names is left out."""
+    """control_sides, less the baseline and every candidate: a control's checks are a noise reference,
+    not a verdict, so a candidate that were also a control would pass unjudged. One given on the
+    command line that is a candidate, named (RUN:VARIANT) or as one of a run's variants (RUN), or the
+    baseline, is refused; one the config names is left out where named as a candidate."""
     taken = {(c.run_dir.root.resolve(), c.variant): "a candidate" for c in candidates if c.variant}
+    for c in candidates:
+        if not c.variant:
+            for v in candidate_variants(c, baseline.run_dir, base):
+                taken[(c.run_dir.root.resolve(), v.variant)] = f"a candidate (--candidate {c.run_dir.root.name} " \
+                                                              f"judges every variant of that run but its controls)"
     taken[(baseline.run_dir.root.resolve(), base.variant)] = "the baseline"
     out = []
     for side in control_sides(baseline, controls):
@@ -654,6 +664,9 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
     labels = label_entries(entries)
     control_labels = [label for (rd, e), label in zip(entries, labels, strict=True)
                       if (rd.root.resolve(), e.variant) in is_control]
+    if len(entries) - 1 == len(control_labels):
+        raise ConfigError(f"nothing to judge: every candidate given is a control ({', '.join(control_labels)}), a noise "
+                          f"reference, never a verdict; give a --candidate that is not one")
     checks: list[Check] = []
     for (rd, cand), label in zip(entries[1:], labels[1:], strict=True):
         explicit = (rd.root.resolve(), cand.variant) in named
