@@ -20,6 +20,7 @@ from rich.text import Text
 from evalsuite.verdict.gate import MISSING, NO_SHARED, Check, GateReport, failure_kind
 from evalsuite.report.gate_report import METHOD
 from evalsuite.report.terminal import Block, Blocks, aligned, fits
+from evalsuite.stats.significance import resolves
 
 WORDS = {"passed": ("PASSED", "green"), "failed": ("FAILED", "bold red"), "inconclusive": ("INCONCLUSIVE", "yellow"),
          "skipped": ("SKIPPED", "dim"), "control": ("CONTROL", "cyan")}
@@ -87,7 +88,7 @@ def _undecided(c: Check, limit: str = "") -> str | None:
     unrepresentative = c.pairs.startswith(NO_SHARED) or c.unmeasured[0] > 0
     if c.n and c.resolvable is not None and c.limit is not None and c.resolvable > c.limit and not unrepresentative:
         need = f" (about {c.needed:,} needed)" if c.needed else ""
-        return f"{c.n:,} items resolve {c.resolvable:.1f} pt{limit}{need}{settled}"
+        return f"{resolves(c.n, c.resolvable / 100)}{limit}{need}{settled}"
     return (c.insufficient or c.detail.removeprefix("insufficient n: ").split("; ")[0]) + settled
 
 

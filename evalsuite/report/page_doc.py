@@ -211,8 +211,9 @@ def task_table(report: Report, metric: str) -> Table:
            else "a loss can show, a gain cannot.")) if mark else f"The baseline's {metric} is informative (neither at chance nor at ceiling)."
     blank = f" {NO_CHANGE_NOTE}" if any(NO_CHANGE in r[4] for r in rows) else ""
     return Table(f"task-{safe_name(metric)}", cols, rows, how + " Answers changed: the share of paired items "
-                 "whose answer differs from the baseline's, as the gate counts them; a control's share is the engine's "
-                 "own noise floor." + blank)
+                 "whose answer differs from the baseline's, as the gate counts them: its text, even where both score "
+                 "alike (the same number said in other words, two wrong answers), so a share beside an unchanged score "
+                 "is answers reworded, not lost; a control's share is the engine's own noise floor." + blank)
 
 
 def task_sections(report: Report, out: Path) -> list[Section]:

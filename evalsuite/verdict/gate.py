@@ -33,7 +33,7 @@ from evalsuite.verdict.sequential import early_stop, sequential_test
 from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
+from evalsuite.stats.significance import PairedTest, adjust, keyed_resolution, needed_items
 
 MISSING = "missing in candidate"
 
@@ -182,9 +182,12 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
     check.method = test.method
-    check.resolvable = resolvable_drop(test.n_eff, test.se0, rules.confidence, rules.power, test.floor) * 100
-    spread = test.se0**2 * test.n_eff  # the share of items that changed, for 0/1 scores
-    check.needed = items_needed(limit / 100, spread, rules.confidence, rules.power) if limit > 0 else None
+    # at the rules' planning discordance, as `validate` and `gate --plan` plan it: one figure per check,
+    # whichever candidate's answers changed more (the report shows each one's share beside it)
+    keys = p.keys if p.n else [()] * test.n
+    check.resolvable = keyed_resolution(keys, rules.confidence, rules.power, rules.discordance) * 100
+    check.needed = needed_items(keys, limit / 100, rules.confidence, rules.power, rules.discordance) \
+        if limit > 0 else None
     check.insufficient = why or _unresolvable(rules, test, limit / 100)
     return check
 
