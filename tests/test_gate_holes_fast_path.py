@@ -42,3 +42,55 @@ def test_a_whole_run_candidate_leaves_its_configs_controls_as_controls(tmp_path)
     res = gate("--baseline", f"{run}:bf16", "--candidate", str(run), "--rules", str(rules))
     assert res.exit_code == 0, res.output
     assert "| `bf16_repeat` (control) | ℹ️ noise reference |" in res.output
+
+
+def _json_gate(tmp_path: Path, run: Path, rules: Path, cand: str) -> tuple[int, dict, dict]:
+    from tests.test_gate_holes import runner
+    from evalsuite.cli.main import app
+
+    out = tmp_path / "gate.json"
+    res = runner.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:{cand}", "--rules", str(rules),
+                              "--format", "json", "--json", str(out)])
+    return res.exit_code, json.loads(res.stdout), json.loads(out.read_text())
+
+
+def test_gate_gives_json_with_every_check_and_the_exit_reason(tmp_path):
+    """`--format json` was "not allowed"; CI scripts read the verdict from it."""
+    base = right()
+    run = legal_run(tmp_path, "20250101-000003-c", {"bf16": base, "awq": right(20)})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["legal/acc", "legal/balanced_acc"], "max_drop_points": 5}]})
+    code, printed, written = _json_gate(tmp_path, run, rules, "awq")
+    assert code == 1 and printed == written
+    assert printed["schema_version"] == 1 and printed["exit_code"] == 1
+    assert printed["exit_reason"].startswith("failed: awq: ")
+    assert printed["candidates"] == [{"name": "awq", "verdict": "failed", "control": False,
+                                      "why": printed["candidates"][0]["why"]}]
+    for c in printed["checks"]:
+        assert {"metric", "status", "low", "high", "limit", "n", "p", "needed", "resolvable", "detail"} <= set(c)
+        assert c["status"] == "fail" and c["n"] == 80 and c["limit"] == 5 and c["low"] > 5, c
+
+
+def test_validate_plan_and_gate_give_one_needed_figure_per_check(tmp_path):
+    """`validate` said about 124 needed and `gate` about 59 for the same check: the gate sized it at
+    each candidate's own share of changed answers, so two candidates got two figures."""
+    from evalsuite.report.gate_report import plan_text
+    from evalsuite.run.sizing import Planned, _needed
+    from evalsuite.verdict.rules import load_rules
+
+    base = right()
+    few, many = right(1), ["Yes" if a == "No" else "No" for a in base[:12]] + base[12:]  # 2 vs 12 changed
+    run = legal_run(tmp_path, "20250101-000004-c", {"bf16": base, "few": few, "many": many})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["legal/acc"], "max_drop_points": 2}]})
+    needed = {_json_gate(tmp_path, run, rules, cand)[1]["checks"][0]["needed"] for cand in ("few", "many")}
+    spec = load_rules(rules)
+    planned = _needed(Planned("legal/acc", [()] * 80), 0.02, spec)
+    assert needed == {planned}, (needed, planned)
+    assert f"| 2 pt | " in plan_text(spec, "rules", 80) and f"| {planned:,} |" in plan_text(spec, "rules", 80)
+
+
+def test_a_resolution_is_never_printed_above_100_points():
+    """`needle/acc: 2 items resolve 175.8 pt`: a bound of a score's drop beyond 100 points means nothing."""
+    from evalsuite.stats.significance import resolves
+
+    assert resolves(2, 1.758) == "cannot resolve any drop at n = 2"
+    assert resolves(24, 0.125) == "24 items resolve 12.5 pt"

@@ -15,7 +15,7 @@ from evalsuite.verdict.baseline import BASELINE_HELP
 from evalsuite.tracking.settings import uri_problem
 
 Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
-GateFormat = StrEnum("GateFormat", ["table", "markdown"])
+GateFormat = StrEnum("GateFormat", ["table", "markdown", "json"])
 
 
 def uri_flag(value: str | None) -> str | None:
@@ -68,7 +68,8 @@ def gate_command(
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
     markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write the full Markdown report here (for a PR comment)."),
-    fmt: GateFormat = typer.Option(GateFormat.table, "--format", metavar="FORMAT", help="What to print: table (a line per candidate and the checks that failed or could not be decided, at the terminal's width) or markdown (the full report)."),
+    json_out: Path | None = typer.Option(None, "--json", metavar="FILE", help="Write the gate as JSON here: every check, bound, limit, n and decision, and the exit code with its reason (schema: docs/statistics.md)."),
+    fmt: GateFormat = typer.Option(GateFormat.table, "--format", metavar="FORMAT", help="What to print: table (a line per candidate and the checks that failed or could not be decided, at the terminal's width), markdown (the full report) or json (as --json writes it)."),
     plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
     n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
     discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
@@ -78,12 +79,13 @@ def gate_command(
     little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
     from evalsuite.core.outputs import write_output
     from evalsuite.verdict.rules import default_rules_path, load_rules
+    from evalsuite.report.gate_json import to_json
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
     _check_plan_flags(plan is not None, {"--n": n, "--discordance": discordance},
                       {"--baseline": baseline, "--candidate": candidate, "--control": control, "--uri": uri,
                        "--variant-baseline": variant_baseline, "--variant-candidate": variant_candidate,
-                       "--markdown": markdown, "--junit": junit})
+                       "--markdown": markdown, "--junit": junit, "--json": json_out})
     if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
         rules = Path(plan)
     if plan is not None:
@@ -107,8 +109,11 @@ def gate_command(
             raise InternalError(f"the gate could not judge these runs ({type(e).__name__}: {e}); this is a bug "
                                 "in evalsuite, not a verdict on the candidate") from e
     text = to_markdown(report)
-    _print_gate(report, text, fmt, markdown)  # first: a file that cannot be written must not cost the verdict
-    for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):
+    as_json = to_json(report) if json_out or fmt == GateFormat.json else ""
+    _print_gate(report, as_json if fmt == GateFormat.json else text, fmt, markdown)  # first: a file that cannot
+    # be written must not cost the verdict
+    for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else ""),
+                            ("--json", json_out, as_json)):
         if out:
             write_output(flag, out, body)
     _say_default_rules(rules, path)
@@ -121,7 +126,7 @@ def _print_gate(report, text: str, fmt: GateFormat, markdown: Path | None) -> No
     that need a look, at the terminal's width: 80 when piped, unless $COLUMNS says otherwise."""
     from evalsuite.report.gate_view import terminal_view
 
-    if fmt == GateFormat.markdown:
+    if fmt in (GateFormat.markdown, GateFormat.json):
         typer.echo(text, nl=False)
         return
     console = Console()
