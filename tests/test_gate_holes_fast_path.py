@@ -94,3 +94,35 @@ def test_a_resolution_is_never_printed_above_100_points():
 
     assert resolves(2, 1.758) == "cannot resolve any drop at n = 2"
     assert resolves(24, 0.125) == "24 items resolve 12.5 pt"
+
+
+def _excluding_sequence():
+    """500 items unchanged, then 100 lost: the running intersection keeps the early bound, below the mean."""
+    from evalsuite.stats.sequential import Population, Sequential, as_paired_test
+
+    seq = Sequential(Population.of([()] * 2000), np.r_[np.zeros(500), np.ones(100)], 0.05, 0.025)
+    return as_paired_test(seq, share=0.5)
+
+
+def test_a_stopped_candidates_interval_that_excludes_its_change_says_confidence_sequence():
+    """"-4.2 [-4.2, +1.5]" beside "+4.21 pt, bounds -1.12..+3.43": a reviewer read the running
+    intersection printed beside the current mean, with no word, as a bug."""
+    from types import SimpleNamespace
+
+    from evalsuite.report.compare import SEQUENCE_NOTE
+    from evalsuite.report.gate_report import _row
+    from evalsuite.report.page_doc import delta_cell
+    from evalsuite.verdict.compare import PairedDelta
+    from evalsuite.verdict.gate import Check
+
+    test = _excluding_sequence()
+    assert test.drop > test.high  # the estimate lies outside the sequence's interval
+    check = Check("awq", "accuracy", "mmlu/acc", "fail", "x", 0.6, 0.5, test.drop * 100, 5.0, "pt",
+                  method=test.method, low=test.low * 100, high=test.high * 100, n=test.n)
+    assert check.outside and "(confidence sequence§)" in _row(check)
+    delta = PairedDelta(-test.drop * 100, -test.high * 100, -test.low * 100, "confidence sequence", test.n, False, True)
+    cell = delta_cell(SimpleNamespace(baseline=False, delta={"mmlu/acc": delta}, accuracy={}), "mmlu/acc")
+    assert cell.startswith("confidence sequence§ [") and f"{-test.drop * 100:+.1f}" not in cell, cell
+    assert SEQUENCE_NOTE.startswith("§ confidence sequence:") and "\n" not in SEQUENCE_NOTE
+    inside = PairedDelta(-1.0, -2.0, 0.5, "confidence sequence", 100, False, True)
+    assert delta_cell(SimpleNamespace(baseline=False, delta={"m": inside}, accuracy={}), "m") == "-1.0 [-2.0, +0.5]"

@@ -9,6 +9,7 @@ from collections import defaultdict
 from evalsuite.core.types import task_of
 from evalsuite.verdict.gate import Check, GateReport, failure_kind
 from evalsuite.verdict.rules import Rules, decision_rule
+from evalsuite.report.compare import SEQUENCE_NOTE
 from evalsuite.report.names import fmt_value, loaded_note
 from evalsuite.verdict.compare import is_latency
 from evalsuite.stats.significance import keyed_resolution, needed_items, resolves
@@ -73,7 +74,7 @@ def _method(report: GateReport) -> list[str]:
 
 def _row(c: Check) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
-    bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
+    bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}" + (" (confidence sequence§)" if c.outside else "")
     metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
     return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.value_unit, c.baseline)} | "
             f"{fmt_value(c.value_unit, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
@@ -165,6 +166,8 @@ def to_markdown(report: GateReport) -> str:
     order = {"fail": 0, "warn": 1, "uninformative": 2, "pass": 3}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
         lines.append(_row(c))
+    if any(c.outside for c in report.checks):
+        lines += ["", SEQUENCE_NOTE + "."]
     lines += _resolution(report) + _loaded(report)
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:

@@ -46,7 +46,7 @@ def bound(c: Check, rules) -> tuple[str, str] | None:
     if c.low is None or c.high is None or rules.decision == "point":
         return None
     lower = rules.decision == "lower_bound" or (c.status == "fail" and failure_kind(c) == "beyond the limit")
-    conf = f"{rules.confidence:.0%}"
+    conf = "confidence sequence's" if c.outside else f"{rules.confidence:.0%}"
     return (f">= {c.low:.1f} pt", f"{conf} lower bound") if lower else (f"<= {c.high:.1f} pt", f"{conf} upper bound")
 
 

@@ -18,6 +18,7 @@ from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
+from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -70,6 +71,8 @@ def delta_cell(row: Row, metric: str) -> str:
         # the variant's own score here would read as a change in points (0.750 beside a baseline of
         # 0.625): the cell says why it has none instead
         return NO_CHANGE if metric in row.accuracy else "-"  # not measured: its verdict says so
+    if d.sequence and d.outside:  # the interval is the estimate (SEQUENCE_NOTE)
+        return f"{SEQUENCE_CELL} [{_pt(d.low)}, {_pt(d.high)}]"
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
 
 
@@ -133,6 +136,8 @@ def decision_table(report: Report) -> Table:
             "pools differ in size (with a 1 GiB pool the two read nearly alike).")
     if any(NO_CHANGE in cell for row in rows for cell in row):
         note += " " + NO_CHANGE_NOTE
+    if any(SEQUENCE_CELL in cell for row in rows for cell in row):
+        note += " " + SEQUENCE_NOTE + "."
     return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
 
 

@@ -75,6 +75,18 @@ class Check:
     noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
     value_unit: str = ""  # the unit of baseline and value (the metric's own; "" for a score)
 
+    @property
+    def sequential(self) -> bool:
+        """Bounded by run --stop decided's confidence sequence (alone, or with the final fixed-n look)."""
+        return "confidence sequence" in self.method
+
+    @property
+    def outside(self) -> bool:
+        """A sequence's bounds (the running intersection over every look) exclude the change on the
+        items scored: the bounds, not that change, are the estimate."""
+        return self.sequential and None not in (self.low, self.high, self.change) and \
+            not self.low - 1e-9 <= self.change <= self.high + 1e-9
+
 
 # ---------------------------------------------------------------- paired accuracy
 
