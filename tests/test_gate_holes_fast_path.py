@@ -97,10 +97,10 @@ def test_a_resolution_is_never_printed_above_100_points():
 
 
 def _excluding_sequence():
-    """500 items unchanged, then 100 lost: the running intersection keeps the early bound, below the mean."""
+    """500 items unchanged, then 20 lost: the running intersection keeps the early upper bound, below the mean."""
     from evalsuite.stats.sequential import Population, Sequential, as_paired_test
 
-    seq = Sequential(Population.of([()] * 2000), np.r_[np.zeros(500), np.ones(100)], 0.05, 0.025)
+    seq = Sequential(Population.of([()] * 2000), np.r_[np.zeros(500), np.ones(20)], 0.05, 0.025)
     return as_paired_test(seq, share=0.5)
 
 
