@@ -126,3 +126,25 @@ def test_a_stopped_candidates_interval_that_excludes_its_change_says_confidence_
     assert SEQUENCE_NOTE.startswith("§ confidence sequence:") and "\n" not in SEQUENCE_NOTE
     inside = PairedDelta(-1.0, -2.0, 0.5, "confidence sequence", 100, False, True)
     assert delta_cell(SimpleNamespace(baseline=False, delta={"m": inside}, accuracy={}), "m") == "-1.0 [-2.0, +0.5]"
+
+
+def test_the_report_keeps_one_row_per_folder_and_variant_and_judges_every_folder(tmp_path):
+    """`report h1 y3 s1 --baseline h1:bf16` pooled same-named variants: awq's row showed one folder's
+    figures beside another's verdict, and s1's bf16 (a rerun of the baseline's name) was never judged."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.report.page import build
+    from evalsuite.verdict.rules import load_rules
+
+    base = right()
+    h1 = legal_run(tmp_path, "20250101-000000-h1", {"bf16": base, "awq": list(base)})
+    y3 = legal_run(tmp_path, "20250101-000000-y3", {"awq": right(20)})
+    s1 = legal_run(tmp_path, "20250101-000000-s1", {"bf16": right(20)})
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["legal/acc"], "max_drop_points": 5}]})
+    report = build([(RunDir(p), None) for p in (h1, y3, s1)], f"{h1}:bf16", load_rules(rules), "rules.yaml")
+    rows = {r.name: r for r in report.rows}
+    h, y, s = (p.name for p in (h1, y3, s1))
+    assert set(rows) == {f"{h}:bf16", f"{h}:awq", f"{y}:awq", f"{s}:bf16"}, set(rows)
+    assert rows[f"{h}:bf16"].baseline and not rows[f"{s}:bf16"].baseline
+    assert rows[f"{h}:awq"].verdict == "passed" and rows[f"{h}:awq"].accuracy["legal/balanced_acc"] > 0.99
+    assert rows[f"{y}:awq"].verdict == "failed" and rows[f"{y}:awq"].accuracy["legal/balanced_acc"] < 0.9
+    assert rows[f"{s}:bf16"].verdict == "failed", rows[f"{s}:bf16"]

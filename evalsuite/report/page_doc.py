@@ -160,11 +160,11 @@ def answer(report: Report) -> list[str | Table]:
 
 
 def merged_frame(report: Report) -> tuple[pd.DataFrame, dict[tuple[str, str], tuple[float, float]]]:
-    """Every variant's metrics by variant name (first folder that has a metric wins), and intervals."""
+    """Every row's metrics by its name (a folder's variant: RUN:NAME where two folders hold NAME), and intervals."""
     frame, intervals = None, {}
     for part in report.parts:
         c = part.comparison
-        names = {e.label: e.result.variant for e in c.entries}
+        names = {e.label: report.label(e) for e in c.entries}
         f = c.frame.rename(index=names)
         frame = f if frame is None else frame.combine_first(f)
         for (label, metric), ci in c.intervals.items():
@@ -187,7 +187,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
     length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
-        if e.result.variant in out or e.result.status not in USABLE_STATUSES:
+        if report.label(e) in out or e.result.status not in USABLE_STATUSES:
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):
@@ -196,7 +196,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
             if all(isinstance(x, int) for x in cell):
                 sums.setdefault(cell, []).append(float(score["value"]))
         if sums:
-            out[e.result.variant] = {k: sum(v) / len(v) for k, v in sums.items()}
+            out[report.label(e)] = {k: sum(v) / len(v) for k, v in sums.items()}
     return out
 
 
@@ -247,9 +247,7 @@ def task_sections(report: Report, out: Path) -> list[Section]:
 
 
 def memory_table(report: Report) -> Table:
-    first = {}
-    for e in report.entries():
-        first.setdefault(e.result.variant, e)
+    first = {r.name: r.entry for r in report.rows}
     cols = ["variant", "weights GiB", "KV cache GiB", "KV tokens", "KV bytes per token", "max model len",
             "max concurrency", "run"]
     rows = []
@@ -259,7 +257,7 @@ def memory_table(report: Report) -> Table:
                      _num(eng.kv_cache_tokens, "{:,}"), _num(eng.kv_bytes_per_token, "{:,}"),
                      _num(eng.max_model_len, "{:,}"), _num(eng.max_concurrency, "{:.1f}"),
                      first[r.name].run_dir.run_id])
-    return Table("memory", cols, rows, "as the engine reported them, in the first run folder that holds the variant")
+    return Table("memory", cols, rows, "as the engine reported them, in the run folder of each row")
 
 
 def config_hash(path: Path) -> str:
