@@ -176,7 +176,7 @@ def _parts(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, ru
     comparison = compare([(home, {base}), (rd, {base})], f"{home.root}:{base}")
     other = RunPart(rd, comparison, True, latency_length=part.latency_length, foreign=comparison.baseline)
     other.gate = _gate(Side(home, base), [Side(rd, base)], rules, rules_path)
-    return [part, other]
+    return [other, part]  # the folder's own baseline first, as in a folder that is the baseline's
 
 
 def _gate(base: Side, sides: list[Side], rules: Rules, rules_path: str) -> GateReport | None:

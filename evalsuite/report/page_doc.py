@@ -332,7 +332,7 @@ def document(report: Report, out: Path, command: str) -> Document:
     where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
+        f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
                                                 f"{where}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",

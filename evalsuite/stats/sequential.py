@@ -6,13 +6,13 @@ weight in the metric: 1/N plain, 1/(K n_k) over K strata) are i.i.d. with mean t
 drop of the metric. Two betting e-processes bound it (Waudby-Smith & Ramdas 2023, "Estimating means
 of bounded random variables by betting", JRSS-B): one against H0 "drop >= m" (a pass at m = limit),
 one against "drop <= m" (shown beyond). Under its H0 each is a nonnegative supermartingale, so by
-Ville's inequality it ever reaches 1/alpha with chance at most alpha, however often it is read: one
-sided level alpha per check at every n, the last item included. Bets are predictable and aimed at the
-check's limit (aGRAPA, at 0.7 of the Kelly fraction), capped so that the capital grows with m: each bound printed is the test that
+Ville's inequality it ever reaches 1/alpha with chance at most alpha, however often it is read. The
+gate gives it a share of alpha and a fixed-n look on all N items the rest (`with_final_look`), so a
+check the full data pass is not lost at the last item. Bets are predictable and aimed at the check's
+limit (aGRAPA, at 0.7 of the Kelly fraction), capped so that the capital grows with m: each bound printed is the test that
 decides. A check stops for futility where a pass by the last item is predicted unlikely (`futile`);
 that only ever withholds a pass, so it costs no size. confseq (Howard et al.) has no wheel for this
-Python and evaluates a grid of means per item; the benches replay thousands of sequences, so the
-product is computed here with numpy.
+Python and evaluates a grid of means per item; the benches replay thousands of sequences: numpy here.
 """
 
 from __future__ import annotations
