@@ -165,3 +165,74 @@ def test_the_ci_smoke_gate_passes_an_identical_rerun_that_loses_one_needle(repo_
     for p in planned(needle):
         limit = rules.rule_for(p.metric).limit_for(p.metric) / 100
         assert exact.upper_bound(1, 0, p.n, rules.confidence) < limit, (p.metric, p.n)
+
+
+def _watched_run(tmp_path: Path, lost: int, gained: int, n: int = 600) -> Path:
+    """A baseline and a candidate of one 0/1 task (`quiz`, declared chance 0.25), the candidate's task
+    watched by --stop decided to its last item (items == of), `lost`/`gained` answers changed."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import EarlyStop, RunRecord, Score, VariantResult
+    from evalsuite.stats.metrics import accuracy
+
+    rd = RunDir(tmp_path / "20250101-000000-w")
+    rd.write_config({"baseline": "bf16"})
+    record = RunRecord(run_id=rd.root.name, model="tiny")
+    base = [1.0 if i % 3 else 0.0 for i in range(n)]  # 0.667, far from chance
+    right = [i for i in range(n) if base[i] == 1.0]
+    wrong = [i for i in range(n) if base[i] == 0.0]
+    cand = list(base)
+    for i in right[:lost]:
+        cand[i] = 0.0
+    for i in wrong[:gained]:
+        cand[i] = 1.0
+    for name, values in (("bf16", base), ("cand", cand)):
+        scores = [Score(sample_id=f"q{i}", task="quiz", value=v, pred=str(v), target="1.0", group="g")
+                  for i, v in enumerate(values)]
+        rd.append_samples(name, "quiz", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                         for s in scores])
+        result = VariantResult(variant=name, status="ok", metrics=[accuracy(scores, "quiz/acc")],
+                               primary_metrics=["quiz/acc"], chance={"quiz/acc": 0.25})
+        if name == "cand":
+            result.stopped = {"quiz": EarlyStop(items=n, of=n, seed=0)}
+        rd.write_result(result)
+        record.variants.append(result)
+    rd.write_run(record)
+    return rd.root
+
+
+def test_the_fast_path_never_fails_what_the_full_data_pass(tmp_path):
+    """A watched task that ran to its last item was judged by the sequence's wider bound alone: RULER's
+    fp8 at 8K (+0.33 pt, fixed-n bound +3.95 against 5) failed in 99.6% of orders. Here 45 of 600
+    answers lost and 39 gained (a drop of 1 pt, 14% changed): the fixed-n test on all items passes 5 pt,
+    the sequence at N alone does not; with the final look at the rest of alpha, the gate passes it."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.stats.paired import pairing, paired_result
+    from evalsuite.stats.sequential import Population, Sequential
+    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.rules import load_rules
+
+    run = _watched_run(tmp_path, lost=45, gained=39)
+    rules_path = rules_file(tmp_path, {"rules": [{"metrics": ["quiz/acc"], "max_drop_points": 5}]})
+    rules = load_rules(rules_path)
+    rd = RunDir(run)
+    base, cand = rd.load_result("bf16"), rd.load_result("cand")
+    p = pairing(rd, "bf16", rd, "cand", base.metric("quiz/acc"))
+    assert paired_result(p, rules.confidence).high < 0.05  # the slow path passes
+    d = np.array(p.base) - np.array(p.cand)
+    alone = Sequential(Population.of([()] * len(d)), d, 0.05, rules.alpha)
+    assert alone.bound("within") >= 0.05  # the sequence alone, even at the whole alpha, does not
+    report = run_gate(Side(rd, "bf16"), [Side(rd, "cand")], rules, "rules.yaml")
+    check = next(c for c in report.checks if c.metric == "quiz/acc")
+    assert check.status == "pass" and report.exit_code == 0, check.detail
+    assert "confidence sequence" in check.method and "at 50% of alpha" in check.method
+
+
+def test_a_check_the_sequence_cannot_resolve_at_the_planning_discordance_is_never_watched():
+    """RULER's 132 items a length pass the zero-change floor of a 5-point limit in a sequence, but at 5%
+    of answers changing its bound at N is 9 points: it is judged fixed-n on all items, as without --stop."""
+    from evalsuite.stats.sequential import Population, floor, planned_bound
+
+    pop = Population.of([()] * 132)
+    assert floor(pop, 0.05, 0.05) < 0.05 <= planned_bound(pop, 0.05, 0.025, 0.05)
+    mmlu = Population.of([()] * 14042)
+    assert planned_bound(mmlu, 0.02, 0.025, 0.05) < 0.01
