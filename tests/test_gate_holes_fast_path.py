@@ -236,3 +236,29 @@ def test_a_check_the_sequence_cannot_resolve_at_the_planning_discordance_is_neve
     assert floor(pop, 0.05, 0.05) < 0.05 <= planned_bound(pop, 0.05, 0.025, 0.05)
     mmlu = Population.of([()] * 14042)
     assert planned_bound(mmlu, 0.02, 0.025, 0.05) < 0.01
+
+
+def test_chance_marks_agree_across_a_tasks_lengths(tmp_path):
+    """legal_long/acc/len8192 read "chance unknown" and len24576 "evidence": each length's few targets
+    were read alone (repeating by chance at one length, all distinct at another). The task's nature,
+    free-form or a label set, is read on all its items, so every length gets the same."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Score, VariantResult
+    from evalsuite.stats.metrics import accuracy
+    from evalsuite.verdict.informative import chance_level
+
+    rd = RunDir(tmp_path / "20250101-000000-k")
+    states = ["alaska", "texas", "ohio", "iowa", "utah", "maine"]
+    targets = {100: [states[i % 2] for i in range(12)], 200: [f"{states[i % 6]}-{i}" for i in range(12)]}
+    scores = [Score(sample_id=f"x{n}-{i}", task="long", value=1.0, pred=t, target=t, group=f"len{n}",
+                    extra={"length": n}) for n, ts in targets.items() for i, t in enumerate(ts)]
+    rd.append_samples("bf16", "long", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
+                                       for s in scores])
+    metrics = [accuracy(scores, "long/acc")] + [accuracy([s for s in scores if s.extra["length"] == n],
+                                                         f"long/acc/len{n}", length=n) for n in targets]
+    result = VariantResult(variant="bf16", status="ok", metrics=metrics, primary_metrics=["long/acc"])
+    rd.write_result(result)
+    levels = [chance_level(result, f"long/acc/len{n}", rd) for n in targets]
+    whole = chance_level(result, "long/acc", rd)
+    assert all((x is None) == (whole is None) and (x is None or np.isnan(x) == np.isnan(whole)) for x in levels), \
+        (levels, whole)
