@@ -88,12 +88,23 @@ def test_validate_plan_and_gate_give_one_needed_figure_per_check(tmp_path):
     assert f"| 2 pt | " in plan_text(spec, "rules", 80) and f"| {planned:,} |" in plan_text(spec, "rules", 80)
 
 
-def test_a_resolution_is_never_printed_above_100_points():
-    """`needle/acc: 2 items resolve 175.8 pt`: a bound of a score's drop beyond 100 points means nothing."""
+def test_a_resolution_is_never_printed_above_100_points(tmp_path):
+    """`needle/acc: 2 items resolve 175.8 pt`: a bound of a score's drop beyond 100 points means nothing,
+    and below `min_n` the gate trusts no test at all."""
+    from tests.test_gate_holes import runner
+    from evalsuite.cli.main import app
+    from evalsuite.report.gate_report import plan_text
     from evalsuite.stats.significance import resolves
+    from evalsuite.verdict.rules import load_rules
 
     assert resolves(2, 1.758) == "cannot resolve any drop at n = 2"
     assert resolves(24, 0.125) == "24 items resolve 12.5 pt"
+    run = _watched_run(tmp_path, lost=1, gained=0, n=2, watched=False, chance=None)  # free-form answers
+    rules = rules_file(tmp_path, {"rules": [{"metrics": ["quiz/acc"], "max_drop_points": 10}]})
+    res = runner.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", f"{run}:cand", "--rules", str(rules)],
+                        env={"COLUMNS": "200"})
+    assert "quiz/acc: cannot resolve any drop at n = 2, limit 10 (about 31 needed)" in res.output, res.output
+    assert "cannot resolve any drop at n = 2" in plan_text(load_rules(rules), "rules", 2)
 
 
 def _excluding_sequence():
@@ -167,7 +178,8 @@ def test_the_ci_smoke_gate_passes_an_identical_rerun_that_loses_one_needle(repo_
         assert exact.upper_bound(1, 0, p.n, rules.confidence) < limit, (p.metric, p.n)
 
 
-def _watched_run(tmp_path: Path, lost: int, gained: int, n: int = 600) -> Path:
+def _watched_run(tmp_path: Path, lost: int, gained: int, n: int = 600, watched: bool = True,
+                 chance: float | None = 0.25) -> Path:
     """A baseline and a candidate of one 0/1 task (`quiz`, declared chance 0.25), the candidate's task
     watched by --stop decided to its last item (items == of), `lost`/`gained` answers changed."""
     from evalsuite.core.records import RunDir
@@ -186,13 +198,13 @@ def _watched_run(tmp_path: Path, lost: int, gained: int, n: int = 600) -> Path:
     for i in wrong[:gained]:
         cand[i] = 1.0
     for name, values in (("bf16", base), ("cand", cand)):
-        scores = [Score(sample_id=f"q{i}", task="quiz", value=v, pred=str(v), target="1.0", group="g")
+        scores = [Score(sample_id=f"q{i}", task="quiz", value=v, pred=str(v), target=f"t{i}", group="g")
                   for i, v in enumerate(values)]
         rd.append_samples(name, "quiz", [{"sample": {"id": s.sample_id}, "completion": {}, "score": s.model_dump()}
                                          for s in scores])
         result = VariantResult(variant=name, status="ok", metrics=[accuracy(scores, "quiz/acc")],
-                               primary_metrics=["quiz/acc"], chance={"quiz/acc": 0.25})
-        if name == "cand":
+                               primary_metrics=["quiz/acc"], chance={} if chance is None else {"quiz/acc": chance})
+        if name == "cand" and watched:
             result.stopped = {"quiz": EarlyStop(items=n, of=n, seed=0)}
         rd.write_result(result)
         record.variants.append(result)

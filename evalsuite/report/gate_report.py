@@ -8,11 +8,11 @@ from collections import defaultdict
 
 from evalsuite.core.types import task_of
 from evalsuite.verdict.gate import Check, GateReport, failure_kind
-from evalsuite.verdict.rules import Rules, decision_rule
+from evalsuite.verdict.rules import Rules, decision_rule, resolution
 from evalsuite.report.compare import SEQUENCE_NOTE
 from evalsuite.report.names import fmt_value, loaded_note
 from evalsuite.verdict.compare import is_latency
-from evalsuite.stats.significance import keyed_resolution, needed_items, resolves
+from evalsuite.stats.significance import needed_items, resolves
 
 METHOD = "docs/statistics.md"  # the method in full, one link away from every report
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
@@ -220,7 +220,7 @@ def plan_text(rules: Rules, rules_path: str, n: int, discordance: float | None =
     """Per accuracy rule (and per-task limit): the smallest limit N paired items resolve, and the N a limit needs."""
     d = rules.discordance if discordance is None else discordance
     keys = [()] * n
-    res = keyed_resolution(keys, rules.confidence, rules.power, d) * 100  # `validate`'s and the gate's figure
+    res = resolution(rules, keys, d) * 100  # `validate`'s and the gate's figure
     shown = f"{res:.2f} pt" if res < 100 else "none (100 pt or more)"
     smallest = (f"the smallest drop limit a candidate with no true drop passes with {rules.power:.0%} probability is "
                 f"**{res:.2f} pt**" if res < 100 else f"**{resolves(n, res / 100)}**")

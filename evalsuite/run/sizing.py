@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalsuite.verdict.rules import Rules
-from evalsuite.stats.significance import keyed_resolution, needed_items, resolves
+from evalsuite.verdict.rules import Rules, resolution
+from evalsuite.stats.significance import needed_items, resolves
 
 
 @dataclass
@@ -88,7 +88,7 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
             if rule is None or rule.kind != "max_drop_points" or not p.n:
                 continue
             limit = rule.limit_for(p.metric) / 100
-            res = keyed_resolution(p.keys, rules.confidence, rules.power, rules.discordance, p.even_labels)
+            res = resolution(rules, p.keys, stratified=p.even_labels)
             if res <= limit:
                 continue
             need = _needed(p, limit, rules)

@@ -28,12 +28,12 @@ from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metri
                                   pools_comparable, task_of)
 from evalsuite.verdict.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
-from evalsuite.verdict.rules import Rule, Rules
+from evalsuite.verdict.rules import Rule, Rules, resolution
 from evalsuite.verdict.sequential import early_stop, sequential_test
 from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, adjust, keyed_resolution, needed_items
+from evalsuite.stats.significance import PairedTest, adjust, needed_items
 
 MISSING = "missing in candidate"
 
@@ -197,7 +197,7 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
     # at the rules' planning discordance, as `validate` and `gate --plan` plan it: one figure per check,
     # whichever candidate's answers changed more (the report shows each one's share beside it)
     keys = p.keys if p.n else [()] * test.n
-    check.resolvable = keyed_resolution(keys, rules.confidence, rules.power, rules.discordance) * 100
+    check.resolvable = resolution(rules, keys) * 100
     check.needed = needed_items(keys, limit / 100, rules.confidence, rules.power, rules.discordance) \
         if limit > 0 else None
     check.insufficient = why or _unresolvable(rules, test, limit / 100)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import task_of
+from evalsuite.stats.significance import keyed_resolution
 from evalsuite.verdict.informative import CEILING
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
@@ -101,6 +102,16 @@ class Rules(BaseModel):
 
 def load_rules(path: str | Path) -> Rules:
     return load_model(path, Rules)
+
+
+def resolution(rules: Rules, keys: list[tuple], discordance: float | None = None, stratified: bool = False) -> float:
+    """The smallest limit a paired check on items weighed by `keys` resolves at the planning
+    discordance (stats.significance.keyed_resolution), in score units; 1 (no drop a score can have)
+    below `min_n`, where the gate trusts no test: `validate`, `gate --plan` and the gate share it."""
+    if len(keys) < rules.min_n:
+        return 1.0
+    d = rules.discordance if discordance is None else discordance
+    return keyed_resolution(keys, rules.confidence, rules.power, d, stratified)
 
 
 def decision_rule(rules: Rules) -> str:
