@@ -163,7 +163,9 @@ def _metric_json(c: Comparison, label: str, col: str) -> dict:
             "ci95": list(ci) if ci else None,
             "delta_pt": delta if key == "delta_pt" else None, "delta_pct": delta if key == "delta_pct" else None,
             "delta_pt_ci95": [paired.low, paired.high] if paired else None,
-            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
+            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None,
+            # the interval is a stopped task's confidence sequence; outside: it excludes delta_pt (SEQUENCE_NOTE)
+            "delta_pt_sequence": ("outside" if paired.outside else "inside") if paired and paired.sequence else None}
 
 
 def to_json(c: Comparison) -> str:
