@@ -274,3 +274,23 @@ def test_chance_marks_agree_across_a_tasks_lengths(tmp_path):
     whole = chance_level(result, "long/acc", rd)
     assert all((x is None) == (whole is None) and (x is None or np.isnan(x) == np.isnan(whole)) for x in levels), \
         (levels, whole)
+
+
+def test_a_task_recorded_as_watched_to_its_end_that_these_rules_never_watch_is_judged_fixed_n(tmp_path):
+    """H100 fp8's RULER record said its task was watched to the end, and the gate judged 8K by the
+    sequence: "dropped 1.4 pt (<= 5.7 pt, 95% upper bound), limit 5", exit 1. A task the rules never
+    watch (132 items cannot resolve 5 points in a sequence at 5% changed) that ran to its last item
+    holds the full data whatever was looked at: it is judged as a run without --stop."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.stats.paired import pairing, paired_result
+    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.rules import load_rules
+
+    run = _watched_run(tmp_path, lost=3, gained=3, n=132)
+    rules = load_rules(rules_file(tmp_path, {"rules": [{"metrics": ["quiz/acc"], "max_drop_points": 5}]}))
+    rd = RunDir(run)
+    fixed = paired_result(pairing(rd, "bf16", rd, "cand", rd.load_result("bf16").metric("quiz/acc")), rules.confidence)
+    report = run_gate(Side(rd, "bf16"), [Side(rd, "cand")], rules, "rules.yaml")
+    check = next(c for c in report.checks if c.metric == "quiz/acc")
+    assert check.status == "pass" and report.exit_code == 0, check.detail
+    assert check.method == fixed.method and abs(check.high - fixed.high * 100) < 1e-9

@@ -220,14 +220,14 @@ def with_final_look(seq_test: PairedTest, fixed: PairedTest, share: float) -> Pa
     rest = 1 - share
 
     def p_limit(limit: float, within: bool) -> float:
-        fixed_p = fixed.p_within(limit) if within else fixed.p_exceeds(limit)
-        return min(1.0, seq_test._p_limit(limit, within), fixed_p / rest)
+        seq_p, fixed_p = ((t.p_within(limit) if within else t.p_exceeds(limit)) for t in (seq_test, fixed))
+        return min(1.0, seq_p, fixed_p / rest)
 
+    floors = [x for x in (seq_test.floor, fixed.floor) if x is not None]
     return PairedTest(fixed.n, fixed.n_eff, fixed.max_weight, fixed.drop, max(seq_test.low, fixed.low),
                       min(seq_test.high, fixed.high), fixed.se, fixed.se0, min(1.0, seq_test.p_worse, fixed.p_worse / rest),
                       f"{fixed.method}, at {rest:.0%} of alpha; or {seq_test.method}, at {share:.0%} of alpha",
-                      fixed.counts, p_limit, floor=min(x for x in (seq_test.floor, fixed.floor) if x is not None)
-                      if fixed.floor is not None or seq_test.floor is not None else None)
+                      fixed.counts, p_limit, floor=min(floors) if floors else None)
 
 
 def as_paired_test(seq: Sequential, how: str = "", share: float = 1.0) -> PairedTest:

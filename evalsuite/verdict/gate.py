@@ -119,8 +119,10 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
     stop = early_stop(pair.cand, metric)
-    if stop is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
-        test, how, why = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop)
+    found = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop) \
+        if stop is not None else None
+    if found is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
+        test, how, why = found
         p.unmeasured, p.missing_groups = (0.0, 0.0), ()  # the sequence speaks for the items it did not see
         return _Tested(test, how, why, p.means() if p.n else None), p
     if p.n == 0:

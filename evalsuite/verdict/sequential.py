@@ -6,9 +6,9 @@ judges every check of a task that was watched so by the same confidence sequence
 at the rules' `sequence_share` of alpha; one that ran to its last item also by one fixed-n look on all
 of them, at the rest (after looks at every batch a fixed-n bound at the whole alpha would not hold its
 level). A check the sequence cannot resolve at the planning discordance is never watched: its task
-runs whole and is judged fixed-n, as without --stop. The weights are the baseline's items of each metric, which `--stop decided`
-runs whole first; the candidate's items must be the first n of the seeded order, or they are no
-random sample of it.
+runs whole and is judged fixed-n, as without --stop. The weights are the baseline's items of each
+metric, which `--stop decided` runs whole first; the candidate's items must be the first n of the
+seeded order, or they are no random sample of it.
 """
 
 from __future__ import annotations
@@ -108,11 +108,18 @@ def early_stop(cand: VariantResult, metric: str) -> EarlyStop | None:
 
 
 def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, cand_rd: RunDir,
-                    cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None]:
+                    cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None] | None:
     """(the test, how the items were matched, why it cannot judge) for a check of a task run under
-    --stop decided: its bounds and p-values are the confidence sequence's at the items recorded. A
-    futile check is a fail (not shown within the limit); one the task stopped before deciding, open."""
+    --stop decided: its bounds and p-values are the confidence sequence's at the items recorded (and,
+    at the last item, the final fixed-n look's). A futile check is a fail (not shown within the limit);
+    one the task stopped before deciding, open. None: judge it fixed-n, as without --stop (a task these
+    rules never watch, run to its last item)."""
     found = _check(rules, rule, base_rd, base, base.metric(metric), stop.seed)
+    if isinstance(found, str) and not stop.early and isinstance(checks(rules, base_rd, base, task_of(metric),
+                                                                       stop.seed), str):
+        # these rules never watch the task, and it ran to its last item: its data are the full data
+        # whatever was looked at, so it is judged as a run without --stop would be
+        return None
     if isinstance(found, str):
         return None, "sequential", f"run under --stop decided, but {found}"
     seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
@@ -160,4 +167,5 @@ def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd
     if stop is None or rule is None or rule.kind != "max_drop_points":
         return None
     at = rules.model_copy(update={"confidence": confidence})
-    return sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)[0]
+    found = sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)
+    return None if found is None else found[0]
