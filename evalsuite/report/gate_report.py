@@ -221,13 +221,17 @@ def plan_text(rules: Rules, rules_path: str, n: int, discordance: float | None =
     d = rules.discordance if discordance is None else discordance
     keys = [()] * n
     res = resolution(rules, keys, d) * 100  # `validate`'s and the gate's figure
-    shown = f"{res:.2f} pt" if res < 100 else "none (100 pt or more)"
-    smallest = (f"the smallest drop limit a candidate with no true drop passes with {rules.power:.0%} probability is "
-                f"**{res:.2f} pt**" if res < 100 else f"**{resolves(n, res / 100)}**")
+    shown = f"{res:.2f} pt" if res < 100 else "none at this n"
+    if res < 100:
+        smallest = (f"the smallest drop limit a candidate with no true drop passes with {rules.power:.0%} probability "
+                    f"is **{res:.2f} pt** (decision `{rules.decision}`, {rules.confidence:.0%} one-sided). "
+                    f"`lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit")
+    else:
+        why = f"fewer than `min_n` {rules.min_n}: the gate trusts no test" if n < rules.min_n else "its bound is 100 pt or more"
+        smallest = f"the gate **{resolves(n, 1.0)}** ({why})"
     lines = [f"## evalsuite gate plan: {rules_path}, n = {n:,} paired items per check", "",
-             f"With {n:,} paired items, {smallest} (decision `{rules.decision}`, {rules.confidence:.0%} "
-             f"one-sided). `lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit; "
-             f"`point` moves by {100 / n:.2f} pt per changed item. {decision_rule(rules)}", "",
+             f"With {n:,} paired items, {smallest}; `point` moves by {100 / n:.2f} pt per changed item. "
+             f"{decision_rule(rules)}", "",
              "| rule | metrics | limit | resolvable at n | items needed | |", "|---|---|---|---|---|---|"]
     for rule in rules.rules:
         if rule.kind != "max_drop_points":
