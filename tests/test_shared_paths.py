@@ -67,7 +67,7 @@ def test_no_shared_artifact_names_a_path_of_this_machine(project, tmp_path):
     report = cli.invoke(app, ["report", str(run), "--out", "report"])
     assert report.exit_code == 0, report.output
     gate = cli.invoke(app, ["gate", "--baseline", f"{run}:bf16", "--candidate", str(run), "--markdown", "gate.md",
-                            "--junit", "gate.xml"])
+                            "--junit", "gate.xml", "--json", "gate.json"])
     assert gate.exit_code in (0, 1, 3), gate.output
     sync = cli.invoke(app, ["sync", str(run)])
     assert sync.exit_code == 0, sync.output
@@ -80,6 +80,7 @@ def test_no_shared_artifact_names_a_path_of_this_machine(project, tmp_path):
     shared = {"report.md": (root / "report" / "report.md").read_text(),
               "report.html": (root / "report" / "report.html").read_text(),
               "gate.md": (root / "gate.md").read_text(), "gate.xml": (root / "gate.xml").read_text(),
+              "gate.json": (root / "gate.json").read_text(),
               "gate stderr": gate.stderr, "MLflow tags and params": "\n".join(values),
               "MLflow report.md": page.read_text()}
     for name, text in shared.items():
