@@ -90,7 +90,8 @@ USAGE_ERRORS = [
     ("gate --plan --n 0", "gate: --n: 0 is not allowed (allowed: N >= 1)"),
     ("gate --plan --n 10 --discordance 2", "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)"),
     ("report RUN", "report: --out: required, not given"),
-    ("validate", "validate: CONFIG...: required, not given"),
+    ("validate", "validate: CONFIG...: not given, and no evalsuite.yaml here (allowed: a config file, examples/NAME; "
+                 "`evalsuite init` writes evalsuite.yaml)"),
     ("run X --limt 3", "run: --limt: no such option; did you mean --limit?"),
     ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
     ("run X --limit", "run: option '--limit' requires an argument"),

@@ -121,7 +121,7 @@ def validate(files: list[Path] = typer.Argument(None, metavar="CONFIG...", show_
       evalsuite validate configs/cpu-smoke.yaml examples/qwen2.5-7b-instruct"""
     from evalsuite.cli.shipped import config_path, default_config
 
-    files = files or [default_config(None)]
+    files = files or [default_config(None, "validate", "CONFIG...")]
     from evalsuite.run.config import check_local_model, check_task_data, load_config
     from evalsuite.run.needs import needs
     from evalsuite.run.sizing import rules_warnings
@@ -162,7 +162,7 @@ def prepare(
     from evalsuite.run.session import narrowed
 
     cache = cache_dir()
-    for f in files or [default_config(None)]:
+    for f in files or [default_config(None, "prepare", "CONFIG...")]:
         path = config_path(f)
         done = prepare_config(narrowed(load_config(path), [t for a in tasks for t in a.split(",") if t], limit),
                               path, cache)
@@ -216,7 +216,7 @@ def run(
     _interrupt_on_signals()
     from evalsuite.cli.shipped import config_path, default_config
 
-    record = run_config(config_path(default_config(config)), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
+    record = run_config(config_path(default_config(config, "run")), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
                         show_progress=progress, only=variant, ray_address=ray,
                         only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit,
                         parallel=parallel, stop=stop and stop.value)

@@ -84,7 +84,7 @@ def plan_command(ctx: typer.Context, source: str | None, revision: str | None, v
     as_json = fmt == Format.json
     given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
     typed = [p for p in ctx.command.params if ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
-    source = source or str(default_config(None, "MODEL"))
+    source = source or str(default_config(None, "plan", "MODEL"))
     if source.endswith((".yaml", ".yml")) or (source.startswith("examples/") and not Path(source).exists()):
         _refuse(typed, CONFIG_OPTIONS + ("source",), "with an evalsuite config: each variant is planned with its "
                 "own settings; set it in the config, or plan the model folder")

@@ -42,13 +42,13 @@ def config_path(path: Path) -> Path:
 DEFAULT_CONFIG = Path("evalsuite.yaml")  # what `evalsuite init` writes, and what a command reads unnamed
 
 
-def default_config(given: Path | None, what: str = "CONFIG") -> Path:
+def default_config(given: Path | None, command: str, what: str = "CONFIG") -> Path:
     """The config a command was given, else ./evalsuite.yaml where `evalsuite init` wrote one."""
     if given is not None:
         return given
     if not DEFAULT_CONFIG.is_file():
-        raise ConfigError(f"no {what} given, and no {DEFAULT_CONFIG} here; name one (examples/NAME: a shipped "
-                          f"example), or write the starter with `evalsuite init`")
+        raise ConfigError(f"{command}: {what}: not given, and no {DEFAULT_CONFIG} here (allowed: a config file, "
+                          f"examples/NAME; `evalsuite init` writes {DEFAULT_CONFIG})")
     return DEFAULT_CONFIG
 
 
