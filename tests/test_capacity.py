@@ -37,9 +37,11 @@ def level(x: float, ttft: float = 100.0, itl: float = 10.0, length: int = 512, s
 
 
 def test_config_defaults_and_percentiles():
-    c = CapacityConfig()
-    assert c.mode == "concurrency" and c.levels == [1, 2, 4, 8, 16, 32]
-    assert c.percentiles == [50.0, 90.0, 99.0]
+    c = CapacityConfig()  # no levels listed: users are searched, on a grid of factor sqrt(2) from 1
+    assert c.searching and c.mode == "concurrency" and c.levels[:10] == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32]
+    assert c.levels[-1] == 1024 and c.search.min_requests == 20
+    assert c.percentiles == [50.0, 90.0, 99.0] and c.percentiles_for(20) == [50.0, 90.0]
+    assert CapacityConfig(concurrency=[1, 2, 4]).levels == [1, 2, 4] and not CapacityConfig(concurrency=[1]).searching
     assert CapacityConfig(slo={"tpot_p95_ms": 30}).percentiles == [50.0, 90.0, 95.0, 99.0]
     assert CapacityConfig(request_rate=[0.5, 1, 2]).mode == "request_rate"
 
