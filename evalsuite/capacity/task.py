@@ -302,7 +302,7 @@ class _Target:
         tokens (each its own: none served from the prefix cache), after one untimed request of the
         length; [] where the server refused one (the search then starts from the KV pool alone)."""
         rng = random.Random(seed)
-        top = max(20, (vocab or 1000) - 1)
+        top = max(20, (vocab or 256) - 1)  # any real vocabulary holds the first 256 ids
         headers = dict(self._http.headers)
 
         def ask(ids: list[int]) -> None:
