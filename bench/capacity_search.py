@@ -15,12 +15,12 @@ An untimed level first warms the server (a CPU engine compiles for the shapes it
 
 The CPU workload has a knee of its own making, so that the comparison is of the search, not of a
 noisy host: the engine takes at most `--max-num-seqs` requests at once (4), so above 4 users a
-request waits for a slot a whole request long, and the SLO's TTFT p90 is set from a pilot level's
-decode step to `--slo-steps` of them (8): far above an admitted request's first token (a step
-or two), far below a queued one's (a whole request: `--output-tokens` steps, 32). `--slo KEY=MS` sets an SLO outright (repeatable); `--max-num-seqs 0` leaves
+request waits for a slot about a whole request long, and the SLO's TTFT p90 is set from a pilot
+level of one user to `--slo-share` (0.5) of its whole request (E2EL p50, `--output-tokens` 64
+decode steps): well above an admitted request's first token, well below a queued one's. `--slo KEY=MS` sets an SLO outright (repeatable); `--max-num-seqs 0` leaves
 the engine's own cap.
 
-    .venv/bin/python bench/capacity_search.py [--model DIR] [--prompt-tokens 32] [--output-tokens 32]
+    .venv/bin/python bench/capacity_search.py [--model DIR] [--prompt-tokens 32] [--output-tokens 64]
         [--lowest 1] [--highest 8] [--step 1.41421356] [--requests 100] [--min-requests 20]
         [--max-num-seqs 4] [--slo KEY=MS] [--spot] [--engine-arg KEY=VALUE]
 
@@ -55,7 +55,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="model folder (default: the tests' tiny Llama, built once)")
     ap.add_argument("--prompt-tokens", type=int, default=32)
-    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--lowest", type=int, default=1)
     ap.add_argument("--highest", type=int, default=8)
     ap.add_argument("--step", type=float, default=math.sqrt(2))
@@ -64,7 +64,8 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=float, default=4, help="a searched level's requests per user")
     ap.add_argument("--max-num-seqs", type=int, default=4, help="the engine's cap on requests at once; 0: its own")
     ap.add_argument("--slo", type=slo_arg, action="append", default=[], metavar="KEY=MS")
-    ap.add_argument("--slo-steps", type=float, default=8, help="without --slo: TTFT p90 <= this many decode steps")
+    ap.add_argument("--slo-share", type=float, default=0.5,
+                    help="without --slo: TTFT p90 <= this share of one user's whole request (its E2EL p50)")
     ap.add_argument("--spot", action="store_true", help="3 levels of the sweep around the bracket, not all")
     ap.add_argument("--engine-arg", type=engine_arg, action="append", default=[])
     args = ap.parse_args(argv)
@@ -118,12 +119,12 @@ def through_pass(cfg, engine, work: Path, tag: str):
 
 
 def pilot_slo(args, engine, work: Path) -> dict[str, float]:
-    """TTFT p90 <= `slo_steps` decode steps of one user alone (its ITL p50), from a level of 1 user."""
+    """TTFT p90 <= `slo_share` of one user's whole request alone (its E2EL p50), from a level of 1 user."""
     _, levels, _ = through_pass(one_level(args, {"ttft_p90_ms": 1e9}, 1), engine, work, "pilot")
-    step_ms = levels[0].percentile("itl", 50)
-    if levels[0].status != "ok" or not step_ms:
-        raise SystemExit(f"pilot: the 1-user level gave no ITL: {levels[0].reason}")
-    return {"ttft_p90_ms": round(args.slo_steps * step_ms, 1)}
+    whole_ms = levels[0].percentile("e2el", 50)
+    if levels[0].status != "ok" or not whole_ms:
+        raise SystemExit(f"pilot: the 1-user level gave no E2EL: {levels[0].reason}")
+    return {"ttft_p90_ms": round(args.slo_share * whole_ms, 1)}
 
 
 def spot_levels(grid: list[float], b) -> list[float]:

@@ -221,7 +221,8 @@ def test_the_tasks_search_and_sweep_of_one_grid_agree(tmp_path):
     assert (a.at_slo, a.broke_at) == (b.at_slo, b.broke_at) == (11, 16) and a.steps == 1
     assert [lv.level for lv in found] == [16, 11] and len(swept) == 12  # predicted 22 -> 16: down one, bracketed
     first = found[0]
-    assert first.order == 1 and first.chosen == "predicted" and found[1].chosen == "down: 16 did not meet the SLO"
+    assert first.order == 1 and first.chosen == "first: KV pool 173 and prefill 22"
+    assert found[1].chosen == "down: 16 did not meet the SLO"
     assert first.predicted.users == 22 and first.predicted.prefill_bound == 22 and first.predicted.kv_bound == 173
     assert first.requests == 64 and first.needed == 10 and "99" not in first.percentiles["ttft"]  # 64 < 100: no p99
     assert swept[0].needed == 100 and "99" in swept[0].percentiles["ttft"]

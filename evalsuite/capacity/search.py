@@ -113,7 +113,7 @@ def predict(cfg: CapacityConfig, kv_bound: int | None, points: list[tuple[int, f
     prefill = min((b for limit, q in ttft if (b := prefill_bound(points, limit / 1000, q)) is not None), default=None)
     known = [x for x in (kv_bound, prefill) if x is not None]
     if s.start is not None:
-        users, basis = s.start, "search.start"
+        users, basis = s.start, f"search.start {s.start:,}"
     elif known:
         users = min(known)
         basis = " and ".join(f"{what} {x:,}" for what, x in (("KV pool", kv_bound), ("prefill", prefill)) if x is not None)

@@ -130,8 +130,9 @@ class CapacityTask(Task):
             sample = self._sample(length, nxt.level)
             if sample.id in rows:  # never twice: the record would stop moving
                 break
+            why = f"first: {predicted.basis}" if not levels and predicted else nxt.why
             level = self._measure(target, sample, requests_for(self.cfg, nxt.level, levels),
-                                  order=len(levels) + 1, chosen=nxt.why, predicted=predicted)
+                                  order=len(levels) + 1, chosen=why, predicted=predicted)
             self._keep(rows, record, sample, level)
             target.check_alive(sample.id)
             levels = mine()
@@ -140,9 +141,10 @@ class CapacityTask(Task):
         """The users the engine's pool holds whole, and those its measured prefill curve serves in time."""
         cfg = self.cfg
         kv = kv_bound_users(target.pool_tokens, length, cfg.output_tokens, target.block_size, target.max_num_seqs)
-        wants_curve = cfg.search.start is None and any(k.startswith("ttft_") for k in cfg.slo)
+        # measured with a set start too: the record then shows what it would have predicted
         points = target.prefill_curve(length, getattr(tokenizer, "vocab_size", None), PREFILL_AT_ONCE,
-                                      self.ctx.seed * 1_000 + length, cfg.timeout_s) if wants_curve else []
+                                      self.ctx.seed * 1_000 + length, cfg.timeout_s) \
+            if any(k.startswith("ttft_") for k in cfg.slo) else []
         return predict(cfg, kv, points)
 
     def _stopped(self, sample: Sample, rows: dict[str, dict[str, Any]]) -> bool:

@@ -8,7 +8,7 @@ from evalsuite.capacity.config import CapacityConfig, slo_term
 from evalsuite.capacity.predict import kv_bound_users
 from evalsuite.capacity.sweep import Bracket
 from evalsuite.core.types import Prediction, VariantResult
-from evalsuite.verdict.capacity import AT_SLO, Sweeps, comparable, is_capacity, length_of, sweeps
+from evalsuite.verdict.capacity import AT_SLO, NOT_COMPARABLE, Sweeps, comparable, is_capacity, length_of, sweeps
 
 HEADLINE = (*AT_SLO, "capacity/output_tok_per_s_at_slo/ctx")  # the rows compare shows by default
 
@@ -119,9 +119,10 @@ class View:
                 out.append([objective, "-", "-", "no variant within the accuracy limits swept it"])
                 continue
             ref = self.reference(baseline)
-            off = {name: why for name in within if (why := self.not_comparable(name, ref, n))}
+            off = {name: why.removeprefix(f"{NOT_COMPARABLE}: ") for name in within
+                   if (why := self.not_comparable(name, ref, n))}
             have = {name: self.swept[name][1].brackets[n] for name in within if name not in off}
-            left = f"; left out, not comparable: {', '.join(f'{k} ({v})' for k, v in off.items())}" if off else ""
+            left = f"; not comparable, left out: {', '.join(f'{k} ({v})' for k, v in off.items())}" if off else ""
             if not have:
                 out.append([objective, "-", "-", f"none measured as `{ref}` was{left}"])
                 continue
@@ -136,7 +137,7 @@ class View:
         """Users at the SLO per variant and length beside its accuracy verdict, the users its KV pool
         holds whole (the KV-bound prediction) and its users against the baseline's."""
         ref = self.reference(baseline)
-        cols = ["variant", "accuracy verdict"]
+        cols = ["variant", "verdict"]
         for n in self.lengths:
             cols += [f"users at SLO @{n:,}", f"KV-bound @{n:,}", f"x {ref} @{n:,}"]
         rows = []
@@ -154,7 +155,7 @@ class View:
         if name == ref:
             return "1 (reference)"
         if (why := self.not_comparable(name, ref, n)) is not None:
-            return why.split(":")[0]
+            return NOT_COMPARABLE
         a, b = self.swept[ref][1].brackets[n], self.swept[name][1].brackets[n]
         if not a.at_slo:
             return "- (reference met it at no level)"
