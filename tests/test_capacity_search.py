@@ -169,7 +169,7 @@ class LoadModel:
         if users in self.broken:
             return LevelRun(None, None, timeout_s, "", [])
         self.preempted += 10 * n if users in self.storm else 0
-        ttft = 100.0 * users if users <= self.capacity else 9000.0
+        ttft = 50.0 * users if users <= self.capacity else 9000.0
         summary = {"completed": n, "failed": 0, "duration": n / users, "request_throughput": float(users),
                    "output_throughput": 64.0 * users, "p50_ttft_ms": ttft / 2, "p90_ttft_ms": ttft, "p99_ttft_ms": ttft,
                    "p50_itl_ms": 5.0, "p90_itl_ms": 8.0, "p99_itl_ms": 9.0}
@@ -332,3 +332,43 @@ def test_a_bad_capacity_block_is_one_line_and_exit_2(tmp_path):
     assert len(lines) == 1 and "capacity.search" in lines[0] and "highest 4 is below lowest 8" in lines[0]
     assert "Traceback" not in res.stderr and str(path.name) in lines[0]
     assert json.loads(json.dumps(SearchConfig().model_dump()))["lowest"] == 1
+
+
+# ---------------------------------------------------------------- a searched pass read back
+
+
+def test_a_searched_pass_on_the_report_and_the_gate(tmp_path):
+    """Two variants' searches recorded as the task records them (base 13 users, kv 30): the gate sets
+    the brackets side by side, the report says where each search started, the levels it ran and why
+    it stopped, and its answer in the form a planner quotes."""
+    from typer.testing import CliRunner
+
+    from evalsuite.cli.main import app
+    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.rules import default_rules_path, load_rules
+    from tests.mlflow_server import build_run
+
+    raw = {"prompt_tokens": [512], "output_tokens": 64, "slo": SLO, "search": {"highest": 64}}
+    cfg = CapacityConfig(**raw)
+    run = build_run(tmp_path, "r1", {"base": {}, "kv": {}}, n=400, baseline="base")
+    rd = RunDir(run)
+    for name, capacity in (("base", 13), ("kv", 30)):
+        levels, task = run_task(run, cfg, LoadModel(run, capacity=capacity), name)
+        record = rd.load_run()
+        result = record.variant(name)
+        result.metrics += task.metrics([task.score_of(task._sample(512, lv.level), lv) for lv in levels])
+        rd.write_run(record)
+        rd.write_result(result)
+    config = rd.read_config()
+    config["capacity"] = raw
+    rd.write_config(config)
+    report = run_gate(Side(rd, "base"), [Side(rd)], load_rules(default_rules_path()), "shipped")
+    (check,) = [c for c in report.checks if c.metric == "capacity/users_at_slo/ctx512"]
+    assert check.status == "pass" and check.baseline == 11 and check.value == 23  # [23, 32) holds >= [11, 16)'s most
+    page = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "page")])
+    assert page.exit_code == 0, page.output
+    md = (tmp_path / "page" / "report.md").read_text()
+    assert "from 22 predicted (KV pool 173 and prefill 22); 16 (64), 11 (44); bracketed: 11 met the SLO, 16" in md
+    assert "users searched on a grid of factor 1.41 (1-64) from a predicted level" in md
+    assert "`kv`: 2.09x the users of `base` at 512 tokens within TTFT p90 <= 2000 ms, ITL p90 <= 50 ms " \
+           "(23 users (32 broke) against 11 users (16 broke))" in md

@@ -9,10 +9,9 @@ Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (the de
 report.html and report.md with its plots, compare.md, compare.csv); each variant run has
 result.json, samples/<task>.jsonl, engine.log, and one dataset input per task (item ids, groups,
 targets: what the variant was asked). Each variant run also carries its gate verdict and the
-review's display columns (tags) and its accuracy changes against the baseline (`delta/<task>/<metric>_pt`,
-in points), and with a capacity pass its users at the SLO over the baseline's
-(`capacity/users_vs_baseline/ctx<L>`); evalsuite.report.review says what they are and how the printed
-link opens them.
+review's display columns (tags), its accuracy changes against the baseline (`delta/<task>/<metric>_pt`)
+and users at the SLO over the baseline's (`capacity/users_vs_baseline/ctx<L>`): evalsuite.report.review
+and capacity_view say what they are.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
 
