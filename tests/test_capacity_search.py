@@ -146,6 +146,8 @@ def test_the_prediction_takes_the_fewer_of_the_kv_pool_and_the_prefill_curve():
     assert predict(cfg, None, []).users == 1 and predict(cfg, None, []).basis.startswith("no prediction")
     assert prefill_bound([(1, 0.5), (4, 0.4)], 2.0, 90) is None  # more users cost nothing: no bound
     assert predict(cfg_for(start=16), 70, []).users == 16
+    capped = predict(cfg, 70, [(1, 0.3), (4, 1.2)], max_num_seqs=4)
+    assert capped.users == 4 and capped.basis == "KV pool 70 and max_num_seqs 4 and prefill 7"
 
 
 # ---------------------------------------------------------------- the task's search against a load model

@@ -105,18 +105,21 @@ def prefill_bound(points: list[tuple[int, float]], limit_s: float, q: float) -> 
     return max(0, math.floor((limit_s - (ms - slope * mc)) / (slope * q / 100)))
 
 
-def predict(cfg: CapacityConfig, kv_bound: int | None, points: list[tuple[int, float]]) -> Prediction:
-    """The level a length's search starts at: `search.start` where given, else the fewer of the KV
-    pool's users and the prefill curve's within the TTFT limit (the grid's lowest where neither is known)."""
+def predict(cfg: CapacityConfig, kv_bound: int | None, points: list[tuple[int, float]],
+            max_num_seqs: int | None = None) -> Prediction:
+    """The level a length's search starts at: `search.start` where given, else the fewest of the KV
+    pool's users, the engine's cap on requests at once and the prefill curve's users within the TTFT
+    limit (the grid's lowest where none is known)."""
     s = cfg.search
     ttft = [(limit, q) for key, limit in cfg.slo.items() for metric, q in [slo_term(key)] if metric == "ttft"]
     prefill = min((b for limit, q in ttft if (b := prefill_bound(points, limit / 1000, q)) is not None), default=None)
-    known = [x for x in (kv_bound, prefill) if x is not None]
+    named = [(what, x) for what, x in (("KV pool", kv_bound), ("max_num_seqs", max_num_seqs), ("prefill", prefill))
+             if x is not None]
     if s.start is not None:
         users, basis = s.start, f"search.start {s.start:,}"
-    elif known:
-        users = min(known)
-        basis = " and ".join(f"{what} {x:,}" for what, x in (("KV pool", kv_bound), ("prefill", prefill)) if x is not None)
+    elif named:
+        users = min(x for _, x in named)
+        basis = " and ".join(f"{what} {x:,}" for what, x in named)
     else:
         users, basis = s.lowest, "no prediction: the grid's lowest"
     users = max(s.lowest, min(s.highest, users))

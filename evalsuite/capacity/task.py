@@ -138,14 +138,15 @@ class CapacityTask(Task):
             levels = mine()
 
     def _predict(self, target: "_Target", length: int, tokenizer: Any) -> Prediction:
-        """The users the engine's pool holds whole, and those its measured prefill curve serves in time."""
+        """The users the engine's pool holds whole, its cap on requests at once, and those its measured
+        prefill curve serves in time."""
         cfg = self.cfg
-        kv = kv_bound_users(target.pool_tokens, length, cfg.output_tokens, target.block_size, target.max_num_seqs)
+        kv = kv_bound_users(target.pool_tokens, length, cfg.output_tokens, target.block_size)
         # measured with a set start too: the record then shows what it would have predicted
         points = target.prefill_curve(length, getattr(tokenizer, "vocab_size", None), PREFILL_AT_ONCE,
                                       self.ctx.seed * 1_000 + length, cfg.timeout_s) \
             if any(k.startswith("ttft_") for k in cfg.slo) else []
-        return predict(cfg, kv, points)
+        return predict(cfg, kv, points, target.max_num_seqs)
 
     def _stopped(self, sample: Sample, rows: dict[str, dict[str, Any]]) -> bool:
         """Whether `stop_after` levels already ran above the first of this length that missed the SLO."""
