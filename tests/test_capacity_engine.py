@@ -1,5 +1,5 @@
 """The capacity pass on the real CPU engine: configs/cpu-capacity.yaml as shipped (its smoke test:
-SmolLM2-135M behind `vllm serve` on loopback, the prefill curve, then a search of two levels of 20
+SmolLM2-135M behind `vllm serve` on loopback, the prefill curve, then a search of two levels of 10-16
 requests through one resident `vllm bench serve`).
 
 Checks what the record must hold (the search's levels in order, why each, the prediction, the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-# one engine start and two levels of 20 requests: ~2 minutes on 2 quiet cores, longer on a loaded host
+# one engine start and two levels of 10-16 requests: 590 s for the module with 20-request levels at load 7-17
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,11 +38,14 @@ def evalsuite(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def capacity_run(tmp_path_factory, mlflow_server) -> Path:
-    """configs/cpu-capacity.yaml as shipped, logged to a real MLflow server."""
+    """configs/cpu-capacity.yaml as shipped, logged to a real MLflow server, without its time guards
+    (a level's deadline, the search's budget): on a loaded host they would cut what is checked here."""
     tmp = tmp_path_factory.mktemp("capacity")
     cfg = yaml.safe_load((REPO / "configs" / "cpu-capacity.yaml").read_text())
     cfg["include"] = str(REPO / "configs" / "base" / "cpu.yaml")
     cfg["tracking"] = {"uri": mlflow_server.uri, "experiment": "capacity-test"}
+    cfg["capacity"]["timeout_s"] = 1800
+    cfg["capacity"]["search"]["budget_s"] = None
     path = tmp / "cpu-capacity.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = evalsuite("run", str(path), "-V", "bf16", "-o", str(tmp / "runs"), "--no-progress")
@@ -78,7 +81,8 @@ def test_every_level_is_recorded_with_its_search_server_and_host(capacity_run):
     assert predicted["kv_bound"] > 4 and predicted == got[1]["predicted"]
     for lv in got:
         assert lv["status"] == "ok", lv["reason"]
-        assert lv["completed"] == lv["requests"] == 20 and lv["failed"] == 0 and lv["needed"] == 10
+        assert lv["completed"] == lv["requests"] and lv["requests"] in (10, 16) and lv["needed"] == 10
+        assert lv["failed"] == 0
         assert lv["req_per_s"] > 0 and lv["output_tok_per_s"] > 0 and lv["met"] in (True, False)
         assert set(lv["percentiles"]) == {"ttft", "itl", "tpot", "e2el"} and "99" not in lv["percentiles"]["ttft"]
         assert lv["server"]["readings"] >= 1 and 0 < lv["server"]["kv_usage_peak"] <= 1
@@ -122,7 +126,7 @@ def test_metrics_compare_report_and_mlflow_read_it_back(capacity_run, tmp_path, 
     assert page.returncode == 0, page.stderr
     text = (tmp_path / "page" / "report.md").read_text()
     assert "## Capacity under load" in text and "at SLO @64" in text and (tmp_path / "page" / "capacity_64.png").is_file()
-    assert "| users at SLO @64 | KV-bound @64 |" in text and "from 2 predicted (search.start 2); 2 (20), " in text
+    assert "| users at SLO @64 | KV-bound @64 |" in text and "from 2 predicted (search.start 2); 2 (10), " in text
     import mlflow
 
     client = mlflow.MlflowClient(mlflow_server.uri)
