@@ -133,4 +133,7 @@ def test_metrics_compare_report_and_mlflow_read_it_back(capacity_run, tmp_path, 
     exp = client.get_experiment_by_name("capacity-test")
     (child,) = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("mlflow.runName") == "bf16"]
     assert child.data.metrics["capacity/users_at_slo/ctx64"] == at["value"]
+    assert child.data.metrics["capacity/predicted_users/ctx64"] == 2 and "capacity/levels_run/ctx64" in child.data.metrics
+    if at["value"]:  # the baseline against itself, where it met the SLO at some level
+        assert child.data.metrics["capacity/users_vs_baseline/ctx64"] == 1.0
     assert "capacity.jsonl" in {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(child.info.run_id, "samples")}

@@ -8,8 +8,8 @@ command once per level, as here; it also starts the server, which here is the va
 
 A pass keeps one load generator resident (evalsuite.capacity.resident: vLLM imported once, not
 once a level) and hands it level after level; a level past its deadline ends that process and is
-recorded as broken, and the next level starts a fresh one. `run_level` runs one level as a process
-of its own. The API key reaches either as $OPENAI_API_KEY, never on a command line.
+recorded as broken, and the next level starts a fresh one. The API key reaches it as
+$OPENAI_API_KEY, never on a command line.
 """
 
 from __future__ import annotations
@@ -72,26 +72,6 @@ def bench_command(cfg: CapacityConfig, base_url: str, model: str, tokenizer: str
 
 def _result_path(cmd: list[str]) -> Path:
     return Path(cmd[cmd.index("--result-dir") + 1]) / cmd[cmd.index("--result-filename") + 1]
-
-
-def run_level(cmd: list[str], api_key: str | None, log: Path, timeout_s: float) -> LevelRun:
-    """Run the load generator to its end or `timeout_s`; its own output goes to `log`."""
-    result = _result_path(cmd)
-    result.unlink(missing_ok=True)  # a file left by an earlier, cut attempt is not this run's
-    env = {**os.environ, "OPENAI_API_KEY": api_key or ""}
-    t0 = time.perf_counter()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            code = None
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    wall = time.perf_counter() - t0
-    tail = log.read_text(errors="replace")[-2000:]
-    summary, errors = _read_result(result) if code == 0 else (None, [])
-    return LevelRun(summary, code, wall, tail, errors)
 
 
 class Resident:
