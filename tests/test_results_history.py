@@ -175,3 +175,20 @@ def test_every_published_page_rebuilds_from_this_clones_history(tmp_path, monkey
         total += archive.bytes
     assert total <= ARCHIVE_BUDGET_BYTES
 
+
+
+def test_a_pages_decision_tables_are_its_reports_rows():
+    """What a page shows under "Decision table" is copied from its report.md files, row by row, so that
+    recomputing the reports (tests/test_results_recompute.py) recomputes the page's tables too."""
+    checked = 0
+    for page in pages(RESULTS):
+        reports = {line for f in page.folder.glob("report*/report.md") for line in f.read_text().splitlines()
+                   if line.startswith("|")}
+        section = False
+        for line in page.markdown.read_text().splitlines():
+            if line.startswith("## "):
+                section = line.startswith("## Decision table")
+            elif section and line.startswith("|"):
+                assert line in reports, f"{page.markdown}: not a row of its reports: {line[:120]}"
+                checked += 1
+    assert checked > 60  # the 1.5B and 0.5B pages' tables
