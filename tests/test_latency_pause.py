@@ -70,9 +70,9 @@ def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_p
     t.start()
     starting.wait()
     t0 = time.monotonic()
-    with quiet.alone("a", None) as paused:
+    with quiet.alone("a", None) as held:
         assert time.monotonic() - t0 >= 0.3  # it waited for c's start to end
-        assert paused == ["b", "c"] and stands["b"].stopped() and stands["c"].stopped()
+        assert held.names == ["b", "c"] and stands["b"].stopped() and stands["c"].stopped()
         assert not stands["a"].stopped()
         entered = threading.Event()
         late = threading.Thread(target=lambda: quiet.starting("d", stands["a"], None).__enter__() or entered.set())
@@ -94,8 +94,8 @@ def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands)
         with quiet.starting(name, stands[name], gpu):
             pass
     quiet.gone("c")
-    with quiet.alone("a", "0") as paused:
-        assert paused == [] and not stands["b"].stopped() and not stands["c"].stopped()
+    with quiet.alone("a", "0") as held:
+        assert held.names == [] and not stands["b"].stopped() and not stands["c"].stopped()
 
 
 def _config(tmp_path: Path, model: Path, **scheduler) -> Path:

@@ -149,10 +149,15 @@ class LatencyConfig(Strict):
 
     prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
     output_tokens: int = Field(default=32, gt=1)
-    repeats: int = Field(default=3, gt=0)
+    # timed requests per prompt length: a p50's interval against another variant's needs >= 3 a side
+    # at 95% (Mann-Whitney), p90 >= 10, p99 >= 100
+    repeats: int = Field(default=5, gt=0)
+    # untimed requests per prompt length right before the timed ones, once the device is idle
+    warmup: int = Field(default=2, ge=0)
 
     def build(self, ctx: TaskContext) -> LatencyTask:
-        return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
+        return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed,
+                           warmup=self.warmup)
 
 
 class CapacitySection(CapacityConfig):
