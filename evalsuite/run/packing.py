@@ -10,10 +10,9 @@ card with the most room and is pinned there), or on a CPU the host's available R
 split between the engines; `auto` also keeps two host cores for each GPU engine. A variant without a
 prediction (a hub id, a GGUF file), over every card's budget on its own, spread over several GPUs,
 or whose engine ran out of memory beside others runs alone. The latency pass has the device to itself
-(`scheduler.latency_pass`): on the variant's own engine with its neighbours paused and the device
-then found idle (a stopped process's queued GPU work runs on), or on a second engine alone
-afterwards, whose failure leaves the variant `partial`, not `failed`. docs/config.md ("Several
-engines on one card") has the settings.
+(`scheduler.latency_pass`): its own engine with the neighbours paused and the device then found
+idle (their queued GPU work runs on), or a second engine alone afterwards, whose failure leaves the
+variant `partial`, not `failed`. docs/config.md ("Several engines on one card") has the settings.
 """
 
 from __future__ import annotations

@@ -127,6 +127,16 @@ SERIES = {**{key: (_timing(key), "ms") for key in REQUEST_TIMINGS},
 RATES = ("/s",)  # tokens per second: more is faster
 
 
+def latency_key(name: str) -> tuple[str, str] | None:
+    """`latency/itl_ms_p50/ctx1024` -> ("itl_ms", "p50"): the per-request series and the statistic over
+    it; None for another name."""
+    parts = name.split("/")
+    if len(parts) < 2 or parts[0] != "latency":
+        return None
+    key, _, stat = parts[1].rpartition("_")
+    return (key, stat) if key in SERIES and (stat == "mean" or stat[1:].isdigit() and stat[0] == "p") else None
+
+
 def series(key: str, extras: Sequence[dict]) -> list[float]:
     """One figure per timed request (its score's `extra`), those that have it."""
     read = SERIES[key][0]
