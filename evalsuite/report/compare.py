@@ -16,7 +16,7 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, pools_comparable
+from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, TimingCondition, pools_comparable
 from evalsuite.report.capacity_view import headline_rows, loaded_at
 from evalsuite.report.names import (
     ENGINE_HEADLINE,
@@ -120,6 +120,10 @@ class Comparison:
     def loads(self) -> dict[str, HostLoad | None]:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
+
+    def timings(self) -> dict[str, TimingCondition | None]:
+        """How each variant's latency pass was timed, by label."""
+        return {e.label: e.result.timed_as() for e in self.entries}
 
     def capacity_loaded(self, label: str, metric: str) -> bool:
         """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity_view)."""

@@ -126,7 +126,7 @@ def to_csv(c: Comparison) -> str:
     """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta_pt` (points, for scores) or `<m>
     delta_pct` (percent, for quantities), `<m> ci95 low/high`, for the rows shown the paired delta in
     points, its two-sided 95% interval and n, and whether the latency pass ran on a loaded host (with
-    its 1-minute load)."""
+    its 1-minute load) and how it was timed (core.types.TimingCondition.describe)."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
@@ -144,6 +144,8 @@ def to_csv(c: Comparison) -> str:
     loads = c.loads()
     extra["latency host loaded"] = [None if loads[x] is None else loads[x].loaded for x in c.frame.index]
     extra["latency host load 1m"] = [None if loads[x] is None else loads[x].peak for x in c.frame.index]
+    timed = c.timings()
+    extra["latency timed"] = [None if timed[x] is None else timed[x].describe() for x in c.frame.index]
     out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
     return out.to_csv()
 
@@ -174,7 +176,8 @@ def to_json(c: Comparison) -> str:
         load = c.loads()[label]
         variants[label] = {"status": _num(c.frame.at[label, "status"]),
                            "metrics": {col: _metric_json(c, label, col) for col in c.deltas.columns},
-                           "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded}}
+                           "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded},
+                           "timing": None if (t := c.timings()[label]) is None else t.model_dump()}
     return json.dumps({"baseline": c.baseline, "runs": c.runs(), "interval": "two-sided 95%", "variants": variants},
                       indent=2) + "\n"
 

@@ -103,6 +103,17 @@ def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
             f"compare with a quiet host's): {'; '.join(parts)}")
 
 
+def timed_note(results: list[VariantResult]) -> str | None:
+    """How each variant's latency pass was timed (core.types.TimingCondition), where a record says;
+    a pass whose figures measure no engine by itself says why: the gate does not compare it."""
+    timed = {v.variant: t for v in results if (t := v.timed_as()) is not None and not t.derived}
+    if not timed:
+        return None
+    doubts = [f"{n} ({why})" for n, t in timed.items() if (why := t.doubt())]
+    return ("Latency timed: " + "; ".join(f"{n} {t.describe()}" for n, t in timed.items())
+            + (f". Not compared: {'; '.join(doubts)}" if doubts else ""))
+
+
 def stopped_note(stopped: dict[str, list[str]]) -> str | None:
     """Which variants' tasks `run --stop decided` ended early (variant -> tasks), whose scores' intervals
     are their confidence sequences'; None where none was."""

@@ -96,11 +96,45 @@ def verdict_cell(row: Row) -> str:
     return ("control: " if row.control else "") + text + (" (partial)" if row.status == "partial" else "")
 
 
+APART = "≠"  # beside speed figures not timed as the baseline's were
+
+
 def speed_cell(row: Row, n: int) -> str:
     if n not in row.ttft:
         return "-"
     itl = row.itl.get(n)
-    return f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}") + loaded_mark(TTFT_P50, row.host_load)
+    return (f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}") + loaded_mark(TTFT_P50, row.host_load)
+            + (APART if row.timed_apart and not (row.host_load and row.host_load.loaded) else ""))
+
+
+def timed_cell(row: Row) -> str:
+    """How its latency pass was timed (core.types.TimingCondition.describe)."""
+    return row.timing.describe() if row.ttft and row.timing is not None else "-"
+
+
+def apart_note(report: Report) -> str | None:
+    """Which rows' speed does not compare with the baseline's, and why: the gate does not judge it and
+    "what to serve" does not rank it."""
+    apart = [f"{r.name} ({r.timed_apart})" for r in report.rows
+             if r.timed_apart and not (r.host_load and r.host_load.loaded)]
+    if not apart:
+        return None
+    return (f"{APART} speed not timed as the baseline's was, so not compared (the gate does not judge it, the "
+            f"picks do not rank it): {'; '.join(apart)}")
+
+
+def timing_sentence(report: Report, where: str) -> str:
+    """How the page's latency was timed, as the rows' conditions say (not as it ought to have been)."""
+    timed = [r.timing for r in report.rows if r.ttft and r.timing is not None]
+    kinds = {t.neighbours for t in timed}
+    if not timed or kinds == {"none"}:
+        return f"one engine at a time on {where}"
+    if "running" in kinds:
+        return f"some beside other engines running on {where} (those are not compared)"
+    verified = all(t.idle_ok for t in timed if t.neighbours == "paused")
+    return (f"each engine's pass with the other engines on {where} paused"
+            + (" and the device then found idle" if verified else ", not every time found idle (those are not compared)")
+            + (", or alone" if "none" in kinds else ""))
 
 
 # ---------------------------------------------------------------- (a) the decision
@@ -116,12 +150,14 @@ def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
     cols = ["variant", "verdict", "weights GiB", "KV tokens (pool)", "tokens per KV GiB",
-            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(cap.decision_columns() if cap else []),
+            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(["latency timed"] if lengths else []),
+            *(cap.decision_columns() if cap else []),
             *(f"{m} change, pt [95%]" for m in report.primary), "Pareto (weights vs accuracy)"]
     rows = []
     for r in report.rows:
         rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
+                     *([timed_cell(r)] if lengths else []),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
@@ -133,6 +169,11 @@ def decision_table(report: Report) -> Table:
             "pools differ in size (with a 1 GiB pool the two read nearly alike).")
     if any(NO_CHANGE in cell for row in rows for cell in row):
         note += " " + NO_CHANGE_NOTE
+    if lengths:
+        note += (" Latency timed: whom the engine's pass shared the device with (alone, or neighbours paused), "
+                 "how the device was found idle before it (NVML's utilization; on a CPU the paused neighbours' "
+                 "CPU time), and the untimed warm-up x timed requests at each prompt length.")
+    note += f" {apart}." if (apart := apart_note(report)) else ""
     return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
 
 
@@ -148,7 +189,8 @@ def answer(report: Report) -> list[str | Table]:
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
-    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
+    notes = " ".join(n + "." for n in (apart_note(report), _loaded(report)) if n)
+    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, notes)]
 
 
 # ---------------------------------------------------------------- (b) per task
@@ -328,8 +370,8 @@ def document(report: Report, out: Path, command: str) -> Document:
     where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
-                                                f"{where}." if n else "."),
+        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, "
+                                                f"{timing_sentence(report, where)}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
                     [head, *task_sections(report, out), *capacity_sections(report, out),

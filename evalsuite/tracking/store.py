@@ -407,6 +407,10 @@ class _Logger:
         if result.host_load is not None:  # a tag, not a metric: the load is the host's, not the variant's figure
             tags["evalsuite.latency_host_loaded"] = str(result.host_load.loaded).lower()
             tags["evalsuite.latency_host_load_1m"] = f"{result.host_load.peak:g}"
+        if (timed := result.timed_as()) is not None:  # how the latency metrics were timed, beside them in the runs view
+            tags["evalsuite.latency_timed"] = timed.describe()[:MAX_TAG]
+            tags["evalsuite.latency_neighbours"] = timed.neighbours
+            tags["evalsuite.latency_idle_verified"] = {True: "true", False: "false"}.get(timed.idle_ok, "unchecked")
         for task, stop in result.stopped.items():  # run --stop decided: its metrics are over these items
             tags[f"evalsuite.stopped.{task}"] = f"{stop.items}/{stop.of}"
         run = self.client.create_run(self.exp_id, start_time=_ms(result.started_at) or _ms(self.record.created_at),
