@@ -120,10 +120,11 @@ def wait_idle(read: Callable[[], float | None], quiet_s: float = 1.0, timeout_s:
         if value is None:
             return IdleWait(None, now - t0, window)
         if value > 0:
-            since, window = None, []
+            since, window = None, [value]
+        elif since is None:
+            since, window = now, [value]
         else:
-            since = now if since is None else since
-        window.append(value)
+            window.append(value)
         if since is not None and now - since >= quiet_s:
             return IdleWait(True, since - t0, window)
         if now - t0 >= timeout_s:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Any
 
@@ -173,6 +174,7 @@ EXACT_UP_TO = 50  # repeats in all: the null counts stay within float64's exact 
 BOOTSTRAP = 9_999
 
 
+@lru_cache(maxsize=256)
 def mw_cdf(n: int, m: int) -> np.ndarray | None:
     """P(U <= u), u = 0..n*m, for Mann-Whitney's U of n against m values under no shift: the
     coefficients of the Gaussian binomial [n+m choose n]_q, built from [m choose 0]_q = 1 by
