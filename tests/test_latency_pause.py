@@ -93,9 +93,21 @@ def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands)
     for name, gpu in (("a", "0"), ("b", "1"), ("c", "0")):
         with quiet.starting(name, stands[name], gpu):
             pass
+    quiet.closing("c", "0")
+    waited = threading.Event()
+
+    def pass_of_a():
+        with quiet.alone("a", "0") as held:
+            waited.set()
+            assert held.names == [] and not stands["b"].stopped() and not stands["c"].stopped()
+
+    t = threading.Thread(target=pass_of_a)
+    t.start()
+    time.sleep(0.2)
+    assert not waited.is_set()  # c's engine is still ending: its teardown works the device
     quiet.gone("c")
-    with quiet.alone("a", "0") as held:
-        assert held.names == [] and not stands["b"].stopped() and not stands["c"].stopped()
+    t.join(5)
+    assert waited.is_set()
 
 
 def test_a_pause_says_what_each_neighbour_had_in_flight_and_the_cpu_is_found_idle(tmp_path, stands):

@@ -403,8 +403,8 @@ class Held:
 
 class Quiet:
     """A device to one engine while that engine times its latency pass (`latency_pass: pause`): the
-    pass waits until no other engine on the device is starting, then stops every other engine there
-    (their process trees, evalsuite.engine.offline.hold), noting what each had in flight, and lets
+    pass waits until no other engine on the device is starting or closing, then stops every other one
+    (its process tree, evalsuite.engine.offline.hold), noting what each had in flight, and lets
     them go on when it ends. Starts wait while a pass runs. One pass at a time; each wait and each
     pause is a span in phases.jsonl. With `pause` false (latency_alone false) it only says which
     engines work beside the pass."""
@@ -414,6 +414,7 @@ class Quiet:
         self._cond = threading.Condition()
         self._starting: dict[str, str | None] = {}  # variant -> its device (None: the one device)
         self._working: dict[str, tuple[Engine, str | None, Flight | None]] = {}
+        self._closing: dict[str, str | None] = {}  # variant -> its device, while its engine ends
         self._timing: str | None = None  # the variant whose pass has the device now
 
     @contextlib.contextmanager
@@ -432,9 +433,17 @@ class Quiet:
                     self._working[name] = (engine, gpu, flight)
                 self._cond.notify_all()
 
+    def closing(self, name: str, gpu: str | None) -> None:
+        """`name`'s engine is ending: no neighbour to pause, but its teardown still works the device."""
+        with self._cond:
+            self._working.pop(name, None)
+            self._closing[name] = gpu
+            self._cond.notify_all()
+
     def gone(self, name: str) -> None:
         with self._cond:
             self._working.pop(name, None)
+            self._closing.pop(name, None)
             self._cond.notify_all()
 
     @contextlib.contextmanager
@@ -446,8 +455,8 @@ class Quiet:
             yield Held(running=running)
             return
         with self.run_dir.phase("quiet_wait", name), self._cond:
-            self._cond.wait_for(lambda: self._timing is None and all(g != gpu for n, g in self._starting.items()
-                                                                        if n != name))
+            self._cond.wait_for(lambda: self._timing is None and all(
+                g != gpu for n, g in [*self._starting.items(), *self._closing.items()] if n != name))
             self._timing = name
             others = {n: (e, f) for n, (e, g, f) in self._working.items() if n != name and g == gpu}
         held = Held(names=sorted(others))
@@ -528,7 +537,11 @@ class _PackedRunner(Runner):
         return engine
 
     def _closing(self, name: str) -> None:
-        if self.quiet is not None:  # a closing engine is no neighbour to pause
+        if self.quiet is not None:  # a closing engine is no neighbour to pause, but a pass waits out its close
+            self.quiet.closing(name, self.gpu)
+
+    def _closed(self, name: str) -> None:
+        if self.quiet is not None:
             self.quiet.gone(name)
 
     def _engine_variant(self, variant: Variant) -> Variant:

@@ -137,8 +137,11 @@ class Runner(Answering):
                 self._engine_failed(e, variant, model_dir, result)
             finally:
                 self._closing(name)
-                with self.run_dir.phase("engine_close", name):
-                    engine.close(wait=not interrupted)
+                try:
+                    with self.run_dir.phase("engine_close", name):
+                        engine.close(wait=not interrupted)
+                finally:
+                    self._closed(name)
                 if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
                     self.run_dir.write_result(result)
         result.engine = device.ended(result.engine)
@@ -168,6 +171,9 @@ class Runner(Answering):
 
     def _closing(self, name: str) -> None:
         """Called as the variant's engine is about to close."""
+
+    def _closed(self, name: str) -> None:
+        """Called once the variant's engine has closed."""
 
     def _start(self, name: str, engine: Engine) -> EngineStats:
         """The engine's start (a packed run's waits while a neighbour times its latency pass)."""
