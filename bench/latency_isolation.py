@@ -23,7 +23,7 @@ of at most 10 minutes runs it piece by piece; --report combines whatever parts a
 
 `--busy VARIANT` names a variant that is there to keep the card busy (a slow attention backend in
 long prefills), not measured. `--long N`: the prompt tokens a neighbour's request in flight must reach
-to count as busy in a long prefill (default: the config's longest task prompt, at most 32,000).
+to count as busy in a long prefill (default: 90% of the config's longest task length, 32K at most).
 The last line printed is the RESULT line.
 """
 
@@ -91,28 +91,36 @@ def roles(config: Path, busy: list[str]) -> tuple[list[str], str, str | None]:
     return measured, cfg.baseline or measured[0], controls[0] if controls else None
 
 
-def longest_prompt(config: Path) -> int:
-    """The longest prompt any task of CONFIG sends (its needle or RULER lengths), at most 32,000."""
+def long_prompt(config: Path) -> int:
+    """What counts as a long prompt in flight: 90% of the longest length a task of CONFIG asks for (its
+    needle or RULER lengths include the answer's budget), at most 28,800 (a 32K prefill)."""
     from evalsuite.run.config import load_config
 
     cfg = load_config(config)
     lengths = [n for t in cfg.tasks for n in (getattr(t, "lengths", None) or [])]
-    return min(max(lengths, default=0), 32000)
+    return int(0.9 * min(max(lengths, default=0), 32000))
 
 
 # ---------------------------------------------------------------- phases
 
 
+def _subprocess(argv: list[str]) -> tuple[int, str]:
+    res = subprocess.run([sys.executable, "-m", "evalsuite", *argv], capture_output=True, text=True)
+    return res.returncode, res.stdout[-2000:] + "\n" + res.stderr[-3000:]
+
+
+EVALSUITE = _subprocess  # argv -> (exit code, output tail); a test runs it in-process
+
+
 def evalsuite_run(config: Path, out: Path, args: list[str]) -> tuple[float, Path]:
     """`evalsuite run` into `out` (resumed where a cut phase left a run there): its wall time and folder."""
     resume = out.is_dir() and any((p / "run.json").exists() for p in out.iterdir())
-    cmd = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(out), *args,
-           *(["--resume"] if resume else [])]
+    argv = ["run", str(config), "--no-progress", "-o", str(out), *args, *(["--resume"] if resume else [])]
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    code, tail = EVALSUITE(argv)
     wall = time.perf_counter() - t0
-    if res.returncode not in (0, 1):
-        sys.exit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+    if code not in (0, 1):  # 1: every variant failed, which the parts say
+        sys.exit(f"evalsuite {' '.join(argv)} failed ({code}):\n{tail}")
     runs = sorted(p for p in out.iterdir() if (p / "run.json").exists())
     return wall, runs[-1]
 
@@ -248,14 +256,19 @@ def packed_vs_alone(parts: list[dict], alone: dict, measured: list[str]) -> tupl
                     base = a["requests"].get(fig, {}).get(length, [])
                     test = ratio_test(base, values, 0.95)
                     head = f"{part['phase']}-{part['run']} {name} {fig} @{length}"
-                    if why or test is None:
+                    if test is None:
                         apart += 1
-                        lines.append(f"{head}: not comparable ({why or 'too few repeats for an interval'})")
+                        lines.append(f"{head}: no interval (too few repeats)")
                         continue
                     change = (test.ratio - 1) * 100
+                    figures = (f"packed {_median(values):.2f} vs alone {_median(base):.2f}: {change:+.1f}% "
+                               f"[{(test.low - 1) * 100:+.1f}, {(test.high - 1) * 100:+.1f}]")
+                    if why:  # shown, not counted: the two were not timed alike
+                        apart += 1
+                        lines.append(f"{head}: not comparable ({why}); {figures}")
+                        continue
                     worst = max(worst or 0.0, abs(change))
-                    lines.append(f"{head}: packed {_median(values):.2f} vs alone {_median(base):.2f}: {change:+.1f}% "
-                                 f"[{(test.low - 1) * 100:+.1f}, {(test.high - 1) * 100:+.1f}]")
+                    lines.append(f"{head}: {figures}")
     return lines, worst, apart
 
 
@@ -273,11 +286,15 @@ def control_summary(parts: list[dict]) -> tuple[list[str], float | None, int]:
         checks = part["control_checks"]
         ok = bool(checks) and all(c["status"] == "pass" for c in checks)
         passed += ok
+        head = f"{part['phase']}-{part['run']} control {part['control']}"
+        skipped: dict[str, int] = {}
         for c in checks:
-            if c["change"] is not None and c["status"] != "skip":
-                worst = max(worst or 0.0, abs(c["change"]))
-            lines.append(f"{part['phase']}-{part['run']} control {part['control']} {c['metric']}: {c['status']}: "
-                         f"{c['detail']}")
+            if c["status"] == "skip":  # not comparable: one line for every check of the run with that reason
+                skipped[c["detail"]] = skipped.get(c["detail"], 0) + 1
+                continue
+            worst = max(worst or 0.0, abs(c["change"])) if c["change"] is not None else worst
+            lines.append(f"{head} {c['metric']}: {c['status']}: {c['detail']}")
+        lines += [f"{head}: {n} latency check(s) {why}" for why, n in skipped.items()]
     return lines, worst, passed
 
 
@@ -329,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     config = demo_config(work, args.model) if args.demo else args.config
     measured, _, _ = roles(config, args.busy)
-    long = args.long or longest_prompt(config)
+    long = args.long or long_prompt(config)
     if not args.report:
         phases = [args.phase] if args.phase else ["packed"] * PACKED_RUNS + ["stop", "alone"]
         for phase in phases:
