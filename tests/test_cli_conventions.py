@@ -355,8 +355,10 @@ GATE_INPUTS = [
     (f"{GATE} --control {{run}}:nope", "--control: 'nope' is not a variant of run r1 (allowed: a, b, c)"),
     ("gate --baseline {run} --candidate {run} --variant-baseline nope", "--variant-baseline: 'nope' is not a variant"),
     ("gate --baseline {run}:a --candidate {run} --variant-candidate nope", "--variant-candidate: 'nope' is not a variant"),
-    (f"{GATE} --control {{run}}", "--control {run}: a control is one variant, and this run holds 3; give RUN:VARIANT "
-                                  "(allowed: a, b, c)"),
+    (f"{GATE} --control {{run}}", "--control {run}: a control is named as RUN:VARIANT, never inferred from a run "
+                                  "(allowed: {run}:a, {run}:b, {run}:c)"),
+    ("gate --baseline {run}:a --candidate {run} --control {run}:b", "--control {run}:b: is a candidate (--candidate r1 "
+                                                                   "judges every variant of that run but its controls)"),
     (f"{GATE} --control {{run}}:b", "--control {run}:b: is a candidate; a control is another variant"),
     (f"{GATE} --control {{run}}:a", "--control {run}:a: is the baseline; a control is another variant"),
     (f"{GATE} --n 100", "--n 100: only with --plan; a gate measures the runs as they are"),
@@ -375,9 +377,10 @@ def test_gate_bad_input_is_one_line_naming_the_flag_given(gated, args, line, rul
     assert len(lines) == 1 and lines[0].startswith(f"evalsuite: error: {line.format(**gated)}"), res.stderr
 
 
-def test_a_control_is_a_variant_other_than_the_sides_and_a_single_variant_run_is_one(gated):
+def test_a_control_is_a_named_variant_other_than_the_sides(gated):
+    """Named as RUN:VARIANT, even where its run holds one variant: a control is never inferred."""
     alone, with_control, single = (cli(*f"{GATE} --rules {{rules}} --format markdown{extra}".format(**gated).split())
-                                   for extra in ("", " --control {run}:c", " --control {one}"))
+                                   for extra in ("", " --control {run}:c", " --control {one}:x"))
     for res in (alone, with_control, single):
         assert res.exit_code in (0, 1, 3) and res.stderr == "", res.output
     assert with_control.exit_code == single.exit_code == alone.exit_code  # a control judges no candidate

@@ -18,6 +18,7 @@ from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
+from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
 from evalsuite.report.names import loaded_mark, loaded_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -70,6 +71,8 @@ def delta_cell(row: Row, metric: str) -> str:
         # the variant's own score here would read as a change in points (0.750 beside a baseline of
         # 0.625): the cell says why it has none instead
         return NO_CHANGE if metric in row.accuracy else "-"  # not measured: its verdict says so
+    if d.sequence and d.outside:  # the interval is the estimate (SEQUENCE_NOTE)
+        return f"{SEQUENCE_CELL} [{_pt(d.low)}, {_pt(d.high)}]"
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
 
 
@@ -169,6 +172,8 @@ def decision_table(report: Report) -> Table:
             "pools differ in size (with a 1 GiB pool the two read nearly alike).")
     if any(NO_CHANGE in cell for row in rows for cell in row):
         note += " " + NO_CHANGE_NOTE
+    if any(SEQUENCE_CELL in cell for row in rows for cell in row):
+        note += " " + SEQUENCE_NOTE + "."
     if lengths:
         note += (" Latency timed: whom the engine's pass shared the device with (alone, or neighbours paused), "
                  "how the device was found idle before it (NVML's utilization; on a CPU the paused neighbours' "
@@ -197,11 +202,11 @@ def answer(report: Report) -> list[str | Table]:
 
 
 def merged_frame(report: Report) -> tuple[pd.DataFrame, dict[tuple[str, str], tuple[float, float]]]:
-    """Every variant's metrics by variant name (first folder that has a metric wins), and intervals."""
+    """Every row's metrics by its name (a folder's variant: RUN:NAME where two folders hold NAME), and intervals."""
     frame, intervals = None, {}
     for part in report.parts:
         c = part.comparison
-        names = {e.label: e.result.variant for e in c.entries}
+        names = {e.label: report.label(e) for e in c.entries}
         f = c.frame.rename(index=names)
         frame = f if frame is None else frame.combine_first(f)
         for (label, metric), ci in c.intervals.items():
@@ -224,7 +229,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
     length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
-        if e.result.variant in out or e.result.status not in USABLE_STATUSES:
+        if report.label(e) in out or e.result.status not in USABLE_STATUSES:
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):
@@ -233,7 +238,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
             if all(isinstance(x, int) for x in cell):
                 sums.setdefault(cell, []).append(float(score["value"]))
         if sums:
-            out[e.result.variant] = {k: sum(v) / len(v) for k, v in sums.items()}
+            out[report.label(e)] = {k: sum(v) / len(v) for k, v in sums.items()}
     return out
 
 
@@ -253,8 +258,9 @@ def task_table(report: Report, metric: str) -> Table:
            else "a loss can show, a gain cannot.")) if mark else f"The baseline's {metric} is informative (neither at chance nor at ceiling)."
     blank = f" {NO_CHANGE_NOTE}" if any(NO_CHANGE in r[4] for r in rows) else ""
     return Table(f"task-{safe_name(metric)}", cols, rows, how + " Answers changed: the share of paired items "
-                 "whose answer differs from the baseline's, as the gate counts them; a control's share is the engine's "
-                 "own noise floor." + blank)
+                 "whose answer differs from the baseline's, as the gate counts them: its text, even where both score "
+                 "alike (the same number said in other words, two wrong answers), so a share beside an unchanged score "
+                 "is answers reworded, not lost; a control's share is the engine's own noise floor." + blank)
 
 
 def task_sections(report: Report, out: Path) -> list[Section]:
@@ -283,9 +289,7 @@ def task_sections(report: Report, out: Path) -> list[Section]:
 
 
 def memory_table(report: Report) -> Table:
-    first = {}
-    for e in report.entries():
-        first.setdefault(e.result.variant, e)
+    first = {r.name: r.entry for r in report.rows}
     cols = ["variant", "weights GiB", "KV cache GiB", "KV tokens", "KV bytes per token", "max model len",
             "max concurrency", "run"]
     rows = []
@@ -295,7 +299,7 @@ def memory_table(report: Report) -> Table:
                      _num(eng.kv_cache_tokens, "{:,}"), _num(eng.kv_bytes_per_token, "{:,}"),
                      _num(eng.max_model_len, "{:,}"), _num(eng.max_concurrency, "{:.1f}"),
                      first[r.name].run_dir.run_id])
-    return Table("memory", cols, rows, "as the engine reported them, in the first run folder that holds the variant")
+    return Table("memory", cols, rows, "as the engine reported them, in the run folder of each row")
 
 
 def config_hash(path: Path) -> str:
@@ -370,8 +374,8 @@ def document(report: Report, out: Path, command: str) -> Document:
     where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, "
-                                                f"{timing_sentence(report, where)}." if n else "."),
+        f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (
+            f"; latency timed up to {n:,} prompt tokens, {timing_sentence(report, where)}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
                     [head, *task_sections(report, out), *capacity_sections(report, out),
