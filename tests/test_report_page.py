@@ -212,7 +212,7 @@ def test_what_to_serve_never_ranks_speed_timed_otherwise_and_says_how_each_was_t
     serve = {r[0]: r for r in _table(md, "| objective |")}
     assert serve["fastest decode at 1,024 prompt tokens"][1:3] == ["kv_fp8", "ITL p50 2.20 ms"]
     assert "fp8 timed otherwise, not compared" in serve["fastest decode at 1,024 prompt tokens"][3]
-    assert "≠ speed not timed as the baseline's was" in md and "fp8 (the candidate neighbours paused but" not in md
+    assert "≠ latency not timed as the baseline's was" in md and "fp8 (the candidate neighbours paused but" not in md
     assert "fp8 (neighbours paused but the device not verified idle" in md
     assert "with the other engines on the host (a CPU engine) paused, not every time found idle" in md
 

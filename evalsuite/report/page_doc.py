@@ -19,7 +19,8 @@ from evalsuite.core.records import RECORD_BYTES
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
-from evalsuite.report.names import loaded_mark, loaded_note
+from evalsuite.report.names import APART, loaded_mark, loaded_note
+from evalsuite.report.names import apart_note as names_apart_note
 from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
@@ -99,9 +100,6 @@ def verdict_cell(row: Row) -> str:
     return ("control: " if row.control else "") + text + (" (partial)" if row.status == "partial" else "")
 
 
-APART = "≠"  # beside speed figures not timed as the baseline's were
-
-
 def speed_cell(row: Row, n: int) -> str:
     if n not in row.ttft:
         return "-"
@@ -116,14 +114,9 @@ def timed_cell(row: Row) -> str:
 
 
 def apart_note(report: Report) -> str | None:
-    """Which rows' speed does not compare with the baseline's, and why: the gate does not judge it and
-    "what to serve" does not rank it."""
-    apart = [f"{r.name} ({r.timed_apart})" for r in report.rows
-             if r.timed_apart and not (r.host_load and r.host_load.loaded)]
-    if not apart:
-        return None
-    return (f"{APART} speed not timed as the baseline's was, so not compared (the gate does not judge it, the "
-            f"picks do not rank it): {'; '.join(apart)}")
+    """Which rows' speed does not compare with the baseline's, and why (a loaded host has its own mark)."""
+    return names_apart_note({r.name: r.timed_apart for r in report.rows
+                             if r.timed_apart and not (r.host_load and r.host_load.loaded)})
 
 
 def timing_sentence(report: Report, where: str) -> str:
