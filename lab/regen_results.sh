@@ -131,9 +131,11 @@ gate --baseline "$RUNS/rebuilt-128k:bf16" \
     --markdown $Q15/gate-128k.md
 gate --baseline "$RUNS/rebuilt-1130:bf16" --candidate "$RUNS/rebuilt-32k:bf16" --candidate "$RUNS/rebuilt-32k:fp8" \
     --markdown $Q15/gate-repeat.md
-gate --baseline "$RUNS/ruler:bf16" --candidate "$RUNS/ruler" --markdown $Q15/gate-ruler.md
-gate --baseline "$RUNS/64k:bf16" --candidate "$RUNS/64k" --markdown $Q15/gate-ruler-64k.md
-gate --baseline "$RUNS/128k:bf16" --candidate "$RUNS/128k" --markdown $Q15/gate-ruler-128k.md
+gate --baseline "$RUNS/ruler:bf16" --candidate "$RUNS/ruler" --json "$RUNS/gate-ruler.json" --markdown $Q15/gate-ruler.md
+gate --baseline "$RUNS/64k:bf16" --candidate "$RUNS/64k" --json "$RUNS/gate-ruler-64k.json" --markdown $Q15/gate-ruler-64k.md
+gate --baseline "$RUNS/128k:bf16" --candidate "$RUNS/128k" --json "$RUNS/gate-ruler-128k.json" --markdown $Q15/gate-ruler-128k.md
+# the effective context length per variant, from those three gates' per-length checks, into ruler.md
+"$PY" lab/scores.py effective "$RUNS"/gate-ruler{,-64k,-128k}.json --into $Q15/ruler.md
 
 # ------------------------------------------------------------------ compares, 1.5B
 compare "$RUNS/20261201-033204-qwen-1.5b-accuracy" "$RUNS/20261201-033119-qwen-1.5b-accuracy" \

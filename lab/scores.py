@@ -9,7 +9,7 @@ effective: per candidate, the effective context length, read from the gate's own
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b
     python lab/scores.py glance SHORT_KEPT LONG_KEPT LATENCY_KEPT [--baseline bf16]
-    python lab/scores.py effective GATE_JSON... [--metric ruler/score]
+    python lab/scores.py effective GATE_JSON... [--metric ruler/score] [--into PAGE]
 """
 
 from __future__ import annotations
@@ -168,6 +168,20 @@ def effective(gates: list[Path], metric: str = "ruler/score") -> list[str]:
     return lines
 
 
+BLOCK = ("<!-- effective: written by `python lab/scores.py effective --into` -->", "<!-- /effective -->")
+
+
+def write_into(page: Path, lines: list[str]) -> None:
+    """Replace the text between the page's BLOCK markers with `lines`, so that the page's figures are
+    the script's and a rerun shows a change as a diff."""
+    text = page.read_text()
+    start, end = text.find(BLOCK[0]), text.find(BLOCK[1])
+    if start < 0 or end < start:
+        raise ConfigError(f"{page}: no block {BLOCK[0]} ... {BLOCK[1]} to write the effective lengths into; "
+                          "allowed: a page holding both markers, in that order")
+    page.write_text(text[: start + len(BLOCK[0])] + "\n" + "\n".join(lines) + "\n" + text[end:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -179,9 +193,12 @@ def main() -> None:
     e = sub.add_parser("effective")
     e.add_argument("gates", type=Path, nargs="+", help="`evalsuite gate --json` files, one per length config")
     e.add_argument("--metric", default="ruler/score", help="the score judged per length (METRIC/len<N>)")
+    e.add_argument("--into", type=Path, help="a page whose effective block the lines replace, instead of printing")
     a = ap.parse_args()
     try:
-        if a.cmd == "effective":
+        if a.cmd == "effective" and a.into:
+            write_into(a.into, effective(a.gates, a.metric))
+        elif a.cmd == "effective":
             print("\n".join(effective(a.gates, a.metric)))
         else:
             glance(a.short, a.long, a.latency, a.baseline)

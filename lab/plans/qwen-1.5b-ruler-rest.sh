@@ -19,25 +19,28 @@
 #   start  75 s an engine to its first item (INT8 on the H100: startup_s 71.1, its 64K kept record)
 #   c64     7 s a 64K item: bf16 on Triton attention's first token alone on the H200, 1,715 ms at
 #           32K and 26,861.5 at 130K (the 1.5B page's latency run), a*n + b*n^2 -> 6.9 s at 65,536
-#   r4i     4 s a 32K question: INT8's first token at 32K, 3,904.6 ms (the same latency run)
-#   l64    19 s a 64K item: on the H100 on 2026-12-05 INT8's 32 single needles at 64K and its 128
-#          contract questions (8.3 min at 3.9 s) filled the ~18.5 min of card the two lanes had after
-#          their first item. Its 32K first token scaled (x4.2, less ~20% of shared prefixes) says 12.5
-#   l128   75 s a 128K item: l64's x3.9, as bf16 on Triton's 130K/64K (26.9 / 6.9 s); the 32K first
+#   r4i     3 s a 32K question: INT8's first token at 32K, 3,904.6 ms (the same run), less the 30.5%
+#           of prompt tokens its 128 kept questions found cached (their records' cached_prompt_tokens)
+#   l64    24 s a 64K item: on the H100 on 2026-12-05 INT8's 32 single needles at 64K and its 128
+#          questions (128 x 2.7 s) filled the ~18.5 min of card the two lanes had after their first
+#          item. Its 32K first token scaled (x4.2, less ~20% of shared prefixes) says 12.5 s
+#   l128   93 s a 128K item: l64's x3.87, bf16 on Triton's 130K/64K (26.9 / 6.9 s). The 32K first
 #          token scaled as bf16 on Triton's 130K/32K (x15.7) says 61 s, 50 less shared prefixes
 #   lease  1,800 s: carrying ~190 s (2026-12-05: 24 calls back to back, the start call began with
 #          1,609 s left), setup and copy ~90 s of the start call, END_MARGIN_S 150 for the last
-#          polls: ~1,370 s of lanes. Items carried: not built on the card (64K ~1.5 min, 128K ~3.5
-#          on its 16 cores) while an engine waits for them
-# At these figures the first lease holds c64 and r4i whole and ~42 of l64's 100 items, the second the
-# rest of 64K, 128K ~17 items a lease after that (~8 more leases; ~5 at the lower figures). The
-# budget adds card seconds step after step (starts beside another lane's prefill are not counted
-# twice on the card, so it is the longer side).
-#
-# Items, built before the lease on any machine with the 1.5B (the cache key is what the tokenizer
-# does): `python lab/ruler_items.py lab/configs/h200/qwen-1.5b-ruler{,-64k,-128k}.yaml`, then
-# `python lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst` (measured: docs/results'
-# ruler.md, "Not measured"), carried beside .gpu/carry. Carrying, start and polls: as
+#          polls: ~1,370 s of lanes
+# Card seconds are added step after step (an engine's start beside another lane's prefill counted
+# in full), so a lease holds at least what BUDGET=1 says: at these figures the first lease c64 and
+# r4i whole and 34 of l64's 100 items, the second 53 more, the third the rest of 64K and 128K's first
+# 9; then 13 of 128K's items a lease, 13 leases in all. At the lower figures (T64=13 T128=50): 64K
+# whole in the second, 7 in all. The first lease's l64 log gives the rate the next budget takes.
+# Items, built before the lease (the cache key is what the tokenizer does, so any machine with the
+# 1.5B): `python lab/ruler_items.py lab/configs/h200/qwen-1.5b-ruler{,-64k,-128k}.yaml`, then
+# `python lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`, carried beside .gpu/carry
+# and unpacked by `device.sh items`. Built on the card instead, the 64K items keep c64's and l64's
+# engines waiting ~1.5 min (16 cores), the 4K-32K ones r4i's ~1 min, the 128K ones l128's ~3.5.
+# Measured on 2026-12-07 on a 2-core host shared with other work: MEASURED_ITEMS below.
+# Carrying, start and polls: as
 # qwen-1.5b-yarn-rest.sh (the kit, .gpu/carry and the items with `device.sh prepare`, the model's
 # pieces); the start call carries $D/scores-ruler{,-64k,-128k,-64k-single} (those fetched) and runs
 #   T0=$(date +%s); set -e; bash lab/device.sh stash; bash lab/device.sh setup 2>&1 | tail -4
@@ -53,7 +56,7 @@ export KEEP_POOLS=1
 source "$(dirname "$0")/ruler-common.sh" "$@"
 C=lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml
 V=kv_int8_per_token_head
-START=75 LEASE=1800 CARRY=190 SETUP=90
+START=75 LEASE=1800 CARRY=190 SETUP=90 T64=${T64:-24} T128=${T128:-93}
 W=$((LEASE - CARRY - SETUP - ${END_MARGIN_S:-150}))
 kept() {  # SCORES VARIANT: the items kept for VARIANT (0 where none)
   local n=0 f
@@ -62,9 +65,9 @@ kept() {  # SCORES VARIANT: the items kept for VARIANT (0 where none)
 }
 # name lane kind items-in-the-config s/item scores config variant, in order of value
 STEPS=("c64 1 whole 36 7 $D/scores-ruler-64k-single $C bf16_triton_attn"
-       "r4i 2 whole 678 4 $D/scores-ruler $S $V"
-       "l64 2 resumable 132 19 $D/scores-ruler-64k $M $V"
-       "l128 2 resumable 132 75 $D/scores-ruler-128k $L $V")
+       "r4i 2 whole 678 3 $D/scores-ruler $S $V"
+       "l64 2 resumable 132 $T64 $D/scores-ruler-64k $M $V"
+       "l128 2 resumable 132 $T128 $D/scores-ruler-128k $L $V")
 
 if [ -n "${BUDGET:-}" ]; then
   echo "lanes a lease: $LEASE - carrying $CARRY - setup $SETUP - margin ${END_MARGIN_S:-150} = $W s"

@@ -96,3 +96,13 @@ def test_effective_length_of_gates_without_per_length_checks_is_one_line(tmp_pat
     (tmp_path / "g.json").write_text(json.dumps({"checks": [_check("fp8", 4096, "pass", 0, 1) | {"metric": "mmlu/acc"}]}))
     with pytest.raises(ConfigError, match="no per-length check of ruler/score"):
         scores.effective([tmp_path / "g.json"])
+
+
+def test_effective_lines_replace_the_pages_block_and_nothing_else(tmp_path):
+    page = tmp_path / "ruler.md"
+    page.write_text(f"# RULER\n\nbefore\n{scores.BLOCK[0]}\nold line\n{scores.BLOCK[1]}\nafter\n")
+    scores.write_into(page, ["new", "lines"])
+    assert page.read_text() == f"# RULER\n\nbefore\n{scores.BLOCK[0]}\nnew\nlines\n{scores.BLOCK[1]}\nafter\n"
+    (tmp_path / "none.md").write_text("no markers\n")
+    with pytest.raises(ConfigError, match="no block"):
+        scores.write_into(tmp_path / "none.md", ["x"])
