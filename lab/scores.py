@@ -155,7 +155,7 @@ def effective(gates: list[Path], metric: str = "ruler/score") -> list[str]:
                           f"{metric}/len<N>); allowed: gate JSON files of a task scored per length")
     lines = [f"Effective context length on `{metric}`: the longest length up to which the gate shows every "
              f"length within {' / '.join(sorted(limits))} of the baseline's; then, per length, the drop's "
-             "one-sided 95% upper bound:"]
+             "one-sided 95% upper bound:", ""]
     for name, checks in at.items():
         readings = [(n, *_reading(checks.get(n))) for n in sorted(lengths)]
         reach = None

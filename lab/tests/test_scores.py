@@ -1,9 +1,11 @@
-"""lab/scores.py's per-length table of the results pages, on kept scores made here."""
+"""lab/scores.py's per-length table and effective lengths, on kept scores and gate JSON made here, and
+the 1.5B pages' effective lengths against each other."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,8 +84,8 @@ def test_effective_length_is_the_last_of_the_lengths_the_gate_shows_within(tmp_p
     long = [_check("fp8", 65536, "pass", -2.7, 2.1), _check("int8", 65536, "warn", 9.9, 37.2, n=32)]
     for name, checks in (("short", short), ("long", long)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"checks": checks}))
-    head, *lines = scores.effective([tmp_path / "short.json", tmp_path / "long.json"])
-    assert "within 5 pt of the baseline's" in head
+    head, blank, *lines = scores.effective([tmp_path / "short.json", tmp_path / "long.json"])
+    assert "within 5 pt of the baseline's" in head and blank == ""
     assert lines == [
         "- `fp8`: **8K**; 4K +1.7; 8K +3.5; 16K +6.2 (not shown within); 64K +2.1",
         "- `kv_fp8`: **none**; 4K beyond the limit (lower bound +63.4); 8K beyond the limit (lower bound +61.9); "
@@ -106,3 +108,16 @@ def test_effective_lines_replace_the_pages_block_and_nothing_else(tmp_path):
     (tmp_path / "none.md").write_text("no markers\n")
     with pytest.raises(ConfigError, match="no block"):
         scores.write_into(tmp_path / "none.md", ["x"])
+
+
+def test_the_15b_page_quotes_the_effective_lengths_its_ruler_page_holds():
+    """The 1.5B page's RULER table carries each variant's effective length; the RULER sub-page's
+    block is the script's output (regen_results.sh), so the two agree or one of them is stale."""
+    pages = Path(__file__).resolve().parents[2] / "docs" / "results"
+    sub = (pages / "h200-2026-12-01-qwen2.5-coder-1.5b" / "ruler.md").read_text()
+    block = sub[sub.index(scores.BLOCK[0]):sub.index(scores.BLOCK[1])]
+    written = dict(re.findall(r"^- `(\S+)`: \*\*(\w+)\*\*", block, re.M))
+    page = (pages / "h200-2026-12-01-qwen2.5-coder-1.5b.md").read_text()
+    table = page[page.index("| variant | RULER 4K-32K |"):]
+    quoted = dict(re.findall(r"^\| (\S+) \| [^\n]* \| \*\*(\w+)\*\*[^|\n]* \|$", table[:table.index("\n\n")], re.M))
+    assert written and quoted == written
