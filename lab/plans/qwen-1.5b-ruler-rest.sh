@@ -16,7 +16,9 @@
 # fixed alike with the H200 baseline's, the gate compares INT8's KV capacity with bf16's.
 #
 # Budget (BUDGET=1 prints it from the kept scores' counts; lab/tests/test_rest_plan.py holds it):
-#   start  75 s an engine to its first item (INT8 on the H100: startup_s 71.1, its 64K kept record)
+#   start 120 s a run to its first item: its carried items read (51 s at 64K here, below) and its
+#          engine started (INT8's on the H100: startup_s 71.1 in its 64K kept record); two runs
+#          starting together took ~2.5 min to their first items on the H100 on 2026-12-05
 #   c64     7 s a 64K item: bf16 on Triton attention's first token alone on the H200, 1,715 ms at
 #           32K and 26,861.5 at 130K (the 1.5B page's latency run), a*n + b*n^2 -> 6.9 s at 65,536
 #   r4i     3 s a 32K question: INT8's first token at 32K, 3,904.6 ms (the same run), less the 30.5%
@@ -31,17 +33,21 @@
 #          polls: ~1,370 s of lanes
 # Card seconds are added step after step (an engine's start beside another lane's prefill counted
 # in full), so a lease holds at least what BUDGET=1 says: at these figures the first lease c64 and
-# r4i whole and 34 of l64's 100 items, the second 53 more, the third the rest of 64K and 128K's first
-# 9; then 13 of 128K's items a lease, 13 leases in all. At the lower figures (T64=13 T128=50): 64K
+# r4i whole and 28 of l64's 100 items, the second 52 more, the third the rest of 64K and 128K's first
+# 6; then 13 of 128K's items a lease, 13 leases in all. At the lower figures (T64=13 T128=50): 64K
 # whole in the second, 7 in all. The first lease's l64 log gives the rate the next budget takes.
 # Items, built before the lease (the cache key is what the tokenizer does, so any machine with the
 # 1.5B): `python lab/ruler_items.py lab/configs/h200/qwen-1.5b-ruler{,-64k,-128k}.yaml`, then
 # `python lab/pack.py ~/.cache/evalsuite/ruler .gpu/items/ruler.tar.zst`, carried beside .gpu/carry
-# and unpacked by `device.sh items`. Built on the card instead, the 64K items keep c64's and l64's
-# engines waiting ~1.5 min (16 cores), the 4K-32K ones r4i's ~1 min, the 128K ones l128's ~3.5.
-# Measured on 2026-12-07 on a 2-core host shared with other work: MEASURED_ITEMS below.
-# Carrying, start and polls: as
-# qwen-1.5b-yarn-rest.sh (the kit, .gpu/carry and the items with `device.sh prepare`, the model's
+# and unpacked by `device.sh items` (in a call of its own where .gpu/carry's has no 6.5 MB left).
+# Built on the card instead, the 64K items would hold c64 and l64 back ~1.5 min at the first lease's
+# start (16 cores, qwen-1.5b-ruler-long.sh), the 4K-32K ones r4i ~1 min; the 128K ones (~3.5 min)
+# lane 3 builds beside the card before l128 needs them. Measured on 2026-12-07 on a 2-core host
+# shared with other work (one process, at 28-47% of a core): built 4K-32K in 180 s, 64K in 595 s,
+# 128K in 1,842 s (~90, ~170, ~590 s of one core); 118 MB in 66 files (64K 30 MB, 128K 60 MB),
+# packed to one 6.5 MB piece in 5 s, unpacked in 0.4 s; a run reading them takes 41 / 51 / 74 s
+# (4K-32K / 64K / 128K) before its engine starts; the contract questions build in 16 s.
+# Carrying, start and polls: as qwen-1.5b-yarn-rest.sh (the kit, .gpu/carry and the items with `device.sh prepare`, the model's
 # pieces); the start call carries $D/scores-ruler{,-64k,-128k,-64k-single} (those fetched) and runs
 #   T0=$(date +%s); set -e; bash lab/device.sh stash; bash lab/device.sh setup 2>&1 | tail -4
 #   bash lab/device.sh items; bash lab/device.sh copy; cd /root/repo; set +e
@@ -56,7 +62,7 @@ export KEEP_POOLS=1
 source "$(dirname "$0")/ruler-common.sh" "$@"
 C=lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml
 V=kv_int8_per_token_head
-START=75 LEASE=1800 CARRY=190 SETUP=90 T64=${T64:-24} T128=${T128:-93}
+START=120 LEASE=1800 CARRY=190 SETUP=90 T64=${T64:-24} T128=${T128:-93}
 W=$((LEASE - CARRY - SETUP - ${END_MARGIN_S:-150}))
 kept() {  # SCORES VARIANT: the items kept for VARIANT (0 where none)
   local n=0 f
