@@ -90,7 +90,8 @@ USAGE_ERRORS = [
     ("gate --plan --n 0", "gate: --n: 0 is not allowed (allowed: N >= 1)"),
     ("gate --plan --n 10 --discordance 2", "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)"),
     ("report RUN", "report: --out: required, not given"),
-    ("validate", "validate: CONFIG...: required, not given"),
+    ("validate", "validate: CONFIG...: not given, and no evalsuite.yaml here (allowed: a config file, examples/NAME; "
+                 "`evalsuite init` writes evalsuite.yaml)"),
     ("run X --limt 3", "run: --limt: no such option; did you mean --limit?"),
     ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
     ("run X --limit", "run: option '--limit' requires an argument"),
@@ -257,7 +258,7 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     _, full, _ = quick
     res = cli("gate", "--baseline", f"{full}:bf16", "--candidate", f"{full}:kv_fp8")
     assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
-    assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
+    assert res.stderr.strip() == "rules: the shipped default (evalsuite/verdict/gate_rules.yaml); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
 
 
@@ -405,7 +406,8 @@ def test_quantize_help_lists_the_methods_it_accepts():
     assert ", ".join(METHODS) in helped
 
 
-PLAN_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+PLAN_SOURCES = ("a model folder, its config.json, a .gguf file, an evalsuite config (.yaml) or a Hugging Face id "
+                "(org/name)")
 
 
 @pytest.mark.parametrize("source,line", [

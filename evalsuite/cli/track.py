@@ -37,7 +37,11 @@ def compare_command(
     metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
-    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out.
+
+    Examples:
+      evalsuite compare runs/A
+      evalsuite compare runs/A runs/B:awq --out report/ --format csv"""
     from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import terminal_view, to_csv, to_json, to_markdown, write_report
@@ -76,7 +80,11 @@ def gate_command(
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
-    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
+    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict).
+
+    Examples:
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/A
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/B --markdown gate.md"""
     from evalsuite.core.outputs import write_output
     from evalsuite.verdict.rules import default_rules_path, load_rules
     from evalsuite.report.gate_json import to_json
@@ -147,11 +155,12 @@ def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
     """Which rules judged, where none were given; said last, so that bad input reads as one line."""
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import default_rules_path
 
     if rules is None:
         which = "the shipped default" if path == default_rules_path() else "the baseline run's config's gate_rules"
-        typer.echo(f"rules: {which} ({path}); --rules FILE for your own", err=True)
+        typer.echo(f"rules: {which} ({shared_path(path)}); --rules FILE for your own", err=True)
 
 
 def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_baseline: str | None,
@@ -159,6 +168,7 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     """The gate's report and the rules file that judged: --rules, else the baseline run's config's
     `gate_rules` (the rules it was made to be judged by), else the shipped default."""
     from evalsuite.verdict.gate import run_gate
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import SHIPPED_RULES, default_rules_path, load_rules, run_rules_path
     from evalsuite.tracking.sources import open_sources
 
@@ -167,8 +177,8 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     shipped = {default_rules_path().parent / f: n for n, f in SHIPPED_RULES.items()}
     # never a path of this machine in a report: a shipped set by its name
     name = shipped.get(path.resolve())
-    shown = str(rules) if rules else "the shipped default" if name == "default" else \
-        f"the shipped {name} rules" if name else path.name
+    shown = shared_path(rules) if rules else "the shipped default" if name == "default" else \
+        f"the shipped {name} rules" if name else shared_path(path)
     spec = load_rules(path)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate, ref)
              for i, ref in enumerate(candidates)]
@@ -209,7 +219,11 @@ def sync_command(
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:
-    """Upload runs to MLflow that are not there yet; runs already there are left alone."""
+    """Upload runs to MLflow that are not there yet; runs already there are left alone.
+
+    Examples:
+      evalsuite sync
+      evalsuite sync runs/A --uri http://127.0.0.1:5000"""
     try:
         from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, run_tracking_config
     except ImportError as e:

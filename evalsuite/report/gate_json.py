@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+
+from evalsuite.core.shared import shared_text
 from evalsuite.verdict.gate import Check, GateReport
 from evalsuite.report.gate_view import verdict_line
 
@@ -60,4 +62,4 @@ def to_json(report: GateReport) -> str:
                        for cand in report.candidates()],
         "checks": [check_dict(c) for c in report.checks],
     }
-    return json.dumps(body, indent=2) + "\n"
+    return shared_text(json.dumps(body, indent=2)) + "\n"  # a reason may name a file: never this machine's path

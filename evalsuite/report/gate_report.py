@@ -6,6 +6,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from evalsuite.core.shared import shared_text
 from evalsuite.core.types import task_of
 from evalsuite.verdict.gate import Check, GateReport, failure_kind
 from evalsuite.verdict.rules import Rules, decision_rule, resolution
@@ -172,7 +173,7 @@ def to_markdown(report: GateReport) -> str:
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
         lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]
-    return "\n".join(lines + _method(report)) + "\n"
+    return shared_text("\n".join(lines + _method(report)) + "\n")  # a reason may name a file
 
 
 def _skipped(checks: list[Check], n_candidates: int) -> list[str]:
@@ -210,7 +211,7 @@ def to_junit(report: GateReport) -> str:
             else:
                 ET.SubElement(case, "system-out").text = c.detail
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return shared_text(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
 
 
 # ---------------------------------------------------------------- planning

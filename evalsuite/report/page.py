@@ -371,6 +371,40 @@ def picks(report: Report) -> list[Pick]:
     return out
 
 
+def _undecided_why(report: Report, names: list[str]) -> str:
+    """Why these candidates' gate could not decide: too few items for a limit, or tasks at chance."""
+    statuses = set()
+    for part in report.parts:
+        by_label = {e.label: e.result.variant for e in part.comparison.entries}
+        statuses |= {c.status for c in (part.gate.checks if part.gate else [])
+                     if c.unit == "pt" and by_label.get(c.candidate, c.candidate) in names}
+    why = []
+    if "warn" in statuses:
+        why.append("too few items to show a drop within its limit (drop --limit, or run more items; "
+                   "`evalsuite validate` says what each limit needs)")
+    if "uninformative" in statuses:
+        why.append("tasks at chance are no evidence")
+    return "; ".join(why) or "no accuracy check shown within its limit"
+
+
+def decision(report: Report) -> str:
+    """The run's decision in one line: which candidates the gate passed, and where none did, why, so
+    that picks of the baseline alone read as what they are."""
+    cands = [r for r in report.rows if not r.baseline and not r.control]
+    by: dict[str, list[str]] = {}
+    for r in cands:
+        by.setdefault(r.verdict if r.status in USABLE_STATUSES and r.verdict else r.status, []).append(r.name)
+    passed = [r.name for r in passed_gate(report) if not r.baseline]
+    if not cands:
+        return f"only the baseline `{report.baseline}` was measured: nothing to choose between"
+    said = [f"{len(v)} {k} ({', '.join(v)})" + (f": {_undecided_why(report, v)}" if k == "inconclusive" else "")
+            for k, v in by.items() if k != "passed"]
+    if passed:
+        return f"{len(passed)} of {len(cands)} candidates passed the gate ({', '.join(passed)})" + \
+            (f"; {'; '.join(said)}" if said else "")
+    return f"no candidate passed the gate, so every pick is the baseline `{report.baseline}`: {'; '.join(said)}"
+
+
 def _best(rows: list[Row], objective: str, key, choose, show, apart: list[str] | None = None) -> Pick:
     have = [r for r in rows if key(r) is not None]
     if not have:

@@ -16,12 +16,13 @@ import pandas as pd
 
 from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
+from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
 from evalsuite.report.names import APART, loaded_mark, loaded_note
 from evalsuite.report.names import apart_note as names_apart_note
-from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
+from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
 
@@ -136,12 +137,6 @@ def timing_sentence(report: Report, where: str) -> str:
 # ---------------------------------------------------------------- (a) the decision
 
 
-def _shown_path(path: str) -> str:
-    """A path relative to the working folder where it lies inside it: shorter, and the same on every machine."""
-    p = Path(path).resolve()
-    return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else path
-
-
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
@@ -156,7 +151,7 @@ def decision_table(report: Report) -> Table:
                      *([timed_cell(r)] if lengths else []),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
-    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
+    note = (f"verdict: the gate ({shared_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
             "or in the baseline's folder for a folder without it; "
             "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
             "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
@@ -183,12 +178,13 @@ def _loaded(report: Report) -> str | None:
 def answer(report: Report) -> list[str | Table]:
     ok = [r.name for r in passed_gate(report)]
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
-    rows += cap.picks(ok) if (cap := capacity_view(report.entries())) else []
+    rows += cap.picks(ok, report.baseline) if (cap := capacity_view(report.entries())) else []
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
+    said = decision(report)
     notes = " ".join(n + "." for n in (apart_note(report), _loaded(report)) if n)
-    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, notes)]
+    return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows, notes)]
 
 
 # ---------------------------------------------------------------- (b) per task
@@ -312,7 +308,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
                      ", ".join(gpus), config_hash(rd.config_path),
-                     f"evalsuite run {_shown_path(record.config_path)}" if record.config_path else "-"])
+                     f"evalsuite run {shared_path(record.config_path)}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]
 
@@ -328,7 +324,12 @@ def capacity_sections(report: Report, out: Path) -> list[Section]:
         f"server: {cap.slo_text()}. At SLO: the highest level that met it with every lower level meeting it too, "
         f"and the level above it that broke it; the capacity lies between. KV-bound users: requests of the "
         f"prompt and output length whose KV the pool holds whole at once (the engine's pool, and the plan's "
-        f"prediction of it): more users than that wait or are preempted."])
+        f"prediction of it): more users than that wait or are preempted.", *cap.headlines(report.baseline, {
+            r.name: f"{delta_cell(r, m)} pt {m}" for r in report.rows for m in report.primary[:1] if r.delta.get(m)})])
+    cols, rows = cap.users_table({r.name: verdict_cell(r) for r in report.rows}, report.baseline)
+    sec.blocks.append(Table("capacity-users", cols, rows, "users at SLO: the bracket [met, broke) on the levels "
+                            "measured; KV-bound: whole requests the engine's pool holds at once; x: users at the SLO "
+                            "over the reference's, only where both were measured on one device model and a quiet host"))
     for n in cap.lengths:
         cols, rows = cap.table(n)
         sec.blocks.append(Table(f"capacity-{n}", cols, rows, f"{_kilo(n)}-token prompts; † timed on a loaded host, "
@@ -427,10 +428,24 @@ def to_html(doc: Document) -> str:
     return env.get_template("report.html.j2").render(doc=doc)
 
 
+def shared(doc: Document) -> Document:
+    """The page as it is shared: every absolute path in its text written relative (core.shared)."""
+    def text(block):
+        if isinstance(block, str):
+            return shared_text(block)
+        if isinstance(block, Table):
+            return Table(block.id, [shared_text(c) for c in block.columns],
+                         [[shared_text(c) for c in row] for row in block.rows], shared_text(block.note))
+        return Figure(block.path, shared_text(block.caption))
+
+    return Document(shared_text(doc.title), [Section(shared_text(s.title), s.id, [text(b) for b in s.blocks])
+                                             for s in doc.sections])
+
+
 def write(report: Report, out: Path, command: str) -> list[Path]:
     """report.md with its PNGs beside it, and report.html that needs nothing else."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = document(report, out, command)
+    doc = shared(document(report, out, command))
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc, out))
     page.write_text(to_html(doc))
