@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
@@ -107,7 +108,12 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     """(the test, how the items were matched, why it cannot judge) for a check of a task run under
     --stop decided: its bounds and p-values are the confidence sequence's at the items recorded. A
     futile check is a fail (not shown within the limit); one the task stopped before deciding, open."""
-    found = _check(rules, rule, base_rd, base, base.metric(metric), stop.seed)
+    m = base.metric(metric)
+    if m is None or not read_scores(base_rd, base.variant, m):  # the items that decided the stop are not there
+        raise ConfigError(f"{base_rd.samples_file(base.variant, task_of(metric))}: no scored items of {metric}, yet "
+                          f"{cand.variant}'s record says --stop decided ended its task by them (stopped.{task_of(metric)}); "
+                          "the baseline's run folder is incomplete")
+    found = _check(rules, rule, base_rd, base, m, stop.seed)
     if isinstance(found, str):
         return None, "sequential", f"run under --stop decided, but {found}"
     seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
