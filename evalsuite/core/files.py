@@ -242,7 +242,9 @@ class Inside:
         return parts
 
     def _folder_fd(self, parts: list[str], create: bool) -> int:
-        """The open folder `parts` below the root (made where `create`)."""
+        """The open folder `parts` below the root (made, and the root too, where `create`)."""
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root, _DIR_FLAGS)
         for i, part in enumerate(parts):
             try:

@@ -561,7 +561,11 @@ def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
 
 def read_result(path: Path) -> VariantResult:
     """A variant's result.json (this version's or an earlier one), read as data."""
-    raw = read_regular(path, RECORD_BYTES, "JSON record")
+    return parse_result(path, read_regular(path, RECORD_BYTES, "JSON record"))
+
+
+def parse_result(path: Path, raw: bytes) -> VariantResult:
+    """read_result of bytes already read (from `path`)."""
     parsed = _json_object(path, raw)
     data = upgraded(parsed, str(path), run=False)
     result = _validated(path, VariantResult, raw if data is parsed else json.dumps(data).encode())
