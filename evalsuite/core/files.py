@@ -109,7 +109,7 @@ def parse_json(path: Path, raw: bytes, kind: str = "JSON record", line: int | No
     try:
         data = jiter.from_json(raw, catch_duplicate_keys=True)
     except ValueError as e:
-        raise ConfigError(f"{where}: not a {kind}: {_json_problem(str(e))}") from None
+        raise ConfigError(f"{where}: corrupt JSON: {_json_problem(str(e))}") from None
     if _LONG_NUMBER.search(raw):
         at = _huge_int(data)
         if at is not None:

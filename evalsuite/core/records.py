@@ -338,7 +338,11 @@ class RunDir:
         path = self.config_path
         if not path.exists() and not path.is_symlink():
             return {}
-        config = parse_yaml(path, read_regular(path, RECORD_BYTES, "YAML file"), RECORD_DEPTH, "recorded config")
+        raw = read_regular(path, RECORD_BYTES, "YAML file")
+        try:
+            config = parse_yaml(path, raw, RECORD_DEPTH, "recorded config")
+        except ConfigError as e:
+            raise ConfigError(f"{e} (damaged? start a new run)") from None
         if not isinstance(config, dict):
             raise ConfigError(f"{path}: not a YAML mapping of config keys (damaged? start a new run)")
         _validated(path, RecordedConfig, config)

@@ -106,8 +106,8 @@ def read_record(path: Path, model: type[R], what: str) -> R:
         return model.model_validate_json(raw)
     except ValidationError as e:
         err = e.errors(include_url=False, include_input=False)[0]
-        key = ".".join(map(str, err["loc"])) or "(top level)"
-        raise ConfigError(f"{path}: not {what}: {key}: {err['msg']}") from None
+        key = "".join(f"{p}: " for p in [".".join(map(str, err["loc"]))] if p)
+        raise ConfigError(f"{path}: not {what}: {key}{err['msg'].removeprefix('Value error, ')}") from None
 
 
 @dataclass(frozen=True)
