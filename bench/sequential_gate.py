@@ -1,27 +1,29 @@
 """How many items `run --stop decided` scores, and how often it decides otherwise than the full run.
 
-Replays the kept per-item MMLU scores of Qwen2.5-Coder-1.5B (14,042 items, H200): bf16 as the
-baseline against fp8, awq, gptq, rtn, kv_fp8 (FP8 KV), the layer-skip FP8 and INT8 KV caches, and
-the bf16 repeat of another day. Each candidate is replayed in `--orders` seeded orders
+Replays the kept per-item scores of Qwen2.5-Coder-1.5B (H200): MMLU (14,042 items; bf16 as the
+baseline against fp8, awq, gptq, rtn, kv_fp8, the layer-skip FP8 and INT8 KV caches, and the bf16
+repeat of another day) and RULER per length (132 items a length at 4K-32K, and the 528 together;
+every variant of the page's `scores-ruler`). Each candidate is replayed in `--orders` seeded orders
 (stats.sequential.seeded_order, as the runner orders a task), looked at after every batch as the
-runner does (`--batch`, by default the runner's: 1/128 of the task, 110 MMLU items). Per
-check of the shipped rules (mmlu/acc, and mmlu/acc_macro over subjects, 2 pt each) the decision is
-the confidence sequence's (stats.sequential.decision, the gate's) at the items scored: a pass shown,
-else not; the full-data verdict is the gate's fixed-n paired test on all 14,042. A candidate's task
-stops once both checks are decided (passed, shown beyond, futile) or at its last item.
+runner does (`--batch`, by default the runner's: 1/128 of the task, at least 32 items). The
+procedure is the product's (verdict/sequential.py): a task is watched only where every check on it
+is one the confidence sequence resolves at the planning discordance, else it runs whole and is
+judged fixed-n; a watched check passes where the sequence (at `sequence_share` of alpha) shows it by
+the items scored, or, for a task run to its last item, where the fixed-n test on all of them (at
+the rest of alpha) does. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-11-30-qwen2.5-coder-1.5b
-    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N]
+    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--scores DIR]
 
-Prints a line per candidate, then `RESULT bench=sequential_gate ...`: items_used_frac (the share of
-items scored: up to the batch the decision was read after, and the one in hand then; over candidates
-and orders), computed_frac (also the batch already sent, which the runner drops), kv_fp8_items_frac
-(FP8 KV's share scored), wrong_decisions (candidates whose verdict, every check passed or not,
-differs from the full data's, over candidates and orders: the gate's decision), and per check
-wrong_checks (a check's pass or not differs from the full data's, over all checks and orders), of
-them wrong_pass (passed, full data not) and not_shown (full data passes, the sequence did not:
-futile, stopped with its candidate failed on another check, or run to the end, the price of looking
-after every batch).
+`--scores DIR` reads a kept folder (variant/task.scores.jsonl.gz, as `evalsuite export` writes)
+instead of the page: its MMLU and RULER, whichever it holds. Prints a line per candidate and task,
+then `RESULT bench=sequential_gate ...`: fast_fails_slow_pass (of the candidate-task replays whose
+every check the full data pass, the share `--stop decided` does not pass), fast_passes_slow_fails
+(the other way), ruler_fast_fails_slow_pass, items_used_frac (MMLU's share of items scored, up to the
+batch the decision was read after and the one in hand then), computed_frac (also the batch already
+sent, which the runner drops), kv_fp8_items_frac, wrong_decisions (MMLU candidates whose verdict
+differs from the full data's), and per check wrong_checks, wrong_pass (passed, full data not) and
+not_shown (full data passes, the fast path does not).
 """
 
 from __future__ import annotations
@@ -29,43 +31,77 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.results import kept_scores  # the pages' data, after `evalsuite results fetch PAGE`
+from evalsuite.results.scores import read_kept
 from evalsuite.run.stopping import batch_size
-from evalsuite.stats.sequential import Population, Sequential, decision, seeded_order
+from evalsuite.stats.sequential import Population, Sequential, decision, floor, planned_bound, seeded_order
 from evalsuite.stats.significance import paired_test
+from evalsuite.verdict.rules import Rules, default_rules_path, load_rules
 
 PAGE, REPEAT_PAGE = "h200-2026-12-01-qwen2.5-coder-1.5b", "h200-2026-11-30-qwen2.5-coder-1.5b"
 CANDIDATES = {"fp8": "fp8", "awq": "awq", "gptq": "gptq", "rtn": "rtn", "kv_fp8": "kv_fp8",
               "kv_fp8_skip_layers": "kv_fp8_skip_layers_0_1_triton_attn", "kv_int8": "kv_int8_per_token_head"}
-TASK = "mmlu"
-METRICS = ("mmlu/acc", "mmlu/acc_macro")  # the 1.5B page's gated MMLU metrics
+MMLU, RULER = "mmlu", "ruler"
+MMLU_METRICS = ("mmlu/acc", "mmlu/acc_macro")  # the 1.5B page's gated MMLU metrics
 
 
-def gated() -> list[tuple[str, list[str], float]]:
-    """(metric, strata, limit in score units) of the shipped rules for the page's MMLU metrics; a rule
-    without strata weighs items as the metric does (acc alike, acc_macro by subject)."""
-    rules, out = load_rules(default_rules_path()), []
-    for name in METRICS:
+@dataclass
+class Check:
+    metric: str
+    ids: list[str]  # the baseline's items behind it
+    strata: list[str]
+    limit: float
+
+
+def mmlu_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
+    """(metric, strata, limit) of the rules for MMLU's metrics; a rule without strata weighs items as
+    the metric does (acc alike, acc_macro by subject)."""
+    out = []
+    for name in MMLU_METRICS:
         rule = rules.rule_for(name)
         if rule is not None and rule.kind == "max_drop_points":
-            out.append((name, rule.strata or (["group"] if name.endswith("_macro") else []), rule.limit_for(name) / 100))
+            strata = rule.strata or (["group"] if name.endswith("_macro") else [])
+            out.append(Check(name, sorted(base), strata, rule.limit_for(name) / 100))
     return out
 
 
-def replay(pop: Population, d: np.ndarray, limit: float, orders: list[np.ndarray], alpha: float,
-           rule: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per order: items after which a pass is first shown (n + 1: never), and after which the check
-    is first decided, whichever way (n + 1: never)."""
-    passed, first = [], []
+def ruler_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
+    """RULER's average and one check per length, as the task names them (ruler/score/len4096)."""
+    lengths = sorted({r["extra"]["length"] for r in base.values()})
+    out = []
+    for name, ids in [("ruler/score", sorted(base))] + [
+            (f"ruler/score/len{n}", sorted(s for s, r in base.items() if r["extra"]["length"] == n)) for n in lengths]:
+        rule = rules.rule_for(name)
+        if rule is not None and rule.kind == "max_drop_points":
+            out.append(Check(name, ids, rule.strata, rule.limit_for(name) / 100))
+    return out
+
+
+def watched(rules: Rules, pop: Population, limit: float) -> bool:
+    """verdict.sequential._check's test: may the sequence decide this check (else the task runs whole)."""
+    if pop.n < rules.min_n:
+        return False
+    alpha = rules.sequence_alpha
+    return floor(pop, limit, alpha) < limit and planned_bound(pop, limit, alpha, rules.discordance) < limit
+
+
+def replay(rules: Rules, pop: Population, d: np.ndarray, limit: float, orders: list[np.ndarray]):
+    """Per order: items after which a pass is first shown (n + 1: never), after which the check is
+    first decided (n + 1: never), and whether that first decision is a fail shown beyond the limit."""
+    passed, first, beyond = [], [], []
     for o in orders:
-        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], limit, alpha)
+        seq = Sequential(Population(pop.weights[o], pop.cells[o], pop.sizes), d[o], limit, rules.sequence_alpha,
+                         rules.discordance, rules.final_alpha)
         passed.append(seq.first("within", limit))
-        first.append(decision(seq, rule)[1])
-    return np.array(passed), np.array(first)
+        kind, at = decision(seq, rules.decision)
+        first.append(at)
+        beyond.append(kind == "fail")
+    return np.array(passed), np.array(first), np.array(beyond)
 
 
 def scored(decided_at: np.ndarray, n: int, batch: int, ahead: int = 1) -> np.ndarray:
@@ -74,52 +110,117 @@ def scored(decided_at: np.ndarray, n: int, batch: int, ahead: int = 1) -> np.nda
     return np.minimum(n, (np.ceil(decided_at / batch) + ahead) * batch).astype(int)
 
 
+def task_replay(rules: Rules, task: str, checks: list[Check], base: dict[str, dict], cand: dict[str, dict],
+                seeds: int, batch_override: int) -> dict:
+    """One candidate's task in `seeds` orders: per check the full data's pass and the fast path's,
+    and the items scored."""
+    ids = sorted(base)
+    total, slow_alpha, final = len(ids), rules.confidence, 1 - (rules.final_alpha or 0)
+    batch = batch_override or batch_size(total, 256)
+    order_all = [seeded_order(ids, seed, task) for seed in range(seeds)]
+    calls, whole_task = [], False
+    stops = np.zeros(seeds, int)
+    for check in checks:
+        keys = [tuple(str(base[s].get(k)) for k in check.strata) for s in check.ids]
+        b = np.array([base[s]["value"] for s in check.ids])
+        c = np.array([cand[s]["value"] for s in check.ids])
+        slow = paired_test(b, c, keys, slow_alpha).high < check.limit
+        last_look = rules.final_alpha is not None and paired_test(b, c, keys, final).high < check.limit
+        pop = Population.of(keys)
+        whole_task |= not watched(rules, pop, check.limit)
+        mine = {s: i for i, s in enumerate(check.ids)}
+        # the check's items in each order: the task's order restricted to them, as the runner scores them
+        orders = [np.array([mine[s] for s in o if s in mine]) for o in order_all]
+        at_task = [np.array([i for i, s in enumerate(o) if s in mine]) for o in order_all]  # their places in the task
+        passed, first, beyond = replay(rules, pop, b - c, check.limit, orders)
+        # items of the task scored when this check is decided (n + 1: never)
+        pos = np.array([a[f - 1] + 1 if f <= len(a) else total + 1 for a, f in zip(at_task, first, strict=True)])
+        pass_pos = np.array([a[p - 1] + 1 if p <= len(a) else total + 1 for a, p in zip(at_task, passed, strict=True)])
+        stops = np.maximum(stops, np.minimum(pos, total))
+        calls.append((check, slow, last_look, pass_pos, beyond))
+    if whole_task:  # a check the sequence cannot resolve: the task runs whole, judged fixed-n at alpha
+        shown = [np.full(seeds, slow) for _, slow, _, _, _ in calls]
+        n = np.full(seeds, total)
+    else:
+        n = scored(stops, total, batch)
+        shown = [(pass_pos <= n) | ((n >= total) & last & ~beyond) for _, _, last, pass_pos, beyond in calls]
+    return {"slow": [slow for _, slow, _, _, _ in calls], "fast": shown, "n": n, "total": total, "batch": batch,
+            "computed": scored(stops, total, batch, ahead=2) if not whole_task else n, "whole": whole_task,
+            "metrics": [c.metric for c, *_ in calls]}
+
+
+def load(args) -> dict[str, tuple[dict, dict[str, dict]]]:
+    """task -> (baseline's items, candidate -> items), from the page (or `--scores`)."""
+    out = {}
+    if args.scores:
+        kept = read_kept(Path(args.scores))
+        for task in (MMLU, RULER):
+            if task in kept.get("bf16", {}):
+                out[task] = (kept["bf16"][task], {v: t[task] for v, t in kept.items() if v != "bf16" and task in t})
+        return out
+    kept = kept_scores(PAGE, "scores", ("bf16", *CANDIDATES.values()))
+    mmlu = {name: kept[folder][MMLU] for name, folder in CANDIDATES.items()}
+    mmlu["bf16_repeat"] = kept_scores(REPEAT_PAGE, "scores", ("bf16",))["bf16"][MMLU]
+    out[MMLU] = (kept["bf16"][MMLU], mmlu)
+    ruler = kept_scores(PAGE, "scores-ruler")
+    out[RULER] = (ruler["bf16"][RULER], {v: t[RULER] for v, t in ruler.items() if v != "bf16" and RULER in t})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orders", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=0, help="items a batch (default: the runner's under --stop decided)")
+    ap.add_argument("--scores", default="", help="a kept scores folder to read instead of the page")
+    ap.add_argument("--share", type=float, default=None, help="the rules' sequence_share (default: the shipped rules')")
     args = ap.parse_args(argv)
     rules = load_rules(default_rules_path())
-    kept = kept_scores(PAGE, "scores", ("bf16", *CANDIDATES.values()))
-    base = kept["bf16"][TASK]
-    ids = sorted(base)
-    batch = args.batch or batch_size(len(ids), 256)
-    checks = gated()
-    variants = {name: kept[folder][TASK] for name, folder in CANDIDATES.items()}
-    variants["bf16_repeat"] = kept_scores(REPEAT_PAGE, "scores", ("bf16",))["bf16"][TASK]
-    t0 = time.perf_counter()
-    index = {s: i for i, s in enumerate(ids)}
-    orders = [np.array([index[s] for s in seeded_order(ids, seed, TASK)]) for seed in range(args.orders)]
-    used, computed, wrong, wrong_pass, not_shown, verdicts, per = [], [], [], [], [], [], {}
-    for name, cand in variants.items():
-        d = np.array([base[s]["value"] - cand[s]["value"] for s in ids])
-        stops, calls = np.zeros(args.orders, int), []
-        for metric, strata, limit in checks:
-            keys = [tuple(str(base[s].get(k)) for k in strata) for s in ids]
-            full = paired_test(np.clip(d, 0, 1), np.clip(-d, 0, 1), keys, rules.confidence)
-            passed, first = replay(Population.of(keys), d, limit, orders, rules.alpha, rules.decision)
-            stops = np.maximum(stops, np.minimum(first, len(ids)))
-            calls.append((full.high < limit, passed))
-        n = scored(stops, len(ids), batch)
-        # at the items scored the gate passes a check whose pass the sequence has shown, else not
-        shown = [(passed <= n, full_pass) for full_pass, passed in calls]
-        wrong_checks = [s != f for s, f in shown]
-        wrong += wrong_checks
-        wrong_pass += [s & ~f for s, f in shown]
-        not_shown += [~s & f for s, f in shown]
-        verdicts.append(np.all([s for s, _ in shown], axis=0) != all(f for _, f in shown))
-        used.append(n / len(ids))
-        computed.append(scored(stops, len(ids), batch, ahead=2) / len(ids))
-        per[name] = float(np.mean(n) / len(ids))
-        print(f"{name}: full data {'/'.join('pass' if f else 'fail' for f, _ in calls)}; items used {per[name]:.3f} "
-              f"(median {np.median(n) / len(ids):.3f}); passed {'/'.join(f'{np.mean(s):.3f}' for s, _ in shown)}; "
-              f"wrong checks {np.mean(wrong_checks):.4f}, verdicts {np.mean(verdicts[-1]):.4f} "
-              f"[{time.perf_counter() - t0:.0f} s]", flush=True)
-    print(f"RESULT bench=sequential_gate orders={args.orders} batch={batch} candidates={len(variants)} "
-          f"checks={len(checks)} items={len(ids)} items_used_frac={np.mean(used):.3f} computed_frac={np.mean(computed):.3f} "
-          f"kv_fp8_items_frac={per['kv_fp8']:.3f} wrong_decisions={np.mean(verdicts):.4f} "
-          f"wrong_checks={np.mean(wrong):.4f} wrong_pass={np.mean(wrong_pass):.4f} not_shown={np.mean(not_shown):.4f}")
+    if args.share is not None:
+        rules = rules.model_copy(update={"sequence_share": args.share})
+    data, t0 = load(args), time.perf_counter()
+    units, per_check, mmlu, per = [], [], [], {}
+    for task, (base, variants) in data.items():
+        checks = (mmlu_checks if task == MMLU else ruler_checks)(rules, base)
+        for name, cand in variants.items():
+            r = task_replay(rules, task, checks, base, {s: cand[s] for s in base if s in cand}, args.orders, args.batch)
+            slow_pass = all(r["slow"])
+            fast_pass = np.all(r["fast"], axis=0)
+            units.append((task, slow_pass, fast_pass))
+            per_check += [(task, s, f) for s, f in zip(r["slow"], r["fast"], strict=True)]
+            if task == MMLU:
+                mmlu.append(r)
+                per[name] = float(np.mean(r["n"]) / r["total"])
+            print(f"{task} {name}: full data {'/'.join('pass' if s else 'fail' for s in r['slow'])}; "
+                  f"{'runs whole (a check the sequence cannot resolve)' if r['whole'] else 'watched'}; items used "
+                  f"{np.mean(r['n']) / r['total']:.3f}; passed {'/'.join(f'{np.mean(f):.3f}' for f in r['fast'])}; "
+                  f"verdict differs {np.mean(fast_pass != slow_pass):.4f} [{time.perf_counter() - t0:.0f} s]", flush=True)
+    print(result_line(args, rules, units, per_check, mmlu, per))
     return 0
+
+
+def _rate(xs: list[np.ndarray]) -> float:
+    return float(np.mean(np.concatenate(xs))) if xs else float("nan")
+
+
+def result_line(args, rules: Rules, units: list, per_check: list, mmlu: list[dict], per: dict) -> str:
+    good = [~fast for _, slow, fast in units if slow]
+    good_ruler = [~fast for task, slow, fast in units if slow and task == RULER]
+    bad = [fast for _, slow, fast in units if not slow]
+    checks = [(s, f) for task, s, f in per_check if task == MMLU]
+    wrong = [s != f for s, f in checks]
+    wrong_pass = [f & ~s for s, f in checks]
+    not_shown = [~f & s for s, f in checks]
+    wrong_decisions = [fast != slow for task, slow, fast in units if task == MMLU]
+    batch = mmlu[0]["batch"] if mmlu else 0
+    items = mmlu[0]["total"] if mmlu else 0
+    used = _rate([r["n"] / r["total"] for r in mmlu])
+    computed = _rate([r["computed"] / r["total"] for r in mmlu])
+    return (f"RESULT bench=sequential_gate orders={args.orders} batch={batch} share={rules.sequence_share:g} "
+            f"candidates={len(units)} items={items} fast_fails_slow_pass={_rate(good):.4f} "
+            f"fast_passes_slow_fails={_rate(bad):.4f} ruler_fast_fails_slow_pass={_rate(good_ruler):.4f} "
+            f"items_used_frac={used:.3f} computed_frac={computed:.3f} kv_fp8_items_frac={per.get('kv_fp8', float('nan')):.3f} "
+            f"wrong_decisions={_rate(wrong_decisions):.4f} wrong_checks={_rate(wrong):.4f} "
+            f"wrong_pass={_rate(wrong_pass):.4f} not_shown={_rate(not_shown):.4f}")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,8 @@ USAGE_ERRORS = [
     ("gate --plan --n 0", "gate: --n: 0 is not allowed (allowed: N >= 1)"),
     ("gate --plan --n 10 --discordance 2", "gate: --discordance: 2 is not allowed (allowed: 0 <= SHARE <= 1)"),
     ("report RUN", "report: --out: required, not given"),
-    ("validate", "validate: CONFIG...: required, not given"),
+    ("validate", "validate: CONFIG...: not given, and no evalsuite.yaml here (allowed: a config file, examples/NAME; "
+                 "`evalsuite init` writes evalsuite.yaml)"),
     ("run X --limt 3", "run: --limt: no such option; did you mean --limit?"),
     ("sync --zzz", "sync: --zzz: no such option (allowed: --output-dir, --uri)"),
     ("run X --limit", "run: option '--limit' requires an argument"),
@@ -257,7 +258,7 @@ def test_gate_without_rules_uses_the_shipped_default_and_says_so(quick):
     _, full, _ = quick
     res = cli("gate", "--baseline", f"{full}:bf16", "--candidate", f"{full}:kv_fp8")
     assert res.exit_code in (0, 1, 3), res.output  # 3: a tiny run is inconclusive, never passed
-    assert res.stderr.strip() == f"rules: the shipped default ({DEFAULT_RULES}); --rules FILE for your own"
+    assert res.stderr.strip() == "rules: the shipped default (evalsuite/verdict/gate_rules.yaml); --rules FILE for your own"
     assert DEFAULT_RULES.read_text() == (Path(__file__).resolve().parents[1] / "configs" / "gates" / "default.yaml").read_text()
 
 
@@ -355,8 +356,10 @@ GATE_INPUTS = [
     (f"{GATE} --control {{run}}:nope", "--control: 'nope' is not a variant of run r1 (allowed: a, b, c)"),
     ("gate --baseline {run} --candidate {run} --variant-baseline nope", "--variant-baseline: 'nope' is not a variant"),
     ("gate --baseline {run}:a --candidate {run} --variant-candidate nope", "--variant-candidate: 'nope' is not a variant"),
-    (f"{GATE} --control {{run}}", "--control {run}: a control is one variant, and this run holds 3; give RUN:VARIANT "
-                                  "(allowed: a, b, c)"),
+    (f"{GATE} --control {{run}}", "--control {run}: a control is named as RUN:VARIANT, never inferred from a run "
+                                  "(allowed: {run}:a, {run}:b, {run}:c)"),
+    ("gate --baseline {run}:a --candidate {run} --control {run}:b", "--control {run}:b: is a candidate (--candidate r1 "
+                                                                   "judges every variant of that run but its controls)"),
     (f"{GATE} --control {{run}}:b", "--control {run}:b: is a candidate; a control is another variant"),
     (f"{GATE} --control {{run}}:a", "--control {run}:a: is the baseline; a control is another variant"),
     (f"{GATE} --n 100", "--n 100: only with --plan; a gate measures the runs as they are"),
@@ -375,9 +378,10 @@ def test_gate_bad_input_is_one_line_naming_the_flag_given(gated, args, line, rul
     assert len(lines) == 1 and lines[0].startswith(f"evalsuite: error: {line.format(**gated)}"), res.stderr
 
 
-def test_a_control_is_a_variant_other_than_the_sides_and_a_single_variant_run_is_one(gated):
+def test_a_control_is_a_named_variant_other_than_the_sides(gated):
+    """Named as RUN:VARIANT, even where its run holds one variant: a control is never inferred."""
     alone, with_control, single = (cli(*f"{GATE} --rules {{rules}} --format markdown{extra}".format(**gated).split())
-                                   for extra in ("", " --control {run}:c", " --control {one}"))
+                                   for extra in ("", " --control {run}:c", " --control {one}:x"))
     for res in (alone, with_control, single):
         assert res.exit_code in (0, 1, 3) and res.stderr == "", res.output
     assert with_control.exit_code == single.exit_code == alone.exit_code  # a control judges no candidate
@@ -402,7 +406,8 @@ def test_quantize_help_lists_the_methods_it_accepts():
     assert ", ".join(METHODS) in helped
 
 
-PLAN_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+PLAN_SOURCES = ("a model folder, its config.json, a .gguf file, an evalsuite config (.yaml) or a Hugging Face id "
+                "(org/name)")
 
 
 @pytest.mark.parametrize("source,line", [

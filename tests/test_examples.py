@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
+from evalsuite.run import needs
 from evalsuite.run.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,13 +42,16 @@ def cache_repo(cache: Path, repo_id: str, config: dict, commit: str = "0" * 40) 
 
 
 @pytest.fixture
-def hf_cache(tmp_path, monkeypatch) -> Path:
+def hf_cache(tmp_path, monkeypatch):
     cache = tmp_path / "hub"
     for repo_id, (shape, quant) in REPOS.items():
         config = json.loads((SHAPES / shape).read_text())
         cache_repo(cache, repo_id, {**config, "quantization_config": quant} if quant else config)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
-    return cache
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")  # no hub: what the cache holds
+    needs.hub_problem.cache_clear()
+    yield cache
+    needs.hub_problem.cache_clear()
 
 
 def cli(*args: str):
@@ -77,7 +81,7 @@ def test_each_example_names_the_mission_variants_on_a_hf_model(path):
 def test_every_variant_of_every_example_fits_an_h200(path, hf_cache):
     """vLLM would start each: max_model_len within the model's limit (Qwen's 128K through YaRN), and one
     request at it in the KV cache. The INT4 checkpoints' weights are a third of bf16's."""
-    res = cli("plan", str(path), "--format", "json")
+    res = cli("plan", str(path), "--gpu", "H200", "--format", "json")
     assert res.exit_code == 0, res.output
     plans = json.loads(res.output)
     assert set(plans) == set(load_config(path).variants)

@@ -139,23 +139,29 @@ FIRST_SCREEN = """(async (wanted, needle) => {
   await settle();
   const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]; };
   const found = heads();
+  const cut = {};  // col-id -> texts of the cells that show less than they hold
+  for (const c of document.querySelectorAll('.ag-row .ag-cell[col-id]')) {
+    const inner = [c, ...c.querySelectorAll('*')].find(e => e.scrollWidth > e.clientWidth + 1);
+    if (inner) (cut[c.getAttribute('col-id')] = cut[c.getAttribute('col-id')] || []).push(c.innerText.trim());
+  }
   return {boxes: Object.fromEntries(wanted.filter(w => found[w]).map(w => [w, box(found[w])])),
           view: box(document.querySelector('.ag-body-viewport')), width: innerWidth, height: innerHeight,
-          rows: rows(), text: document.body.innerText};
+          rows: rows(), cut, text: document.body.innerText};
 })"""
 
 
 def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server, tmp_path_factory):
-    """The printed link at 1400x900 shows, without scrolling, the verdict with why, each headline
-    accuracy's change with its paired 95% interval at the precision the interval supports (-7.0, but
-    -67 where 60 items leave +-11 points), weights, KV capacity and TTFT; no column names a key
-    no variant logged. The screenshot is kept (its path printed)."""
+    """The printed link at 1400x900 shows, without scrolling, each variant's name, the verdict with
+    why, each headline accuracy's change with its paired 95% interval at the precision the interval
+    supports (-7.0, but -67 where 60 items leave +-11 points), weights, KV capacity, TTFT and ITL, each
+    cell whole; the parent run's row carries the run's decision; no column names a key no variant
+    logged. The screenshot is kept (its path printed)."""
     root = tmp_path_factory.mktemp("first-screen")
     logged = log_run(RunDir(review_run(root / "runs")), TrackingConfig(experiment="t-first-screen"),
                      uri=mlflow_server.uri)
     state = json.loads(MlflowClient(mlflow_server.uri).get_experiment(logged.experiment_id).tags[VIEW_TAG])
     wanted = ["tags.`evalsuite.verdict`", "tags.`Δ mmlu/acc pt`", "tags.`Δ needle/acc pt`", "tags.`Δ legal/acc pt`",
-              "tags.`weights GiB`", "tags.`KV tokens`", "tags.`TTFT ms at 1K`"]
+              "tags.`weights GiB`", "tags.`KV tokens`", "tags.`TTFT ms at 1K`", "tags.`ITL ms at 1K`"]
     assert state["selectedColumns"] == wanted
     with Browser() as browser:
         browser.call("Emulation.setDeviceMetricsOverride", browser.session, width=1400, height=900,
@@ -174,10 +180,46 @@ def test_first_screen_at_1400_px_shows_verdict_changes_and_figures(mlflow_server
                and r.get(wanted[1]) == "-7.0 [-11.5, -3.9]"), None)
     if kv is None:  # pytest.fail prints the whole message; an assert's would be cut
         pytest.fail(f"no failed row with -7.0 [-11.5, -3.9]; rows by column: {json.dumps(page['rows'], indent=1)}")
-    assert [kv.get(c) for c in wanted[2:]] == ["-67 [-78, -53]", "-5.0 [-13.9, +1.4]", "1.000", "20,000", "87.4"], kv
+    assert [kv.get(c) for c in wanted[2:]] == ["-67 [-78, -53]", "-5.0 [-13.9, +1.4]", "1.000", "20,000", "87.4",
+                                               "17.8"], kv
+    assert any(r.get(wanted[0]) == "none passed: 2 failed, 1 skipped" for r in page["rows"]), page["rows"]
+    for column in wanted[1:]:  # every figure whole: no cell cut short ("-30.0 [-36.9, -23…")
+        assert page["cut"].get(column, []) == [], (column, page["cut"][column])
+    assert "w4a16_sim" not in page["cut"].get(NAME, []), page["cut"]
     client = MlflowClient(mlflow_server.uri)
     keys = {k for rid in logged.variant_run_ids.values() for k in client.get_run(rid).data.tags}
     assert {c.removeprefix("tags.`").removesuffix("`") for c in state["selectedColumns"]} <= keys
+
+
+NAME = "attributes.`Run Name`"
+
+
+def test_the_experiment_overview_says_where_the_runs_are(mlflow_server, tmp_path_factory):
+    """The experiment's plain URL opens MLflow's GenAI overview ("send your first trace"); its
+    description, which evalsuite sets, says these are runs and where they are, with the decision. The
+    parent run carries the decision as its description too."""
+    root = tmp_path_factory.mktemp("overview")
+    logged = log_run(RunDir(review_run(root / "runs")), TrackingConfig(experiment="t-overview"), uri=mlflow_server.uri)
+    client = MlflowClient(mlflow_server.uri)
+    note = client.get_experiment(logged.experiment_id).tags["mlflow.note.content"]
+    assert note.startswith("evalsuite: runs, not traces") and "20250101-000000-review: no candidate passed" in note
+    assert client.get_run(logged.parent_run_id).data.tags["mlflow.note.content"].startswith("Decision: no candidate")
+    with Browser() as browser:
+        page = page_text(browser, f"{mlflow_server.uri}/#/experiments/{logged.experiment_id}",
+                         needles=["evalsuite: runs, not traces"])
+        shot = kept_path("mlflow-experiment-overview-1400.png", root)
+        screenshot(browser, shot, width=1400, height=900)
+    print(f"screenshot: {shot}")
+    assert page["found"], page["text"][:2000]
+
+
+def test_a_description_someone_wrote_is_kept(mlflow_server, tmp_path_factory):
+    client = MlflowClient(mlflow_server.uri)
+    exp = client.create_experiment("t-own-note")
+    client.set_experiment_tag(exp, "mlflow.note.content", "our quantization sweep")
+    log_run(RunDir(review_run(tmp_path_factory.mktemp("own") / "runs")), TrackingConfig(experiment="t-own-note"),
+            uri=mlflow_server.uri)
+    assert client.get_experiment(exp).tags["mlflow.note.content"] == "our quantization sweep"
 
 
 def test_parent_run_holds_the_report(logged, mlflow_server):

@@ -24,7 +24,8 @@ from evalsuite.cli.shipped import DEFAULT_RULES
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DATA = ["evalsuite/tasks/defs/mmlu.yaml", "evalsuite/tasks/defs/legalbench_cuad.yaml",
                 "evalsuite/tasks/defs/data/legalbench-cuad/governing_law/test.tsv", "evalsuite/configs/starter.yaml",
-                "evalsuite/configs/examples/qwen2.5-7b-instruct-128k.yaml", DEFAULT_RULES.relative_to(REPO).as_posix()]
+                "evalsuite/configs/examples/qwen2.5-7b-instruct-128k.yaml", DEFAULT_RULES.relative_to(REPO).as_posix(),
+                "evalsuite/configs/models/index.yaml", "evalsuite/configs/models/gemma-3-270m-q4_k_m.json"]
 
 
 def sh(*args, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -68,6 +69,10 @@ def test_the_installed_wheel_inits_validates_and_runs_the_smoke_config(installed
     assert sh(evalsuite, "--version", cwd=tmp_path, env=env).stdout.startswith("evalsuite ")
     sh(evalsuite, "init", "--device", "cpu", cwd=tmp_path, env=env)
     assert "ok (3 variant(s), 3 task(s))" in sh(evalsuite, "validate", "evalsuite.yaml", cwd=tmp_path, env=env).stdout
+    # plan before any import: the bundle's config.json from the wheel, one row per variant
+    planned = json.loads(sh(evalsuite, "plan", "--gpu", "cpu", "--format", "json", cwd=tmp_path,
+                            env={**env, "EVALSUITE_CACHE": str(tmp_path / "empty-cache")}).stdout)
+    assert set(planned) == {"bf16", "w4a16_sim", "kv_fp8"} and all(p["fits"] for p in planned.values())
     sh(evalsuite, "init", "gpu", "--device", "gpu", cwd=tmp_path, env=env)  # the GPU starter ships in the wheel too
     assert "ok (6 variant(s), 4 task(s))" in sh(evalsuite, "validate", "gpu/evalsuite.yaml", cwd=tmp_path, env=env).stdout
     assert "ok (9 variant(s)" in sh(evalsuite, "validate", "examples/qwen2.5-7b-instruct", cwd=tmp_path, env=env).stdout

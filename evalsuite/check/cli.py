@@ -20,7 +20,11 @@ def check_command(
 ) -> None:
     """Judge claims (YAML) against run folders and the planner: held, not held or not measurable.
 
-    Exit 0 when no claim is contradicted, 1 when any is not held, 2 on bad input."""
+    Exit 0 when no claim is contradicted, 1 when any is not held, 2 on bad input.
+
+    Examples:
+      evalsuite check configs/claims/long-context-128k.yaml
+      evalsuite check configs/claims/long-context-128k.yaml runs/A runs/B"""
     from evalsuite.check.evaluate import evaluate
     from evalsuite.check.report import to_json, to_markdown
     from evalsuite.check.runs import open_run

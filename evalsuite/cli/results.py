@@ -21,7 +21,10 @@ def export_command(
                                 "gzip JSONL of scores per task."),
     variant: list[str] = typer.Option([], "--variant", "-V", metavar="NAME", help="Only these variants (repeatable)."),
 ) -> None:
-    """Keep a run's per-item scores without its prompts and completions; `evalsuite import` reads them back."""
+    """Keep a run's per-item scores without its prompts and completions; `evalsuite import` reads them back.
+
+    Example:
+      evalsuite export runs/A --scores kept/"""
     from evalsuite.core.outputs import writing
     from evalsuite.results.scores import export_scores
 
@@ -42,7 +45,10 @@ def import_command(
                                     "items not kept (never latency)."),
 ) -> None:
     """A run folder from kept per-item scores, every metric recomputed as `evalsuite finish` does:
-    `gate`, `compare`, `report` and `check` read it as the run it came from."""
+    `gate`, `compare`, `report` and `check` read it as the run it came from.
+
+    Example:
+      evalsuite import kept/ runs/A-again"""
     from evalsuite.core.outputs import writing
     from evalsuite.data.assets import default_cache_dir
     from evalsuite.results.scores import import_scores
@@ -67,7 +73,10 @@ def fetch_command(
     root: Path | None = typer.Option(None, "--root", metavar="DIR", help="Where pages named by name are (default: "
                                      "docs/results)."),
 ) -> None:
-    """Fetch pages' data archives, check each one's sha256 against the page, and unpack it beside the page."""
+    """Fetch pages' data archives, check each one's sha256 against the page, and unpack it beside the page.
+
+    Example:
+      evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b"""
     from evalsuite.core.errors import ConfigError
     from evalsuite.core.outputs import writing
     from evalsuite.results.archive import fetch
@@ -97,7 +106,10 @@ def pack_command(
     """Pack pages' data into versioned archives (the release assets), their sha256 recorded in each page.
 
     An archive holds every file of the page's folder but its Markdown and JSON summaries; the same files
-    make the same tar."""
+    make the same tar.
+
+    Example:
+      evalsuite results pack h200-2026-12-01-qwen2.5-coder-1.5b"""
     from evalsuite.core.outputs import writing
     from evalsuite.results.archive import pack
     from evalsuite.results.pages import find_page
@@ -116,10 +128,14 @@ def pack_command(
 def list_command(
     root: Path | None = typer.Option(None, "--root", metavar="DIR", help="The pages' folder (default: docs/results)."),
 ) -> None:
-    """Every results page, the archive it records, and whether its data is here."""
+    """Every results page, the archive it records, and whether its data is here.
+
+    Examples:
+      evalsuite results list
+      evalsuite results list --root ~/evalsuite/docs/results"""
     from evalsuite.results.pages import fetched, pages
 
-    for p in pages(root):
+    for p in pages(pages_root(root)):
         archive = p.archive()
         if archive is None:
             typer.echo(f"{p.name}: no data archive (summaries only)")
@@ -127,3 +143,18 @@ def list_command(
         got = fetched(p)
         here = "fetched" if got and got.sha256 == archive.sha256 else "not fetched"
         typer.echo(f"{p.name}: {archive.file} ({archive.bytes / 1e6:.1f} MB, {archive.files} files): {here}")
+
+
+def pages_root(root: Path | None) -> Path:
+    """--root, else docs/results of the clone this folder is in (here or a folder above, as git finds
+    its root); a folder without pages is one line, exit 2, never an empty list that reads as none."""
+    from evalsuite.core.errors import ConfigError
+    from evalsuite.results.pages import RESULTS_DIR, pages
+
+    if root is None:
+        here = Path.cwd()
+        root = next((d / RESULTS_DIR for d in (here, *here.parents) if (d / RESULTS_DIR).is_dir()), RESULTS_DIR)
+    if not pages(root):
+        raise ConfigError(f"{root}: no results pages here (nor in docs/results of a folder above); run it in a "
+                          "clone of evalsuite, or give --root DIR")
+    return root

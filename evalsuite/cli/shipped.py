@@ -39,6 +39,19 @@ def config_path(path: Path) -> Path:
     return shipped
 
 
+DEFAULT_CONFIG = Path("evalsuite.yaml")  # what `evalsuite init` writes, and what a command reads unnamed
+
+
+def default_config(given: Path | None, command: str, what: str = "CONFIG") -> Path:
+    """The config a command was given, else ./evalsuite.yaml where `evalsuite init` wrote one."""
+    if given is not None:
+        return given
+    if not DEFAULT_CONFIG.is_file():
+        raise ConfigError(f"{command}: {what}: not given, and no {DEFAULT_CONFIG} here (allowed: a config file, "
+                          f"examples/NAME; `evalsuite init` writes {DEFAULT_CONFIG})")
+    return DEFAULT_CONFIG
+
+
 def init_command(
     directory: Path = typer.Argument(Path("."), metavar="[DIR]", help="Where to write evalsuite.yaml (default: here)."),
     model: str | None = typer.Option(None, "--model", "-m", metavar="MODEL",
@@ -55,7 +68,11 @@ def init_command(
 
     CPU: a small real model, bf16 against INT4 weights and an FP8 KV cache, a few items of each task.
 
-    Then: evalsuite run DIR/evalsuite.yaml"""
+    Then `evalsuite plan` (does each variant fit here) and `evalsuite run`, which read ./evalsuite.yaml.
+
+    Examples:
+      evalsuite init
+      evalsuite init --model Qwen/Qwen2.5-7B-Instruct --device gpu --force"""
     out = directory / "evalsuite.yaml"
     if directory.exists() and not directory.is_dir():
         raise ConfigError(f"DIR {directory}: a file, not a folder; give the folder to write evalsuite.yaml into")
@@ -74,7 +91,9 @@ def init_command(
     _write(directory, out, text)
     which = f"GPU starter ({gpus[0]} found; --device cpu for the CPU one)" if gpus else \
         "GPU starter" if gpu else "CPU starter" + ("" if device == Device.cpu else " (no GPU found; --device gpu for the GPU one)")
-    typer.echo(f"wrote {out}: the {which}; next: evalsuite run {out}")
+    named = "" if out.resolve() == DEFAULT_CONFIG.resolve() else f" {out}"  # ./evalsuite.yaml is read unnamed
+    typer.echo(f"wrote {out}: the {which}; next: evalsuite plan{named} (does each variant fit here), "
+               f"evalsuite run{named}")
 
 
 def _write(directory: Path, out: Path, text: str) -> None:

@@ -15,7 +15,7 @@ from evalsuite.verdict.baseline import BASELINE_HELP
 from evalsuite.tracking.settings import uri_problem
 
 Format = StrEnum("Format", ["table", "markdown", "csv", "json"])
-GateFormat = StrEnum("GateFormat", ["table", "markdown"])
+GateFormat = StrEnum("GateFormat", ["table", "markdown", "json"])
 
 
 def uri_flag(value: str | None) -> str | None:
@@ -37,7 +37,11 @@ def compare_command(
     metric: list[str] | None = typer.Option(None, "--metric", metavar="GLOB", help="Rows to show (glob, repeatable); CSV always has all."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
-    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out."""
+    """Metrics x variants with deltas and paired 95% intervals against a baseline; plots with --out.
+
+    Examples:
+      evalsuite compare runs/A
+      evalsuite compare runs/A runs/B:awq --out report/ --format csv"""
     from evalsuite.core.outputs import writing
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import terminal_view, to_csv, to_json, to_markdown, write_report
@@ -63,27 +67,33 @@ def gate_command(
     baseline: str | None = typer.Option(None, "--baseline", metavar="RUN", help="Baseline run: a run folder (DIR or DIR:VARIANT) or an MLflow run id."),
     candidate: list[str] | None = typer.Option(None, "--candidate", metavar="RUN", help="Candidate run: a run folder (DIR or DIR:VARIANT) or an MLflow run id; repeatable."),
     rules: Path | None = typer.Option(None, "--rules", help="Gate rules YAML (default: the baseline run's config's `gate_rules`, else the shipped rules, evalsuite/verdict/gate_rules.yaml).", metavar="FILE"),
-    control: list[str] | None = typer.Option(None, "--control", help="A control (DIR:VARIANT, or a run of one variant): the baseline rerun or another engine mode, never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
+    control: list[str] | None = typer.Option(None, "--control", help="A control, named as RUN:VARIANT: the baseline rerun or another engine mode, a noise reference never judged; never a candidate or the baseline; repeatable (default: the baseline run's config `controls`).", metavar="RUN:VARIANT"),
     variant_baseline: str | None = typer.Option(None, "--variant-baseline", metavar="NAME", help="Baseline variant for a --baseline given without one (default: the only one, else its config's `baseline`)."),
     variant_candidate: str | None = typer.Option(None, "--variant-candidate", metavar="NAME", help="Candidate variant for candidates given without one (default: every variant)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML here (one testcase per check)."),
     markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write the full Markdown report here (for a PR comment)."),
-    fmt: GateFormat = typer.Option(GateFormat.table, "--format", metavar="FORMAT", help="What to print: table (a line per candidate and the checks that failed or could not be decided, at the terminal's width) or markdown (the full report)."),
+    json_out: Path | None = typer.Option(None, "--json", metavar="FILE", help="Write the gate as JSON here: every check, bound, limit, n and decision, and the exit code with its reason (schema: docs/statistics.md)."),
+    fmt: GateFormat = typer.Option(GateFormat.table, "--format", metavar="FORMAT", help="What to print: table (a line per candidate and the checks that failed or could not be decided, at the terminal's width), markdown (the full report) or json (as --json writes it)."),
     plan: str | None = typer.Option(None, "--plan", help="Print what RULES (default: --rules, else the shipped rules) can resolve with --n paired items, then exit.", metavar="[RULES]"),
     n: int | None = typer.Option(None, "--n", min=1, metavar="N", help="With --plan: paired items per check."),
     discordance: float | None = typer.Option(None, "--discordance", min=0.0, max=1.0, metavar="SHARE", help="With --plan: fraction of items that change answer (default: the rules' `discordance`)."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help=URI_HELP),
 ) -> None:
     """Exit 0 if every candidate passed, 1 if any failed, 3 if any is inconclusive (no failure, but too
-    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict)."""
+    little evidence to pass), 2 on bad input, 70 on an error of evalsuite's own (never a verdict).
+
+    Examples:
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/A
+      evalsuite gate --baseline runs/A:bf16 --candidate runs/B --markdown gate.md"""
     from evalsuite.core.outputs import write_output
     from evalsuite.verdict.rules import default_rules_path, load_rules
+    from evalsuite.report.gate_json import to_json
     from evalsuite.report.gate_report import plan_text, to_junit, to_markdown
 
     _check_plan_flags(plan is not None, {"--n": n, "--discordance": discordance},
                       {"--baseline": baseline, "--candidate": candidate, "--control": control, "--uri": uri,
                        "--variant-baseline": variant_baseline, "--variant-candidate": variant_candidate,
-                       "--markdown": markdown, "--junit": junit})
+                       "--markdown": markdown, "--junit": junit, "--json": json_out})
     if plan:  # `--plan RULES`, or a bare `--plan` (main.bare_flags) with --rules or the default
         rules = Path(plan)
     if plan is not None:
@@ -107,8 +117,11 @@ def gate_command(
             raise InternalError(f"the gate could not judge these runs ({type(e).__name__}: {e}); this is a bug "
                                 "in evalsuite, not a verdict on the candidate") from e
     text = to_markdown(report)
-    _print_gate(report, text, fmt, markdown)  # first: a file that cannot be written must not cost the verdict
-    for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else "")):
+    as_json = to_json(report) if json_out or fmt == GateFormat.json else ""
+    _print_gate(report, as_json if fmt == GateFormat.json else text, fmt, markdown)  # first: a file that cannot
+    # be written must not cost the verdict
+    for flag, out, body in (("--markdown", markdown, text), ("--junit", junit, to_junit(report) if junit else ""),
+                            ("--json", json_out, as_json)):
         if out:
             write_output(flag, out, body)
     _say_default_rules(rules, path)
@@ -121,7 +134,7 @@ def _print_gate(report, text: str, fmt: GateFormat, markdown: Path | None) -> No
     that need a look, at the terminal's width: 80 when piped, unless $COLUMNS says otherwise."""
     from evalsuite.report.gate_view import terminal_view
 
-    if fmt == GateFormat.markdown:
+    if fmt in (GateFormat.markdown, GateFormat.json):
         typer.echo(text, nl=False)
         return
     console = Console()
@@ -142,11 +155,12 @@ def _check_plan_flags(planning: bool, plan_only: dict[str, Any], runs_only: dict
 
 def _say_default_rules(rules: Path | None, path: Path) -> None:
     """Which rules judged, where none were given; said last, so that bad input reads as one line."""
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import default_rules_path
 
     if rules is None:
         which = "the shipped default" if path == default_rules_path() else "the baseline run's config's gate_rules"
-        typer.echo(f"rules: {which} ({path}); --rules FILE for your own", err=True)
+        typer.echo(f"rules: {which} ({shared_path(path)}); --rules FILE for your own", err=True)
 
 
 def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_baseline: str | None,
@@ -154,6 +168,7 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     """The gate's report and the rules file that judged: --rules, else the baseline run's config's
     `gate_rules` (the rules it was made to be judged by), else the shipped default."""
     from evalsuite.verdict.gate import run_gate
+    from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import SHIPPED_RULES, default_rules_path, load_rules, run_rules_path
     from evalsuite.tracking.sources import open_sources
 
@@ -162,8 +177,8 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     shipped = {default_rules_path().parent / f: n for n, f in SHIPPED_RULES.items()}
     # never a path of this machine in a report: a shipped set by its name
     name = shipped.get(path.resolve())
-    shown = str(rules) if rules else "the shipped default" if name == "default" else \
-        f"the shipped {name} rules" if name else path.name
+    shown = shared_path(rules) if rules else "the shipped default" if name == "default" else \
+        f"the shipped {name} rules" if name else shared_path(path)
     spec = load_rules(path)
     sides = [_one_run(open_sources([ref], uri, scratch / f"c{i}"), "--candidate", variant_candidate, ref)
              for i, ref in enumerate(candidates)]
@@ -187,18 +202,16 @@ def _one_run(sources, flag: str, variant: str | None, ref: str):
         # is one variant, and two names for it leave no way to tell which the user meant
         raise ConfigError(f"--baseline names variant {picked!r} and --variant-baseline {variant!r}; give one")
     if flag == "--control" and not picked:
-        picked = _only_variant(rd, ref)
+        _unnamed_control(rd, ref)
     named_by = flag if picked or not variant else f"--variant-{flag.removeprefix('--')}"
     return Side(rd, picked or variant, named_by)
 
 
-def _only_variant(rd, ref: str) -> str:
-    """A control is one variant: a bare run is one only where it holds one."""
+def _unnamed_control(rd, ref: str) -> None:
+    """A control is named, never inferred: RUN:VARIANT, even where the run holds one variant."""
     names = [v.variant for v in rd.load_run().variants]
-    if len(names) != 1:
-        raise ConfigError(f"--control {ref}: a control is one variant, and this run holds {len(names)}; "
-                          f"give RUN:VARIANT (allowed: {', '.join(names)})")
-    return names[0]
+    raise ConfigError(f"--control {ref}: a control is named as RUN:VARIANT, never inferred from a run "
+                      f"(allowed: {', '.join(f'{ref}:{n}' for n in names)})")
 
 
 def sync_command(
@@ -206,7 +219,11 @@ def sync_command(
     output_dir: Path = typer.Option(Path("runs"), "--output-dir", "-o", metavar="DIR", help="Where run folders are."),
     uri: str | None = typer.Option(None, "--uri", callback=uri_flag, metavar="URI", help="Tracking URI (default: the tracking.uri each run recorded, else $MLFLOW_TRACKING_URI, else mlflow.db in the folder that holds the run)."),
 ) -> None:
-    """Upload runs to MLflow that are not there yet; runs already there are left alone."""
+    """Upload runs to MLflow that are not there yet; runs already there are left alone.
+
+    Examples:
+      evalsuite sync
+      evalsuite sync runs/A --uri http://127.0.0.1:5000"""
     try:
         from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, recorded_host_problem, run_tracking_config
     except ImportError as e:

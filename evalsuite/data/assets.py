@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from evalsuite.core.env import default_cache_dir  # noqa: F401 - defined with the environment's facts; read here too
 from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 
 # The evaluation data's wheels (each pin once: the hashes below are keyed on it) and where in each the data lies
@@ -85,12 +85,6 @@ KNOWN_SHA256: dict[str, str] = {
 COMPLETE_MARKER = ".complete"
 MANIFEST = ".manifest.json"
 _CHUNK = 1 << 22
-
-
-def default_cache_dir() -> Path:
-    """`$EVALSUITE_CACHE`, else `~/.cache/evalsuite`."""
-    env = os.environ.get("EVALSUITE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalsuite"
 
 
 def writable_cache_dir(cache_dir: Path) -> Path:

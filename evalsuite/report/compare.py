@@ -162,12 +162,26 @@ class Comparison:
             return [OTHER_POOL]
         lines = []
         pd_ = self.paired.get((label, metric))
+        if pd_ and pd_.sequence and pd_.outside:  # the estimate is the interval, not a mean it excludes
+            return [SEQUENCE_CELL, f"[{pd_.low:+.1f}, {pd_.high:+.1f}]"]
         d = fmt_delta(self.unit(metric), pd_.delta if pd_ else self.deltas.at[label, metric])
         if d:
             lines.append(d + ("‡" if pd_ and pd_.subset else ""))
         if pd_:
             lines.append(f"[{pd_.low:+.1f}, {pd_.high:+.1f}]")
         return lines
+
+    def sequence_outside(self) -> bool:
+        return any(p.sequence and p.outside for p in self.paired.values())
+
+
+# a stopped candidate's change where its confidence sequence's interval excludes the mean of the items
+# scored: the cell gives the interval, and SEQUENCE_NOTE says why, once, under the table
+SEQUENCE_CELL = "confidence sequence§"
+SEQUENCE_NOTE = ("§ confidence sequence: the candidate's task stopped early (run --stop decided); its change is the "
+                 "running intersection of an anytime-valid confidence sequence, valid at every look at once, which can "
+                 "exclude the mean of the items scored when earlier looks bounded the change more tightly: the interval "
+                 "is the estimate (docs/statistics.md, \"Reading a confidence sequence\")")
 
 
 def compare(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None = None,

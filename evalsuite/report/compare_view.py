@@ -17,7 +17,7 @@ from rich.text import Text
 
 from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.capacity_view import loaded_note as capacity_note
-from evalsuite.report.compare import OTHER_POOL, Comparison
+from evalsuite.report.compare import OTHER_POOL, SEQUENCE_NOTE, Comparison
 from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word, stopped_note
 from evalsuite.report.plots import write_plots
 from evalsuite.report.terminal import Block, Blocks, fits
@@ -34,7 +34,7 @@ def legend(c: Comparison) -> str:
     swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
     early = {e.label: [t for t, stop in e.result.stopped.items() if stop.early] for e in c.entries}
     notes = [n for n in (loaded_note(c.loads()), stopped_note(early), capacity_note(swept),
-                         POOL_NOTE if c.elsewhere else "") if n]
+                         POOL_NOTE if c.elsewhere else "", SEQUENCE_NOTE if c.sequence_outside() else "") if n]
     return ". ".join([LEGEND, *notes])
 
 
@@ -163,7 +163,9 @@ def _metric_json(c: Comparison, label: str, col: str) -> dict:
             "ci95": list(ci) if ci else None,
             "delta_pt": delta if key == "delta_pt" else None, "delta_pct": delta if key == "delta_pct" else None,
             "delta_pt_ci95": [paired.low, paired.high] if paired else None,
-            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None}
+            "delta_method": paired.method if paired else None, "paired_n": paired.n if paired else None,
+            # the interval is a stopped task's confidence sequence; outside: it excludes delta_pt (SEQUENCE_NOTE)
+            "delta_pt_sequence": ("outside" if paired.outside else "inside") if paired and paired.sequence else None}
 
 
 def to_json(c: Comparison) -> str:

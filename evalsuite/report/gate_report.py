@@ -6,12 +6,14 @@ import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from evalsuite.core.shared import shared_text
 from evalsuite.core.types import task_of
 from evalsuite.verdict.gate import Check, GateReport, failure_kind
-from evalsuite.verdict.rules import Rules, decision_rule
+from evalsuite.verdict.rules import Rules, decision_rule, resolution
+from evalsuite.report.compare import SEQUENCE_NOTE
 from evalsuite.report.names import fmt_value, loaded_note
 from evalsuite.verdict.compare import is_latency
-from evalsuite.stats.significance import items_needed, planned_se, resolvable_drop
+from evalsuite.stats.significance import needed_items, resolves
 
 METHOD = "docs/statistics.md"  # the method in full, one link away from every report
 ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "uninformative": "❔"}
@@ -73,7 +75,7 @@ def _method(report: GateReport) -> list[str]:
 
 def _row(c: Check) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
-    bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}"
+    bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}" + (" (confidence sequence§)" if c.outside else "")
     metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
     return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.value_unit, c.baseline)} | "
             f"{fmt_value(c.value_unit, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
@@ -87,12 +89,15 @@ def _resolution(report: GateReport) -> list[str]:
     if not coarse:
         return []
     lines = ["", f"### ⚠️ Limits finer than these runs resolve ({r.power:.0%} power, {r.confidence:.0%} one-sided, "
-                 "at the observed spread)", "",
-             "| candidate | metric | n | limit | resolvable | needs about |", "|---|---|---|---|---|---|"]
+                 f"at {r.discordance:.0%} of answers changing, as `validate` and `gate --plan` plan them)", "",
+             "| candidate | metric | n | limit | resolvable | needs about | answers changed |", "|---|---|---|---|---|---|---|"]
     for c in coarse:
         need = "-" if c.needed is None else f"{c.needed:,} items"
-        lines.append(f"| `{c.candidate}` | `{c.metric}` | {c.n} | {c.limit:g} pt | {c.resolvable:.1f} pt | {need} |")
-    return lines
+        res = f"{c.resolvable:.1f} pt" if c.resolvable < 100 else "none at this n"
+        changed = "-" if c.changed is None or not c.n else f"{c.changed:,} of {c.n:,}"
+        lines.append(f"| `{c.candidate}` | `{c.metric}` | {c.n} | {c.limit:g} pt | {res} | {need} | {changed} |")
+    return lines + ["", f"Answers changed: this candidate's paired items whose answer differs from the baseline's; "
+                        f"where that share is above {r.discordance:.0%}, more items than planned are needed."]
 
 
 def _by_candidate(checks: list[Check]) -> dict[str, list[Check]]:
@@ -162,11 +167,13 @@ def to_markdown(report: GateReport) -> str:
     order = {"fail": 0, "warn": 1, "uninformative": 2, "pass": 3}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
         lines.append(_row(c))
+    if any(c.outside for c in report.checks):
+        lines += ["", SEQUENCE_NOTE + "."]
     lines += _resolution(report) + _loaded(report)
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
         lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]
-    return "\n".join(lines + _method(report)) + "\n"
+    return shared_text("\n".join(lines + _method(report)) + "\n")  # a reason may name a file
 
 
 def _skipped(checks: list[Check], n_candidates: int) -> list[str]:
@@ -204,7 +211,7 @@ def to_junit(report: GateReport) -> str:
             else:
                 ET.SubElement(case, "system-out").text = c.detail
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return shared_text(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
 
 
 # ---------------------------------------------------------------- planning
@@ -213,26 +220,34 @@ def to_junit(report: GateReport) -> str:
 def plan_text(rules: Rules, rules_path: str, n: int, discordance: float | None = None) -> str:
     """Per accuracy rule (and per-task limit): the smallest limit N paired items resolve, and the N a limit needs."""
     d = rules.discordance if discordance is None else discordance
-    res = resolvable_drop(n, planned_se(n, d), rules.confidence, rules.power) * 100
+    keys = [()] * n
+    res = resolution(rules, keys, d) * 100  # `validate`'s and the gate's figure
+    shown = f"{res:.2f} pt" if res < 100 else "none at this n"
+    if res < 100:
+        smallest = (f"the smallest drop limit a candidate with no true drop passes with {rules.power:.0%} probability "
+                    f"is **{res:.2f} pt** (decision `{rules.decision}`, {rules.confidence:.0%} one-sided). "
+                    f"`lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit")
+    else:
+        why = f"fewer than `min_n` {rules.min_n}: the gate trusts no test" if n < rules.min_n else "its bound is 100 pt or more"
+        smallest = f"the gate **{resolves(n, 1.0)}** ({why})"
     lines = [f"## evalsuite gate plan: {rules_path}, n = {n:,} paired items per check", "",
-             f"With {n:,} paired items, the smallest drop limit a candidate with no true drop passes with "
-             f"{rules.power:.0%} probability is **{res:.2f} pt** (decision `{rules.decision}`, {rules.confidence:.0%} "
-             f"one-sided). `lower_bound` detects, with the same power, a true drop {res:.2f} pt above its limit; "
-             f"`point` moves by {100 / n:.2f} pt per changed item. {decision_rule(rules)}", "",
+             f"With {n:,} paired items, {smallest}; `point` moves by {100 / n:.2f} pt per changed item. "
+             f"{decision_rule(rules)}", "",
              "| rule | metrics | limit | resolvable at n | items needed | |", "|---|---|---|---|---|---|"]
     for rule in rules.rules:
         if rule.kind != "max_drop_points":
             continue
         limits = [("", rule.max_drop_points)] + [(f" ({t})", v) for t, v in rule.tasks.items()]
         for suffix, limit in limits:
-            need = items_needed(limit / 100, d, rules.confidence, rules.power) if limit > 0 else math.inf
+            need = needed_items(keys, limit / 100, rules.confidence, rules.power, d) if limit > 0 else math.inf
             ok = "ok" if limit >= res else "⚠️ limit below resolution"
-            lines.append(f"| {rule.label}{suffix} | `{', '.join(rule.metrics)}` | {limit:g} pt | {res:.2f} pt | "
+            lines.append(f"| {rule.label}{suffix} | `{', '.join(rule.metrics)}` | {limit:g} pt | {shown} | "
                          f"{need:,} | {ok} |")
     lines += ["", f"Assumptions: {d:.0%} of items change answer between the variants (discordance; set "
                   f"`discordance` in the rules or --discordance), half each way (no true drop); scores are 0/1 "
                   f"(for macro and balanced scores read n as the effective n, 1/sum(w_i^2), which is n for equal strata); "
-                  f"normal approximation to the paired difference (Connor 1987), floored by the bound with no "
-                  f"item changed, z^2/(n+z^2). Rules over groups (e.g. per context length) need n per group. "
-                  f"Checks with fewer than {rules.min_n} pairs are `insufficient n`."]
+                  f"normal approximation to the paired difference (Connor 1987), (z_conf + z_power) x sqrt(discordance "
+                  f"/ n), floored by the exact test's upper bound with no item changed (12.5 pt at 24 items at 95%). "
+                  f"`evalsuite validate` and the gate's reports give these same figures. Rules over groups (e.g. per "
+                  f"context length) need n per group. Checks with fewer than {rules.min_n} pairs are `insufficient n`."]
     return "\n".join(lines) + "\n"

@@ -20,6 +20,7 @@ from rich.text import Text
 from evalsuite.verdict.gate import MISSING, NO_SHARED, Check, GateReport, failure_kind
 from evalsuite.report.gate_report import METHOD
 from evalsuite.report.terminal import Block, Blocks, aligned, fits
+from evalsuite.stats.significance import resolves
 
 WORDS = {"passed": ("PASSED", "green"), "failed": ("FAILED", "bold red"), "inconclusive": ("INCONCLUSIVE", "yellow"),
          "skipped": ("SKIPPED", "dim"), "control": ("CONTROL", "cyan")}
@@ -45,7 +46,7 @@ def bound(c: Check, rules) -> tuple[str, str] | None:
     if c.low is None or c.high is None or rules.decision == "point":
         return None
     lower = rules.decision == "lower_bound" or (c.status == "fail" and failure_kind(c) == "beyond the limit")
-    conf = f"{rules.confidence:.0%}"
+    conf = "confidence sequence's" if c.outside else f"{rules.confidence:.0%}"
     return (f">= {c.low:.1f} pt", f"{conf} lower bound") if lower else (f"<= {c.high:.1f} pt", f"{conf} upper bound")
 
 
@@ -87,7 +88,7 @@ def _undecided(c: Check, limit: str = "") -> str | None:
     unrepresentative = c.pairs.startswith(NO_SHARED) or c.unmeasured[0] > 0
     if c.n and c.resolvable is not None and c.limit is not None and c.resolvable > c.limit and not unrepresentative:
         need = f" (about {c.needed:,} needed)" if c.needed else ""
-        return f"{c.n:,} items resolve {c.resolvable:.1f} pt{limit}{need}{settled}"
+        return f"{resolves(c.n, c.resolvable / 100)}{limit}{need}{settled}"
     return (c.insufficient or c.detail.removeprefix("insufficient n: ").split("; ")[0]) + settled
 
 

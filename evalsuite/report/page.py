@@ -1,19 +1,18 @@
 """What to serve, from run folders: each variant's gate verdict, memory, speed and accuracy change
-against one baseline, merged over every run folder given, and the variants that answer a few
-stated objectives.
+against one baseline, and the variants that answer a few stated objectives.
 
-A variant measured in several run folders (accuracy in one, latency alone on the card in another)
-is one row: its accuracy from the first folder that scored its tasks, its latency from the first
-that timed it, its memory figures from the first folder it appears in. A folder that holds the
-baseline is compared and gated against its own, measured under the same conditions; a folder without
-it (variants run on other days, or with -V into folders of their own) against the baseline's folder
-(RUN of --baseline RUN:NAME, else the first folder that holds it), paired on the items both answered
-as `gate` pairs them, so one variant gets the same verdict alone in its folder or beside the others.
+One row per (run folder, variant): a name that appears in two folders is labelled by its folder
+(`RUN:NAME`), and each row's figures and verdict are its own folder's, never pooled with another
+folder's variant of the same name. A folder that holds the baseline is compared and gated against its
+own, measured under the same conditions; a folder without it (variants run on other days, or with -V
+into folders of their own) against the baseline's folder (RUN of --baseline RUN:NAME, else the first
+folder that holds it), paired on the items both answered as `gate` pairs them, so one variant gets
+the same verdict alone in its folder or beside the others. A folder's own variant of the baseline's
+name (a rerun, another engine mode) is judged too, against the baseline's folder.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
 from evalsuite.core.units import GIB
 from evalsuite.verdict.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, compare
-from evalsuite.verdict.compare import Entry, PairedDelta
+from evalsuite.verdict.compare import Entry, PairedDelta, label_entries
 from evalsuite.verdict.gate import GateReport, Side, failed_checks_line, run_gate
 from evalsuite.report.names import loaded_mark
 from evalsuite.verdict.rules import Rules, default_rules_path, run_rules_path
@@ -32,29 +31,19 @@ from evalsuite.report.plots import front_labels
 from evalsuite.stats.metrics import accuracy_interval
 
 TTFT, ITL = f"{TTFT_P50}/ctx", f"{ITL_P50}/ctx"
-# ---------------------------------------------------------------- the gate, as this page reads it
-
-
-def pooled_verdicts(parts: list[RunPart], base: str, rules: Rules, rules_path: str) -> dict[str, tuple[str, str]]:
-    """variant -> (passed | failed | inconclusive | skipped, the checks that failed it), the gate's rule
-    over the checks of every folder that measured it: accuracy from one run and latency from another
-    make one verdict (a latency run alone has no accuracy evidence, but it takes none away)."""
-    checks = []
-    for part in parts:
-        if part.gate is None:
-            continue
-        by_label = {e.label: e.result.variant for e in part.comparison.entries}
-        checks += [dataclasses.replace(c, candidate=by_label.get(c.candidate, c.candidate)) for c in part.gate.checks]
-    pooled = GateReport(base, rules_path, rules, checks)
-    return {name: (v, failed_checks_line(pooled, name)) for name, v in pooled.verdicts().items()}
-
-
 # ---------------------------------------------------------------- one row per variant
+
+
+Key = tuple[Path, str]  # (the run folder, resolved; the variant): what a row is
+
+
+def key_of(e: Entry) -> Key:
+    return e.run_dir.root.resolve(), e.result.variant
 
 
 @dataclass
 class Row:
-    name: str
+    name: str  # the variant's name, or RUN:NAME where two folders hold that name
     status: str
     baseline: bool = False
     verdict: str | None = None
@@ -75,6 +64,7 @@ class Row:
     control: bool = False  # a variant the config names under `controls:`: the engine's own noise
     pareto: list[str] = field(default_factory=list)  # primary metrics on whose weights front it lies
     runs: list[str] = field(default_factory=list)
+    entry: Entry | None = None  # the folder's variant behind the row
 
     @property
     def tokens_per_gib(self) -> float | None:
@@ -96,11 +86,12 @@ class RunPart:
     gate: GateReport | None = None
     latency_length: int | None = None  # single_length: the one prompt length its latency pass timed
     foreign: str | None = None  # the label of another folder's baseline its variants are set against
+    skip: str | None = None  # its own baseline where another part judges it against the baseline's folder
 
     @property
     def entries(self) -> list[Entry]:
         """The folder's own variants (another folder's baseline, compared against, is that folder's)."""
-        return [e for e in self.comparison.entries if e.label != self.foreign]
+        return [e for e in self.comparison.entries if e.label != self.foreign and e.result.variant != self.skip]
 
 
 @dataclass
@@ -112,6 +103,10 @@ class Report:
     rows: list[Row]
     primary: list[str]
     marks: dict[str, str] = field(default_factory=dict)  # the baseline's metric -> at chance / at ceiling
+    labels: dict[Key, str] = field(default_factory=dict)  # each (folder, variant) -> its row's name
+
+    def label(self, e: Entry) -> str:
+        return self.labels.get(key_of(e), e.result.variant)
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
@@ -168,6 +163,29 @@ def home_folder(sources: list[tuple[RunDir, set[str] | None]], base: str, named:
     return next((rd for rd, _ in sources if _holds(rd, base)), None)
 
 
+def _parts(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules,
+           rules_path: str) -> list[RunPart]:
+    """The folder's part, and, where it holds a variant of the baseline's name but is not the
+    baseline's folder, that variant judged against the baseline's folder (every folder is judged)."""
+    part = _part(rd, only, base, home, rules, rules_path)
+    rerun = home is not None and rd.root.resolve() != home.root.resolve() and _holds(rd, base) and \
+        (only is None or base in only)
+    if not rerun:
+        return [part]
+    part.skip = base
+    comparison = compare([(home, {base}), (rd, {base})], f"{home.root}:{base}")
+    other = RunPart(rd, comparison, True, latency_length=part.latency_length, foreign=comparison.baseline)
+    other.gate = _gate(Side(home, base), [Side(rd, base)], rules, rules_path)
+    return [other, part]  # the folder's own baseline first, as in a folder that is the baseline's
+
+
+def _gate(base: Side, sides: list[Side], rules: Rules, rules_path: str) -> GateReport | None:
+    try:
+        return run_gate(base, sides, rules, rules_path)
+    except ConfigError:
+        return None  # no metric of this folder matched a rule, or nothing to judge: figures without a verdict
+
+
 def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules, rules_path: str) -> RunPart:
     """A folder that holds the baseline is set against its own (measured under the same conditions);
     one that does not, against the home folder's, on the items both answered, as `gate` pairs them."""
@@ -185,12 +203,9 @@ def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rul
                    foreign=None if own or home is None else comparison.baseline)
     candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
     if part.has_baseline and candidates:
-        try:
-            # the whole folder as the run summary asks for it (its verdicts, the same gate), else the variants picked
-            sides = [Side(rd)] if only is None and own else [Side(rd, c) for c in candidates]
-            part.gate = run_gate(Side(base_rd, base), sides, rules, rules_path)
-        except ConfigError:
-            part.gate = None  # no metric of this folder matched a rule: figures without a verdict
+        # the whole folder as the run summary asks for it (its verdicts, the same gate), else the variants picked
+        sides = [Side(rd)] if only is None and own else [Side(rd, c) for c in candidates]
+        part.gate = _gate(Side(base_rd, base), sides, rules, rules_path)
     return part
 
 
@@ -201,22 +216,23 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
     sources = _by_run(sources)
     base, named = baseline_name(sources, baseline)
     home = home_folder(sources, base, named)
-    parts = [_part(rd, only, base, home, rules, rules_path) for rd, only in sources]
+    parts = [p for rd, only in sources for p in _parts(rd, only, base, home, rules, rules_path)]
     primary = list(dict.fromkeys(m for p in parts for m in p.comparison.primary))
     report = Report(base, rules_path, rules, parts, [], primary)
-    rows: dict[str, Row] = {}
+    own = list({key_of(e): e for p in parts for e in p.entries}.values())
+    report.labels = dict(zip((key_of(e) for e in own), label_entries([(e.run_dir, e.result) for e in own]), strict=True))
+    home_key = (home.root.resolve(), base) if home is not None else None
+    rows: dict[Key, Row] = {}
     for part in parts:
         for entry in part.entries:
-            row = rows.setdefault(entry.result.variant, Row(entry.result.variant, entry.result.status,
-                                                             baseline=entry.result.variant == base))
+            k = key_of(entry)
+            row = rows.setdefault(k, Row(report.labels[k], entry.result.status, entry=entry, baseline=k == home_key or
+                                         (home_key is None and entry.result.variant == base)))
             _fill(row, part, entry, primary)
         if part.has_baseline and part.foreign is None:
             report.marks = {**part.comparison.marks, **report.marks}
         if part.gate is not None:
             _judge(rows, part)
-    for name, (verdict, failing) in pooled_verdicts(parts, base, rules, rules_path).items():
-        if name in rows:
-            rows[name].verdict, rows[name].failing = verdict, failing
     report.rows = list(rows.values())
     _mark_pareto(report)
     return report
@@ -259,22 +275,22 @@ def single_length(rd: RunDir) -> int | None:
     return lengths[0] if isinstance(lengths, list) and len(lengths) == 1 and isinstance(lengths[0], int) else None
 
 
-def _judge(rows: dict[str, Row], part: RunPart) -> None:
-    """Verdicts and changed-answer shares of one folder's gate onto the rows (label = variant name
-    within one folder)."""
-    by_label = {e.label: e.result.variant for e in part.comparison.entries}
-    for label in part.gate.controls:
-        rows[by_label.get(label, label)].control = True
-    judged = {}  # label -> name, for the candidates with accuracy checks in this folder
-    for c in part.gate.checks:
-        if c.unit != "pt":
+def _judge(rows: dict[Key, Row], part: RunPart) -> None:
+    """Verdicts and changed-answer shares of one folder's gate onto its rows."""
+    by_label = {e.label: key_of(e) for e in part.comparison.entries}
+    gate = part.gate
+    for label in gate.controls:
+        if by_label.get(label) in rows:
+            rows[by_label[label]].control = True
+    for label, verdict in gate.verdicts().items():
+        row = rows.get(by_label.get(label))
+        if row is None or label in gate.controls:
             continue
-        name = judged.setdefault(c.candidate, by_label.get(c.candidate, c.candidate))
-        if c.changed is not None and c.n:
-            rows[name].changed.setdefault(c.metric, c.changed / c.n)
-    for label, name in judged.items():
-        ok = part.gate.accuracy_verdict(label) == "passed"
-        rows[name].accuracy_ok = ok if rows[name].accuracy_ok is None else rows[name].accuracy_ok and ok
+        row.verdict, row.failing = verdict, failed_checks_line(gate, label)
+        row.accuracy_ok = gate.accuracy_verdict(label) == "passed"
+        for c in gate.checks:
+            if c.candidate == label and c.unit == "pt" and c.changed is not None and c.n:
+                row.changed.setdefault(c.metric, c.changed / c.n)
 
 
 def _mark_pareto(report: Report) -> None:
@@ -333,6 +349,40 @@ def picks(report: Report) -> list[Pick]:
         out.append(_best(ok, f"fastest decode at {n:,} prompt tokens", lambda r: r.itl.get(n), min,
                          lambda r: f"ITL p50 {r.itl[n]:.2f} ms" + loaded_mark(ITL_P50, r.host_load)))
     return out
+
+
+def _undecided_why(report: Report, names: list[str]) -> str:
+    """Why these candidates' gate could not decide: too few items for a limit, or tasks at chance."""
+    statuses = set()
+    for part in report.parts:
+        by_label = {e.label: e.result.variant for e in part.comparison.entries}
+        statuses |= {c.status for c in (part.gate.checks if part.gate else [])
+                     if c.unit == "pt" and by_label.get(c.candidate, c.candidate) in names}
+    why = []
+    if "warn" in statuses:
+        why.append("too few items to show a drop within its limit (drop --limit, or run more items; "
+                   "`evalsuite validate` says what each limit needs)")
+    if "uninformative" in statuses:
+        why.append("tasks at chance are no evidence")
+    return "; ".join(why) or "no accuracy check shown within its limit"
+
+
+def decision(report: Report) -> str:
+    """The run's decision in one line: which candidates the gate passed, and where none did, why, so
+    that picks of the baseline alone read as what they are."""
+    cands = [r for r in report.rows if not r.baseline and not r.control]
+    by: dict[str, list[str]] = {}
+    for r in cands:
+        by.setdefault(r.verdict if r.status in USABLE_STATUSES and r.verdict else r.status, []).append(r.name)
+    passed = [r.name for r in passed_gate(report) if not r.baseline]
+    if not cands:
+        return f"only the baseline `{report.baseline}` was measured: nothing to choose between"
+    said = [f"{len(v)} {k} ({', '.join(v)})" + (f": {_undecided_why(report, v)}" if k == "inconclusive" else "")
+            for k, v in by.items() if k != "passed"]
+    if passed:
+        return f"{len(passed)} of {len(cands)} candidates passed the gate ({', '.join(passed)})" + \
+            (f"; {'; '.join(said)}" if said else "")
+    return f"no candidate passed the gate, so every pick is the baseline `{report.baseline}`: {'; '.join(said)}"
 
 
 def _best(rows: list[Row], objective: str, key, choose, show) -> Pick:

@@ -16,10 +16,12 @@ import pandas as pd
 
 from evalsuite.core.files import read_regular
 from evalsuite.core.records import RECORD_BYTES
+from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
+from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
 from evalsuite.report.names import loaded_mark, loaded_note
-from evalsuite.report.page import Report, Row, longest_common, picks, safe_name, passed_gate
+from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
 
@@ -70,6 +72,8 @@ def delta_cell(row: Row, metric: str) -> str:
         # the variant's own score here would read as a change in points (0.750 beside a baseline of
         # 0.625): the cell says why it has none instead
         return NO_CHANGE if metric in row.accuracy else "-"  # not measured: its verdict says so
+    if d.sequence and d.outside:  # the interval is the estimate (SEQUENCE_NOTE)
+        return f"{SEQUENCE_CELL} [{_pt(d.low)}, {_pt(d.high)}]"
     return f"{_pt(d.delta)} [{_pt(d.low)}, {_pt(d.high)}]" + ("‡" if d.subset else "")
 
 
@@ -106,12 +110,6 @@ def speed_cell(row: Row, n: int) -> str:
 # ---------------------------------------------------------------- (a) the decision
 
 
-def _shown_path(path: str) -> str:
-    """A path relative to the working folder where it lies inside it: shorter, and the same on every machine."""
-    p = Path(path).resolve()
-    return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else path
-
-
 def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
@@ -124,7 +122,7 @@ def decision_table(report: Report) -> Table:
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
-    note = (f"verdict: the gate ({_shown_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
+    note = (f"verdict: the gate ({shared_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
             "or in the baseline's folder for a folder without it; "
             "change: candidate - baseline in points on the items both answered, with its paired two-sided 95% interval "
             "(‡: fewer items than the runs hold); Pareto: among the variants the gate passed (and the baseline), "
@@ -133,6 +131,8 @@ def decision_table(report: Report) -> Table:
             "pools differ in size (with a 1 GiB pool the two read nearly alike).")
     if any(NO_CHANGE in cell for row in rows for cell in row):
         note += " " + NO_CHANGE_NOTE
+    if any(SEQUENCE_CELL in cell for row in rows for cell in row):
+        note += " " + SEQUENCE_NOTE + "."
     return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
 
 
@@ -148,18 +148,20 @@ def answer(report: Report) -> list[str | Table]:
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
-    return [intro, Table("serve", ["objective", "serve", "figure", "why"], rows, _loaded(report) or "")]
+    said = decision(report)
+    return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows,
+                                                _loaded(report) or "")]
 
 
 # ---------------------------------------------------------------- (b) per task
 
 
 def merged_frame(report: Report) -> tuple[pd.DataFrame, dict[tuple[str, str], tuple[float, float]]]:
-    """Every variant's metrics by variant name (first folder that has a metric wins), and intervals."""
+    """Every row's metrics by its name (a folder's variant: RUN:NAME where two folders hold NAME), and intervals."""
     frame, intervals = None, {}
     for part in report.parts:
         c = part.comparison
-        names = {e.label: e.result.variant for e in c.entries}
+        names = {e.label: report.label(e) for e in c.entries}
         f = c.frame.rename(index=names)
         frame = f if frame is None else frame.combine_first(f)
         for (label, metric), ci in c.intervals.items():
@@ -182,7 +184,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
     length and depth %)."""
     out: dict[str, dict[tuple[int, int], float]] = {}
     for e in report.entries():
-        if e.result.variant in out or e.result.status not in USABLE_STATUSES:
+        if report.label(e) in out or e.result.status not in USABLE_STATUSES:
             continue
         sums: dict[tuple[int, int], list[float]] = {}
         for row in e.run_dir.load_samples(e.result.variant, task):
@@ -191,7 +193,7 @@ def needle_grid(report: Report, task: str) -> dict[str, dict[tuple[int, int], fl
             if all(isinstance(x, int) for x in cell):
                 sums.setdefault(cell, []).append(float(score["value"]))
         if sums:
-            out[e.result.variant] = {k: sum(v) / len(v) for k, v in sums.items()}
+            out[report.label(e)] = {k: sum(v) / len(v) for k, v in sums.items()}
     return out
 
 
@@ -211,8 +213,9 @@ def task_table(report: Report, metric: str) -> Table:
            else "a loss can show, a gain cannot.")) if mark else f"The baseline's {metric} is informative (neither at chance nor at ceiling)."
     blank = f" {NO_CHANGE_NOTE}" if any(NO_CHANGE in r[4] for r in rows) else ""
     return Table(f"task-{safe_name(metric)}", cols, rows, how + " Answers changed: the share of paired items "
-                 "whose answer differs from the baseline's, as the gate counts them; a control's share is the engine's "
-                 "own noise floor." + blank)
+                 "whose answer differs from the baseline's, as the gate counts them: its text, even where both score "
+                 "alike (the same number said in other words, two wrong answers), so a share beside an unchanged score "
+                 "is answers reworded, not lost; a control's share is the engine's own noise floor." + blank)
 
 
 def task_sections(report: Report, out: Path) -> list[Section]:
@@ -241,9 +244,7 @@ def task_sections(report: Report, out: Path) -> list[Section]:
 
 
 def memory_table(report: Report) -> Table:
-    first = {}
-    for e in report.entries():
-        first.setdefault(e.result.variant, e)
+    first = {r.name: r.entry for r in report.rows}
     cols = ["variant", "weights GiB", "KV cache GiB", "KV tokens", "KV bytes per token", "max model len",
             "max concurrency", "run"]
     rows = []
@@ -253,7 +254,7 @@ def memory_table(report: Report) -> Table:
                      _num(eng.kv_cache_tokens, "{:,}"), _num(eng.kv_bytes_per_token, "{:,}"),
                      _num(eng.max_model_len, "{:,}"), _num(eng.max_concurrency, "{:.1f}"),
                      first[r.name].run_dir.run_id])
-    return Table("memory", cols, rows, "as the engine reported them, in the first run folder that holds the variant")
+    return Table("memory", cols, rows, "as the engine reported them, in the run folder of each row")
 
 
 def config_hash(path: Path) -> str:
@@ -273,7 +274,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),
                      ", ".join(gpus), config_hash(rd.config_path),
-                     f"evalsuite run {_shown_path(record.config_path)}" if record.config_path else "-"])
+                     f"evalsuite run {shared_path(record.config_path)}" if record.config_path else "-"])
     cols = ["run", "model", "evalsuite", "vLLM", "GPU", "config sha256", "command"]
     return [Table("provenance", cols, rows), f"This page: `{command}`"]
 
@@ -328,7 +329,7 @@ def document(report: Report, out: Path, command: str) -> Document:
     where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len(report.parts)} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
+        f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
                                                 f"{where}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
@@ -388,10 +389,24 @@ def to_html(doc: Document) -> str:
     return env.get_template("report.html.j2").render(doc=doc)
 
 
+def shared(doc: Document) -> Document:
+    """The page as it is shared: every absolute path in its text written relative (core.shared)."""
+    def text(block):
+        if isinstance(block, str):
+            return shared_text(block)
+        if isinstance(block, Table):
+            return Table(block.id, [shared_text(c) for c in block.columns],
+                         [[shared_text(c) for c in row] for row in block.rows], shared_text(block.note))
+        return Figure(block.path, shared_text(block.caption))
+
+    return Document(shared_text(doc.title), [Section(shared_text(s.title), s.id, [text(b) for b in s.blocks])
+                                             for s in doc.sections])
+
+
 def write(report: Report, out: Path, command: str) -> list[Path]:
     """report.md with its PNGs beside it, and report.html that needs nothing else."""
     out.mkdir(parents=True, exist_ok=True)
-    doc = document(report, out, command)
+    doc = shared(document(report, out, command))
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(doc, out))
     page.write_text(to_html(doc))

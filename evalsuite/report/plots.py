@@ -103,6 +103,21 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _compact_ticks(axis) -> None:
+    """At most five ticks, large numbers as 145K or 1.2M: six-digit token counts written out run into
+    each other in a 5-inch panel."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    def short(v: float, _pos) -> str:
+        for size, suffix in ((1e6, "M"), (1e3, "K")):
+            if abs(v) >= 10 * size:  # 145K; 1.5M; under 10,000 as it is
+                return f"{v / size:.{0 if v % size == 0 or abs(v) >= 100 * size else 1}f}{suffix}"
+        return f"{v:,g}"
+
+    axis.set_major_locator(MaxNLocator(nbins=5))
+    axis.set_major_formatter(FuncFormatter(short))
+
+
 def _dodged(xs: pd.Series) -> list[float]:
     """x positions where variants sharing one x (bf16 and an FP8 KV cache: the same weights) stand side
     by side, 1.5% of the axis apart and centred on it, instead of one on top of the other."""
@@ -146,6 +161,7 @@ def plot_tradeoff(frame: pd.DataFrame, accuracy: list[str], x_col: str, x_label:
         ax.set_xlabel(x_label)
         ax.set_ylabel(f"{col} (95% CI)" if intervals else col)
         ax.grid(alpha=0.3)
+        _compact_ticks(ax.xaxis)
     handles["Pareto front"] = handles.pop("Pareto front")  # last in the legend
     only = "" if eligible is None else "; the front joins only the variants the gate passed and the baseline"
     fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),

@@ -1,6 +1,7 @@
 """What MLflow shows a reviewer: per variant its gate verdict with the checks that failed it, its
 headline accuracy changes against the baseline with their paired two-sided 95% intervals, weights,
-KV capacity and TTFT, as the first columns of the runs table, which the printed link opens.
+KV capacity, TTFT and ITL, as the first columns of the runs table, which the printed link opens; on
+the parent run, the run's decision; on the experiment, a description that says where the runs are.
 
 The columns are display tags, each figure written at the precision its interval supports (`-8
 [-35, +18]` for a change 12 items measure, not -8.3333333): the runs table shows a metric with
@@ -19,16 +20,17 @@ import json
 import math
 from urllib.parse import urlencode
 
-from evalsuite.report.page import Report, Row, longest_common
+from evalsuite.report.page import Report, Row, decision, longest_common, passed_gate
 
 VIEW_KEY = "evalsuite"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 T_VERDICT = "evalsuite.verdict"
+T_NOTE = "mlflow.note.content"  # the description of a run (on its page) or an experiment (atop each of its pages)
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store
 # the runs table's display columns after the verdict, as tag keys (MLflow allows letters, digits,
 # `_ - . / :` and spaces): the header a reviewer reads
 T_WEIGHTS, T_KV = "weights GiB", "KV tokens"
-FIRST_CHANGES = 3  # headline changes before weights, KV and TTFT: what fits a 1400-px window (WIDTHS)
+FIRST_CHANGES = 3  # headline changes before weights, KV, TTFT and ITL: what fits a 1400-px window (WIDTHS)
 
 
 def delta_key(metric: str) -> str:
@@ -43,7 +45,16 @@ def change_tag(metric: str) -> str:
 
 def ttft_tag(length: int) -> str:
     """`TTFT ms at 1K`: the median time to first token at the longest prompt every timed variant had."""
-    return f"TTFT ms at {length // 1024}K" if length % 1024 == 0 else f"TTFT ms at {length}"
+    return f"TTFT ms at {_length(length)}"
+
+
+def itl_tag(length: int) -> str:
+    """`ITL ms at 1K`: the median time between output tokens after a prompt of that length."""
+    return f"ITL ms at {_length(length)}"
+
+
+def _length(tokens: int) -> str:
+    return f"{tokens // 1024}K" if tokens % 1024 == 0 else str(tokens)
 
 
 def decimals(half_width: float) -> int:
@@ -87,30 +98,71 @@ def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str
             tags[T_KV] = f"{row.kv_tokens:,}"
         if n is not None and n in row.ttft:  # a median of repeated requests: no interval, to 0.1 ms
             tags[ttft_tag(n)] = f"{row.ttft[n]:.1f}"
+        if n is not None and n in row.itl:
+            tags[itl_tag(n)] = f"{row.itl[n]:.1f}"
         out[row.name] = (metrics, tags)
     return out
 
 
+def run_review(report: Report) -> dict[str, str]:
+    """The parent run's tags: the run's decision, short in the verdict column (its row reads as the
+    answer, its variants nested under it as the evidence) and whole as the run's description."""
+    return {T_VERDICT: short_decision(report), T_NOTE: f"Decision: {decision(report)}."}
+
+
+def short_decision(report: Report) -> str:
+    """`2 of 3 passed: kv_fp8, w4a16_sim` or `none passed: 2 inconclusive, 1 failed`; decision() says why."""
+    cands = [r for r in report.rows if not r.baseline and not r.control]
+    passed = [r.name for r in passed_gate(report) if not r.baseline]
+    if not cands:
+        return "baseline only"
+    if passed:
+        return f"{len(passed)} of {len(cands)} passed: {', '.join(passed)}"
+    counts: dict[str, int] = {}
+    for r in cands:
+        counts[r.verdict or r.status] = counts.get(r.verdict or r.status, 0) + 1
+    return "none passed: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+def experiment_note(report: Report, run_id: str, experiment_id: str) -> str:
+    """The experiment's description: these are runs, not traces, where to open them, and the latest
+    run's decision. MLflow 3.17+ shows it atop each of the experiment's pages, the GenAI overview too,
+    which otherwise reads "send your first trace"; which of its pages opens first is the browser's
+    GenAI / Model training switch (or the link's workflowType), which no setting of the experiment decides."""
+    link = runs_table_url("", experiment_id).removeprefix(LOCAL_UI)
+    return (f"{NOTE_MARK} runs, not traces, each with its variants nested under it: open **Model training** (top "
+            f"left), tab Runs, or [the runs table]({link}). Latest run {run_id}: {decision(report)}.")
+
+
+NOTE_MARK = "evalsuite:"  # how a description evalsuite wrote starts; one written by a person is left alone
+
+
 def view_columns(report: Report) -> list[str]:
     """The runs table's first columns, as the UI names them: verdict and why, each headline accuracy's
-    change with its interval, weights, KV capacity, TTFT; only those some variant logs."""
+    change with its interval, weights, KV capacity, TTFT, ITL; only those some variant logs."""
     logged = {k for _, tags in variant_review(report).values() for k in tags}
     changes = [change_tag(m) for m in report.primary if change_tag(m) in logged]
     n = longest_common(report, report.rows)
-    keys = [T_VERDICT, *changes[:FIRST_CHANGES], T_WEIGHTS, T_KV, *([ttft_tag(n)] if n else []), *changes[FIRST_CHANGES:]]
+    keys = [T_VERDICT, *changes[:FIRST_CHANGES], T_WEIGHTS, T_KV, *([ttft_tag(n), itl_tag(n)] if n else []),
+            *changes[FIRST_CHANGES:]]
     return [f"tags.`{k}`" for k in keys if k in logged]
 
 
 # Widths (px) that fit the first columns in a 1400-px window beside MLflow's run name and start time,
 # which stay first (ag-grid column ids; the UI applies a width only to a column named in columnOrder,
-# and puts those it does not name, such as the duration, after the ones it does).
-OWN = {"attributes.`Run Name`": 170, "runDateAndNestInfo": 80}
-WIDTHS = {T_VERDICT: 180, T_WEIGHTS: 85, T_KV: 80}
-WIDTH_CHANGE, WIDTH_OTHER = 125, 93  # `-30.0 [-36.7, -24.1]`; `TTFT ms at 32K`
+# and puts those it does not name, such as the duration, after the ones it does): 1,064 px of the
+# 1,073 the grid has beside its checkboxes once MLflow's Assistant panel is closed (measured in
+# headless chromium by tests/test_mlflow_ui.py, MLflow 3.18), so that a nested variant's name and a
+# change with its interval show whole.
+OWN = {"attributes.`Run Name`": 160, "runDateAndNestInfo": 56}
+WIDTHS = {T_VERDICT: 136, T_WEIGHTS: 84, T_KV: 72}
+WIDTH_CHANGE, WIDTH_OTHER = 128, 80  # `-30.0 [-36.7, -24.1]`; `ITL ms at 1K`
 
 
 def _width(column: str) -> int:
     key = column.removeprefix("tags.`").removesuffix("`")
+    if key.startswith("TTFT"):
+        return 92  # `TTFT ms at 1K`
     return WIDTHS.get(key, WIDTH_CHANGE if key.startswith("Δ ") else WIDTH_OTHER)
 
 

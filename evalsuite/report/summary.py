@@ -78,7 +78,9 @@ def _figures(v: VariantResult, latency: list[tuple[str, int | None, str, str]],
 
 
 CAPTION = ("accuracy: value (95% interval; Wilson for a proportion, normal over fixed strata for a macro or balanced "
-           "one) [at chance / at ceiling: the baseline's task cannot show a loss / shows only a collapse]")
+           "one). [at chance]: the baseline's 95% interval reaches within the gate's limit of what an answer that "
+           "ignores the item scores (too few items, or no skill: a 1.000 of 2 items is one), so its task cannot show "
+           "a loss; [at ceiling]: its lower bound is 0.95 or more, so it shows only a collapse")
 
 
 def wide_table(record: RunRecord, verdicts: dict[str, str], marks: dict[str, str], base: str | None) -> Table:

@@ -26,7 +26,7 @@ from evalsuite.run.engine_args import engine_args
 from evalsuite.run.footprint import floor_metrics, record_figures
 from evalsuite.run.answering import Answering
 from evalsuite.run.items import in_config_order, left_to_run, put_result, task_chance
-from evalsuite.run.progress import Progress
+from evalsuite.run.progress import Progress, start_key
 from evalsuite.run.stopping import fix_intervals
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
@@ -147,7 +147,8 @@ class Runner(Answering):
     def _run_on(self, engine: Engine, device: DeviceWatch, name: str, variant: Variant, model_dir: str,
                 tasks: list[Task], samples: dict[str, list[Sample]], result: VariantResult) -> None:
         """Start the engine, run the tasks, and fill `result` with their metrics and its figures."""
-        with self.progress.status(f"{name}: starting engine"), self.run_dir.phase("engine_start", name):
+        with self.progress.engine_start(name, start_key(self.cfg.engine.mode, variant.model or model_dir)), \
+                self.run_dir.phase("engine_start", name):
             result.engine = device.started(self._start(name, engine))
         if not variant.simulate:
             # the planner's figures from the start on: a variant cut mid-run keeps its KV bytes
@@ -216,6 +217,8 @@ def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, 
     """Every variant left to run, one after another; each result goes into run.json as it ends."""
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)
+    progress.expect(sum(cfg.engine.mode == "fake" or not unsupported_reason(v) for v in todo.values()),
+                    start_key(cfg.engine.mode, model_dir))
     for name, variant in todo.items():
         put_result(record, runner.run_variant(name, variant, tasks, samples))
         run_dir.write_run(record)

@@ -169,6 +169,10 @@ class QueueProgress:
     def node(self, where: str) -> None:
         self._send("node", self.variant, where)
 
+    def engine_start(self, variant: str, key: str | None):
+        """A worker's start is a status line on the driver: the estimate lives in the driver's cache."""
+        return self.status(f"{variant}: starting engine")
+
     @contextlib.contextmanager
     def status(self, text: str):
         key = self._key()

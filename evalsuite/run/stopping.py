@@ -6,9 +6,10 @@ on. A candidate's task is then watched after every batch: once every gate check 
 config's `gate_rules` that name its metrics) is decided, passed, shown beyond its limit or futile, by
 the confidence sequence that verdict/sequential.py shares with `gate`, the task ends. Its record says
 at how many items (`VariantResult.stopped`), also where it ran to its end, so that the gate judges
-every watched check by that one sequence. `--resume` and `gate` take the rest as not needed.
-Tasks that another kind of rule judges (latency), harness tasks (lm-eval orders its own items) and
-checks the full data could not resolve run whole.
+every watched check by that sequence (and, at the last item, its final fixed-n look). `--resume` and
+`gate` take the rest as not needed. Tasks that another kind of rule judges (latency), harness tasks
+(lm-eval orders its own items) and checks the sequence cannot resolve at the planning discordance run
+whole.
 """
 
 from __future__ import annotations

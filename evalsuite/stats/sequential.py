@@ -6,13 +6,13 @@ weight in the metric: 1/N plain, 1/(K n_k) over K strata) are i.i.d. with mean t
 drop of the metric. Two betting e-processes bound it (Waudby-Smith & Ramdas 2023, "Estimating means
 of bounded random variables by betting", JRSS-B): one against H0 "drop >= m" (a pass at m = limit),
 one against "drop <= m" (shown beyond). Under its H0 each is a nonnegative supermartingale, so by
-Ville's inequality it ever reaches 1/alpha with chance at most alpha, however often it is read: one
-sided level alpha per check at every n, the last item included. Bets are predictable and aimed at the
-check's limit (aGRAPA, at 0.7 of the Kelly fraction), capped so that the capital grows with m: each bound printed is the test that
+Ville's inequality it ever reaches 1/alpha with chance at most alpha, however often it is read. The
+gate gives it a share of alpha and a fixed-n look on all N items the rest (`with_final_look`), so a
+check the full data pass is not lost at the last item. Bets are predictable and aimed at the check's
+limit (aGRAPA, at 0.7 of the Kelly fraction), capped so that the capital grows with m: each bound printed is the test that
 decides. A check stops for futility where a pass by the last item is predicted unlikely (`futile`);
 that only ever withholds a pass, so it costs no size. confseq (Howard et al.) has no wheel for this
-Python and evaluates a grid of means per item; the benches replay thousands of sequences, so the
-product is computed here with numpy.
+Python and evaluates a grid of means per item; the benches replay thousands of sequences: numpy here.
 """
 
 from __future__ import annotations
@@ -95,9 +95,10 @@ class Sequential:
     m a bound asks about, so the capital is monotone in m."""
 
     def __init__(self, pop: Population, diffs: Sequence[float] | np.ndarray, limit: float | None, alpha: float,
-                 discordance: float = PRIOR_DISCORDANCE):
+                 discordance: float = PRIOR_DISCORDANCE, final_alpha: float | None = None):
         d = np.asarray(diffs, float)
         self.pop, self.limit, self.alpha, self.n = pop, limit, alpha, d.shape[-1]
+        self.final_alpha = final_alpha  # the fixed-n look at the last item, where the split gives it some alpha
         self.y = pop.n * pop.weights[: self.n] * d
         self.spread = pop.spread
         i = np.arange(self.n, dtype=float)
@@ -162,14 +163,17 @@ class Sequential:
 
     def futile(self) -> np.ndarray | int:
         """Items after which a pass by the last item is first predicted to have chance < FUTILITY: the
-        mean so far, less its predictive spread for the full mean, plus the least half-width a
-        betting sequence reaches at N, sqrt(2 s^2 log(1/alpha) / N), is at the limit or above."""
+        mean so far, less its predictive spread for the full mean, plus the least half-width that
+        decides at N, is at the limit or above. That half-width is the betting sequence's,
+        sqrt(2 s^2 log(1/alpha) / N), or the final fixed-n look's, z s / sqrt(N), where narrower."""
         t = np.arange(1, self.n + 1, dtype=float)
         big_n = self.pop.n
         mean = np.cumsum(self.y, axis=-1) / (t + PRIOR_ITEMS)  # shrunk as the bets are: one item is no trend
         var = (np.cumsum(self._dev, axis=-1) + PRIOR_ITEMS * self.var[..., :1]) / (t + PRIOR_ITEMS)
         spread = np.sqrt(var * np.maximum(1 / t - 1 / big_n, 0))
         reach = np.sqrt(2 * var * math.log(1 / self.alpha) / big_n)
+        if self.final_alpha:
+            reach = np.minimum(reach, critical(1 - self.final_alpha) * np.sqrt(var / big_n))
         return self._first_hit(mean - critical(1 - FUTILITY) * spread + reach >= self.limit)
 
 
@@ -198,17 +202,47 @@ def floor(pop: Population, limit: float, alpha: float) -> float:
     return Sequential(pop, np.zeros(pop.n), limit, alpha).bound("within")
 
 
-def as_paired_test(seq: Sequential, how: str = "") -> PairedTest:
-    """The check's PairedTest at the items seen: the sequence's bounds, its anytime-valid p-values."""
+def planned_bound(pop: Population, limit: float, alpha: float, discordance: float) -> float:
+    """The sequence's upper bound at N had a share `discordance` of the items changed, half lost and
+    half gained, spread evenly over the order (no drop): a check whose limit is below it cannot be
+    passed by the sequence at the planning discordance, so it is judged fixed-n on all its items."""
+    every = max(1, round(1 / discordance)) if discordance > 0 else pop.n + 1
+    d = np.zeros(pop.n)
+    changed = np.arange(0, pop.n, every)
+    d[changed] = np.where(np.arange(len(changed)) % 2 == 0, 1.0, -1.0)
+    return Sequential(pop, d, limit, alpha, discordance).bound("within")
+
+
+def with_final_look(seq_test: PairedTest, fixed: PairedTest, share: float) -> PairedTest:
+    """The check of a watched task that ran to its last item: passed where the sequence (at share x
+    alpha, p-values already scaled by 1/share) or the fixed-n test on all N (at the rest) shows it, so
+    its p is the smaller of the two scaled p-values and each bound the tighter of the two."""
+    rest = 1 - share
+
+    def p_limit(limit: float, within: bool) -> float:
+        seq_p, fixed_p = ((t.p_within(limit) if within else t.p_exceeds(limit)) for t in (seq_test, fixed))
+        return min(1.0, seq_p, fixed_p / rest)
+
+    floors = [x for x in (seq_test.floor, fixed.floor) if x is not None]
+    return PairedTest(fixed.n, fixed.n_eff, fixed.max_weight, fixed.drop, max(seq_test.low, fixed.low),
+                      min(seq_test.high, fixed.high), fixed.se, fixed.se0, min(1.0, seq_test.p_worse, fixed.p_worse / rest),
+                      f"{fixed.method}, at {rest:.0%} of alpha; or {seq_test.method}, at {share:.0%} of alpha",
+                      fixed.counts, p_limit, floor=min(floors) if floors else None)
+
+
+def as_paired_test(seq: Sequential, how: str = "", share: float = 1.0) -> PairedTest:
+    """The check's PairedTest at the items seen: the sequence's bounds (at its own alpha, `share` of
+    the rules'), its anytime-valid p-values divided by `share`, so that they compare with the rules'
+    alpha as any check's do."""
     n, pop = seq.n, seq.pop
     drop = float(seq.y.mean()) if n else 0.0
     se = math.sqrt(float(seq.var[-1]) / n) if n else math.nan
 
     def p_limit(limit: float, within: bool) -> float:
-        return seq.p("within" if within else "above", limit)
+        return min(1.0, seq.p("within" if within else "above", limit) / share)
 
     n_eff = 1 / float(np.sum(pop.weights**2))
     return PairedTest(n, n_eff, float(pop.weights.max()), drop, seq.bound("above"), seq.bound("within"), se, se,
-                      seq.p("above", 0.0), f"confidence sequence (betting, Waudby-Smith & Ramdas 2023): {n:,} of "
-                      f"{pop.n:,} items in the seeded order{how}", None, p_limit,
+                      min(1.0, seq.p("above", 0.0) / share), f"confidence sequence (betting, Waudby-Smith & Ramdas "
+                      f"2023): {n:,} of {pop.n:,} items in the seeded order{how}", None, p_limit,
                       floor=floor(pop, seq.limit, seq.alpha))

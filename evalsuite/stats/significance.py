@@ -486,13 +486,51 @@ def keyed_resolution(keys: Sequence[tuple], confidence: float, power: float, dis
     paired test of identical answers gives the effective n and the floor (a plain mean's is exact).
     `stratified`: the strata's MOVER floor even where their weights come out equal, as they rarely do
     for labels (a balanced accuracy), where the test takes the plain mean's."""
+    sizes = tuple(sorted(Counter(keys).values()))  # the strata's sizes are all the weights depend on
+    return _resolution(sizes, confidence, power, discordance, stratified)
+
+
+@lru_cache(maxsize=512)
+def _resolution(sizes: tuple[int, ...], confidence: float, power: float, discordance: float, stratified: bool) -> float:
+    keys = [(i,) for i, size in enumerate(sizes) for _ in range(size)]
     values = np.ones(len(keys))
-    test = paired_test(values, values, list(keys), confidence)
+    test = paired_test(values, values, keys, confidence)
     floor = test.best_bound(confidence)
     if stratified:
-        w, cells = stratum_weights(list(keys)), strata_indices(list(keys))
+        w, cells = stratum_weights(keys), strata_indices(keys)
         floor = mover_floor([(float(w[idx].sum()), len(idx)) for idx in cells], confidence)
     return resolvable_drop(test.n_eff, planned_se(test.n_eff, discordance), confidence, power, floor)
+
+
+def needed_items(keys: Sequence[tuple], limit: float, confidence: float, power: float, discordance: float,
+                 stratified: bool = False) -> int:
+    """Items for `limit` to be resolved at the planning `discordance`: for a plain mean the inverse of
+    resolvable_drop (items_needed); for a stratified one, its strata (as `keys` weigh them) grown
+    alike until keyed_resolution reaches the limit. The one "needed" figure: `validate`, `gate
+    --plan`, the gate's reports and the docs all give this one."""
+    strata = list(dict.fromkeys(keys))
+    if len(strata) <= 1:
+        return items_needed(limit, discordance, confidence, power)
+    n = len(keys)
+    lo, hi = max(1, n // len(strata)), max(2, n // len(strata))
+
+    def grow(m: int) -> float:
+        return keyed_resolution([k for k in strata for _ in range(m)], confidence, power, discordance, stratified)
+
+    while grow(hi) > limit:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if grow(mid) > limit else (lo, mid)
+    return lo * len(strata)
+
+
+def resolves(n: int, resolution: float) -> str:
+    """`24 items resolve 12.5 pt`, or, where no drop a score can have is resolved (a bound of 100
+    points or more), `cannot resolve any drop at n = 2`: a figure above 100 points means nothing."""
+    if resolution >= 1:
+        return f"cannot resolve any drop at n = {n:,}"
+    return f"{n:,} items resolve {resolution * 100:.1f} pt"
 
 
 def planned_se(n: float, discordance: float) -> float:

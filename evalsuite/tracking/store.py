@@ -44,11 +44,13 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.hosts import is_loopback, tracking_host
+from evalsuite.core.shared import shared_text
 from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
                                     RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.placement import beside, is_packed, placement_metrics
-from evalsuite.report.review import VIEW_TAG, review_hint, runs_table_url, variant_review, view_columns, view_state
+from evalsuite.report.review import (NOTE_MARK, T_NOTE, VIEW_TAG, experiment_note, review_hint, run_review, runs_table_url,
+                                     variant_review, view_columns, view_state)
 from evalsuite.tracking.settings import TrackingConfig, check_uri
 from evalsuite.verdict.compare import flat_metrics
 
@@ -267,11 +269,12 @@ def run_params(record: RunRecord, config: dict) -> dict[str, str]:
 
 
 def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
+    """What every run of evalsuite tags (create_run's tags, written as _log_batch writes its own)."""
     tags = {T_RUN: record.run_id, "evalsuite.commit": env.get("evalsuite_commit"),
             "evalsuite.version": env.get("evalsuite_version"), "vllm.version": env.get("vllm_version"),
             "vllm.distribution": env.get("vllm_distribution"), "device": record.env.get("device"),
             "evalsuite.model": record.model}
-    return {k: str(v)[:MAX_TAG] for k, v in tags.items() if v is not None}
+    return {k: shared_text(str(v))[:MAX_TAG] for k, v in tags.items() if v is not None}
 
 
 def variant_metrics(result: VariantResult) -> dict[str, float]:
@@ -290,9 +293,10 @@ def variant_digest(rd: RunDir, result: VariantResult) -> str:
 def _log_batch(client: MlflowClient, run_id: str, params: dict[str, str] | None = None,
                metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
     now = int(datetime.now(UTC).timestamp() * 1000)
-    p = [Param(sanitize(k), v[:MAX_PARAM]) for k, v in (params or {}).items()]
+    # shared with whoever opens the experiment: no path of this machine in a value (core.shared)
+    p = [Param(sanitize(k), shared_text(v)[:MAX_PARAM]) for k, v in (params or {}).items()]
     m = [MlMetric(k, float(v), now, 0) for k, v in (metrics or {}).items()]
-    t = [RunTag(k, v[:MAX_TAG]) for k, v in (tags or {}).items()]
+    t = [RunTag(k, shared_text(v)[:MAX_TAG]) for k, v in (tags or {}).items()]
     for i in range(0, max(len(p), len(m), len(t)), BATCH):
         client.log_batch(run_id, metrics=m[i : i + BATCH], params=p[i : i + BATCH], tags=t[i : i + BATCH])
 
@@ -410,7 +414,7 @@ class _Logger:
         tags = {**run_tags(self.record, self.env), T_ROLE: "variant", T_VARIANT: result.variant, T_PARENT: parent_id,
                 "mlflow.runName": result.variant, "evalsuite.status": result.status, T_RUN_TYPE: RUN_TYPE}
         if result.reason:
-            tags["evalsuite.reason"] = result.reason[:MAX_TAG]
+            tags["evalsuite.reason"] = shared_text(result.reason, self.rd.root)[:MAX_TAG]
         for key, tag in (("vllm_version", "vllm.version"), ("device", "device")):
             if getattr(result.engine, key):
                 tags[tag] = str(getattr(result.engine, key))
@@ -470,8 +474,14 @@ class _Logger:
         for variant, (metrics, tags) in variant_review(report).items():
             if variant in variant_run_ids:
                 _log_batch(self.client, variant_run_ids[variant], metrics=metrics, tags=tags)
-        previous = self.client.get_experiment(self.exp_id).tags.get(VIEW_TAG)
-        self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id, previous))
+        _log_batch(self.client, parent_id, tags=run_review(report))
+        experiment = self.client.get_experiment(self.exp_id)
+        self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id,
+                                                                         experiment.tags.get(VIEW_TAG)))
+        note = experiment.tags.get(T_NOTE)
+        if note is None or note.startswith(NOTE_MARK):  # a description someone wrote stays theirs
+            self.client.set_experiment_tag(self.exp_id, T_NOTE, experiment_note(report, self.record.run_id,
+                                                                                self.exp_id))
 
 
 def _report(rd: RunDir, out: Path):

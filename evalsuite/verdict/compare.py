@@ -108,12 +108,19 @@ class PairedDelta:
     method: str
     n: int
     subset: bool  # fewer items than one of the two metrics counts: the delta differs from theirs
+    sequence: bool = False  # the interval is a confidence sequence's (a task run under --stop decided)
+
+    @property
+    def outside(self) -> bool:
+        """The change on the items scored lies outside the interval: a confidence sequence's running
+        intersection can exclude it, since earlier looks may have bounded the change more tightly."""
+        return not self.low - 1e-9 <= self.delta <= self.high + 1e-9
 
 
 def paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     """Two-sided 95% interval of candidate - baseline in points, on the items both answered."""
     p = pairing(base.run_dir, base.result.variant, cand.run_dir, cand.result.variant, base.result.metric(metric))
-    seq = stopped_interval(load_rules(default_rules_path()), base.run_dir, base.result, cand.run_dir, cand.result,
+    seq = stopped_interval(_rules(base), base.run_dir, base.result, cand.run_dir, cand.result,
                            metric, two_sided(CONFIDENCE)) if cand.result.stopped else None
     if seq is not None:  # a task stopped early (run --stop decided): the gate's sequential bounds
         low, high, test = -seq.high, -seq.low, seq
@@ -130,7 +137,15 @@ def paired_delta(base: Entry, cand: Entry, metric: str) -> PairedDelta | None:
     subset = p.n > 0 and any(n > p.n for n in counted)
     # + 0.0: negating a drop of exactly 0 gives -0.0, printed "-0.0 pt" as if the candidate lost something
     return PairedDelta(-test.drop * 100 + 0.0, low * 100 + 0.0, high * 100 + 0.0, test.method.split(" (")[0], test.n,
-                       subset)
+                       subset, seq is not None)
+
+
+def _rules(base: Entry):
+    """The rules the baseline's run names (they split alpha as its --stop decided did), else the shipped ones."""
+    try:
+        return load_rules(run_rules_path(base.run_dir.read_config()))
+    except ConfigError:
+        return load_rules(default_rules_path())
 
 
 def intervals(entries: list[Entry]) -> dict[tuple[str, str], tuple[float, float]]:

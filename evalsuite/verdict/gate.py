@@ -28,12 +28,12 @@ from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metri
                                   pools_comparable, task_of)
 from evalsuite.verdict.capacity import bracket_for, is_at_slo, judge_brackets
 from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
-from evalsuite.verdict.rules import Rule, Rules
+from evalsuite.verdict.rules import Rule, Rules, resolution
 from evalsuite.verdict.sequential import early_stop, sequential_test
 from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
-from evalsuite.stats.significance import PairedTest, adjust, items_needed, resolvable_drop
+from evalsuite.stats.significance import PairedTest, adjust, needed_items
 
 MISSING = "missing in candidate"
 
@@ -75,6 +75,18 @@ class Check:
     noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
     value_unit: str = ""  # the unit of baseline and value (the metric's own; "" for a score)
 
+    @property
+    def sequential(self) -> bool:
+        """Bounded by run --stop decided's confidence sequence (alone, or with the final fixed-n look)."""
+        return "confidence sequence" in self.method
+
+    @property
+    def outside(self) -> bool:
+        """A sequence's bounds (the running intersection over every look) exclude the change on the
+        items scored: the bounds, not that change, are the estimate."""
+        return self.sequential and None not in (self.low, self.high, self.change) and \
+            not self.low - 1e-9 <= self.change <= self.high + 1e-9
+
 
 # ---------------------------------------------------------------- paired accuracy
 
@@ -107,8 +119,10 @@ def _accuracy_test(rules: Rules, rule: Rule, metric: str, pair: Pair) -> tuple[_
     p = pairing(pair.base_rd, pair.base.variant, pair.cand_rd, pair.cand.variant, pair.base.metric(metric),
                 rule.strata or None)
     stop = early_stop(pair.cand, metric)
-    if stop is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
-        test, how, why = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop)
+    found = sequential_test(rules, rule, pair.base_rd, pair.base, pair.cand_rd, pair.cand, metric, stop) \
+        if stop is not None else None
+    if found is not None:  # judged by the test that stopped it: a fixed-n bound fails after optional stopping
+        test, how, why = found
         p.unmeasured, p.missing_groups = (0.0, 0.0), ()  # the sequence speaks for the items it did not see
         return _Tested(test, how, why, p.means() if p.n else None), p
     if p.n == 0:
@@ -182,9 +196,12 @@ def accuracy_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         return check
     check.change, check.low, check.high, check.n = test.drop * 100, test.low * 100, test.high * 100, test.n
     check.method = test.method
-    check.resolvable = resolvable_drop(test.n_eff, test.se0, rules.confidence, rules.power, test.floor) * 100
-    spread = test.se0**2 * test.n_eff  # the share of items that changed, for 0/1 scores
-    check.needed = items_needed(limit / 100, spread, rules.confidence, rules.power) if limit > 0 else None
+    # at the rules' planning discordance, as `validate` and `gate --plan` plan it: one figure per check,
+    # whichever candidate's answers changed more (the report shows each one's share beside it)
+    keys = p.keys if p.n else [()] * test.n
+    check.resolvable = resolution(rules, keys) * 100
+    check.needed = needed_items(keys, limit / 100, rules.confidence, rules.power, rules.discordance) \
+        if limit > 0 else None
     check.insufficient = why or _unresolvable(rules, test, limit / 100)
     return check
 
@@ -439,7 +456,8 @@ def baseline_variant(rd: RunDir, wanted: str | None, flag: str = "--baseline") -
 
 
 def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list[VariantResult]:
-    """The variant named, else every variant of the candidate run but the baseline itself."""
+    """The variant named, else every variant of the candidate run but the baseline itself and the
+    controls its config names: a control is named, never a candidate by default."""
     record = side.run_dir.load_run()
     flag = side.flag or "--candidate"
     if side.variant:
@@ -449,9 +467,12 @@ def candidate_variants(side: Side, base_rd: RunDir, base: VariantResult) -> list
                               f"(allowed: {', '.join(v.variant for v in record.variants)})")
         return [v]
     same_run = side.run_dir.root.resolve() == base_rd.root.resolve()
-    out = [v for v in record.variants if not (same_run and v.variant == base.variant)]
+    controls = {str(n) for n in side.run_dir.read_config().get("controls") or []}
+    out = [v for v in record.variants if not (same_run and v.variant == base.variant) and v.variant not in controls]
     if not out:
-        raise ConfigError(f"{flag}: run {record.run_id} has no variant to compare with {base.variant!r}")
+        but = f" but its controls ({', '.join(sorted(controls))}), which are noise references" if controls else ""
+        raise ConfigError(f"{flag}: run {record.run_id} has no variant to compare with {base.variant!r}{but}; "
+                          f"nothing to judge")
     return out
 
 
@@ -594,10 +615,16 @@ def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
 
 
 def _controls(baseline: Side, base: VariantResult, candidates: list[Side], controls: list[Side] | None) -> list[Side]:
-    """control_sides, less the baseline and every candidate named: a control's checks are a noise
-    reference, not a verdict, so a candidate that were also a control would pass unjudged. One given
-    on the command line is refused; one the config names is left out."""
+    """control_sides, less the baseline and every candidate: a control's checks are a noise reference,
+    not a verdict, so a candidate that were also a control would pass unjudged. One given on the
+    command line that is a candidate, named (RUN:VARIANT) or as one of a run's variants (RUN), or the
+    baseline, is refused; one the config names is left out where named as a candidate."""
     taken = {(c.run_dir.root.resolve(), c.variant): "a candidate" for c in candidates if c.variant}
+    for c in candidates:
+        if not c.variant:
+            for v in candidate_variants(c, baseline.run_dir, base):
+                taken[(c.run_dir.root.resolve(), v.variant)] = f"a candidate (--candidate {c.run_dir.root.name} " \
+                                                              f"judges every variant of that run but its controls)"
     taken[(baseline.run_dir.root.resolve(), base.variant)] = "the baseline"
     out = []
     for side in control_sides(baseline, controls):
@@ -654,6 +681,9 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
     labels = label_entries(entries)
     control_labels = [label for (rd, e), label in zip(entries, labels, strict=True)
                       if (rd.root.resolve(), e.variant) in is_control]
+    if len(entries) - 1 == len(control_labels):
+        raise ConfigError(f"nothing to judge: every candidate given is a control ({', '.join(control_labels)}), a noise "
+                          f"reference, never a verdict; give a --candidate that is not one")
     checks: list[Check] = []
     for (rd, cand), label in zip(entries[1:], labels[1:], strict=True):
         explicit = (rd.root.resolve(), cand.variant) in named

@@ -56,10 +56,13 @@ def chance_level(result: VariantResult, metric: str, rd: RunDir | None = None) -
     if level is None and declared:  # a record that declares its choice tasks: this one is free-form
         return None
     targets = _targets(rd, result, metric)
-    if level is None and targets is None:
+    # free-form or a label set is the task's nature, read on all its items: one length's few items
+    # (distinct by chance, or repeating by chance) never mark it otherwise than its neighbours
+    whole = _task_targets(rd, result, task) or targets
+    if level is None and whole is None:
         return UNKNOWN
-    if level is None and not _label_set(targets):
-        return None if len(set(targets)) == len(targets) else UNKNOWN
+    if level is None and not _label_set(whole):
+        return None if len(set(whole)) == len(whole) else UNKNOWN
     return _constant_answer(rd, result, metric) if targets else level
 
 
@@ -79,6 +82,13 @@ def _targeted(rd: RunDir, result: VariantResult, metric: str) -> tuple[list[dict
 def _targets(rd: RunDir, result: VariantResult, metric: str) -> list[str] | None:
     found = _targeted(rd, result, metric)
     return None if found is None else [str(it["target"]) for it in found[0]]
+
+
+def _task_targets(rd: RunDir, result: VariantResult, task: str) -> list[str] | None:
+    """The targets of every item of `task` (its headline metric's), or None where some item has none."""
+    head = next((n for n in result.primary_metrics or [] if task_of(n) == task), None) or next(
+        (m.name for m in result.metrics if task_of(m.name) == task and m.group is None and m.item_score), None)
+    return _targets(rd, result, head) if head else None
 
 
 def _label_set(targets: list[str]) -> bool:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evalsuite.core.configfile import load_model
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import task_of
+from evalsuite.stats.significance import keyed_resolution
 from evalsuite.verdict.informative import CEILING
 
 LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
@@ -75,11 +76,24 @@ class Rules(BaseModel):
     insufficient_n: Literal["pass", "fail", "warn"] = "warn"  # what a check too small to judge becomes
     power: float = Field(default=0.8, gt=0, lt=1)  # for "the smallest limit this n resolves"
     discordance: float = Field(default=0.05, gt=0, le=1)  # planning: fraction of items that change answer
+    # run --stop decided: the share of alpha its confidence sequence spends; a fixed-n look on all the
+    # items of a task that runs to its end spends the rest (1: the sequence alone)
+    sequence_share: float = Field(default=0.5, gt=0, le=1)
     rules: list[Rule] = Field(min_length=1)
 
     @property
     def alpha(self) -> float:
         return 1 - self.confidence
+
+    @property
+    def sequence_alpha(self) -> float:
+        """The confidence sequence's level under `run --stop decided`."""
+        return self.alpha * self.sequence_share
+
+    @property
+    def final_alpha(self) -> float | None:
+        """The fixed-n look's level at the last item of a watched task; None where the sequence has it all."""
+        return self.alpha * (1 - self.sequence_share) if self.sequence_share < 1 else None
 
     def rule_for(self, metric: str) -> Rule | None:
         """The first rule that names the metric, so specific rules go above broad ones."""
@@ -88,6 +102,16 @@ class Rules(BaseModel):
 
 def load_rules(path: str | Path) -> Rules:
     return load_model(path, Rules)
+
+
+def resolution(rules: Rules, keys: list[tuple], discordance: float | None = None, stratified: bool = False) -> float:
+    """The smallest limit a paired check on items weighed by `keys` resolves at the planning
+    discordance (stats.significance.keyed_resolution), in score units; 1 (no drop a score can have)
+    below `min_n`, where the gate trusts no test: `validate`, `gate --plan` and the gate share it."""
+    if len(keys) < rules.min_n:
+        return 1.0
+    d = rules.discordance if discordance is None else discordance
+    return keyed_resolution(keys, rules.confidence, rules.power, d, stratified)
 
 
 def decision_rule(rules: Rules) -> str:

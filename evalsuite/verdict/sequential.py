@@ -2,11 +2,13 @@
 
 A candidate's task may end before its last item once every check on it is decided: passed, shown
 beyond its limit, or futile (evalsuite.run.stopping asks `decisions` after each batch). The gate then
-judges every check of a task that was watched so, stopped or run to its end, by the same confidence
-sequence (`sequential_test`), never by a fixed-n bound: after looks at every batch that bound no
-longer holds its level. The weights are the baseline's items of each metric, which `--stop decided`
-runs whole first; the candidate's items must be the first n of the seeded order, or they are no
-random sample of it.
+judges every check of a task that was watched so by the same confidence sequence (`sequential_test`),
+at the rules' `sequence_share` of alpha; one that ran to its last item also by one fixed-n look on all
+of them, at the rest (after looks at every batch a fixed-n bound at the whole alpha would not hold its
+level). A check the sequence cannot resolve at the planning discordance is never watched: its task
+runs whole and is judged fixed-n, as without --stop. The weights are the baseline's items of each
+metric, which `--stop decided` runs whole first; the candidate's items must be the first n of the
+seeded order, or they are no random sample of it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
-from evalsuite.stats.paired import Item, item_keys, read_scores, scores_of
+from evalsuite.stats.paired import Item, item_keys, paired_result, pairing, read_scores, scores_of
 from evalsuite.stats.sequential import (Population, Sequential, as_paired_test, decision, floor, mean_interval,
-                                         seeded_order)
+                                         planned_bound, seeded_order, with_final_look)
 from evalsuite.stats.significance import PairedTest, smallest_cell
 
 DECISIONS = ("upper_bound", "lower_bound")  # a `point` rule has no bound to decide early
@@ -69,8 +71,11 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
     pop, limit = Population.of(keys), rule.limit_for(m.name) / 100
     if pop.n < rules.min_n or smallest_cell(keys) < rules.min_stratum_n:
         return f"{m.name}: {pop.n} items, smallest stratum {smallest_cell(keys)}: too few to judge early"
-    if rules.decision == "upper_bound" and floor(pop, limit, rules.alpha) >= limit:
+    if rules.decision == "upper_bound" and floor(pop, limit, rules.sequence_alpha) >= limit:
         return f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit in a confidence sequence"
+    if rules.decision == "upper_bound" and planned_bound(pop, limit, rules.sequence_alpha, rules.discordance) >= limit:
+        return (f"{m.name}: {pop.n} items cannot resolve its {limit * 100:g} pt limit in a confidence sequence at "
+                f"{rules.discordance:.0%} of answers changing; judged fixed-n on all of them")
     return Gated(m, rule, limit, order, items, pop)
 
 
@@ -80,7 +85,7 @@ def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | 
     if seen is None:
         return f"the candidate's {len(cand)} items of {check.metric.name} are not the first of the seeded order"
     drops = [check.base[s]["value"] - cand[s]["value"] for s in seen]
-    return Sequential(check.population, drops, check.limit, rules.alpha, rules.discordance)
+    return Sequential(check.population, drops, check.limit, rules.sequence_alpha, rules.discordance, rules.final_alpha)
 
 
 def first_in_order(order: list[str], cand: dict[str, dict]) -> list[str] | None:
@@ -104,16 +109,23 @@ def early_stop(cand: VariantResult, metric: str) -> EarlyStop | None:
 
 
 def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, cand_rd: RunDir,
-                    cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None]:
+                    cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None] | None:
     """(the test, how the items were matched, why it cannot judge) for a check of a task run under
-    --stop decided: its bounds and p-values are the confidence sequence's at the items recorded. A
-    futile check is a fail (not shown within the limit); one the task stopped before deciding, open."""
+    --stop decided: its bounds and p-values are the confidence sequence's at the items recorded (and,
+    at the last item, the final fixed-n look's). A futile check is a fail (not shown within the limit);
+    one the task stopped before deciding, open. None: judge it fixed-n, as without --stop (a task these
+    rules never watch, run to its last item)."""
     m = base.metric(metric)
     if m is None or not read_scores(base_rd, base.variant, m):  # the items that decided the stop are not there
         raise ConfigError(f"{base_rd.samples_file(base.variant, task_of(metric))}: no scored items of {metric}, yet "
                           f"{cand.variant}'s record says --stop decided ended its task by them (stopped.{task_of(metric)}); "
                           "the baseline's run folder is incomplete")
     found = _check(rules, rule, base_rd, base, m, stop.seed)
+    if isinstance(found, str) and not stop.early and isinstance(checks(rules, base_rd, base, task_of(metric),
+                                                                       stop.seed), str):
+        # these rules never watch the task, and it ran to its last item: its data are the full data
+        # whatever was looked at, so it is judged as a run without --stop would be
+        return None
     if isinstance(found, str):
         return None, "sequential", f"run under --stop decided, but {found}"
     seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
@@ -121,13 +133,18 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
         return None, "sequential", seq
     decided, at = decision(seq, rules.decision)
     whole = seq.n >= seq.pop.n
-    how = (f"all {seq.n} items in the seeded order, one confidence sequence (run --stop decided)" if whole else
+    share = rules.sequence_share
+    how = (f"all {seq.n} items in the seeded order (run --stop decided)" if whole else
            f"stopped early at n={seq.n} of {seq.pop.n} in the seeded order (run --stop decided)")
     why = None if decided or whole else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was "
                                          f"decided (under {stop.rules or 'the shipped rules'})")
     note = f"; stopped for futility at n={at} of {seq.pop.n}: a pass by the last item predicted out of reach" \
         if decided == "futile" else ""
-    return as_paired_test(seq, note), how, why
+    test = as_paired_test(seq, note, share)
+    if whole and rules.final_alpha and decided != "fail":  # the final fixed-n look, at the rest of alpha
+        p = pairing(base_rd, base.variant, cand_rd, cand.variant, found.metric, found.rule.strata or None)
+        test = with_final_look(test, paired_result(p, 1 - rules.final_alpha), share)
+    return test, how, why
 
 
 def stopped_score(base: dict[str, dict], cand: dict[str, dict], metric: Metric, stop: EarlyStop,
@@ -156,4 +173,5 @@ def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd
     if stop is None or rule is None or rule.kind != "max_drop_points":
         return None
     at = rules.model_copy(update={"confidence": confidence})
-    return sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)[0]
+    found = sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)
+    return None if found is None else found[0]
