@@ -1,12 +1,13 @@
 """The capacity pass's own cost: the pass against the load generator alone, on one server, same levels.
 
 One `vllm serve` (evalsuite's server engine, loopback, with its key) serves both sides:
-- alone: `vllm bench serve` once per level, the very commands the pass builds, one after another,
-  nothing else (no /metrics sampling, no host load, no records);
+- alone: `vllm bench serve` once per level, the very commands the pass builds, one after another
+  in one resident load generator as the pass's, nothing else (no /metrics sampling, no host load,
+  no records);
 - pass: the capacity task's sweep over the same levels (evalsuite.capacity), which adds reading
   /metrics every interval while each level runs, the host's load at both ends, the level's record
   (fsync'd), the saved result compressed, and a health check after each level.
-Its time per side is the wall time of the whole sweep. `--rounds 2` runs alone, pass, pass, alone,
+Its time per side is the wall time of the whole sweep, each side's load generator started within it. `--rounds 2` runs alone, pass, pass, alone,
 so drift in a shared machine's load favours neither side; an untimed level first warms the server
 (a CPU engine compiles for the shapes it first meets). The target: pass_s / alone_s <= 1.05.
 Both sides' throughput per level is printed too: /metrics read while the engine works must not
@@ -79,20 +80,24 @@ def task_for(args, work: Path):
 
 def alone(cfg, engine, work: Path, tag: str) -> tuple[float, list[float]]:
     """The load generator alone: each level's command, as the pass would build it, one after another."""
-    from evalsuite.capacity.loadgen import bench_command, run_level
+    from evalsuite.capacity.loadgen import Resident, bench_command
 
     base_url, key, model = engine.endpoint()
     tokenizer = engine.kwargs.get("tokenizer") or engine.model
     out = work / f"alone-{tag}"
     out.mkdir()
+    loadgen = Resident(key, out / "loadgen.log")  # resident, as the pass's: neither side pays vLLM's import a level
     rates, t0 = [], time.perf_counter()
-    for x in cfg.levels:
-        cmd = bench_command(cfg, base_url, model, tokenizer, cfg.prompt_tokens[0], x, out / f"c{x:g}.json", 0)
-        run = run_level(cmd, key, out / f"c{x:g}.log", cfg.timeout_s)
-        if run.summary is None:
-            raise SystemExit(f"alone: level {x:g} saved no result: {run.output_tail[-500:]}")
-        rates.append(run.summary["request_throughput"])
-    return time.perf_counter() - t0, rates
+    try:
+        for x in cfg.levels:
+            cmd = bench_command(cfg, base_url, model, tokenizer, cfg.prompt_tokens[0], x, out / f"c{x:g}.json", 0)
+            run = loadgen.run(cmd, out / f"c{x:g}.log", cfg.timeout_s)
+            if run.summary is None:
+                raise SystemExit(f"alone: level {x:g} saved no result: {run.output_tail[-500:]}")
+            rates.append(run.summary["request_throughput"])
+        return time.perf_counter() - t0, rates
+    finally:
+        loadgen.close()
 
 
 def through_pass(task, engine, work: Path, tag: str) -> tuple[float, list[float], float]:

@@ -10,6 +10,7 @@
 #                                      in SCORES (a fetched page's, docs/results/...: `evalsuite import
 #                                      --for-resume`), so that the next `run` step of NAME resumes those
 #                                      variants instead of measuring their items again
+# A step prefixed STEP_S=N (e.g. "STEP_S=360 run ...") stops after N seconds, or at DEADLINE if sooner.
 # lab/poll.sh waits on the lanes and sends their folders back.
 set -uo pipefail
 export DEADLINE=$1
@@ -17,6 +18,7 @@ shift
 cd "$(dirname "$0")/.."
 
 left() { echo $(( DEADLINE - $(date +%s) )); }
+limit() { local t; t=$(left); [ -n "${STEP_S:-}" ] && [ "$STEP_S" -lt "$t" ] && t=$STEP_S; echo "$t"; }
 
 run() {
   local config=$1 out=runs/h200/$2
@@ -26,7 +28,7 @@ run() {
   ls "$out"/*/run.json >/dev/null 2>&1 && resume=(--resume)
   mkdir -p "$out"
   [ "$(left)" -gt 60 ] || return 0
-  timeout --signal=INT --kill-after=20 "$(left)" bash lab/device.sh run run "$config" \
+  timeout --signal=INT --kill-after=20 "$(limit)" bash lab/device.sh run run "$config" \
     --output-dir "$out" "${resume[@]}" "${args[@]}" > "$out/console-$(date +%H%M%S).log" 2>&1
   echo "run $config $* rc=$?"
 }
@@ -41,7 +43,7 @@ py() {
   shift
   mkdir -p "$out"
   [ "$(left)" -gt 60 ] || return 0
-  timeout --signal=INT --kill-after=20 "$(left)" bash lab/device.sh py "$@" > "$out/bench.log" 2>&1
+  timeout --signal=INT --kill-after=20 "$(limit)" bash lab/device.sh py "$@" > "$out/bench.log" 2>&1
   echo "py $* rc=$?"
 }
 seed() {
@@ -54,7 +56,7 @@ seed() {
     > "$out/seed.log" 2>&1
   echo "seed $config $* rc=$?"
 }
-export -f left run bench py seed
+export -f left limit run bench py seed
 
 mkdir -p runs/h200
 i=0

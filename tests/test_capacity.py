@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from evalsuite.capacity.config import CapacityConfig
-from evalsuite.capacity.loadgen import bench_command, run_level
+from evalsuite.capacity.loadgen import Resident, bench_command
 from evalsuite.capacity.predict import kv_bound_users
 from evalsuite.capacity.scrape import HITS, KV_USAGE, PREEMPTIONS, QUERIES, RUNNING, summarize
 from evalsuite.capacity.sweep import Level, bracket, from_summary, judge
@@ -37,9 +37,11 @@ def level(x: float, ttft: float = 100.0, itl: float = 10.0, length: int = 512, s
 
 
 def test_config_defaults_and_percentiles():
-    c = CapacityConfig()
-    assert c.mode == "concurrency" and c.levels == [1, 2, 4, 8, 16, 32]
-    assert c.percentiles == [50.0, 90.0, 99.0]
+    c = CapacityConfig()  # no levels listed: users are searched, on a grid of factor sqrt(2) from 1
+    assert c.searching and c.mode == "concurrency" and c.levels[:10] == [1, 2, 3, 4, 6, 8, 11, 16, 23, 32]
+    assert c.levels[-1] == 1024 and c.search.min_requests == 20
+    assert c.percentiles == [50.0, 90.0, 99.0] and c.percentiles_for(20) == [50.0, 90.0]
+    assert CapacityConfig(concurrency=[1, 2, 4]).levels == [1, 2, 4] and not CapacityConfig(concurrency=[1]).searching
     assert CapacityConfig(slo={"tpot_p95_ms": 30}).percentiles == [50.0, 90.0, 95.0, 99.0]
     assert CapacityConfig(request_rate=[0.5, 1, 2]).mode == "request_rate"
 
@@ -97,18 +99,20 @@ def test_bench_command_levels_and_no_key(tmp_path):
     assert "--request-rate 0.5 --burstiness 0.5" in " ".join(rate) and "--max-concurrency" not in rate
 
 
-def test_a_level_past_its_deadline_is_ended(tmp_path):
-    cmd = [sys.executable, "-c", "import time; time.sleep(60)", "--result-dir", str(tmp_path),
-           "--result-filename", "r.json"]
-    run = run_level(cmd, "k", tmp_path / "r.log", timeout_s=1)
-    assert run.returncode is None and run.summary is None and run.wall_s < 30
-
-
 def test_a_failing_load_generator_leaves_its_exit_code(tmp_path):
-    cmd = [sys.executable, "-c", "import sys; print('no route to server'); sys.exit(3)", "--result-dir",
-           str(tmp_path), "--result-filename", "r.json"]
-    run = run_level(cmd, None, tmp_path / "r.log", timeout_s=60)
-    assert run.returncode == 3 and "no route to server" in run.output_tail
+    """A level whose `vllm bench serve` exits with an error: its code and what it printed (the
+    deadline's end is tests/test_capacity_search.py's)."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text("import json, sys\nprint(json.dumps({'ready': True}), flush=True)\nfor line in sys.stdin:\n"
+                        "    open(json.loads(line)['log'], 'w').write('no route to server\\n')\n"
+                        "    print(json.dumps({'rc': 3}), flush=True)\n")
+    cmd = ["python", "-m", "x", "bench", "serve", "--result-dir", str(tmp_path), "--result-filename", "r.json"]
+    gen = Resident(None, tmp_path / "loadgen.log", [sys.executable, str(stand_in)])
+    try:
+        run = gen.run(cmd, tmp_path / "r.log", timeout_s=60)
+    finally:
+        gen.close()
+    assert run.returncode == 3 and "no route to server" in run.output_tail and run.summary is None
 
 
 # ---------------------------------------------------------------- levels and brackets

@@ -4,6 +4,7 @@ folders whose level records are written as the capacity task writes them (its ow
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from typer.testing import CliRunner
 
@@ -13,6 +14,7 @@ from evalsuite.capacity.task import CapacityTask, level_id
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import HostLoad, RunRecord, Sample
+from evalsuite.report.capacity_view import view
 from evalsuite.verdict.gate import Check, Side, run_gate
 from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.report.summary import table
@@ -91,7 +93,7 @@ def test_compare_report_and_summary_show_the_bracket(tmp_path):
     assert "| at SLO @512 |" in md.replace(" | ", " | ") or "at SLO @512" in md
     assert "8 users (16 broke)" in md and "2 users (4 broke)" in md and "4 users (8 broke)†" in md
     assert "## Capacity under load" in md and (tmp_path / "page" / "capacity_512.png").is_file()
-    assert "| most users at the SLO, 512-token prompts | base | 8 users (16 broke) |" in md
+    assert "| most users at the SLO at 512 tokens | base | 8 users (16 broke) |" in md
     row = next(line for line in md.splitlines() if line.startswith("| base | 8 users"))
     pool = RunDir(run).load_run().variant("base").engine
     users = pool.kv_cache_tokens // 576  # 512 + 64 tokens: 36 blocks of 16
@@ -100,3 +102,41 @@ def test_compare_report_and_summary_show_the_bracket(tmp_path):
     assert "at SLO @512" in [c.header for c in summary.columns]
     cells = [str(c) for c in summary.columns[-1]._cells]
     assert "8 (16 broke)" in cells and "4 (8 broke)†" in cells
+
+
+def _on_device(run: Path, variant: str, device: str) -> None:
+    rd = RunDir(run)
+    record = rd.load_run()
+    result = record.variant(variant)
+    result.engine.device = device
+    rd.write_run(record)
+    rd.write_result(result)
+
+
+def test_another_device_or_a_loaded_host_is_not_comparable_and_never_picked(tmp_path):
+    """base meets the SLO up to 8 users; `more` up to 16, but on another device model: no verdict, no
+    pick, no ratio; `loaded` up to 16 on a loaded host: the same, said beside the pick; `half` up to 4:
+    0.5x, and not picked (base serves more)."""
+    run = capacity_run(tmp_path, {"base": 8, "more": 16, "loaded": 16, "half": 4}, loaded={"loaded"})
+    _on_device(run, "more", "NVIDIA H100 80GB HBM3")
+    checks = _checks(run)
+    name = "capacity/users_at_slo/ctx512"
+    assert checks[("more", name)].status == "skip"
+    assert checks[("more", name)].detail.startswith("not comparable: measured on another device (NVIDIA H100")
+    assert checks[("loaded", name)].detail.startswith("not comparable: the candidate's levels were timed on a loaded host")
+    page = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "page")])
+    assert page.exit_code == 0, page.output
+    md = (tmp_path / "page" / "report.md").read_text()
+    pick = next(line for line in md.splitlines() if line.startswith("| most users at the SLO at 512 tokens |"))
+    assert "| base | 8 users (16 broke) |" in pick and "more" not in pick  # failed its KV check: another device's pool
+    assert "not comparable, left out: loaded (the candidate's levels were timed on a loaded host)" in pick
+    assert "| variant | verdict | users at SLO @512 | KV-bound @512 | x base @512 |" in md
+    users = md.split("| variant | verdict | users at SLO @512 |")[1].split("\n\n")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in users.splitlines()[2:]}
+    assert "| 0.50x |" in rows["half"] and "| not comparable |" in rows["more"] and "| 1 (reference) |" in rows["base"]
+    assert "`half`: 0.50x the users of `base` at 512 tokens within TTFT p90 <= 2000 ms, ITL p90 <= 50 ms" in md
+    assert "`more`: " not in md and "`loaded`: " not in md
+    rd = RunDir(run)
+    cap = view([SimpleNamespace(result=r, run_dir=rd) for r in rd.load_run().variants])
+    assert cap.ratios("base") == {"base": {"capacity/users_vs_baseline/ctx512": 1.0},
+                                  "half": {"capacity/users_vs_baseline/ctx512": 0.5}}

@@ -2,7 +2,9 @@
 
 A level is `ok` when the load generator ran to its end with every request answered; it `met` the
 SLO when each SLO percentile, as the load generator computed it from that level's requests, is at
-most its limit. A level that errored, timed out or lost requests is `broken`, with the reason.
+most its limit. A level that errored, timed out, lost requests or was preempted over and over is
+`broken`, with the reason. A searched level (evalsuite.capacity.search) also keeps its place in
+its length's search, why it was tried, and the prediction the search started from.
 
 The capacity of one prompt length is a bracket on the declared levels: `at_slo`, the highest level
 that met the SLO with every lower level meeting it too (0 where the lowest did not), and `broke_at`,
@@ -19,8 +21,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalsuite.capacity.config import Mode, slo_term
 from evalsuite.capacity.scrape import ServerView
 from evalsuite.core.types import HostLoad
+from evalsuite.stats.metrics import min_samples
 
 UNITS = {"concurrency": "users", "request_rate": "req/s"}
+
+
+class Prediction(BaseModel):
+    """Where a length's search started: the users predicted and what from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    users: int
+    kv_bound: int | None = None  # requests whose whole KV the engine's pool holds at once
+    prefill_bound: int | None = None  # users prefilled within the TTFT limit, by the curve below
+    prefill_s: list[list[float]] = Field(default_factory=list)  # [requests sent at once, s to the last first token]
+    basis: str = ""
 
 
 class Level(BaseModel):
@@ -55,6 +70,10 @@ class Level(BaseModel):
     kv_cache_tokens: int | None = None  # the engine's pool, which the KV bound is computed from
     block_size: int | None = None
     loadgen: dict[str, Any] = Field(default_factory=dict)  # tool, version, command (no key), files, wall time
+    needed: int | None = None  # completed requests its reported percentiles need (p90: 10, p99: 100)
+    order: int | None = None  # searched: its place in its length's search (1: first)
+    chosen: str | None = None  # searched: why the search tried it
+    predicted: Prediction | None = None  # searched: where its length's search started
 
     @property
     def key(self) -> tuple[int, float]:
@@ -86,7 +105,9 @@ def judge(level: Level) -> Level:
 
 
 def from_summary(base: Level, summary: dict[str, Any], percentiles: list[float]) -> Level:
-    """A level's figures from the load generator's saved summary (`vllm bench serve --save-result`)."""
+    """A level's figures from the load generator's saved summary (`vllm bench serve --save-result`):
+    a per-request percentile only where its completed requests are enough for it (ITL pools every
+    gap of every request, so it has them)."""
     out = base.model_copy(update={
         "completed": int(summary.get("completed") or 0), "failed": int(summary.get("failed") or 0),
         "tokens_in": int(summary.get("total_input_tokens") or 0),
@@ -95,7 +116,8 @@ def from_summary(base: Level, summary: dict[str, Any], percentiles: list[float])
         "output_tok_per_s": summary.get("output_throughput"), "total_tok_per_s": summary.get("total_token_throughput"),
         "peak_concurrent": summary.get("max_concurrent_requests")})
     for metric in ("ttft", "itl", "tpot", "e2el"):
-        got = {f"{q:g}": summary[f"p{q:g}_{metric}_ms"] for q in percentiles if f"p{q:g}_{metric}_ms" in summary}
+        got = {f"{q:g}": summary[f"p{q:g}_{metric}_ms"] for q in percentiles if f"p{q:g}_{metric}_ms" in summary
+               and (metric == "itl" or min_samples(q) <= out.completed)}
         if got:
             out.percentiles[metric] = got
         if f"mean_{metric}_ms" in summary:
@@ -118,6 +140,11 @@ class Bracket(BaseModel):
     notes: list[str] = Field(default_factory=list)
     at: Level | None = None  # the record of the level at_slo names
     loaded: bool = False  # a level up to broke_at was timed on a loaded host: the bracket is marked
+    searched: bool = False  # found by a search (`levels` its grid), not a sweep
+    tried: list[float] = Field(default_factory=list)  # searched: the levels, in the order tried
+    stopped: str = ""  # searched: why the search stopped
+    predicted: Prediction | None = None  # searched: where it started
+    spent_s: float = 0.0  # searched: its levels' wall time
 
     @property
     def unit(self) -> str:
@@ -128,10 +155,19 @@ class Bracket(BaseModel):
         """Capacity beyond what was measured: every level run met the SLO (or the rest were not run)."""
         return self.broke_at is None
 
+    @property
+    def steps(self) -> int | None:
+        """Grid steps between at_slo and broke_at (1: as narrow as the grid); None where open above."""
+        if self.broke_at is None or self.broke_at not in self.levels:
+            return None
+        return self.levels.index(self.broke_at) - (self.levels.index(self.at_slo) if self.at_slo in self.levels else -1)
+
     def text(self) -> str:
         """e.g. `8 users (16 broke it: ttft_p90_ms 2,410.3 > 2000)`, `>= 32 users (every level met the SLO)`."""
         value = f"{self.at_slo:g} {self.unit}"
         if self.censored:
+            if self.searched:
+                return f">= {value} ({self.stopped})"
             rest = "levels " + ", ".join(f"{x:g}" for x in self.missing) + " not run" if self.missing else \
                 "every level met the SLO"
             return f">= {value} ({rest})"

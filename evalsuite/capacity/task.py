@@ -1,34 +1,44 @@
 """The capacity pass as a task of the run: a harness that drives the variant's server itself.
 
-Each level becomes one row of samples/capacity.jsonl (its Level record in the score's extra, the
-score 1 where it met the SLO), written as soon as the level ends, so a cut pass keeps its levels
-and a resumed one runs only the rest. The load generator's own saved result (every request's
-timings, gzip) and its printed output lie beside, in the variant's capacity/ folder.
+Per prompt length it searches the users at the SLO (evalsuite.capacity.search: a prefill curve
+measured first, then level after level from the predicted one), or sweeps the levels listed. Each
+level becomes one row of samples/capacity.jsonl (its Level record in the score's extra, the score
+1 where it met the SLO), written as soon as the level ends, so a cut pass keeps its levels and a
+resumed one goes on from them. The load generator's own saved result (every request's timings,
+gzip) and its printed output lie beside, in the variant's capacity/ folder.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import random
 import shutil
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from evalsuite.capacity.config import MIN_REQUESTS, CapacityConfig
-from evalsuite.capacity.loadgen import TOOL, bench_command, run_level, tool_version
+from evalsuite.capacity.config import CapacityConfig
+from evalsuite.capacity.loadgen import TOOL, Resident, bench_command, tool_version
 from evalsuite.capacity.predict import kv_bound_users
 from evalsuite.capacity.scrape import Sampler
-from evalsuite.capacity.sweep import UNITS, Bracket, Level, bracket, from_summary, judge
+from evalsuite.capacity.search import predict, requests_for, search_bracket, start_level, step
+from evalsuite.capacity.search import done as search_done
+from evalsuite.capacity.sweep import UNITS, Bracket, Level, Prediction, bracket, from_summary, judge
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import CAPACITY_DIR, RunDir
 from evalsuite.core.types import Completion, HostLoad, Metric, MetricKind, Request, Sample, Score
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.server import parse_prometheus
+from evalsuite.stats.metrics import min_samples
 from evalsuite.tasks.base import Task, TaskContext
+
+PREFILL_AT_ONCE = (1, 4)  # the prefill curve's points: requests of a length sent at once
 
 
 def level_tag(cfg: CapacityConfig, level: float) -> str:
@@ -57,24 +67,86 @@ class CapacityTask(Task):
         self.primary_metric = at_slo_name(cfg, cfg.prompt_tokens[0])
 
     def samples(self) -> list[Sample]:
-        """One placeholder a level, naming it; the load generator makes the requests."""
-        request = Request(max_tokens=self.cfg.output_tokens, ignore_eos=True)
-        return [Sample(id=level_id(self.cfg, n, x), task=self.name, request=request, target="", group=str(n),
-                       meta={"length": n, "level": x, "mode": self.cfg.mode})
-                for n in self.cfg.prompt_tokens for x in self.cfg.levels]
+        """One placeholder a level swept, or a length searched, naming it; the load generator makes the requests."""
+        if self.cfg.searching:
+            return [Sample(id=f"ctx{n}", task=self.name, request=self._request(), target="", group=str(n),
+                           meta={"length": n, "mode": self.cfg.mode}) for n in self.cfg.prompt_tokens]
+        return [self._sample(n, x) for n in self.cfg.prompt_tokens for x in self.cfg.levels]
+
+    def _request(self) -> Request:
+        return Request(max_tokens=self.cfg.output_tokens, ignore_eos=True)
+
+    def _sample(self, length: int, level: float) -> Sample:
+        return Sample(id=level_id(self.cfg, length, level), task=self.name, request=self._request(), target="",
+                      group=str(length), meta={"length": length, "level": level, "mode": self.cfg.mode})
 
     def evaluate(self, engine: Any, tokenizer: Any, record: Callable[[list[dict[str, Any]]], None]) -> list[Score]:
         target = _Target.of(engine)
         rows = {r["sample"]["id"]: r for r in target.recorded(self.name)}  # this variant's, before a cut
-        for s in self.samples():
-            if s.id in rows or self._stopped(s, rows):
-                continue
-            level = self._measure(target, s)
-            rows[s.id] = {"sample": s.model_dump(), "completion": _completion(level).model_dump(),
-                          "score": self.score_of(s, level).model_dump(mode="json")}
-            record([rows[x.id] for x in self.samples() if x.id in rows])
-            target.check_alive(s.id)
-        return [Score.model_validate(rows[s.id]["score"]) for s in self.samples() if s.id in rows]
+        try:
+            if self.cfg.searching:
+                for n in self.cfg.prompt_tokens:
+                    self._search(target, n, rows, record, tokenizer)
+            else:
+                for s in self.samples():
+                    if s.id in rows or self._stopped(s, rows):
+                        continue
+                    self._keep(rows, record, s, self._measure(target, s))
+                    target.check_alive(s.id)
+        finally:
+            target.close()
+        return [Score.model_validate(r["score"]) for r in self._in_order(rows)]
+
+    def _in_order(self, rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows by prompt length as configured, then in the order measured (a sweep's: its levels')."""
+        lengths = self.cfg.prompt_tokens
+
+        def key(r: dict[str, Any]) -> tuple:
+            lv = r["score"]["extra"]
+            return (lengths.index(lv["length"]) if lv["length"] in lengths else len(lengths), lv.get("order") or 0,
+                    lv["level"])
+        return sorted(rows.values(), key=key)
+
+    def _keep(self, rows: dict[str, dict[str, Any]], record: Callable, sample: Sample, level: Level) -> None:
+        rows[sample.id] = {"sample": sample.model_dump(), "completion": _completion(level).model_dump(),
+                           "score": self.score_of(sample, level).model_dump(mode="json")}
+        record(self._in_order(rows))
+
+    def _search(self, target: "_Target", length: int, rows: dict[str, dict[str, Any]], record: Callable,
+                tokenizer: Any) -> None:
+        """One length's search, from the levels recorded (a resumed pass goes on where they end)."""
+        grid, budget = self.cfg.levels, self.cfg.search.budget_s
+
+        def mine() -> list[Level]:
+            return sorted((Level.model_validate(r["score"]["extra"]) for r in rows.values()
+                           if r["score"]["extra"]["length"] == length), key=lambda lv: lv.order or 0)
+
+        levels = mine()
+        predicted = levels[0].predicted if levels and levels[0].predicted else None
+        if predicted is None and step(grid, levels, grid[0], budget).level is not None:
+            predicted = self._predict(target, length, tokenizer)
+        start = levels[0].level if levels else start_level(grid, predicted.users if predicted else 0)
+        while (nxt := step(grid, levels, start, budget)).level is not None:
+            sample = self._sample(length, nxt.level)
+            if sample.id in rows:  # never twice: the record would stop moving
+                break
+            why = f"first: {predicted.basis}" if not levels and predicted else nxt.why
+            level = self._measure(target, sample, requests_for(self.cfg, nxt.level, levels),
+                                  order=len(levels) + 1, chosen=why, predicted=predicted)
+            self._keep(rows, record, sample, level)
+            target.check_alive(sample.id)
+            levels = mine()
+
+    def _predict(self, target: "_Target", length: int, tokenizer: Any) -> Prediction:
+        """The users the engine's pool holds whole, its cap on requests at once, and those its measured
+        prefill curve serves in time."""
+        cfg = self.cfg
+        kv = kv_bound_users(target.pool_tokens, length, cfg.output_tokens, target.block_size)
+        # measured with a set start too: the record then shows what it would have predicted
+        points = target.prefill_curve(length, getattr(tokenizer, "vocab_size", None), PREFILL_AT_ONCE,
+                                      self.ctx.seed * 1_000 + length, cfg.timeout_s) \
+            if any(k.startswith("ttft_") for k in cfg.slo) else []
+        return predict(cfg, kv, points, target.max_num_seqs)
 
     def _stopped(self, sample: Sample, rows: dict[str, dict[str, Any]]) -> bool:
         """Whether `stop_after` levels already ran above the first of this length that missed the SLO."""
@@ -87,6 +159,9 @@ class CapacityTask(Task):
 
     def resume(self, rows: list[dict[str, Any]]) -> bool:
         """Whether the levels recorded are the whole pass (evaluate() runs the rest otherwise)."""
+        if self.cfg.searching:
+            levels = [Level.model_validate(r["score"]["extra"]) for r in rows if "score" in r]
+            return all(search_done(self.cfg, levels, n) for n in self.cfg.prompt_tokens)
         done = {r["sample"]["id"]: r for r in rows}
         return all(s.id in done or self._stopped(s, done) for s in self.samples())
 
@@ -94,39 +169,48 @@ class CapacityTask(Task):
         return Score(sample_id=sample.id, task=self.name, value=1.0 if level.met else 0.0, pred="", target="",
                      group=sample.group, extra=level.model_dump(mode="json"))
 
-    def _measure(self, target: "_Target", sample: Sample) -> Level:
+    def _seed(self, length: int, level: float) -> int:
+        """A seed a level: the same prompts again would be served from the prefix cache the last level filled."""
+        if not self.cfg.searching:
+            return self.ctx.seed * 1_000 + [s.id for s in self.samples()].index(level_id(self.cfg, length, level))
+        return self.ctx.seed * 100_000 + self.cfg.prompt_tokens.index(length) * 1_000 + self.cfg.levels.index(level)
+
+    def _measure(self, target: "_Target", sample: Sample, requests: int | None = None, **search: Any) -> Level:
         n, x = sample.meta["length"], sample.meta["level"]
+        asked = requests or self.cfg.requests
         result, log = target.folder / f"{sample.id}.json", target.folder / f"{sample.id}.log"
-        # a seed a level: the same prompts again would be served from the prefix cache the last level filled
-        seed = self.ctx.seed * 1_000 + [s.id for s in self.samples()].index(sample.id)
-        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x, result, seed)
-        base = Level(length=n, output_tokens=self.cfg.output_tokens, mode=self.cfg.mode, level=x,
-                     requests=self.cfg.requests, slo=self.cfg.slo, kv_cache_tokens=target.pool_tokens,
-                     block_size=target.block_size, host_load=target.load_now())
+        cmd = bench_command(self.cfg, target.base_url, target.model, target.tokenizer, n, x, result, self._seed(n, x),
+                            requests=asked)
+        needed = max(min_samples(q) for q in self.cfg.percentiles_for(asked))
+        base = Level(length=n, output_tokens=self.cfg.output_tokens, mode=self.cfg.mode, level=x, requests=asked,
+                     slo=self.cfg.slo, kv_cache_tokens=target.pool_tokens, block_size=target.block_size,
+                     host_load=target.load_now(), needed=needed, **search)
         with Sampler(target.metrics, self.cfg.metrics_interval_s) as sampler:
-            run = run_level(cmd, target.api_key, log, self.cfg.timeout_s)
-        level = from_summary(base, run.summary, self.cfg.percentiles) if run.summary is not None else base
+            run = target.loadgen.run(cmd, log, self.cfg.timeout_s)
+        level = from_summary(base, run.summary, self.cfg.percentiles_for(asked)) if run.summary is not None else base
         level.server = sampler.view
         level.host_load = target.load_ended(base.host_load)
         level.loadgen = {"tool": TOOL, "version": tool_version(), "command": _shown(cmd), "wall_s": run.wall_s,
                          "result": _gzipped(result), "log": log.name}
-        level.status, level.reason = _broken(run, level, self.cfg.timeout_s)
+        level.status, level.reason = _broken(run, level, self.cfg.timeout_s, self.cfg.max_preemptions_per_request)
         return judge(level)
 
     def metrics(self, scores: list[Score]) -> list[Metric]:
         levels = [Level.model_validate(s.extra) for s in scores]
         out: list[Metric] = []
         for n in self.cfg.prompt_tokens:
-            b = bracket(levels, self.cfg.levels, n, self.cfg.mode)
+            b = search_bracket(self.cfg, levels, n) if self.cfg.searching else bracket(levels, self.cfg.levels, n,
+                                                                                         self.cfg.mode)
             mine = [lv for lv in levels if lv.length == n]
             out += summary_metrics(self.cfg, b, mine[0] if mine else None)
             out += [m for lv in mine for m in level_metrics(self.cfg, lv)]
         return out
 
 
-def _broken(run, level: Level, timeout_s: float) -> tuple[str, str | None]:
-    """ok, or broken with the reason: the load generator timed out, failed, saved nothing, or its
-    requests failed or fell short of the 100 the percentiles rest on."""
+def _broken(run, level: Level, timeout_s: float, preemptions_per_request: float = 1.0) -> tuple[str, str | None]:
+    """ok, or broken with the reason: the load generator timed out, failed, saved nothing, its
+    requests failed or fell short of what its percentiles need, or the server preempted them over
+    and over (more than `preemptions_per_request` times a completed request)."""
     last = run.output_tail.strip().splitlines()[-1:] or ["no output"]
     if run.returncode is None:
         return "broken", f"timed out after {timeout_s:g} s (the load generator was ended)"
@@ -137,8 +221,13 @@ def _broken(run, level: Level, timeout_s: float) -> tuple[str, str | None]:
     if level.failed:
         first = f": {run.errors[0][:300]}" if run.errors else ""
         return "broken", f"{level.failed} of {level.requests} requests failed{first}"
-    if level.completed < MIN_REQUESTS:
-        return "broken", f"{level.completed} requests completed, fewer than the {MIN_REQUESTS} its percentiles need"
+    needed = level.needed or level.requests
+    if level.completed < needed:
+        return "broken", f"{level.completed} requests completed, fewer than the {needed} its percentiles need"
+    preempted = level.server.preemptions or 0
+    if preempted > preemptions_per_request * level.completed:
+        return "broken", (f"preemption storm: {preempted:,} preemptions over {level.completed:,} requests (more than "
+                          f"{preemptions_per_request:g} a request): prompts recomputed, not served")
     return "ok", None
 
 
@@ -178,6 +267,8 @@ class _Target:
             self._http.headers["Authorization"] = f"Bearer {self.api_key}"
         stats = engine.stats()
         self.pool_tokens, self.block_size = stats.kv_cache_tokens, stats.block_size
+        self.max_num_seqs = engine.kwargs.get("max_num_seqs")
+        self.loadgen = Resident(self.api_key, self.folder / "loadgen.log")
         device = envmod.device_name() if engine.pid is not None else ""  # an attached server's device is not known here
         self.threads = envmod.engine_threads(device, getattr(engine, "env", {}).get("VLLM_CPU_OMP_THREADS_BIND"),
                                              os.cpu_count() or 1)
@@ -205,6 +296,39 @@ class _Target:
     def load_ended(self, load: HostLoad | None) -> HostLoad | None:
         return envmod.host_load_ended(load)
 
+    def close(self) -> None:
+        self.loadgen.close()
+
+    def prefill_curve(self, length: int, vocab: int | None, at_once: tuple[int, ...], seed: int,
+                      timeout_s: float) -> list[tuple[int, float]]:
+        """(requests sent at once, seconds to the last one's first token) for random prompts of `length`
+        tokens (each its own: none served from the prefix cache), after one untimed request of the
+        length; [] where the server refused one (the search then starts from the KV pool alone)."""
+        rng = random.Random(seed)
+        top = max(20, (vocab or 256) - 1)  # any real vocabulary holds the first 256 ids
+        headers = dict(self._http.headers)
+
+        def ask(ids: list[int]) -> None:
+            body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0}
+            requests.post(f"{self.base_url}/v1/completions", json=body, headers=headers,
+                          timeout=timeout_s).raise_for_status()
+
+        def prompts(c: int) -> list[list[int]]:
+            return [[rng.randrange(10, top) for _ in range(length)] for _ in range(c)]
+
+        out = []
+        try:
+            ask(prompts(1)[0])
+            for c in at_once:
+                batch = prompts(c)
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(max_workers=c) as pool:
+                    list(pool.map(ask, batch))
+                out.append((c, time.perf_counter() - t0))
+        except requests.RequestException:
+            return []
+        return out
+
     def check_alive(self, after: str) -> None:
         """A server that stopped answering ends the pass: the levels left would all break for it."""
         try:
@@ -230,6 +354,15 @@ def summary_metrics(cfg: CapacityConfig, b: Bracket, pool: Level | None) -> list
     if users is not None:
         out.append(Metric(name=f"capacity/kv_bound_users/ctx{n}", value=users, unit="users", length=n))
     out.append(Metric(name=f"capacity/host_loaded/ctx{n}", value=1.0 if b.loaded else 0.0, unit="yes/no", length=n))
+    if b.searched:
+        out.append(Metric(name=f"capacity/levels_run/ctx{n}", value=len(b.tried), unit="levels", length=n))
+        out.append(Metric(name=f"capacity/search_s/ctx{n}", value=b.spent_s, kind=MetricKind.timing, unit="s",
+                          length=n))
+        if b.predicted is not None:
+            out.append(Metric(name=f"capacity/predicted_users/ctx{n}", value=b.predicted.users, unit="users",
+                              length=n))
+        if b.steps is not None:
+            out.append(Metric(name=f"capacity/bracket_steps/ctx{n}", value=b.steps, unit="steps", length=n))
     return out
 
 

@@ -8,7 +8,7 @@ from evalsuite.capacity.config import CapacityConfig, slo_term
 from evalsuite.capacity.predict import kv_bound_users
 from evalsuite.capacity.sweep import Bracket
 from evalsuite.core.types import Prediction, VariantResult
-from evalsuite.verdict.capacity import AT_SLO, Sweeps, is_capacity, length_of, sweeps
+from evalsuite.verdict.capacity import AT_SLO, NOT_COMPARABLE, Sweeps, comparable, is_capacity, length_of, sweeps
 
 HEADLINE = (*AT_SLO, "capacity/output_tok_per_s_at_slo/ctx")  # the rows compare shows by default
 
@@ -84,30 +84,123 @@ class View:
     def slo_text(self) -> str:
         s = self.cfg
         terms = ", ".join(f"{k.removesuffix('_ms').replace('_', ' ')} <= {v:g} ms" for k, v in s.slo.items())
-        return (f"SLO {terms}; {s.requests} requests a level ({s.warmups} warm-up), {s.output_tokens} output tokens, "
+        per = (f"{s.search.rounds:g} requests a user, {s.search.min_requests}-{s.requests} a level" if s.searching
+               else f"{s.requests} requests a level")
+        how = (f"users searched on a grid of factor {s.search.step:.3g} ({s.levels[0]:g}-{s.levels[-1]:g}) from a predicted "
+               "level until the bracket is one step wide; " if s.searching else "")
+        return (f"SLO {terms}; {how}{per} ({s.warmups} warm-up), {s.output_tokens} output tokens, "
                 f"{'closed loop of N users' if s.mode == 'concurrency' else 'Poisson arrivals' if s.burstiness == 1 else 'gamma arrivals'}")
 
-    def picks(self, allowed: list[str]) -> list[list[str]]:
+    def device(self, name: str) -> str | None:
+        return self.swept[name][0].engine.device
+
+    def reference(self, baseline: str | None) -> str:
+        """The variant others are set beside: the baseline where it was swept, else the first swept."""
+        return baseline if baseline in self.swept else next(iter(self.swept))
+
+    def not_comparable(self, name: str, ref: str, n: int) -> str | None:
+        """Why `name`'s bracket at length n cannot be set beside `ref`'s (evalsuite.verdict.capacity)."""
+        a, b = self.swept[ref][1].brackets.get(n), self.swept[name][1].brackets.get(n)
+        if a is None or b is None:
+            return "not swept at this length"
+        return comparable(self.device(ref), a, self.device(name), b)
+
+    def picks(self, allowed: list[str], baseline: str | None = None) -> list[list[str]]:
         """Per prompt length, the variant of `allowed` (within the accuracy limits) with the most users at
-        the SLO: objective, variant, figure, why (the report's "what to serve" rows)."""
+        the SLO, among those measured as the baseline was (one device model, a quiet host): objective,
+        variant, figure, why (the report's "what to serve" rows). A pick never rests on a bracket that
+        is not comparable."""
         out = []
         for n in self.lengths:
-            have = {name: s.brackets[n] for name, (_, s) in self.swept.items() if name in allowed and n in s.brackets}
-            objective = f"most {'users' if self.cfg.mode == 'concurrency' else 'requests/s'} at the SLO, {n:,}-token prompts"
-            if not have:
+            unit = "users" if self.cfg.mode == "concurrency" else "requests/s"
+            objective = f"most {unit} at the SLO at {n:,} tokens"
+            within = [name for name in self.swept if name in allowed and n in self.swept[name][1].brackets]
+            if not within:
                 out.append([objective, "-", "-", "no variant within the accuracy limits swept it"])
+                continue
+            ref = self.reference(baseline)
+            off = {name: why.removeprefix(f"{NOT_COMPARABLE}: ") for name in within
+                   if (why := self.not_comparable(name, ref, n))}
+            have = {name: self.swept[name][1].brackets[n] for name in within if name not in off}
+            left = f"; not comparable, left out: {', '.join(f'{k} ({v})' for k, v in off.items())}" if off else ""
+            if not have:
+                out.append([objective, "-", "-", f"none measured as `{ref}` was{left}"])
                 continue
             best = max(have, key=lambda name: have[name].at_slo)
             tied = sorted(x for x, b in have.items() if b.at_slo == have[best].at_slo)
             why = f"best of {len(have)} variant(s) within the accuracy limits"
-            out.append([objective, ", ".join(tied), cell(have[best]), why + (" (tied on the levels swept)" if len(tied) > 1 else "")])
+            out.append([objective, ", ".join(tied), cell(have[best]),
+                        why + (" (tied on the levels measured)" if len(tied) > 1 else "") + left])
+        return out
+
+    def users_table(self, verdicts: dict[str, str], baseline: str | None) -> tuple[list[str], list[list[str]]]:
+        """Users at the SLO per variant and length beside its accuracy verdict, the users its KV pool
+        holds whole (the KV-bound prediction) and its users against the baseline's."""
+        ref = self.reference(baseline)
+        cols = ["variant", "verdict"]
+        for n in self.lengths:
+            cols += [f"users at SLO @{n:,}", f"KV-bound @{n:,}", f"x {ref} @{n:,}"]
+        rows = []
+        for name, (result, s) in self.swept.items():
+            row = [name, verdicts.get(name, "-")]
+            for n in self.lengths:
+                b = s.brackets.get(n)
+                row += ["-", "-", "-"] if b is None else [cell(b), _fmt(kv_users(result, s, n, predicted=False), "{:,}"),
+                                                          self.ratio(name, ref, n)]
+            rows.append(row)
+        return cols, rows
+
+    def ratio(self, name: str, ref: str, n: int) -> str:
+        """`2.0x` (users at the SLO over the reference's, lower ends of both brackets), or why none."""
+        if name == ref:
+            return "1 (reference)"
+        if (why := self.not_comparable(name, ref, n)) is not None:
+            return NOT_COMPARABLE
+        a, b = self.swept[ref][1].brackets[n], self.swept[name][1].brackets[n]
+        if not a.at_slo:
+            return "- (reference met it at no level)"
+        return f"{b.at_slo / a.at_slo:.2f}x" + ("" if a.broke_at is not None and b.broke_at is not None else " (open above)")
+
+    def ratios(self, baseline: str | None) -> dict[str, dict[str, float]]:
+        """variant -> {capacity/users_vs_baseline/ctx<L>: users at the SLO over the baseline's} where the
+        two brackets are comparable and the baseline met it at some level (MLflow's figures)."""
+        if baseline not in self.swept:
+            return {}
+        out: dict[str, dict[str, float]] = {}
+        for name in self.swept:
+            for n in self.lengths:
+                a, b = self.swept[baseline][1].brackets.get(n), self.swept[name][1].brackets.get(n)
+                if a is None or b is None or not a.at_slo or self.not_comparable(name, baseline, n):
+                    continue
+                out.setdefault(name, {})[f"capacity/users_vs_baseline/ctx{n}"] = b.at_slo / a.at_slo
+        return out
+
+    def headlines(self, baseline: str | None, accuracy: dict[str, str]) -> list[str]:
+        """One line per candidate and length, the answer in the form a planner quotes, e.g. `kv_fp8: 2.00x
+        the users of bf16 at 32,512 tokens within TTFT p90 <= 2000 ms, ITL p90 <= 50 ms (8 users against 4),
+        at -0.3 [-0.8, +0.1] pt mmlu/acc`; only where the two brackets are comparable."""
+        if baseline not in self.swept:
+            return []
+        within = ", ".join(f"{m.upper()} p{q:g} <= {v:g} ms" for (m, q), v in
+                           ((slo_term(k), v) for k, v in self.cfg.slo.items()))
+        out = []
+        for name in self.swept:
+            for n in self.lengths:
+                if name == baseline or n not in self.swept[name][1].brackets or self.not_comparable(name, baseline, n):
+                    continue
+                a, b = self.swept[baseline][1].brackets[n], self.swept[name][1].brackets[n]
+                if not a.at_slo:
+                    continue
+                at = f", at {accuracy[name]}" if accuracy.get(name) else ""
+                out.append(f"`{name}`: {b.at_slo / a.at_slo:.2f}x the {a.unit} of `{baseline}` at {n:,} tokens within "
+                           f"{within} ({cell(b)} against {cell(a)}){at}")
         return out
 
     def table(self, n: int) -> tuple[list[str], list[list[str]]]:
         terms = [slo_term(k) for k in self.cfg.slo]
         cols = ["variant", "at SLO", "what broke it", "req/s at SLO", "output tok/s at SLO",
                 " / ".join(f"{m.upper()} p{q:g}" for m, q in terms) + " ms at SLO", "peak KV use at SLO",
-                "KV-bound users (engine's pool)", "predicted (plan)", "host"]
+                "KV-bound users (engine's pool)", "predicted (plan)", "levels (requests)", "host"]
         rows = []
         for name, (result, s) in self.swept.items():
             b = s.brackets.get(n)
@@ -119,7 +212,7 @@ class View:
             rows.append([name, cell(b), b.why or ("-" if b.missing == [] else "levels not run"),
                          _fmt(at.req_per_s if at else None, "{:.2f}"), _fmt(at.output_tok_per_s if at else None, "{:,.0f}"),
                          lat, kv, _fmt(kv_users(result, s, n, predicted=False), "{:,}"),
-                         _fmt(kv_users(result, s, n, predicted=True), "{:,}"), _host(b)])
+                         _fmt(kv_users(result, s, n, predicted=True), "{:,}"), _levels(b, s), _host(b)])
         return cols, rows
 
     def plot(self, n: int, path) -> object | None:
@@ -155,6 +248,19 @@ class View:
 
 def _fmt(v, fmt: str) -> str:
     return "-" if v is None else fmt.format(v)
+
+
+def _levels(b: Bracket, s: Sweeps) -> str:
+    """The levels measured, each with its completed requests, in the order a search tried them; and
+    where the search started and why it stopped."""
+    mine = {lv.level: lv for lv in s.levels if lv.length == b.length}
+    order = b.tried if b.searched else sorted(mine)
+    text = ", ".join(f"{x:g} ({mine[x].completed})" + ("" if mine[x].status == "ok" else " broken")
+                     for x in order if x in mine) or "-"
+    if not b.searched:
+        return text
+    start = f"from {b.predicted.users:,} predicted ({b.predicted.basis}); " if b.predicted else ""
+    return f"{start}{text}; {b.stopped}, {b.spent_s:,.0f} s"
 
 
 def _host(b: Bracket) -> str:

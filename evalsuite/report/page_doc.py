@@ -144,7 +144,7 @@ def _loaded(report: Report) -> str | None:
 def answer(report: Report) -> list[str | Table]:
     ok = [r.name for r in passed_gate(report)]
     rows = [[p.objective, p.row.name if p.row else "-", p.figure, p.why] for p in picks(report)]
-    rows += cap.picks(ok) if (cap := capacity_view(report.entries())) else []
+    rows += cap.picks(ok, report.baseline) if (cap := capacity_view(report.entries())) else []
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
@@ -290,7 +290,12 @@ def capacity_sections(report: Report, out: Path) -> list[Section]:
         f"server: {cap.slo_text()}. At SLO: the highest level that met it with every lower level meeting it too, "
         f"and the level above it that broke it; the capacity lies between. KV-bound users: requests of the "
         f"prompt and output length whose KV the pool holds whole at once (the engine's pool, and the plan's "
-        f"prediction of it): more users than that wait or are preempted."])
+        f"prediction of it): more users than that wait or are preempted.", *cap.headlines(report.baseline, {
+            r.name: f"{delta_cell(r, m)} pt {m}" for r in report.rows for m in report.primary[:1] if r.delta.get(m)})])
+    cols, rows = cap.users_table({r.name: verdict_cell(r) for r in report.rows}, report.baseline)
+    sec.blocks.append(Table("capacity-users", cols, rows, "users at SLO: the bracket [met, broke) on the levels "
+                            "measured; KV-bound: whole requests the engine's pool holds at once; x: users at the SLO "
+                            "over the reference's, only where both were measured on one device model and a quiet host"))
     for n in cap.lengths:
         cols, rows = cap.table(n)
         sec.blocks.append(Table(f"capacity-{n}", cols, rows, f"{_kilo(n)}-token prompts; † timed on a loaded host, "

@@ -9,8 +9,9 @@ Artifacts: parent `run/` (config.yaml, env.json, run.json) and `report/` (the de
 report.html and report.md with its plots, compare.md, compare.csv); each variant run has
 result.json, samples/<task>.jsonl, engine.log, and one dataset input per task (item ids, groups,
 targets: what the variant was asked). Each variant run also carries its gate verdict and the
-review's display columns (tags) and its accuracy changes against the baseline (`delta/<task>/<metric>_pt`,
-in points); evalsuite.report.review says what they are and how the printed link opens them.
+review's display columns (tags), its accuracy changes against the baseline (`delta/<task>/<metric>_pt`)
+and users at the SLO over the baseline's (`capacity/users_vs_baseline/ctx<L>`): evalsuite.report.review
+and capacity_view say what they are.
 `fetch` reverses this layout into a run directory so compare and gate read MLflow runs too.
 """
 
@@ -48,6 +49,7 @@ from evalsuite.core.shared import shared_text
 from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
                                     RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.placement import beside, is_packed, placement_metrics
 from evalsuite.report.review import (NOTE_MARK, T_NOTE, VIEW_TAG, experiment_note, review_hint, run_review, runs_table_url,
                                      variant_review, view_columns, view_state)
@@ -471,9 +473,12 @@ class _Logger:
                 self.client.log_artifact(parent_id, str(path), "report")
         if report is None:
             return
+        # users at the SLO over the baseline's, per length, where the two are comparable (capacity_view)
+        users = cap.ratios(report.baseline) if (cap := capacity_view(report.entries())) else {}
         for variant, (metrics, tags) in variant_review(report).items():
             if variant in variant_run_ids:
-                _log_batch(self.client, variant_run_ids[variant], metrics=metrics, tags=tags)
+                _log_batch(self.client, variant_run_ids[variant], metrics={**metrics, **users.get(variant, {})},
+                           tags=tags)
         _log_batch(self.client, parent_id, tags=run_review(report))
         experiment = self.client.get_experiment(self.exp_id)
         self.client.set_experiment_tag(self.exp_id, VIEW_TAG, view_state(view_columns(report), parent_id,

@@ -1,13 +1,15 @@
 """The gate's capacity check: the capacity pass read back (evalsuite.capacity writes it) and judged.
 
-A variant's sweeps come from its samples/capacity.jsonl (one Level a row) and the run's config
-(the levels it declared). The gate's capacity check sets two brackets side by side: each variant's
+A variant's sweeps (or searches) come from its samples/capacity.jsonl (one Level a row) and the
+run's config (the levels it declared, or the grid it searched). The gate's capacity check sets two
+brackets side by side, only where both were measured on one device model and a quiet host (else
+"not comparable", no verdict either way): each variant's
 capacity lies in [the highest level meeting the SLO, the level that broke it), so a drop is shown
 beyond the limit only where even the candidate's best case is below (1 - limit) x the baseline's
 worst, and within it only where the candidate's worst case reaches (1 - limit) x the baseline's
 best. Levels too far apart to tell either say so, as an insufficient n does. Each level's verdict
-is a point comparison of the percentile the load generator measured over its >= 100 requests, as
-the latency checks are. A bracket that a loaded host timed is marked and never gated.
+is a point comparison of the percentile the load generator measured over its requests (as many
+as that percentile needs), as the latency checks are.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from evalsuite.capacity.config import CapacityConfig
+from evalsuite.capacity.search import search_bracket
 from evalsuite.capacity.sweep import Bracket, Level, bracket
 from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.records import RunDir
@@ -46,7 +49,26 @@ def sweeps(rd: RunDir, result: VariantResult) -> Sweeps | None:
         levels = [Level.model_validate(r["score"]["extra"]) for r in rows]
     except (ValidationError, KeyError, TypeError):
         return None
-    return Sweeps(cfg, levels, {n: bracket(levels, cfg.levels, n, cfg.mode) for n in cfg.prompt_tokens})
+    return Sweeps(cfg, levels, {n: brackets_of(cfg, levels, n) for n in cfg.prompt_tokens})
+
+
+def brackets_of(cfg: CapacityConfig, levels: list[Level], length: int) -> Bracket:
+    """One length's bracket, searched or swept as the config says."""
+    return search_bracket(cfg, levels, length) if cfg.searching else bracket(levels, cfg.levels, length, cfg.mode)
+
+
+NOT_COMPARABLE = "not comparable"
+
+
+def comparable(base_device: str | None, b: Bracket, cand_device: str | None, c: Bracket) -> str | None:
+    """Why two brackets cannot be set side by side (another device model, a loaded host); None where they can."""
+    if (base_device or "") != (cand_device or ""):
+        return (f"{NOT_COMPARABLE}: measured on another device ({cand_device or 'unknown'}; baseline: "
+                f"{base_device or 'unknown'})")
+    if b.loaded or c.loaded:
+        who = " and the ".join(x for x, y in (("baseline", b), ("candidate", c)) if y.loaded)
+        return f"{NOT_COMPARABLE}: the {who}'s levels were timed on a loaded host"
+    return None
 
 
 def is_capacity(metric: str) -> bool:
@@ -96,8 +118,8 @@ def judge_brackets(base: Sweeps, b: Bracket, cand: Sweeps, c: Bracket, limit_pct
     if _workload(base) != _workload(cand):
         return Verdict("fail", "not the same workload (output tokens, lengths' spread, arrivals or SLO differ)")
     if b.loaded or c.loaded:
-        who = " and ".join(x for x, y in (("baseline", b), ("candidate", c)) if y.loaded)
-        return Verdict("skip", f"not gated: the {who}'s levels were timed on a loaded host ({c.text()})")
+        who = " and the ".join(x for x, y in (("baseline", b), ("candidate", c)) if y.loaded)
+        return Verdict("skip", f"{NOT_COMPARABLE}: the {who}'s levels were timed on a loaded host ({c.text()})")
     keep = 1 - limit_pct / 100
     shown = f"baseline {b.text()}; candidate {c.text()}"
     change = (b.at_slo - c.at_slo) / b.at_slo * 100 if b.at_slo else None

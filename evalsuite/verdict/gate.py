@@ -26,7 +26,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of)
-from evalsuite.verdict.capacity import bracket_for, is_at_slo, judge_brackets
+from evalsuite.verdict.capacity import bracket_for, comparable, is_at_slo, judge_brackets
 from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
 from evalsuite.verdict.rules import Rule, Rules, resolution
 from evalsuite.verdict.sequential import early_stop, sequential_test
@@ -339,7 +339,8 @@ def _other_pool(metric: str, pair: Pair) -> str | None:
 
 def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
     """The capacity pass's load at the SLO, the candidate's bracket against the baseline's
-    (evalsuite.verdict.capacity); a bracket the grid cannot resolve counts as an insufficient n."""
+    (evalsuite.verdict.capacity), only on one device model and a quiet host (else not comparable:
+    no verdict); a bracket the grid cannot resolve counts as an insufficient n."""
     limit = rule.limit_for(metric)
     if pair.cand.simulated:
         return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this")
@@ -348,9 +349,8 @@ def capacity_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str
         return Check(label, rule.label, metric, "skip", "the baseline's level records are missing")
     if cand is None:
         return Check(label, rule.label, metric, "fail", MISSING, base[1].at_slo, None, None, limit, "%")
-    if pair.base.engine.device != pair.cand.engine.device:
-        return Check(label, rule.label, metric, "fail", f"not measured on the baseline's device: {pair.cand.engine.device} "
-                     f"(baseline: {pair.base.engine.device})", base[1].at_slo, cand[1].at_slo, None, limit, "%")
+    if (why := comparable(pair.base.engine.device, base[1], pair.cand.engine.device, cand[1])) is not None:
+        return Check(label, rule.label, metric, "skip", why, base[1].at_slo, cand[1].at_slo, None, limit, "%")
     v = judge_brackets(*base, *cand, limit)
     status = rules.insufficient_n if v.status == "insufficient" else v.status
     return Check(label, rule.label, metric, status, v.detail, base[1].at_slo, cand[1].at_slo, v.change, limit, "%")
