@@ -78,7 +78,8 @@ class Score(_Model):
     pred: str
     target: str
     group: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    # what the task keeps beside the verdict: free-form, the keys tasks read back held to their types
+    extra: Annotated[dict[str, Any], shaped(_ScoreExtra)] = Field(default_factory=dict)
 
 
 class MetricKind(str, Enum):
@@ -463,6 +464,27 @@ Number = int | float
 class _Settings(_Shape):
     engine_args: dict[str, Any] = Field(default_factory=dict)
     quantize: str | None = None
+
+
+class _ScoreExtra(_Shape):
+    """The keys of a Score's `extra` that tasks read back (evalsuite.tasks: timings, token counts, choice
+    log-probabilities, a needle cell's place, a RULER task's name), as their metrics read them."""
+
+    ttft_ms: Number | None = None
+    itl_ms: Number | None = None
+    e2e_ms: Number | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    logprobs: dict[str, Number | None] | None = None
+    margin: Number | None = None
+    length: int | None = None
+    depth: int | None = None
+    ruler_task: str | None = None
+    clause: str | None = None
+    extras: list[str] | None = None
+    distractor_hits: list[str] | None = None
+    lm_eval: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- the parts of a variant's record

@@ -88,7 +88,9 @@ class Runner(Answering):
     def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
         """The variant's engine, not yet started."""
         model, kwargs = engine_args(self.cfg, self._engine_variant(variant), model_dir)
-        return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir)
+        sched = self.cfg.scheduler  # inside a Ray task, vLLM joins the task's cluster and starts none
+        return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir,
+                           ray_loopback=not sched.unsafe_listen and sched.kind != "ray")
 
     def _opened(self, name: str, variant: Variant) -> VariantResult:
         """The variant's result as it starts: `running`, or `skipped` where this platform cannot run it."""

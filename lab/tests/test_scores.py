@@ -19,7 +19,7 @@ _spec.loader.exec_module(scores)
 
 
 def _diff_rows(variant_right: list[float], task: str) -> dict:
-    return {f"{task}-{i}": {"sample_id": f"{task}-{i}", "task": task, "value": v, "group": f"g{i % 2}",
+    return {f"{task}-{i}": {"sample_id": f"{task}-{i}", "task": task, "value": v, "pred": "", "group": f"g{i % 2}",
                             "target": "Yes" if i % 3 else "No"} for i, v in enumerate(variant_right)}
 
 
