@@ -42,7 +42,7 @@ stash() {
   fi
   move_into .gpu/carry $R/carry
   move_into .gpu/items $R/items
-  for d in .gpu/llama31-8b*/; do [ -d "$d" ] && mkdir -p $R/shapes && cp -r "$d" $R/shapes/; done
+  for d in .gpu/llama31-8b*/ .gpu/*-shape/; do [ -d "$d" ] && mkdir -p $R/shapes && cp -r "$d" $R/shapes/; done
   if [ -d .m ]; then
     for f in .m/[a-z][0-9][0-9] .m/name .m/name.[a-z]; do [ -e "$f" ] && mv "$f" $R/m/; done
   fi
@@ -68,13 +68,18 @@ setup_env() {  # once per machine: $R/env.done marks it done; the lock makes a s
   [ -n "$need" ] && python3 -m pip install -q --no-index --no-deps --target $R/extra $need
   # llmcompressor pins compressed-tensors 0.19 while vLLM 0.26 pins 0.17: it gets a folder of its own
   # that comes first on the quantize worker's path only.
-  python3 -m pip install -q --no-index --no-deps --target $R/quant $R/carry/quant/*.whl
+  # Optional: a run that builds no INT4 checkpoint (a latency bench) carries no quant/ wheels.
+  if ls $R/carry/quant/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target $R/quant $R/carry/quant/*.whl
+  fi
   printf '#!/bin/bash\nexport PYTHONPATH=%s/quant:%s/extra:%s/site:$PYTHONPATH\nexec python3 "$@"\n' "$R" "$R" "$R" > $R/quantpy
   chmod +x $R/quantpy
   mkdir -p $R/cache && tar -C $R/cache -xzf $R/carry/data.tar.gz
   env_h200
   python3 -c "import vllm, datasets, gguf, typer; print('vllm', vllm.__version__, 'datasets', datasets.__version__)"
-  $R/quantpy -c "import llmcompressor, compressed_tensors as c; print('llmcompressor', llmcompressor.__version__, 'ct', c.__version__)"
+  if [ -d $R/quant ]; then
+    $R/quantpy -c "import llmcompressor, compressed_tensors as c; print('llmcompressor', llmcompressor.__version__, 'ct', c.__version__)"
+  fi
   touch $R/env.done
 }
 

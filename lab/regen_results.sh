@@ -144,9 +144,19 @@ page_q15() {  # h200-2026-12-01-qwen2.5-coder-1.5b
         --markdown $Q15/gate-128k.md
     gate --baseline "$RUNS/rebuilt-1130:bf16" --candidate "$RUNS/rebuilt-32k:bf16" --candidate "$RUNS/rebuilt-32k:fp8" \
         --markdown $Q15/gate-repeat.md
-    gate --baseline "$RUNS/ruler:bf16" --candidate "$RUNS/ruler" --markdown $Q15/gate-ruler.md
-    gate --baseline "$RUNS/64k:bf16" --candidate "$RUNS/64k" --markdown $Q15/gate-ruler-64k.md
-    gate --baseline "$RUNS/128k:bf16" --candidate "$RUNS/128k" --markdown $Q15/gate-ruler-128k.md
+    gate --baseline "$RUNS/ruler:bf16" --candidate "$RUNS/ruler" --json "$RUNS/gate-ruler.json" --markdown $Q15/gate-ruler.md
+    gate --baseline "$RUNS/64k:bf16" --candidate "$RUNS/64k" --json "$RUNS/gate-ruler-64k.json" --markdown $Q15/gate-ruler-64k.md
+    gate --baseline "$RUNS/128k:bf16" --candidate "$RUNS/128k" --json "$RUNS/gate-ruler-128k.json" --markdown $Q15/gate-ruler-128k.md
+    # the effective context length per variant, from those three gates' per-length checks, into ruler.md
+    "$PY" lab/scores.py effective "$RUNS"/gate-ruler{,-64k,-128k}.json --into $Q15/ruler.md
+    # the Triton control at 64K once its scores are kept (qwen-1.5b-ruler-rest.sh's c64): bf16 on Triton
+    # attention against bf16, and the INT8 cache against bf16 on Triton, on the single needles both answered
+    if [[ -d $Q15/scores-ruler-64k-single ]]; then
+        rundir $Q15/scores-ruler-64k-single $CFG/qwen-1.5b-ruler-64k-single.yaml 64k-single
+        gate --baseline "$RUNS/64k:bf16" --candidate "$RUNS/64k-single:bf16_triton_attn" --markdown $Q15/gate-ruler-64k-triton.md
+        gate --baseline "$RUNS/64k-single:bf16_triton_attn" --candidate "$RUNS/64k:kv_int8_per_token_head" \
+            --markdown $Q15/gate-ruler-64k-int8-triton.md
+    fi
 
     compare "$RUNS/20261201-033204-qwen-1.5b-accuracy" "$RUNS/20261201-033119-qwen-1.5b-accuracy" \
         "$RUNS/20261201-033134-qwen-1.5b-accuracy" "$RUNS/20261201-033149-qwen-1.5b-accuracy:awq" \

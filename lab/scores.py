@@ -1,19 +1,22 @@
-"""The per-length table of the H200 results pages, from the per-item scores in their data archives.
+"""Two things the H200 results pages show that `evalsuite compare` does not print.
 
-Keeping and importing per-item scores is the product's (`evalsuite export RUN --scores DIR`,
-`evalsuite import KEPT OUT`, `evalsuite results fetch PAGE`); this script prints the one table the
-pages show that `evalsuite compare` does not: per variant, MMLU and CUAD with paired differences (the
-strata and the paired test of evalsuite.stats, as compare takes them), the found/n of every long-task
-length, the engine's weights and KV tokens, and TTFT/ITL medians alone on the card.
+glance: per variant, MMLU and CUAD with paired differences (the strata and the paired test of
+evalsuite.stats, as compare takes them), the found/n of every long-task length, the engine's weights
+and KV tokens, and TTFT/ITL medians alone on the card, from kept per-item scores (`evalsuite export`,
+`evalsuite import`, `evalsuite results fetch PAGE` are the product's).
+effective: per candidate, the effective context length, read from the gate's own per-length checks
+(`evalsuite gate --json`), so that it is the gate's decision and no second statistics path.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b
     python lab/scores.py glance SHORT_KEPT LONG_KEPT LATENCY_KEPT [--baseline bf16]
+    python lab/scores.py effective GATE_JSON... [--metric ruler/score] [--into PAGE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -113,6 +116,72 @@ def glance(short: Path, long: Path, latency: Path, baseline: str) -> None:
         print(f"| {v} | " + " | ".join(cells) + " |")
 
 
+_AT_LENGTH = re.compile(r"/len(\d+)$")
+
+
+def _reading(check: dict | None) -> tuple[bool, str]:
+    """Whether a per-length check shows the candidate within its limit, and its cell: the drop's
+    upper bound, with why where it is not evidence of being within."""
+    if check is None:
+        return False, "not measured"
+    fmt = lambda x: f"{x:+.1f}" if x is not None else "-"  # noqa: E731
+    if check["status"] == "pass" and check.get("evidence", True):
+        return True, fmt(check["high"])
+    if check["status"] == "fail":
+        if check.get("low") is not None and check["low"] > check["limit"]:
+            return False, f"beyond the limit (lower bound {fmt(check['low'])})"
+        return False, f"{fmt(check['high'])} (not shown within)"
+    if check["status"] == "warn":
+        return False, f"insufficient n ({check['n']} items)"
+    return False, check.get("mark") or check["status"]  # at chance, at ceiling: no evidence either way
+
+
+def effective(gates: list[Path], metric: str = "ruler/score") -> list[str]:
+    """One line per candidate: the longest length up to which the gate shows every length's `metric`
+    within its limit of the baseline's (none where the shortest is not), then each length's reading.
+    A length with no check for a candidate (a gate it is not in, or no items) is 'not measured'."""
+    at: dict[str, dict[int, dict]] = {}
+    lengths, limits = set(), set()
+    for path in gates:
+        data = json.loads(path.read_text())
+        for c in data["checks"]:
+            m = _AT_LENGTH.search(c["metric"])
+            if m and c["metric"][: m.start()] == metric:
+                lengths.add(int(m.group(1)))
+                limits.add(f"{c['limit']:g} {c['unit']}")
+                at.setdefault(c["candidate"], {})[int(m.group(1))] = c
+    if not lengths:
+        raise ConfigError(f"{', '.join(map(str, gates))}: no per-length check of {metric} (metric "
+                          f"{metric}/len<N>); allowed: gate JSON files of a task scored per length")
+    lines = [f"Effective context length on `{metric}`: the longest length up to which the gate shows every "
+             f"length within {' / '.join(sorted(limits))} of the baseline's; then, per length, the drop's "
+             "one-sided 95% upper bound:", ""]
+    for name, checks in at.items():
+        readings = [(n, *_reading(checks.get(n))) for n in sorted(lengths)]
+        reach = None
+        for n, ok, _ in readings:
+            if not ok:
+                break
+            reach = n
+        head = f"{reach // 1024}K" if reach else "none"
+        lines.append(f"- `{name}`: **{head}**; " + "; ".join(f"{n // 1024}K {text}" for n, _, text in readings))
+    return lines
+
+
+BLOCK = ("<!-- effective: written by `python lab/scores.py effective --into` -->", "<!-- /effective -->")
+
+
+def write_into(page: Path, lines: list[str]) -> None:
+    """Replace the text between the page's BLOCK markers with `lines`, so that the page's figures are
+    the script's and a rerun shows a change as a diff."""
+    text = page.read_text()
+    start, end = text.find(BLOCK[0]), text.find(BLOCK[1])
+    if start < 0 or end < start:
+        raise ConfigError(f"{page}: no block {BLOCK[0]} ... {BLOCK[1]} to write the effective lengths into; "
+                          "allowed: a page holding both markers, in that order")
+    page.write_text(text[: start + len(BLOCK[0])] + "\n" + "\n".join(lines) + "\n" + text[end:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -121,9 +190,18 @@ def main() -> None:
     g.add_argument("long", type=Path, help="kept scores of the YaRN 128K config")
     g.add_argument("latency", type=Path, help="kept records of the latency config")
     g.add_argument("--baseline", default="bf16")
+    e = sub.add_parser("effective")
+    e.add_argument("gates", type=Path, nargs="+", help="`evalsuite gate --json` files, one per length config")
+    e.add_argument("--metric", default="ruler/score", help="the score judged per length (METRIC/len<N>)")
+    e.add_argument("--into", type=Path, help="a page whose effective block the lines replace, instead of printing")
     a = ap.parse_args()
     try:
-        glance(a.short, a.long, a.latency, a.baseline)
+        if a.cmd == "effective" and a.into:
+            write_into(a.into, effective(a.gates, a.metric))
+        elif a.cmd == "effective":
+            print("\n".join(effective(a.gates, a.metric)))
+        else:
+            glance(a.short, a.long, a.latency, a.baseline)
     except ConfigError as e:  # bad input: one line, exit 2, as the CLI does
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -66,6 +66,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # Rough minutes of real-engine work per test module on 2 cores; only the order matters.
 _ENGINE_WEIGHT = {"test_ray": 4, "test_e2e_engine": 4, "test_wheel": 3, "test_quantize": 2, "test_lm_eval_task": 2, "test_ruler": 2,
-                  "test_check_e2e": 1, "test_capacity_engine": 3, "test_bench_capacity_overhead": 2}
+                  "test_check_e2e": 1, "test_capacity_engine": 3, "test_bench_capacity_overhead": 2,
+                  "test_bench_latency_isolation": 2}
 # The same for the modules that run minutes of CPU work without an engine.
 _LONG = {"test_results_recompute": 3}

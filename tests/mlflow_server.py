@@ -85,11 +85,31 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
 # built from a few numbers instead of an engine.
 
 
+def _timed_requests(rd, name: str, spec: dict) -> None:
+    """The latency pass's requests behind a spec's ttft and itl medians: `repeats` a length, spread
+    evenly +-2% around the median."""
+    repeats = spec.get("repeats", 5)
+    lengths = sorted({*spec.get("ttft", {}), *spec.get("itl", {})})
+    rows = []
+    for k in lengths if repeats else []:
+        for r in range(repeats):
+            f = 1 + (0.04 * r / (repeats - 1) - 0.02 if repeats > 1 else 0.0)
+            extra = {f"{key}_ms": spec[key][k] * f for key in ("ttft", "itl") if k in spec.get(key, {})}
+            extra.update(prompt_tokens=k, output_tokens=8)
+            rows.append({"sample": {"id": f"len{k}-r{r}"}, "completion": {},
+                         "score": {"sample_id": f"len{k}-r{r}", "task": "latency", "value": 1.0, "pred": "",
+                                   "target": "", "group": str(k), "extra": extra}})
+    if rows:
+        rd.append_samples(name, "latency", rows)
+
+
 def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200, baseline: str | None = None,
               tracking: dict | None = None) -> Path:
     """Variant spec keys: wrong (mmlu item indices scored 0), status, reason, settings, build, weights_gib,
     kv_cache_tokens, required_gib, source (engine field -> how measured), ttft (ctx -> ms), itl (ctx -> ms),
-    host_load (HostLoad fields: the host's load over the latency pass), needle (length -> accuracy)."""
+    host_load (HostLoad fields: the host's load over the latency pass), timing (TimingCondition fields: how
+    it was timed), needle (length -> accuracy). A latency figure is the median of 5 requests recorded
+    beside it, spread +-2% around it (repeats: another count, 0 for none)."""
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
@@ -104,7 +124,8 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
     for name, spec in variants.items():
         result = VariantResult(variant=name, status=spec.get("status", "ok"), reason=spec.get("reason"),
                                settings=spec.get("settings", {"dtype": "bfloat16", "engine_args": {"x": [1, 2]}}),
-                               build=spec.get("build"), duration_s=12.5, host_load=spec.get("host_load"))
+                               build=spec.get("build"), duration_s=12.5, host_load=spec.get("host_load"),
+                               timing=spec.get("timing"))
         if result.status == "ok":
             wrong = set(spec.get("wrong", ()))
             # four-way questions whose answers cycle A-D; a wrong answer names the next letter
@@ -130,6 +151,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
                                    for k, ms in spec.get(key, {}).items()]
                 if spec.get(key):
                     result.metrics.append(Metric(name=f"latency/{key}_ms_p50", value=max(spec[key].values())))
+            _timed_requests(rd, name, spec)
             result.engine = EngineStats(vllm_version="0.0.test", device="CPU: test",
                                         weights_gib=spec.get("weights_gib", 1.0),
                                         kv_cache_tokens=spec.get("kv_cache_tokens", 10000),

@@ -361,6 +361,22 @@ def test_an_unchanged_score_reads_plus_zero_not_minus_zero(tmp_path):
     assert "+0.0 pt" in text and "-0.0 pt" not in text
 
 
+def test_latency_not_timed_as_the_baseline_was_is_marked(tmp_path):
+    """fp8's pass ran beside neighbours paused on a card never found idle: its latency cells carry ≠ and
+    the legend says why; its accuracy carries none; bf16's own cells, timed alone on an idle card, none."""
+    idle = {"neighbours": "none", "idle": "nvml", "idle_ok": True, "warmup": 2}
+    run = build_run(tmp_path / "runs", "20250101-000000-a", {
+        "bf16": {"ttft": {2048: 30.0}, "timing": idle},
+        "fp8": {"ttft": {2048: 27.0}, "timing": {**idle, "neighbours": "paused", "idle": None, "idle_ok": None}}})
+    res = runner.invoke(app, ["compare", str(run), "--format", "markdown"])
+    assert res.exit_code == 0, res.output
+    rows = {line.split(" | ")[0]: line for line in res.stdout.splitlines() if line.startswith("| ")}
+    assert rows["| latency/ttft_ms_p50/ctx2048"] == "| latency/ttft_ms_p50/ctx2048 | 30 | 27≠ -10.0% |"
+    assert "≠" not in rows["| mmlu/acc"]
+    assert "≠ latency not timed as the baseline's was, so not compared" in res.stdout
+    assert "fp8 (the candidate neighbours paused but the device not verified idle" in res.stdout
+
+
 def test_latency_timed_on_a_loaded_host_is_marked(tmp_path):
     """bf16's latency pass ran at a 1-minute load of 9 on 4 CPUs: its latency cells carry the mark and
     the legend says its load; its accuracy, and fp8's latency timed on a quiet host, carry none."""

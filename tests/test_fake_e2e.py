@@ -382,7 +382,7 @@ def test_kept_scores_seed_a_resumable_run(swept, tmp_path, tiny_model, legal_dir
     code, out = run("run", str(cfg), "--resume", "--no-progress", "--variant", "bf16")
     assert code == 0, out
     assert only_run(tmp_path / "runs") == seeded
-    assert sum(asked) == (20 - 12) + 1 + 2  # MMLU's missing 8, latency's warm-up and its 2 requests
+    assert sum(asked) == (20 - 12) + 2 + 2  # MMLU's missing 8, latency's 2 warm-up requests and its 2 timed
     assert scores(seeded, "bf16") == scores(swept, "bf16")
     keep = lambda m: {k: v for k, v in m.items() if not k.startswith("latency") and not k.endswith("_s")}
     assert keep(metrics(seeded, "bf16")) == keep(metrics(swept, "bf16"))

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.records import RunDir
 from evalsuite.verdict.rules import Rules, load_rules
 from tests.mlflow_server import build_run
 
@@ -480,7 +481,8 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
     base, cand = two_runs(tmp_path, {"ttft": {512: 10.0, 4096: 100.0}}, {"ttft": {512: 20.0, 4096: 100.0}})
     res = gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES))
     assert res.exit_code == 1
-    assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0% > limit 25%" in res.output
+    assert "`latency/ttft_ms_p50/ctx512`" in res.output and "growth +100.0%, 95% bounds +96.0..+104.0%: shown " \
+        "beyond the limit 25%" in res.output
     assert "latency/ttft_ms_p50 for `fp8` (pooled over prompt lengths; judged per length)" in res.output
     assert "ruler/score" not in res.output  # a rule's metric of a task the baseline never ran is no finding
     from evalsuite.verdict.gate import relative_check
@@ -680,6 +682,85 @@ def test_a_latency_check_timed_on_a_loaded_host_is_not_comparable(tmp_path):
     base, cand = two_runs(quiet, spec, spec)
     gate("--baseline", str(base), "--candidate", str(cand), "--rules", str(DEFAULT_RULES), "--markdown", str(md))
     assert "loaded host" not in md.read_text()
+
+
+def _latency_checks(tmp_path, base: dict, cand: dict, control: dict | None = None):
+    from evalsuite.verdict.gate import Side, run_gate
+
+    variants = {"bf16": base, "fp8": cand, **({"bf16_repeat": control} if control else {})}
+    root = build_run(tmp_path / "runs", "20250101-000000-one", variants, baseline="bf16")
+    controls = [Side(RunDir(root), "bf16_repeat")] if control else []
+    report = run_gate(Side(RunDir(root), "bf16"), [Side(RunDir(root), "fp8")], load_rules(DEFAULT_RULES),
+                      str(DEFAULT_RULES), controls)
+    return {(c.candidate, c.metric): c for c in report.checks if c.metric.startswith("latency/") and c.status != "skip"}
+
+
+def test_a_latency_check_fails_only_where_its_repeats_show_the_change_beyond_the_limit(tmp_path):
+    """A median's change gets an interval from the two passes' repeats (Hodges-Lehmann, evalsuite.stats.
+    timing): +30% with the repeats 2% apart is shown beyond a 25% limit; the same +30% from three
+    requests a side spread by 2x is not shown either way (insufficient n, `warn`), and nothing but a
+    shown change fails. A figure shown within passes on evidence; a throughput's drop likewise."""
+    from evalsuite.verdict.gate import timing_check
+
+    checks = _latency_checks(tmp_path, {"ttft": {512: 10.0}}, {"ttft": {512: 13.0}})
+    c = checks[("fp8", "latency/ttft_ms_p50/ctx512")]
+    assert c.status == "fail" and c.low > 25 and "shown beyond the limit 25%" in c.detail and c.n == 5
+    same = _latency_checks(tmp_path / "same", {"ttft": {512: 10.0}}, {"ttft": {512: 10.5}})
+    c = same[("fp8", "latency/ttft_ms_p50/ctx512")]
+    assert c.status == "pass" and c.evidence and c.high <= 25 and c.low < 5 < c.high
+    wide = build_run(tmp_path / "wide", "20250101-000000-w", {"bf16": {}, "fp8": {}})
+    rd = RunDir(wide)
+    for name, values in (("bf16", [5.0, 10.0, 20.0]), ("fp8", [6.5, 13.0, 26.0])):
+        rd.append_samples(name, "latency", [{"sample": {"id": f"len512-r{i}"}, "completion": {}, "score": {
+            "sample_id": f"len512-r{i}", "task": "latency", "value": 1.0, "pred": "", "target": "", "group": "512",
+            "extra": {"ttft_ms": v, "prompt_tokens": 512, "output_tokens": 8}}} for i, v in enumerate(values)])
+    from evalsuite.core.types import Metric
+    from evalsuite.verdict.gate import Pair
+
+    record = rd.load_run()
+    base, cand = record.variant("bf16"), record.variant("fp8")
+    base.metrics.append(Metric(name="latency/ttft_ms_p50/ctx512", value=10.0, n=3))
+    cand.metrics.append(Metric(name="latency/ttft_ms_p50/ctx512", value=13.0, n=3))
+    rules = load_rules(DEFAULT_RULES)
+    rule = rules.rule_for("latency/ttft_ms_p50/ctx512")
+    c = timing_check(rules, rule, "latency/ttft_ms_p50/ctx512", Pair(rd, base, rd, cand), "fp8")
+    assert c.status == "warn" and c.change == pytest.approx(30.0) and c.low < 25 < c.high
+    assert "insufficient n" in c.detail and "reach both sides of the limit 25%" in c.detail
+    throughput = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_drop_pct": 20}]})
+    c = timing_check(throughput, throughput.rules[0], "latency/ttft_ms_p50/ctx512", Pair(rd, cand, rd, base), "x")
+    assert c.change == pytest.approx((1 - 10 / 13) * 100) and c.low < c.change < c.high
+
+
+def test_the_controls_own_latency_change_stands_beside_each_candidates(tmp_path):
+    checks = _latency_checks(tmp_path, {"ttft": {512: 10.0}}, {"ttft": {512: 11.0}}, control={"ttft": {512: 10.2}})
+    c, ctrl = checks[("fp8", "latency/ttft_ms_p50/ctx512")], checks[("bf16_repeat", "latency/ttft_ms_p50/ctx512")]
+    assert ctrl.status == "pass" and c.noise == (ctrl.low, ctrl.high)
+    assert f"control `bf16_repeat`: +2.0% [{ctrl.low:+.1f}, {ctrl.high:+.1f}]" in c.detail
+
+
+def test_latency_timed_in_two_conditions_is_not_comparable(tmp_path):
+    """The baseline alone on an idle card, the candidate beside neighbours paused mid-prefill whose
+    queued kernels nobody waited out (an older record's `placement.latency: pause` reads so too), or
+    after another warm-up: `not comparable`, never a verdict, and the reason names the side. Both
+    paused and the card found idle by NVML: compared."""
+    idle = {"neighbours": "none", "idle": "nvml", "idle_ok": True, "warmup": 2, "engine": "offline"}
+    paused = {**idle, "neighbours": "paused", "idle": None, "idle_ok": None,
+              "paused": {"kv_fp8": {"task": "ruler", "requests": 12, "longest_prompt": 32768}}}
+    drained = {**paused, "idle": "nvml", "idle_ok": True, "drain_s": 0.8}
+    for cand, why in ((paused, "the candidate neighbours paused but the device not verified idle"),
+                      ({**idle, "warmup": 0}, "timed with other warm-ups (baseline: 2, candidate: 0)"),
+                      ({**idle, "neighbours": "running"}, "the candidate timed beside running engines")):
+        base_rd, cand_rd = two_runs(tmp_path / why[:12].replace(" ", "_"), {"ttft": {512: 10.0}, "timing": idle},
+                                    {"ttft": {512: 40.0}, "timing": cand})
+        md = tmp_path / "gate.md"
+        res = gate("--baseline", str(base_rd), "--candidate", str(cand_rd), "--rules", str(DEFAULT_RULES),
+                   "--markdown", str(md))
+        assert res.exit_code == 0, res.output  # MMLU decides; latency is not judged either way
+        assert f"latency/ttft_ms_p50/ctx512 for `fp8` (not comparable: {why}" in md.read_text()
+    base_rd, cand_rd = two_runs(tmp_path / "drained", {"ttft": {512: 10.0}, "timing": idle},
+                                {"ttft": {512: 40.0}, "timing": drained})
+    res = gate("--baseline", str(base_rd), "--candidate", str(cand_rd), "--rules", str(DEFAULT_RULES))
+    assert res.exit_code == 1 and "shown beyond the limit 25%" in res.output
 
 
 def test_a_drop_on_the_groups_a_partial_candidate_reached_fails_only_if_the_missing_ones_cannot_undo_it():

@@ -70,9 +70,9 @@ def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_p
     t.start()
     starting.wait()
     t0 = time.monotonic()
-    with quiet.alone("a", None) as paused:
+    with quiet.alone("a", None) as held:
         assert time.monotonic() - t0 >= 0.3  # it waited for c's start to end
-        assert paused == ["b", "c"] and stands["b"].stopped() and stands["c"].stopped()
+        assert held.names == ["b", "c"] and stands["b"].stopped() and stands["c"].stopped()
         assert not stands["a"].stopped()
         entered = threading.Event()
         late = threading.Thread(target=lambda: quiet.starting("d", stands["a"], None).__enter__() or entered.set())
@@ -93,9 +93,85 @@ def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands)
     for name, gpu in (("a", "0"), ("b", "1"), ("c", "0")):
         with quiet.starting(name, stands[name], gpu):
             pass
+    quiet.closing("c", "0")
+    waited = threading.Event()
+
+    def pass_of_a():
+        with quiet.alone("a", "0") as held:
+            waited.set()
+            assert held.names == [] and not stands["b"].stopped() and not stands["c"].stopped()
+
+    t = threading.Thread(target=pass_of_a)
+    t.start()
+    time.sleep(0.2)
+    assert not waited.is_set()  # c's engine is still ending: its teardown works the device
     quiet.gone("c")
-    with quiet.alone("a", "0") as paused:
-        assert paused == [] and not stands["b"].stopped() and not stands["c"].stopped()
+    t.join(5)
+    assert waited.is_set()
+
+
+def test_a_pause_says_what_each_neighbour_had_in_flight_and_the_cpu_is_found_idle(tmp_path, stands):
+    """b is paused mid-batch (two requests sent, the longer 4,096 tokens): the pass records so. A
+    stopped process spends no CPU time, which is how a CPU engine's device is found idle once its
+    neighbours are stopped; a process that is not stopped is not still."""
+    from evalsuite.core.types import Request
+    from evalsuite.run import hostload
+
+    quiet = packing.Quiet(RunDir(tmp_path))
+    flight = packing.Flight()
+    with quiet.starting("a", stands["a"], None):
+        pass
+    with quiet.starting("b", stands["b"], None, flight):
+        pass
+    flight.task = "needle"
+    flight.sent([Request(prompt_token_ids=[1] * 4096), Request(prompt_token_ids=[1] * 100)])
+    flight.sent([Request(prompt_token_ids=[1] * 8)])
+    flight.answered()  # the first batch answered; the second still out
+    flight.sent([Request(prompt_token_ids=[1] * 4096)])
+    cfg = load_config(_config(tmp_path, tmp_path))
+    cfg.engine.mode = "offline"
+    with quiet.alone("a", None) as held:
+        assert held.names == ["b"] and held.in_flight["b"].model_dump() == {
+            "task": "needle", "requests": 2, "longest_prompt": 4096}
+        found = hostload.verify_idle(cfg, "CPU: test", None, held.procs)
+        assert found.idle == "cpu_time" and found.idle_ok is True
+    spinning = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert not hostload.cpu_still([psutil.Process(spinning.pid)], window_s=0.2, timeout_s=0.5)
+    finally:
+        spinning.kill()
+        spinning.wait()
+
+
+def test_a_gpu_pass_waits_for_the_card_to_drain_and_records_what_nvml_read(tmp_path, monkeypatch):
+    from evalsuite.run import hostload
+
+    reads = iter([90.0, 40.0] + [0.0] * 30)
+    monkeypatch.setattr(hostload, "utilization_reader", lambda device: (lambda: next(reads)) if device == "1" else None)
+    monkeypatch.setattr("evalsuite.memory.cuda.time.sleep", lambda s: None)
+    cfg = load_config(_config(tmp_path, tmp_path))
+    cfg.engine.mode = "offline"
+    found = hostload.verify_idle(cfg, "NVIDIA H100 80GB HBM3", "1", [])
+    assert found.idle == "nvml" and found.idle_ok is True and set(found.utilization_pct) == {0.0}
+    assert hostload.verify_idle(cfg, "NVIDIA H100 80GB HBM3", "0", []).idle is None  # NVML cannot read it
+
+
+def test_the_tracked_engine_says_what_is_in_flight_while_a_stream_runs():
+    from evalsuite.core.types import Completion, Request
+
+    flight = packing.Flight()
+    seen = []
+
+    class Engine:
+        def pipelined(self, batches):
+            for b in batches:
+                seen.append(flight.now().requests)
+                yield [Completion(text="") for _ in b]
+
+    tracked = packing._Tracked(Engine(), flight)
+    batches = [[Request(prompt_token_ids=[1] * n)] for n in (10, 20, 30)]
+    assert [len(c) for c in tracked.pipelined(iter(batches))] == [1, 1, 1]
+    assert seen == [1, 1, 1] and flight.now().requests == 0
 
 
 def _config(tmp_path: Path, model: Path, **scheduler) -> Path:
@@ -143,4 +219,8 @@ def test_a_packed_run_times_latency_on_the_engine_it_started(tmp_path, tiny_mode
     assert record.env["scheduler"]["latency_pass"] == "pause" and record.env["scheduler"]["most_at_once"] == 2
     for v in record.variants:
         assert v.status == "ok" and v.placement.latency == "pause" and v.metric("latency/ttft_ms_p50")
+        # the fake engine has no device to check; the record still says whom it paused and how it warmed up
+        assert v.timing.engine == "fake" and v.timing.idle is None and (v.timing.warmup, v.timing.repeats) == (2, 2)
+        assert v.timing.neighbours == ("paused" if v.timing.paused else "none") and \
+            sorted(v.timing.paused) == v.placement.paused_for_latency
     assert "paused" in res.output and "2 engines ran at once (at most 2 allowed)" in res.output

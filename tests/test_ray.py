@@ -288,6 +288,56 @@ def test_a_worker_that_cannot_see_the_run_folder_says_so(tmp_path):
         _check_node(run_dir.root, digest, str(tmp_path / "no-model"), True)
 
 
+def test_vllms_own_ray_cluster_listens_on_loopback_unless_switched(tmp_path):
+    """`distributed_executor_backend: ray` has vLLM start a Ray cluster in the engine's process: its
+    environment carries Ray's single-node switch, unless scheduler.unsafe_listen (or inside a Ray task)."""
+    from evalsuite.core.hosts import RAY_LOOPBACK_ENV
+    from evalsuite.engine.factory import make_engine
+    from evalsuite.run.config import EngineConfig
+
+    kwargs = {"distributed_executor_backend": "ray", "tensor_parallel_size": 2}
+    engine = make_engine(EngineConfig(), "/m", kwargs, tmp_path / "log", tmp_path)
+    assert engine.env[RAY_LOOPBACK_ENV[0]] == RAY_LOOPBACK_ENV[1]
+    assert RAY_LOOPBACK_ENV[0] not in make_engine(EngineConfig(), "/m", kwargs, tmp_path / "log", tmp_path,
+                                                  ray_loopback=False).env
+    assert RAY_LOOPBACK_ENV[0] not in make_engine(EngineConfig(), "/m", {}, tmp_path / "log", tmp_path).env
+
+
+LISTENERS = """
+import json, os, psutil
+from evalsuite.run.scheduler import connect
+ray = connect("local", listen=os.environ.get("LISTEN") == "1")
+ray.get(ray.remote(lambda: os.getpid()).remote())  # a worker up too
+me = psutil.Process()
+seen = {}
+for p in [me, *me.children(recursive=True)]:
+    try:
+        for c in p.net_connections(kind="inet"):
+            if c.status == psutil.CONN_LISTEN:
+                seen.setdefault(c.laddr.ip, []).append(p.name())
+    except psutil.NoSuchProcess:
+        pass
+ray.shutdown()
+print(json.dumps(seen))
+"""
+
+
+def test_a_cluster_evalsuite_starts_listens_on_loopback_only():
+    """A real local cluster, as `run --ray local` (or a config's `scheduler: {kind: ray}` with none running)
+    starts it: Ray's own default put gcs_server, raylet and a worker on every interface and the eth0 address.
+    Every listening socket of the driver's process tree is on loopback."""
+    import ipaddress
+
+    pytest.importorskip("ray")
+    res = subprocess.run([sys.executable, "-c", LISTENERS], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, **RAY_ENV, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    assert {"gcs_server", "raylet"} <= {name for names in seen.values() for name in names}, seen
+    assert all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback for ip in seen), seen
+    assert "Ray: started a cluster here, listening on 127.0.0.1 only" in res.stderr
+
+
 # -- a real Ray cluster ------------------------------------------------------------------------
 
 

@@ -169,8 +169,9 @@ def test_a_latency_pass_at_one_prompt_length_is_shown_at_that_length(tmp_path):
 
 
 def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_path):
-    """fast_ok's latency pass ran at a 1-minute load of 3.5 on 2 CPUs: its speed cell and the pick
-    that quotes its TTFT carry the mark, and both tables' notes give its load."""
+    """fast_ok's latency pass ran at a 1-minute load of 3.5 on 2 CPUs: its speed cell carries the mark,
+    both tables' notes give its load, and the picks rank speed only among figures timed alike (the
+    gate does not compare it either), so its faster-looking TTFT is not the answer."""
     run = build_run(tmp_path, "r1", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}},
                                      "fast_ok": {"weights_gib": 0.6, "ttft": {1024: 40.0}, "itl": {1024: 4.0},
                                                  "host_load": {"cpus": 2, "start": [3.5, 2.0, 1.0], "end": None}}},
@@ -181,9 +182,39 @@ def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_pa
     speed = {r[0]: r[5] for r in _table(md, "| variant | verdict |")}
     assert speed == {"base": "50.0 / 5.00", "fast_ok": "40.0 / 4.00†"}
     serve = {r[0]: r[2] for r in _table(md, "| objective |")}
-    assert serve["fastest first token at 1,024 prompt tokens"] == "TTFT p50 40.0 ms†"
+    assert serve["fastest first token at 1,024 prompt tokens"] == "TTFT p50 50.0 ms"
+    assert "fast_ok timed otherwise, not compared" in md
     note = "fast_ok (1-min load 3.5 at start, - at end, 2 CPUs)"
     assert md.count(note) == 2 and "base (1-min" not in md
+
+
+def test_what_to_serve_never_ranks_speed_timed_otherwise_and_says_how_each_was_timed(tmp_path):
+    """fp8's pass ran beside neighbours paused mid-prefill with the card never checked idle (what made
+    an H100 run call FP8 twice as slow): its speed is marked, not ranked, and the row says how it was
+    timed; kv_fp8's pass, paused but on a card found idle, is ranked with the baseline alone."""
+    idle = {"neighbours": "none", "idle": "nvml", "idle_ok": True, "warmup": 2, "repeats": 5, "engine": "offline"}
+    drained = {**idle, "neighbours": "paused", "drain_s": 0.8,
+               "paused": {"fp8": {"task": "needle", "requests": 3, "longest_prompt": 32768}}}
+    undrained = {**drained, "idle": None, "idle_ok": None}
+    run = build_run(tmp_path, "r1", {"bf16": {"ttft": {1024: 50.0}, "itl": {1024: 2.4}, "timing": idle},
+                                     "fp8": {"weights_gib": 0.6, "ttft": {1024: 30.0}, "itl": {1024: 1.9},
+                                             "timing": undrained},
+                                     "kv_fp8": {"ttft": {1024: 45.0}, "itl": {1024: 2.2}, "timing": drained}},
+                    n=400, baseline="bf16")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    rows = {r[0]: r for r in _table(md, "| variant | verdict |")}
+    assert rows["fp8"][5] == "30.0 / 1.90≠" and rows["kv_fp8"][5] == "45.0 / 2.20"
+    assert rows["bf16"][6] == "alone, idle (nvml), 2 warm-up x 5"
+    assert rows["kv_fp8"][6] == "1 paused, idle after 0.8 s (nvml), 2 warm-up x 5"
+    assert rows["fp8"][6] == "1 paused, not verified idle, 2 warm-up x 5"
+    serve = {r[0]: r for r in _table(md, "| objective |")}
+    assert serve["fastest decode at 1,024 prompt tokens"][1:3] == ["kv_fp8", "ITL p50 2.20 ms"]
+    assert "fp8 timed otherwise, not compared" in serve["fastest decode at 1,024 prompt tokens"][3]
+    assert "≠ latency not timed as the baseline's was" in md and "fp8 (the candidate neighbours paused but" not in md
+    assert "fp8 (neighbours paused but the device not verified idle" in md
+    assert "with the other engines on the host (a CPU engine) paused, not every time found idle" in md
 
 
 def test_a_change_cell_without_a_paired_change_shows_no_score():

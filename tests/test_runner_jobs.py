@@ -86,11 +86,16 @@ def test_every_task_class_is_a_task():
 
 
 def test_what_tasks_declare(tmp_path):
-    latency = LatencyConfig(prompt_tokens=[8], repeats=2).build(TaskContext(base_dir=tmp_path, cache_dir=tmp_path,
+    latency = LatencyConfig(prompt_tokens=[8], repeats=2, warmup=0).build(TaskContext(base_dir=tmp_path, cache_dir=tmp_path,
                                                                             tokenizer=_Tok()))
     assert isinstance(latency, LatencyTask) and len(latency.samples()) == 2
     assert (latency.batch_size, latency.limited, latency.runs_simulated, latency.harness) == (1, False, False, False)
-    assert latency.warmup_request().max_tokens == 4
+    assert latency.warmup_request().max_tokens == 4 and latency.warmup_requests() == [latency.warmup_request()]
+    warmed = LatencyConfig(prompt_tokens=[8, 16], output_tokens=6, repeats=2, warmup=3).build(
+        TaskContext(base_dir=tmp_path, cache_dir=tmp_path, tokenizer=_Tok()))
+    warm = warmed.warmup_requests()  # each timed length and output, before the timed ones, prompts of their own
+    assert [len(r.prompt_token_ids) for r in warm] == [8, 8, 8, 16, 16, 16] and {r.max_tokens for r in warm} == {6}
+    assert not {tuple(r.prompt_token_ids) for r in warm} & {tuple(s.request.prompt_token_ids) for s in warmed.samples()}
     plain = Counting("plain")
     assert (plain.batch_size, plain.limited, plain.runs_simulated, plain.harness, plain.chance) == \
         (None, True, True, False, None)
@@ -223,8 +228,8 @@ def test_the_timing_pass_records_the_hosts_load(tmp_path):
 
 def test_a_resumed_timing_pass_keeps_the_load_its_recorded_items_saw(tmp_path, monkeypatch):
     """Resumed with every timed item recorded, the pass times nothing: the load those items were timed
-    under stands, not the load now. Resumed with items left, the earlier load stands where it marks
-    the figures (a loaded host), else the new pass's is taken."""
+    under stands, not the load now, and so does the condition. Resumed with items left, the pass is
+    timed again in full, under one load and one condition: none of the earlier items is pooled in."""
     from evalsuite.core import env as envmod
 
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}}})
@@ -241,10 +246,12 @@ def test_a_resumed_timing_pass_keeps_the_load_its_recorded_items_saw(tmp_path, m
     again = runner._opened("bf16", cfg.variants["bf16"])
     runner._run_tasks(Engine(), "bf16", [timed], {"timed": timed.samples()}, again)
     assert again.host_load == result.host_load  # all recorded: nothing timed now
+    assert again.timing == result.timing and result.timing.repeats is None and result.timing.engine == "offline"
     more = Counting("timed", n=9, timed_alone=True, batch_size=1)
     third = runner._opened("bf16", cfg.variants["bf16"])
     runner._run_tasks(Engine(), "bf16", [more], {"timed": more.samples()}, third)
-    assert third.host_load.start == busy  # three items timed quietly now, six earlier on a loaded host
+    assert third.host_load.start == quiet  # six earlier items dropped, nine timed now
+    assert len(run_dir.load_samples("bf16", "timed")) == 9
 
 
 def test_a_cpu_engines_threads_are_the_cores_it_is_bound_to(tmp_path, monkeypatch):

@@ -90,6 +90,9 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert fp8.data.tags["evalsuite.commit"] == "abc123" and fp8.data.tags["vllm.version"] == "0.0.test"
     assert fp8.data.tags["evalsuite.latency_host_loaded"] == "true"  # its latency pass saw a load of 9.5 on 4 CPUs
     assert fp8.data.tags["evalsuite.latency_host_load_1m"] == "9.5"
+    # how its latency was timed: an older record's, alone (no condition recorded, so none verified)
+    assert fp8.data.tags["evalsuite.latency_timed"] == "alone, 0 warm-up (older record)"
+    assert fp8.data.tags["evalsuite.latency_idle_verified"] == "unchecked"
     assert fp8.data.tags["device"] == "CPU: test"
     assert fp8.data.params["quantization"] == "fp8" and fp8.data.params["model.name"] == "tiny"
     m = fp8.data.metrics
@@ -100,7 +103,8 @@ def test_log_run_parent_variants_params_metrics_tags_artifacts(run, client, mlfl
     assert m["placement/weights_gib/predicted"] == 0.52 and m["placement/weights_gib/measured"] == 0.5
     assert m["placement/footprint_gib/predicted"] == 3.5 and "placement/activation_gib/measured" not in m
     assert {a.path for a in client.list_artifacts(fp8.info.run_id)} >= {"result.json", "samples"}
-    assert [a.path for a in client.list_artifacts(fp8.info.run_id, "samples")] == ["samples/mmlu.jsonl"]
+    assert [a.path for a in client.list_artifacts(fp8.info.run_id, "samples")] == ["samples/latency.jsonl",
+                                                                                  "samples/mmlu.jsonl"]
 
     int4 = client.get_run(res.variant_run_ids["int4"])
     assert int4.data.tags["evalsuite.status"] == "skipped"
@@ -274,7 +278,7 @@ def test_experiment_opens_on_runs_and_tasks_are_dataset_inputs(run, client, mlfl
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     inputs = {v: client.get_run(rid).inputs.dataset_inputs for v, rid in res.variant_run_ids.items()}
     by_variant = {v: {d.dataset.name: d for d in ds} for v, ds in inputs.items()}
-    assert set(by_variant["bf16"]) == {"mmlu", "needle"} and set(by_variant["fp8"]) == {"mmlu"}
+    assert set(by_variant["bf16"]) == {"mmlu", "needle", "latency"} and set(by_variant["fp8"]) == {"mmlu", "latency"}
     assert by_variant["int4"] == {} and by_variant["broken"] == {}  # no samples, no dataset
     mmlu = by_variant["bf16"]["mmlu"]
     assert {t.key: t.value for t in mmlu.tags} == {"mlflow.data.context": "evaluation"}

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from evalsuite.core.configfile import Strict, not_allowed
 from evalsuite.stats.metrics import min_samples
@@ -21,6 +21,8 @@ REPORTED_PERCENTILES = (50.0, 90.0, 99.0)  # recorded for every metric, besides 
 MIN_REQUESTS = 100  # per level of a sweep: the percentiles rest on at least this many requests
 TAIL_FLOOR = 90.0  # a searched level's fewest requests: what its p90 needs (stats.metrics.min_samples)
 MOST_USERS = 100_000  # a grid's highest level: far beyond what one engine serves
+# Bounds no real load reaches: a config beyond them is a typo or an attack on the machine running it
+MAX_TOKENS, MAX_RATE, MAX_SLO_MS = 1 << 24, 1e6, 86_400_000.0  # a day
 Mode = Literal["concurrency", "request_rate"]
 
 
@@ -78,29 +80,32 @@ class CapacityConfig(Strict):
     """Each prompt length is one search (or sweep) over load levels, each level one run of `vllm
     bench serve` over random-token prompts that share no prefix, each asking for `output_tokens`
     (ignoring end of sequence, so every request decodes as many). Levels listed under `concurrency`
-    or `request_rate` are swept, each over `requests` prompts; otherwise users are searched."""
+    or `request_rate` are swept, each over `requests` prompts; otherwise users are searched. Every
+    number is finite and below a bound no real load reaches (10^12 users would only exhaust the machine)."""
 
-    prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
-    output_tokens: int = Field(default=128, gt=1)  # at least two, or a request has no inter-token latency
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    prompt_tokens: list[Annotated[int, Field(gt=0, le=MAX_TOKENS)]] = Field(default_factory=lambda: [512], min_length=1)
+    output_tokens: int = Field(default=128, gt=1, le=MAX_TOKENS)  # at least two, or a request has no inter-token latency
     # lengths drawn uniformly from [L(1-r), L(1+r)] for prompts and outputs (`--random-range-ratio`); 0: fixed
     range_ratio: float = Field(default=0.0, ge=0, lt=1)
     # closed loop: this many users, each sending its next request when the last one ends
-    concurrency: list[Annotated[int, Field(gt=0)]] | None = None
+    concurrency: list[Annotated[int, Field(gt=0, le=MOST_USERS)]] | None = None
     # open loop: requests arrive at this many a second, whatever the server keeps up with
-    request_rate: list[Annotated[float, Field(gt=0)]] | None = None
-    burstiness: float = Field(default=1.0, gt=0)  # request_rate arrivals: 1 Poisson, <1 burstier (gamma)
+    request_rate: list[Annotated[float, Field(gt=0, le=MAX_RATE)]] | None = None
+    burstiness: float = Field(default=1.0, gt=0, le=1000)  # request_rate arrivals: 1 Poisson, <1 burstier (gamma)
     requests: int = Field(default=200, ge=MIN_REQUESTS, le=1_000_000)  # per level of a sweep; a searched level's most
-    warmups: int = Field(default=2, ge=0)  # per level, before its timed requests (the load generator's own)
-    timeout_s: float = Field(default=1800, gt=0)  # per level; one that runs longer is recorded as broken
+    warmups: int = Field(default=2, ge=0, le=1_000_000)  # per level, before its timed requests (the load generator's own)
+    timeout_s: float = Field(default=1800, gt=0, le=7 * 86400)  # per level; one that runs longer is recorded as broken
     # levels run above the first that missed the SLO (a length's sweep stops after them); None: every
     # level. Levels that errored never stop a sweep. Above the break a level only draws the curve on.
-    stop_after: int | None = Field(default=None, ge=0)
-    metrics_interval_s: float = Field(default=1.0, gt=0)  # how often /metrics is read during a level
+    stop_after: int | None = Field(default=None, ge=0, le=1000)
+    metrics_interval_s: float = Field(default=1.0, gt=0, le=3600)  # how often /metrics is read during a level
     # a level whose server preempted more than this many times per completed request is broken: it
     # recomputed prompts instead of serving them (a pool overrun), whatever its percentiles say
     max_preemptions_per_request: float = Field(default=1.0, ge=0, le=1000, allow_inf_nan=False)
     search: SearchConfig | None = None  # the default where no levels are listed
-    slo: dict[str, Annotated[float, Field(gt=0)]] = Field(
+    slo: dict[str, Annotated[float, Field(gt=0, le=MAX_SLO_MS)]] = Field(
         default_factory=lambda: {"ttft_p90_ms": 2000.0, "itl_p90_ms": 50.0}, min_length=1)
 
     @field_validator("concurrency", "request_rate")

@@ -57,17 +57,18 @@ def bench_command(cfg: CapacityConfig, base_url: str, model: str, tokenizer: str
                   result: Path, seed: int, requests: int | None = None) -> list[str]:
     """`vllm bench serve` for one level: `requests` (default the config's) random-token prompts of
     `length`, greedy decoding of `output_tokens` each (end of sequence ignored), every percentile the
-    record needs, the whole result saved with each request's timings."""
+    record needs, the whole result saved with each request's timings. Strings from elsewhere (a server's
+    model id, paths) are bound to their flags with `=`, so none is read as an option of its own."""
     n = requests or cfg.requests
     return [sys.executable, "-m", "evalsuite.engine.vllm_cli", "bench", "serve", "--backend", "vllm",
-            "--base-url", base_url, "--endpoint", "/v1/completions", "--model", model, "--tokenizer", tokenizer,
+            f"--base-url={base_url}", "--endpoint", "/v1/completions", f"--model={model}", f"--tokenizer={tokenizer}",
             "--dataset-name", "random", "--random-input-len", str(length),
             "--random-output-len", str(cfg.output_tokens), "--random-range-ratio", f"{cfg.range_ratio:g}",
             "--num-prompts", str(n), *level_flag(cfg, level), "--num-warmups", str(cfg.warmups),
             "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm",
             "--percentile-metrics", ",".join(SLO_METRICS),
             "--metric-percentiles", ",".join(f"{q:g}" for q in cfg.percentiles_for(n)),
-            "--save-result", "--save-detailed", "--result-dir", str(result.parent), "--result-filename", result.name]
+            "--save-result", "--save-detailed", "--result-dir", str(result.parent.absolute()), "--result-filename", result.name]
 
 
 def _result_path(cmd: list[str]) -> Path:

@@ -151,7 +151,7 @@ def list_command(
             typer.echo(f"{p.name}: no data archive (summaries only)")
             continue
         got = fetched(p)
-        here = "fetched" if got and got.get("sha256") == archive.sha256 else "not fetched"
+        here = "fetched" if got and got.sha256 == archive.sha256 else "not fetched"
         held = f"commit {archive.commit[:12]}" if archive.commit else "no commit holds it"
         typer.echo(f"{p.name}: {archive.file} ({archive.bytes / 1e6:.1f} MB, {archive.files} files, {held}): {here}")
 

@@ -225,7 +225,7 @@ def sync_command(
       evalsuite sync
       evalsuite sync runs/A --uri http://127.0.0.1:5000"""
     try:
-        from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, run_tracking_config
+        from evalsuite.tracking.store import env_uri, find_run_dirs, log_run, recorded_host_problem, run_tracking_config
     except ImportError as e:
         raise EvalsuiteError(f"sync needs mlflow ({e}); install evalsuite's dependencies") from None
 
@@ -238,6 +238,11 @@ def sync_command(
         cfg = run_tracking_config(rd)
         if not run_dirs and not cfg.enabled:
             typer.echo(f"{rd.root}: tracking disabled in its config; skipped")
+            continue
+        problem = recorded_host_problem(rd, cfg, uri)
+        if problem:
+            failed += 1
+            typer.echo(f"{rd.root}: not synced ({problem})", err=True)
             continue
         try:
             res = log_run(rd, cfg, uri=uri)

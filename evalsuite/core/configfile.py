@@ -17,7 +17,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.files import decode_utf8, nesting_depth, read_regular
+from evalsuite.core.files import UniqueKeyLoader, decode_utf8, nesting_depth, read_regular
 from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
@@ -51,31 +51,12 @@ def _read_text(path: Path, quiet: bool = False) -> str:
     return decode_utf8(path, read_regular(path, MAX_BYTES, "YAML file"), quiet)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader that refuses a key given twice in one mapping, where PyYAML keeps the last:
-    two `tasks:` blocks would otherwise run only the second, silently. Keys a `<<` merge brings in
-    may be overridden, as YAML intends."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        first: dict[tuple[str, str], yaml.Node] = {}
-        for key, _ in node.value:
-            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
-                continue
-            if (key.tag, key.value) in first:
-                line = first[(key.tag, key.value)].start_mark.line + 1
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key.value!r} given twice (first on line {line}); give each key once",
-                    key.start_mark)
-            first[(key.tag, key.value)] = key
-        return super().construct_mapping(node, deep)
-
-
 def _read_yaml(path: Path, included: bool = False) -> dict:
     """A YAML mapping. Where the file is included (`included`), an error names the file and where in
     it, never its text: an include may name any file, secrets too."""
     text = _read_text(path, quiet=included)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""

@@ -22,7 +22,9 @@ import errno
 import fcntl
 import functools
 import json
+import math
 import os
+import stat
 import re
 import secrets
 import socket
@@ -35,10 +37,9 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic_core import from_json
 
 from evalsuite.core.errors import PATH_KIND_HINTS, STORAGE_ERRNOS, ConfigError, EvalsuiteError, StorageError
-from evalsuite.core.files import nesting_depth, read_regular
+from evalsuite.core.files import parse_json, parse_yaml, read_regular
 from evalsuite.core.migrate import upgraded
 from evalsuite.core.outputs import FOLDER_HINT
 from evalsuite.core.types import RecordedConfig, RecordedEnv, RunRecord, SampleLine, VariantResult
@@ -88,13 +89,28 @@ def storage_error(path: Path, e: OSError) -> EvalsuiteError:
     """A failed write as one line: the machine's fault (full disk, read-only) exits 4, others 1."""
     if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
         return ConfigError(LINKED.format(path=path))
+    if e.errno == errno.ENXIO:  # a FIFO opened without blocking, nobody reading it
+        return ConfigError(f"{path}: not a regular file (a FIFO); remove it (evalsuite writes its records there)")
     cls = StorageError if e.errno in STORAGE_ERRNOS else EvalsuiteError
     return cls(f"{path}: cannot write ({e.strerror or e}); records so far are kept, rerun with --resume "
                f"once it is fixed")
 
 
 def _write_fd(path: Path, flags: int):
-    return os.fdopen(os.open(path, flags | os.O_WRONLY | os.O_CLOEXEC | _NOFOLLOW, 0o666), "w")
+    """`path` opened for writing, where it is a regular file: opened without blocking (a FIFO planted there
+    would wait for a reader forever) and checked on the open file."""
+    fd = os.open(path, flags | os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | _NOFOLLOW, 0o666)
+    _regular(fd, path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w")
+
+
+def _regular(fd: int, path: Path) -> None:
+    """Closes `fd` and refuses in one line where it is not a regular file."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a regular file (a device, FIFO or socket); remove it (evalsuite writes its "
+                          "records there)")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -179,9 +195,10 @@ def _lock(path: Path) -> int:
     """The open lock file, flock'ed for this process, its holder written in; ConfigError naming the
     holder where another process has it."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | _NOFOLLOW, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | _NOFOLLOW, 0o666)
     except OSError as e:
         raise storage_error(path, e) from None
+    _regular(fd, path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.ftruncate(fd, 0)
@@ -212,9 +229,11 @@ def _holder(fd: int) -> str:
 def _drop_partial_line(path: Path) -> None:
     """A kill mid-write leaves a line without its newline; cut it so the next append starts clean."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | _NOFOLLOW)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK | _NOFOLLOW)
     except FileNotFoundError:
         return
+    _regular(fd, path)
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
         if size == 0:
@@ -319,12 +338,12 @@ class RunDir:
         path = self.config_path
         if not path.exists() and not path.is_symlink():
             return {}
-        data = read_regular(path, RECORD_BYTES, "YAML file")
+        raw = read_regular(path, RECORD_BYTES, "YAML file")
         try:
-            config = yaml.safe_load(data.decode("utf-8"))
-        except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
-            config = None
-        if not isinstance(config, dict) or nesting_depth(config, RECORD_DEPTH + 1) > RECORD_DEPTH:
+            config = parse_yaml(path, raw, RECORD_DEPTH, "recorded config")
+        except ConfigError as e:
+            raise ConfigError(f"{e} (damaged? start a new run)") from None
+        if not isinstance(config, dict):
             raise ConfigError(f"{path}: not a YAML mapping of config keys (damaged? start a new run)")
         _validated(path, RecordedConfig, config)
         return config
@@ -360,6 +379,7 @@ class RunDir:
         record = _validated(path, RunRecord, raw if data is parsed else json.dumps(data).encode())
         for i, v in enumerate(record.variants):  # each names a folder that readers open
             check_name(v.variant, f"{path}: variants.{i}.variant")
+            _check_metrics(path, v, f"variants.{i}.")
         return record
 
     def variant_dir(self, variant: str) -> Path:
@@ -390,12 +410,12 @@ class RunDir:
     def load_phases(self) -> list[dict[str, Any]]:
         """Every span recorded so far, in the order they ended; a line a kill cut short is left out."""
         path = self.root / PHASES_FILE
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             return []
         rows = []
-        for line in path.read_bytes().split(b"\n"):
-            with contextlib.suppress(ValueError):
-                row = json.loads(line) if line.strip() else None
+        for n, line in enumerate(read_regular(path, RECORD_BYTES, "JSON lines file").split(b"\n"), 1):
+            with contextlib.suppress(ConfigError):
+                row = parse_json(path, line, "phases line", n) if line.strip() else None
                 if isinstance(row, dict) and "phase" in row:
                     rows.append(row)
         return rows
@@ -487,6 +507,10 @@ def _sample_rows(path: Path, lines: list[bytes], at: int, seen: set[str], first:
             if n == at + len(lines) - 1 and e.errors()[0]["type"] == "json_invalid":
                 continue  # cut short by a kill: no newline after it
             raise ConfigError(_refusal(path, SampleLine, e, line, n)) from None
+        parse_json(path, line, SAMPLES_KIND, n)  # each key once, integers bounded
+        if not math.isfinite(row.score.value):
+            raise ConfigError(f"{path}: line {n}: score.value: {row.score.value} is not a score (allowed: a finite "
+                              "number, 1 right, 0 wrong)")
         if row.sample.id in seen:
             continue  # never count a sample twice
         seen.add(row.sample.id)
@@ -533,10 +557,7 @@ def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
     """A record file's JSON object; anything else is one ConfigError line naming the file."""
     if _binary(raw):
         raise ConfigError(f"{path}: not a JSON record (binary content)")
-    try:
-        data = from_json(raw)
-    except ValueError as e:
-        raise ConfigError(f"{path}: corrupt JSON ({e})") from None
+    data = parse_json(path, raw)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a JSON record (a {type(data).__name__}, not an object)")
     return data
@@ -544,10 +565,28 @@ def _json_object(path: Path, raw: bytes) -> dict[str, Any]:
 
 def read_result(path: Path) -> VariantResult:
     """A variant's result.json (this version's or an earlier one), read as data."""
-    raw = read_regular(path, RECORD_BYTES, "JSON record")
+    return parse_result(path, read_regular(path, RECORD_BYTES, "JSON record"))
+
+
+def parse_result(path: Path, raw: bytes) -> VariantResult:
+    """read_result of bytes already read (from `path`)."""
     parsed = _json_object(path, raw)
     data = upgraded(parsed, str(path), run=False)
-    return _validated(path, VariantResult, raw if data is parsed else json.dumps(data).encode())
+    result = _validated(path, VariantResult, raw if data is parsed else json.dumps(data).encode())
+    _check_metrics(path, result)
+    return result
+
+
+def _check_metrics(path: Path, result: VariantResult, at: str = "") -> None:
+    """What a metric's numbers must be where they are read: a count of items is a count (>= 0), a value and
+    its standard error a number or NaN (a score over no items), never infinite."""
+    for i, m in enumerate(result.metrics):
+        key = f"{at}metrics.{i}"
+        if m.n is not None and m.n < 0:
+            raise ConfigError(f"{path}: {key}.n: {m.n} is not a number of items (allowed: 0 or more)")
+        for name, value in (("value", m.value), ("stderr", m.stderr), *(("ci95", v) for v in m.ci95 or [])):
+            if value is not None and math.isinf(value):
+                raise ConfigError(f"{path}: {key}.{name}: {value} (allowed: a finite number, or NaN for no items)")
 
 
 def _validated(path: Path, model: type[M], data: bytes | dict[str, Any], strict: bool = True) -> M:

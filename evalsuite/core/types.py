@@ -78,7 +78,8 @@ class Score(_Model):
     pred: str
     target: str
     group: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)
+    # what the task keeps beside the verdict: free-form, the keys tasks read back held to their types
+    extra: Annotated[dict[str, Any], shaped(_ScoreExtra)] = Field(default_factory=dict)
 
 
 class MetricKind(str, Enum):
@@ -327,6 +328,80 @@ class HostLoad(_Model):
         return self.peak - self.engine_threads > max(1, self.cpus - self.engine_threads)
 
 
+class InFlight(_Model):
+    """What a neighbour had sent its engine and not yet had answered when it was paused."""
+
+    task: str | None = None
+    requests: int = 0
+    longest_prompt: int = 0  # tokens: the longest prompt among those requests
+
+
+class TimingCondition(_Model):
+    """How a variant's latency pass was timed (evalsuite.run.hostload): whether other engines of the run
+    shared its device (none, paused, running), how the device was found idle before the first
+    warm-up request (NVML's utilization on a GPU; on a CPU, the paused neighbours' CPU time, which a
+    stopped process no longer spends), the warm-up and the repeats. Two passes compare only where
+    `timing_unlike` finds no difference that moves a timing."""
+
+    neighbours: Literal["none", "paused", "running"] = "none"
+    idle: Literal["nvml", "cpu_time"] | None = None  # how the device was checked idle; None: not checked
+    idle_ok: bool | None = None  # what the check found
+    drain_s: float | None = None  # from the neighbours' pause (or the pass's start) to the device found idle
+    utilization_pct: list[float] = Field(default_factory=list)  # NVML's readings that decided it
+    paused: dict[str, InFlight] = Field(default_factory=dict)  # neighbour -> what it had in flight then
+    warmup: int = 0  # untimed requests at each prompt length, right before the timed ones
+    repeats: int | None = None  # timed requests at each prompt length
+    device: str | None = None
+    engine: Literal["offline", "server", "fake"] | None = None
+    cores: int | None = None  # a CPU engine's compute threads; None on a GPU
+    derived: bool = False  # read from an older record's placement, which kept no condition
+
+    def doubt(self) -> str | None:
+        """Why the figures are no measure of the engine by itself, whatever they are compared with."""
+        if self.neighbours == "running":
+            return "timed beside running engines"
+        if self.idle_ok is False:
+            seen = f", {self.utilization_pct[-1]:g}% busy" if self.utilization_pct else ""
+            return f"the device was not found idle ({self.idle}{seen} after {self.drain_s or 0:.1f} s)"
+        if self.neighbours == "paused" and not self.idle_ok:
+            return ("neighbours paused but the device not verified idle (a stopped process's queued GPU work "
+                    "still runs)")
+        return None
+
+    def describe(self) -> str:
+        """A few words for a table cell or a tag: `alone, idle (nvml), 2 warm-up x 10`."""
+        if self.neighbours == "running":
+            how = "beside running engines"
+        else:
+            how = "alone" if self.neighbours == "none" else f"{len(self.paused) or 'neighbours'} paused"
+            if self.idle_ok:
+                drained = f" after {self.drain_s:.1f} s" if self.neighbours == "paused" and self.drain_s else ""
+                how += f", idle{drained} ({self.idle})"
+            elif self.idle_ok is False:
+                how += f", not idle ({self.idle})"
+            elif self.neighbours == "paused":
+                how += ", not verified idle"
+        repeats = f" x {self.repeats}" if self.repeats else ""
+        return f"{how}, {self.warmup} warm-up{repeats}" + (" (older record)" if self.derived else "")
+
+
+def timing_unlike(base: TimingCondition | None, cand: TimingCondition | None) -> str | None:
+    """Why a candidate's latency figures do not compare with its baseline's (a side's own doubt, or a
+    difference in what moves a timing: device, engine mode, a CPU engine's cores, the warm-up);
+    None where they compare. The gate, the report's picks and the benches ask this one rule."""
+    if base is None or cand is None:
+        return None
+    for side, c in (("baseline", base), ("candidate", cand)):
+        if (why := c.doubt()) is not None:
+            return f"the {side} {why}"
+    for key, what in (("device", "devices"), ("engine", "engine modes"), ("cores", "CPU cores"),
+                      ("warmup", "warm-ups")):
+        b, c = getattr(base, key), getattr(cand, key)
+        if b != c and (key in ("warmup", "cores") or (b is not None and c is not None)):
+            return f"timed with other {what} (baseline: {b}, candidate: {c})"
+    return None
+
+
 # partial: interrupted, and scored from the samples it recorded (`evalsuite finish`), or its engine
 # (the latency pass's included) failed in a task after others completed: those keep their metrics,
 # and the reason names the task and the error
@@ -389,6 +464,27 @@ Number = int | float
 class _Settings(_Shape):
     engine_args: dict[str, Any] = Field(default_factory=dict)
     quantize: str | None = None
+
+
+class _ScoreExtra(_Shape):
+    """The keys of a Score's `extra` that tasks read back (evalsuite.tasks: timings, token counts, choice
+    log-probabilities, a needle cell's place, a RULER task's name), as their metrics read them."""
+
+    ttft_ms: Number | None = None
+    itl_ms: Number | None = None
+    e2e_ms: Number | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    logprobs: dict[str, Number | None] | None = None
+    margin: Number | None = None
+    length: int | None = None
+    depth: int | None = None
+    ruler_task: str | None = None
+    clause: str | None = None
+    extras: list[str] | None = None
+    distractor_hits: list[str] | None = None
+    lm_eval: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- the parts of a variant's record
@@ -552,6 +648,7 @@ class VariantResult(_Model):
     predicted: Prediction | None = None  # the planner's, from the engine's start
     placement: Placement | None = None  # `run --parallel` only
     host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
+    timing: TimingCondition | None = None  # how the latency pass was timed; None without one
     stopped: dict[str, EarlyStop] = Field(default_factory=dict)  # by task: ended early under --stop decided
     started_at: datetime | None = None
     duration_s: float | None = None
@@ -567,6 +664,22 @@ class VariantResult(_Model):
     def measured(self) -> dict[str, Metric]:
         """Every number the variant produced by name: its metrics, then its engine's as engine/<field>."""
         return {m.name: m for m in [*self.metrics, *engine_metrics(self.engine)]}
+
+    def timed_as(self) -> TimingCondition | None:
+        """How its latency figures were timed: the record's own, or for an older record what its
+        placement says (paused neighbours, unverified; a restarted or unpacked engine, alone), with
+        its single short warm-up counted as none at the timed lengths; None without latency figures."""
+        if self.timing is not None:
+            return self.timing
+        if not any(m.task == "latency" for m in self.metrics):
+            return None
+        p = self.placement
+        packed = p is not None and p.parallel not in (None, 1) and not p.alone
+        neighbours = "paused" if p is not None and p.latency == "pause" else (
+            "running" if packed and not p.engine_alone else "none")
+        cores = self.host_load.engine_threads or None if self.host_load is not None else None
+        return TimingCondition(neighbours=neighbours, device=self.engine.device, cores=cores, derived=True,
+                               paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
 # how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or

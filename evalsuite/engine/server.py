@@ -42,8 +42,8 @@ def free_port() -> int:
 def cli_args(kwargs: dict[str, Any]) -> list[str]:
     """Engine kwargs as `vllm serve` flags, each under its exact name and bound to its value with `=`,
     so that no value is read as a flag of its own; a list's items follow its flag (argparse's nargs),
-    and a False boolean uses argparse's --no- form. evalsuite.engine.vllm_cli refuses a flag that vLLM's
-    parser would only take as an abbreviation."""
+    never one that reads as an option, and a False boolean uses argparse's --no- form.
+    evalsuite.engine.vllm_cli refuses a flag that vLLM's parser would only take as an abbreviation."""
     out: list[str] = []
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
@@ -54,15 +54,30 @@ def cli_args(kwargs: dict[str, Any]) -> list[str]:
         elif isinstance(value, dict):
             out.append(f"{flag}={json.dumps(value)}")
         elif isinstance(value, list):
-            out += [flag, *map(str, value)] if value else []
+            items = [str(v) for v in value]
+            if any(_option(v) for v in items):  # run.safety refuses these in a config, switch or not
+                raise ValueError(f"{key}: an item would be read as an option of `vllm serve`")
+            out += [flag, *items] if items else []
         else:
             out.append(f"{flag}={value}")
     return out
 
 
+def _option(text: str) -> bool:
+    try:
+        float(text)
+        return False
+    except ValueError:
+        return text.startswith("-")
+
+
 def serve_command(model: str, port: int, kwargs: dict[str, Any]) -> list[str]:
     """`vllm serve` on the loopback interface; a `host` in kwargs (allowed only by the config's
-    unsafe_engine_args) comes later and wins."""
+    unsafe_engine_args) comes later and wins. The model is the one positional argument (vLLM moves a
+    `--model=` there too), so it can never start with '-': a path that does is given as ./-PATH, the
+    same file (run.config refuses such a model before it gets here)."""
+    if model.startswith("-"):
+        model = f"./{model}"
     return [sys.executable, "-m", "evalsuite.engine.vllm_cli", "serve", model, "--host", "127.0.0.1",
             "--port", str(port), *cli_args(kwargs)]
 

@@ -7,7 +7,8 @@ detection looks for) is the whole fix; everything else is vLLM's own CLI.
 
 Flags are taken only as vLLM spells them: argparse would complete an abbreviation (`--hos` to
 `--host`, `--trust-remote-cod`), and vLLM reads `--config FILE` for more arguments, neither of which
-the config's checks (evalsuite.run.safety) would see.
+the config's checks (evalsuite.run.safety) would see. `serve`'s model is never an option: a model
+`--tool-parser-plugin=FILE.py` would have vLLM import that file before loading anything.
 """
 
 import argparse
@@ -43,6 +44,11 @@ def refused_flag(argv: list[str]) -> str | None:
     return next((a for a in argv if a == "--config" or a.startswith(("--config=", "--config."))), None)
 
 
+def option_as_model(argv: list[str]) -> bool:
+    """`serve` with an option where its model stands (what evalsuite.engine.server never writes)."""
+    return argv[:1] == ["serve"] and (len(argv) < 2 or argv[1].startswith("-"))
+
+
 if __name__ == "__main__":
     import os
 
@@ -53,6 +59,10 @@ if __name__ == "__main__":
     metadata.version = _vllm_version
     if refused_flag(sys.argv[1:]):
         print("evalsuite: error: --config: refused: a file of more arguments would pass unchecked", file=sys.stderr)
+        sys.exit(2)
+    if option_as_model(sys.argv[1:]):
+        print("evalsuite: error: serve: the model must come first and never start with '-' (an option there "
+              "would be read as vLLM's own)", file=sys.stderr)
         sys.exit(2)
     exact_flags_only()
     from vllm.entrypoints.cli.main import main

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -60,6 +62,74 @@ def visible_gpus() -> list[tuple[str, float, float]]:
         info = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i))
         out.append((str(i), info.total / GIB, info.free / GIB))
     return out
+
+
+def nvml_device(engine_env: dict[str, str], gpu: str | None = None) -> str | None:
+    """The card an engine runs on, as NVML names it (an index in PCI bus order, or a UUID): the packed
+    slot's `gpu`, else the first card the engine's CUDA_VISIBLE_DEVICES names, else this process's,
+    else card 0; None for a MIG instance, whose utilization NVML does not report."""
+    if gpu is not None:
+        return str(gpu)
+    for visible in (engine_env.get("CUDA_VISIBLE_DEVICES"), os.environ.get("CUDA_VISIBLE_DEVICES")):
+        if visible is not None and visible.strip():
+            first = visible.split(",")[0].strip()
+            return None if first.startswith("MIG") else first
+    return "0"
+
+
+def utilization_reader(device: str | None) -> Callable[[], float | None] | None:
+    """A reader of the card's utilization: the share (%) of NVML's last sample period (1/6 s to 1 s by
+    product) in which any kernel ran, on any process; None without NVML or the card."""
+    nv = _nvml()
+    if nv is None or device is None:
+        return None
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(int(device)) if device.isdigit() else nv.nvmlDeviceGetHandleByUUID(device)
+        nv.nvmlDeviceGetUtilizationRates(h)
+    except Exception:  # no such card, or one that does not report utilization
+        return None
+
+    def read() -> float | None:
+        try:
+            return float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        except Exception:
+            return None
+    return read
+
+
+@dataclass
+class IdleWait:
+    """What waiting for an idle device found: idle (None: nothing could be read), after how long, and
+    the readings of its last `quiet_s`."""
+
+    ok: bool | None
+    waited_s: float
+    readings: list[float] = field(default_factory=list)
+
+
+def wait_idle(read: Callable[[], float | None], quiet_s: float = 1.0, timeout_s: float = 30.0, poll_s: float = 0.1,
+              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> IdleWait:
+    """Poll `read` until it reads 0 (no kernel ran) throughout `quiet_s`, at most `timeout_s`. A paused
+    engine's process is stopped, but the kernels it queued before run to their end: a 32K prefill's
+    chunks keep the card busy for a while after SIGSTOP."""
+    t0 = clock()
+    since: float | None = None
+    window: list[float] = []
+    while True:
+        value, now = read(), clock()
+        if value is None:
+            return IdleWait(None, now - t0, window)
+        if value > 0:
+            since, window = None, [value]
+        elif since is None:
+            since, window = now, [value]
+        else:
+            window.append(value)
+        if since is not None and now - since >= quiet_s:
+            return IdleWait(True, since - t0, window)
+        if now - t0 >= timeout_s:
+            return IdleWait(False, now - t0, window[-int(quiet_s / poll_s) - 1:])
+        sleep(poll_s)
 
 
 class NvmlPeak:

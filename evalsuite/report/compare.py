@@ -16,9 +16,10 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, pools_comparable
+from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, TimingCondition, pools_comparable, timing_unlike
 from evalsuite.report.capacity_view import headline_rows, loaded_at
 from evalsuite.report.names import (
+    APART,
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
     fmt_delta,
@@ -35,6 +36,7 @@ from evalsuite.verdict.compare import (
     baseline_marks,
     flat_metrics,
     intervals,
+    is_latency,
     load_entries,
     paired_deltas,
     pick_baseline,
@@ -121,6 +123,22 @@ class Comparison:
         """Each variant's host load over its latency pass, by label."""
         return {e.label: e.result.host_load for e in self.entries}
 
+    def timings(self) -> dict[str, TimingCondition | None]:
+        """How each variant's latency pass was timed, by label."""
+        return {e.label: e.result.timed_as() for e in self.entries}
+
+    def timed_apart(self) -> dict[str, str]:
+        """label -> why its latency does not compare with the baseline's (core.types.timing_unlike), for
+        the variants whose does not; the gate leaves those checks unjudged."""
+        timed = self.timings()
+        base = timed.get(self.baseline)
+        out = {}
+        for label, t in timed.items():
+            why = (t.doubt() if t is not None else None) if label == self.baseline else timing_unlike(base, t)
+            if why:
+                out[label] = why
+        return out
+
     def capacity_loaded(self, label: str, metric: str) -> bool:
         """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity_view)."""
         return loaded_at(self.frame.loc[label].to_dict(), metric)
@@ -146,7 +164,8 @@ class Comparison:
         lines = [fmt_value(self.unit(metric), self.frame.at[label, metric])]
         if lines[0] == "-":
             return lines
-        lines[0] += loaded_mark(metric, self.loads()[label]) or ("†" if self.capacity_loaded(label, metric) else "")
+        lines[0] += loaded_mark(metric, self.loads()[label]) or ("†" if self.capacity_loaded(label, metric) else "") \
+            or (APART if is_latency(metric) and label in self.timed_apart() else "")
         ci = self.intervals.get((label, metric))
         if ci:
             n = self.counts().get((label, metric))

@@ -18,7 +18,7 @@ from rich.text import Text
 from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.capacity_view import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, SEQUENCE_NOTE, Comparison
-from evalsuite.report.names import STATUS_CELLS, loaded_note, status_word, stopped_note
+from evalsuite.report.names import STATUS_CELLS, apart_note, loaded_note, status_word, stopped_note
 from evalsuite.report.plots import write_plots
 from evalsuite.report.terminal import Block, Blocks, fits
 
@@ -33,7 +33,8 @@ def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
     swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
     early = {e.label: [t for t, stop in e.result.stopped.items() if stop.early] for e in c.entries}
-    notes = [n for n in (loaded_note(c.loads()), stopped_note(early), capacity_note(swept),
+    notes = [n for n in (loaded_note(c.loads()), apart_note(c.timed_apart()), stopped_note(early),
+                         capacity_note(swept),
                          POOL_NOTE if c.elsewhere else "", SEQUENCE_NOTE if c.sequence_outside() else "") if n]
     return ". ".join([LEGEND, *notes])
 
@@ -126,7 +127,7 @@ def to_csv(c: Comparison) -> str:
     """Every metric, raw numbers, variants as rows: `<m>`, `<m> delta_pt` (points, for scores) or `<m>
     delta_pct` (percent, for quantities), `<m> ci95 low/high`, for the rows shown the paired delta in
     points, its two-sided 95% interval and n, and whether the latency pass ran on a loaded host (with
-    its 1-minute load)."""
+    its 1-minute load) and how it was timed (core.types.TimingCondition.describe)."""
     out = c.frame[["status"]].copy()
     extra: dict[str, list] = {}
     for col in c.deltas.columns:
@@ -144,6 +145,8 @@ def to_csv(c: Comparison) -> str:
     loads = c.loads()
     extra["latency host loaded"] = [None if loads[x] is None else loads[x].loaded for x in c.frame.index]
     extra["latency host load 1m"] = [None if loads[x] is None else loads[x].peak for x in c.frame.index]
+    timed = c.timings()
+    extra["latency timed"] = [None if timed[x] is None else timed[x].describe() for x in c.frame.index]
     out = pd.concat([out, pd.DataFrame(extra, index=c.frame.index)], axis=1)
     return out.to_csv()
 
@@ -176,7 +179,8 @@ def to_json(c: Comparison) -> str:
         load = c.loads()[label]
         variants[label] = {"status": _num(c.frame.at[label, "status"]),
                            "metrics": {col: _metric_json(c, label, col) for col in c.deltas.columns},
-                           "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded}}
+                           "host_load": None if load is None else {**load.model_dump(), "loaded": load.loaded},
+                           "timing": None if (t := c.timings()[label]) is None else t.model_dump()}
     return json.dumps({"baseline": c.baseline, "runs": c.runs(), "interval": "two-sided 95%", "variants": variants},
                       indent=2) + "\n"
 

@@ -17,6 +17,7 @@ LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
 ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 LOADED = "†"  # beside a latency figure timed on a loaded host
+APART = "≠"  # beside a latency figure not timed as the baseline's was (core.types.timing_unlike)
 
 # A variant's status as tables show it (rich markup): `pending` is a variant an interrupted run never reached.
 STATUS_CELLS = {"ok": "[green]ok", "partial": "[yellow]partial", "failed": "[red]failed", "skipped": "[yellow]skipped",
@@ -101,6 +102,25 @@ def loaded_note(loads: dict[str, HostLoad | None]) -> str | None:
     return (f"{LOADED} latency timed on a loaded host (more runnable threads besides a CPU engine's own than the "
             f"CPUs left free, by the 1-minute load: requests also waited for a CPU, so these figures do not "
             f"compare with a quiet host's): {'; '.join(parts)}")
+
+
+def timed_note(results: list[VariantResult]) -> str | None:
+    """How each variant's latency pass was timed (core.types.TimingCondition), where a record says;
+    a pass whose figures measure no engine by itself says why: the gate does not compare it."""
+    timed = {v.variant: t for v in results if (t := v.timed_as()) is not None and not t.derived}
+    if not timed:
+        return None
+    doubts = [f"{n} ({why})" for n, t in timed.items() if (why := t.doubt())]
+    return ("Latency timed: " + "; ".join(f"{n} {t.describe()}" for n, t in timed.items())
+            + (f". Not compared: {'; '.join(doubts)}" if doubts else ""))
+
+
+def apart_note(apart: dict[str, str]) -> str | None:
+    """What the mark beside latency figures not timed as the baseline's says, per variant and why."""
+    if not apart:
+        return None
+    return (f"{APART} latency not timed as the baseline's was, so not compared (the gate does not judge it, "
+            f"report does not rank it): {'; '.join(f'{n} ({why})' for n, why in apart.items())}")
 
 
 def stopped_note(stopped: dict[str, list[str]]) -> str | None:

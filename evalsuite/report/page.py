@@ -19,7 +19,7 @@ from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad
+from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad, TimingCondition, timing_unlike
 from evalsuite.core.units import GIB
 from evalsuite.verdict.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, compare
@@ -56,6 +56,8 @@ class Row:
     ttft: dict[int, float] = field(default_factory=dict)  # prompt tokens -> p50 ms
     itl: dict[int, float] = field(default_factory=dict)
     host_load: HostLoad | None = None  # over the latency pass that timed ttft and itl
+    timing: TimingCondition | None = None  # how that pass was timed
+    timed_apart: str | None = None  # why its ttft and itl do not compare with the baseline's (None: they do)
     accuracy: dict[str, float] = field(default_factory=dict)  # primary metric -> value
     interval: dict[str, tuple[float, float]] = field(default_factory=dict)
     n: dict[str, int] = field(default_factory=dict)
@@ -234,8 +236,22 @@ def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, r
         if part.gate is not None:
             _judge(rows, part)
     report.rows = list(rows.values())
+    _timed_alike(report)
     _mark_pareto(report)
     return report
+
+
+def _timed_alike(report: Report) -> None:
+    """Each timed row's reason its speed does not compare with the baseline's (core.types.timing_unlike,
+    or a loaded host), as the gate's latency checks say; the baseline's own doubt on its own row.
+    Without a timed baseline, the first timed row stands in for it."""
+    timed = [r for r in report.rows if r.ttft]
+    ref = next((r for r in timed if r.baseline), timed[0] if timed else None)
+    for r in timed:
+        own = r.timing.doubt() if r.timing is not None else None
+        loaded = "timed on a loaded host" if r.host_load is not None and r.host_load.loaded else None
+        unlike = None if r is ref else timing_unlike(ref.timing, r.timing)
+        r.timed_apart = own or loaded or unlike
 
 
 def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
@@ -246,7 +262,7 @@ def _fill(row: Row, part: RunPart, entry: Entry, primary: list[str]) -> None:
         row.weights_gib, row.kv_tokens = v.engine.weights_gib, v.engine.kv_cache_tokens
         row.kv_bytes_per_token, row.kv_cache_gib = v.engine.kv_bytes_per_token, v.engine.kv_cache_gib
     if not row.ttft:
-        row.host_load = v.host_load
+        row.host_load, row.timing = v.host_load, v.timed_as()
         only = part.latency_length
         for m in v.metrics:
             for pooled, prefix, into in ((TTFT_P50, TTFT, row.ttft), (ITL_P50, ITL, row.itl)):
@@ -342,12 +358,16 @@ def picks(report: Report) -> list[Pick]:
     out = [_best(ok, "least memory (weights)", lambda r: r.weights_gib, min, lambda r: f"{r.weights_gib:.2f} GiB")]
     out.append(_best(ok, "most KV capacity (tokens per GiB of KV cache)", lambda r: r.tokens_per_gib, max,
                      lambda r: f"{r.tokens_per_gib:,.0f} tokens/GiB"))
-    n = longest_common(report, ok)
+    alike = [r for r in ok if r.timed_apart is None]  # speed is ranked only among figures timed alike
+    apart = [r.name for r in ok if r.ttft and r.timed_apart is not None]
+    n = longest_common(report, alike)
     if n is not None:
-        out.append(_best(ok, f"fastest first token at {n:,} prompt tokens", lambda r: r.ttft.get(n), min,
-                         lambda r: f"TTFT p50 {r.ttft[n]:,.1f} ms" + loaded_mark(TTFT_P50, r.host_load)))
-        out.append(_best(ok, f"fastest decode at {n:,} prompt tokens", lambda r: r.itl.get(n), min,
-                         lambda r: f"ITL p50 {r.itl[n]:.2f} ms" + loaded_mark(ITL_P50, r.host_load)))
+        out.append(_best(alike, f"fastest first token at {n:,} prompt tokens", lambda r: r.ttft.get(n), min,
+                         lambda r: f"TTFT p50 {r.ttft[n]:,.1f} ms" + loaded_mark(TTFT_P50, r.host_load), apart))
+        out.append(_best(alike, f"fastest decode at {n:,} prompt tokens", lambda r: r.itl.get(n), min,
+                         lambda r: f"ITL p50 {r.itl[n]:.2f} ms" + loaded_mark(ITL_P50, r.host_load), apart))
+    elif apart:
+        out.append(Pick("fastest", None, "-", f"none timed alike: {', '.join(apart)} timed otherwise (not comparable)"))
     return out
 
 
@@ -385,12 +405,14 @@ def decision(report: Report) -> str:
     return f"no candidate passed the gate, so every pick is the baseline `{report.baseline}`: {'; '.join(said)}"
 
 
-def _best(rows: list[Row], objective: str, key, choose, show) -> Pick:
+def _best(rows: list[Row], objective: str, key, choose, show, apart: list[str] | None = None) -> Pick:
     have = [r for r in rows if key(r) is not None]
     if not have:
         return Pick(objective, None, "-", "no variant the gate passed (nor the baseline) measured it")
     best = choose(have, key=key)
-    return Pick(objective, best, show(best), f"best of {len(have)}: the baseline and the variants the gate passed")
+    left = f"; {', '.join(apart)} timed otherwise, not compared" if apart else ""
+    what = "the baseline and the variants the gate passed" + (", timed alike" if apart is not None else "")
+    return Pick(objective, best, show(best), f"best of {len(have)}: {what}{left}")
 
 
 NAME = re.compile(r"[^A-Za-z0-9_.-]")

@@ -20,7 +20,8 @@ from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
-from evalsuite.report.names import loaded_mark, loaded_note
+from evalsuite.report.names import APART, loaded_mark, loaded_note
+from evalsuite.report.names import apart_note as names_apart_note
 from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
@@ -104,7 +105,33 @@ def speed_cell(row: Row, n: int) -> str:
     if n not in row.ttft:
         return "-"
     itl = row.itl.get(n)
-    return f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}") + loaded_mark(TTFT_P50, row.host_load)
+    return (f"{row.ttft[n]:,.1f} / " + ("-" if itl is None else f"{itl:.2f}") + loaded_mark(TTFT_P50, row.host_load)
+            + (APART if row.timed_apart and not (row.host_load and row.host_load.loaded) else ""))
+
+
+def timed_cell(row: Row) -> str:
+    """How its latency pass was timed (core.types.TimingCondition.describe)."""
+    return row.timing.describe() if row.ttft and row.timing is not None else "-"
+
+
+def apart_note(report: Report) -> str | None:
+    """Which rows' speed does not compare with the baseline's, and why (a loaded host has its own mark)."""
+    return names_apart_note({r.name: r.timed_apart for r in report.rows
+                             if r.timed_apart and not (r.host_load and r.host_load.loaded)})
+
+
+def timing_sentence(report: Report, where: str) -> str:
+    """How the page's latency was timed, as the rows' conditions say (not as it ought to have been)."""
+    timed = [r.timing for r in report.rows if r.ttft and r.timing is not None]
+    kinds = {t.neighbours for t in timed}
+    if not timed or kinds == {"none"}:
+        return f"one engine at a time on {where}"
+    if "running" in kinds:
+        return f"some beside other engines running on {where} (those are not compared)"
+    verified = all(t.idle_ok for t in timed if t.neighbours == "paused")
+    return (f"each engine's pass with the other engines on {where} paused"
+            + (" and the device then found idle" if verified else ", not every time found idle (those are not compared)")
+            + (", or alone" if "none" in kinds else ""))
 
 
 # ---------------------------------------------------------------- (a) the decision
@@ -114,12 +141,14 @@ def decision_table(report: Report) -> Table:
     lengths = report.lengths()
     cap = capacity_view(report.entries())
     cols = ["variant", "verdict", "weights GiB", "KV tokens (pool)", "tokens per KV GiB",
-            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(cap.decision_columns() if cap else []),
+            *(f"TTFT / ITL p50 ms @{_kilo(n)}" for n in lengths), *(["latency timed"] if lengths else []),
+            *(cap.decision_columns() if cap else []),
             *(f"{m} change, pt [95%]" for m in report.primary), "Pareto (weights vs accuracy)"]
     rows = []
     for r in report.rows:
         rows.append([r.name, verdict_cell(r), _num(r.weights_gib, "{:.2f}"), _num(r.kv_tokens, "{:,}"),
                      _num(r.tokens_per_gib, "{:,.0f}"), *(speed_cell(r, n) for n in lengths),
+                     *([timed_cell(r)] if lengths else []),
                      *(cap.decision_cells(r.name) if cap else []),
                      *(delta_cell(r, m) for m in report.primary), ", ".join(task_of(m) for m in r.pareto) or "-"])
     note = (f"verdict: the gate ({shared_path(report.rules_path)}) against `{report.baseline}` in the same run folder, "
@@ -133,6 +162,11 @@ def decision_table(report: Report) -> Table:
         note += " " + NO_CHANGE_NOTE
     if any(SEQUENCE_CELL in cell for row in rows for cell in row):
         note += " " + SEQUENCE_NOTE + "."
+    if lengths:
+        note += (" Latency timed: whom the engine's pass shared the device with (alone, or neighbours paused), "
+                 "how the device was found idle before it (NVML's utilization; on a CPU the paused neighbours' "
+                 "CPU time), and the untimed warm-up x timed requests at each prompt length.")
+    note += f" {apart}." if (apart := apart_note(report)) else ""
     return Table("decision", cols, rows, note + (f" {loaded}." if (loaded := _loaded(report)) else ""))
 
 
@@ -149,8 +183,8 @@ def answer(report: Report) -> list[str | Table]:
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
     said = decision(report)
-    return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows,
-                                                _loaded(report) or "")]
+    notes = " ".join(n + "." for n in (apart_note(report), _loaded(report)) if n)
+    return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows, notes)]
 
 
 # ---------------------------------------------------------------- (b) per task
@@ -334,8 +368,8 @@ def document(report: Report, out: Path, command: str) -> Document:
     where = "the host (a CPU engine)" if on_cpu(report) else "the card"
     head = Section("What to serve", "answer", [
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
-        f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (f"; latency timed up to {n:,} prompt tokens, one engine at a time on "
-                                                f"{where}." if n else "."),
+        f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (
+            f"; latency timed up to {n:,} prompt tokens, {timing_sentence(report, where)}." if n else "."),
         *answer(report), decision_table(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
                     [head, *task_sections(report, out), *capacity_sections(report, out),

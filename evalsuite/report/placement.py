@@ -43,11 +43,14 @@ def _cell(predicted: float | None, measured: float | None) -> str:
 
 def alone_note(rows: list[VariantResult]) -> str:
     """Which variants' latency and memory figures (the summary's) an engine measured alone on the device."""
-    paused = [v.variant for v in rows if v.placement.latency == "pause"]
+    paused = [v for v in rows if v.placement.latency == "pause"]
     if paused:
-        return (f"Latency: timed on each variant's own engine with the others on its device paused ({', '.join(paused)}); "
-                "memory figures: the packed engines' own, their KV pools the plan's (sized for the tasks, not the "
-                "variant's capacity at its own gpu_memory_utilization).")
+        unverified = [v.variant for v in paused if v.timing is None or not v.timing.idle_ok and v.timing.neighbours == "paused"]
+        idle = (" and the device then found idle" if not unverified else
+                f"; the device not found idle for {', '.join(unverified)}, whose latency is not compared")
+        return (f"Latency: timed on each variant's own engine with the others on its device paused{idle} "
+                f"({', '.join(v.variant for v in paused)}); memory figures: the packed engines' own, their KV pools "
+                "the plan's (sized for the tasks, not the variant's capacity at its own gpu_memory_utilization).")
     alone = [v.variant for v in rows if v.placement.engine_alone]
     if len(alone) == len(rows):
         return "Latency and the memory figures above: each engine alone, after the packed tasks."

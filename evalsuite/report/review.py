@@ -97,9 +97,10 @@ def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str
         if row.kv_tokens is not None:
             tags[T_KV] = f"{row.kv_tokens:,}"
         if n is not None and n in row.ttft:  # a median of repeated requests: no interval, to 0.1 ms
-            tags[ttft_tag(n)] = f"{row.ttft[n]:.1f}"
+            # marked where it was not timed as the baseline's (the run's `evalsuite.latency_timed` tag says how)
+            tags[ttft_tag(n)] = f"{row.ttft[n]:.1f}" + (" ≠" if row.timed_apart else "")
         if n is not None and n in row.itl:
-            tags[itl_tag(n)] = f"{row.itl[n]:.1f}"
+            tags[itl_tag(n)] = f"{row.itl[n]:.1f}" + (" ≠" if row.timed_apart else "")
         out[row.name] = (metrics, tags)
     return out
 

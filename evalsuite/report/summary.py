@@ -23,7 +23,7 @@ from evalsuite.verdict.rules import Rules, chance_margins, decision_rule, defaul
 from evalsuite.report.placement import placement_table
 from evalsuite.report.terminal import Block, Blocks, fits
 from evalsuite.report.names import (ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics,
-                                    stopped_note)
+                                    stopped_note, timed_note)
 from evalsuite.verdict.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -206,7 +206,8 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     base = _baseline(run_dir, record) if run_dir is not None else None
     console.print(table(record, verdicts, marks, console.width, base))
     early = {v.variant: [t for t, stop in v.stopped.items() if stop.early] for v in record.variants}
-    for note in (loaded_note({v.variant: v.host_load for v in record.variants}), stopped_note(early),
+    for note in (loaded_note({v.variant: v.host_load for v in record.variants}), timed_note(record.variants),
+                 stopped_note(early),
                  resolution_note(record, rules, run_dir)):
         if note:
             console.print(note, markup=False, highlight=False)

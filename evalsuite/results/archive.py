@@ -5,22 +5,28 @@ Why a versioned archive per page, rebuilt from the commit that holds its files
 pins the exact bytes it was made from, and anyone can rebuild the archive from the same files and
 get the same tar (tarball.py). Members are `NAME/PATH`, so `tar xzf` in docs/results restores the
 page's folder by hand too.
+
+Unpacking follows tarfile's `data` filter (PEP 706) and goes further: plain files only, each named
+`NAME/PATH` of plain names, written, renamed and removed through evalsuite.core.files.Inside, which
+walks every part of a path without following a link and never leaves the page's folder.
 """
 
 from __future__ import annotations
 
-import json
+import gzip
 import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.errors import ConfigError
+from evalsuite.core.files import Inside, shown
 from evalsuite.results import history
-from evalsuite.results.pages import ARCHIVE_SUFFIX, MARKER, Archive, Page, member_path
+from evalsuite.results.pages import ARCHIVE_SUFFIX, MARKER, Archive, Fetched, Page, fetched, member_path
 from evalsuite.results.sources import obtain
 from evalsuite.results.tarball import write_archive
 
@@ -129,8 +135,8 @@ def fetch(page: Page, source: str | None, dest: Path | None = None, trusted: tup
     if archive is None:
         raise ConfigError(f"{page.markdown}: records no data archive ({page.manifest_path} missing); nothing to fetch")
     dest = page.folder if dest is None else dest
-    done = _marker(dest)
-    if done and done.get("sha256") == archive.sha256 and all((dest / f).is_file() for f in done.get("files", [])):
+    done = fetched(page, dest)
+    if done and done.sha256 == archive.sha256 and all(Inside(dest).kind(f) == "file" for f in done.files):
         return archive, []
     dest.mkdir(parents=True, exist_ok=True)
     file = obtain(source, page, archive, dest, trusted)
@@ -143,52 +149,57 @@ def fetch(page: Page, source: str | None, dest: Path | None = None, trusted: tup
 def unpack(page: Page, archive: Archive, file: Path, dest: Path) -> list[str]:
     """Unpack a checked archive file into `dest` (the page's folder): every member a plain file of
     the page's own, named as the record says; files of an earlier fetch the archive no longer holds
-    are removed. Returns the paths written."""
+    are removed (those its record names that are plain files of the page's data, and nothing else).
+    Returns the paths written."""
     dest.mkdir(parents=True, exist_ok=True)
+    before = fetched(page, dest)  # read (and refused where damaged) before anything changes
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".fetch-"))
     try:
         rels = _extract(page, archive, file, staging)
-        before = (_marker(dest) or {}).get("files", [])
+        inside = Inside(dest)
         for rel in rels:
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.is_dir():
-                raise ConfigError(f"{target}: a link or a folder where the archive has a file; move it away first")
-            os.replace(staging / rel, target)
-        for rel in set(before) - set(rels):
-            old = dest / rel
-            if old.is_file() and not old.is_symlink() and not page.is_summary(rel, archive.summaries):
-                old.unlink()
-        (dest / MARKER).write_text(json.dumps({"file": archive.file, "sha256": archive.sha256, "files": rels}) + "\n")
+            inside.move_in(staging / rel, rel)
+        for rel in set(before.files if before else []) - set(rels):
+            if rel != MARKER and not page.is_summary(rel, archive.summaries):
+                inside.unlink(rel)
+        marker = Fetched(file=archive.file, sha256=archive.sha256, files=rels)
+        inside.write(MARKER, (marker.model_dump_json() + "\n").encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return rels
 
 
 def _extract(page: Page, archive: Archive, file: Path, staging: Path) -> list[str]:
+    """The archive's members written under `staging`, a fresh folder; a member that is not a plain file of
+    the page, or more than the record says, refuses the whole archive. A file that is no gzip tar (its
+    sha256 matched a record that lies), or one cut short, is refused in one line."""
+    try:
+        return _members(page, archive, file, Inside(staging))
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ConfigError(f"{file}: not a gzip tar archive, or cut short ({type(e).__name__}: "
+                          f"{shown(str(e), 120)}); refused") from None
+
+
+def _members(page: Page, archive: Archive, file: Path, into: Inside) -> list[str]:
     rels: list[str] = []
     total = 0
     with tarfile.open(file, mode="r:gz") as tar:
         for m in tar:
             if not m.isreg():
-                raise EvalsuiteError(f"{file}: member {m.name!r} is not a plain file; refused")
+                raise ConfigError(f"{file}: member {shown(m.name)} is not a plain file; refused")
             rel = member_path(page, m.name, archive.summaries)
             total += m.size
             if len(rels) >= archive.files or total > archive.unpacked_bytes:
-                raise EvalsuiteError(f"{file}: holds more than its record says ({archive.files} files, "
-                                     f"{archive.unpacked_bytes} bytes); refused")
-            target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tar.extractfile(m) as src, target.open("xb") as dst:
-                shutil.copyfileobj(src, dst, CHUNK)
+                raise ConfigError(f"{file}: holds more than its record says ({archive.files} files, "
+                                  f"{archive.unpacked_bytes} bytes); refused")
+            if rel in rels:
+                raise ConfigError(f"{file}: member {shown(m.name)} given twice; refused")
+            with tar.extractfile(m) as src, into.parent(rel) as (fd, name):
+                out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                              dir_fd=fd)
+                with os.fdopen(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
             rels.append(rel)
     if len(rels) != archive.files:
-        raise EvalsuiteError(f"{file}: {len(rels)} files, its record says {archive.files}; refused")
+        raise ConfigError(f"{file}: {len(rels)} files, its record says {archive.files}; refused")
     return rels
-
-
-def _marker(dest: Path) -> dict | None:
-    try:
-        return json.loads((dest / MARKER).read_text())
-    except (OSError, ValueError):
-        return None

@@ -8,7 +8,8 @@ pairing reads, so a line cut by a kill or a sample recorded twice counts as it d
 Imported, every variant keeps its recorded result and gets its metrics recomputed from the kept
 scores as `evalsuite finish` computes them; completions are not kept, so the folder serves
 comparisons and resumption, not a rerun. Latency is never seeded for a resume: timings are
-measured within one engine's life.
+measured within one engine's life. A kept folder comes from archives and other machines: every file
+of it is read as data (evalsuite.core.files), and `export` writes into it only through `Inside`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -26,11 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.files import Inside, bounded_lines, open_regular, parse_json, parse_yaml, read_regular
 from evalsuite.core.migrate import upgraded
-from evalsuite.core.records import CONFIG_FILE, ENGINE_LOG, RESULT_FILE, RunDir, new_run_id, read_result
-from evalsuite.core.types import RunRecord
+from evalsuite.core.records import (CONFIG_FILE, ENGINE_LOG, RECORD_BYTES, RECORD_DEPTH, RESULT_FILE, RunDir,
+                                    new_run_id, parse_result, read_result)
+from evalsuite.core.types import RunRecord, Score
 
 KEPT_SUFFIX = ".scores.jsonl.gz"
 MEMORY_LOG = "engine-memory.log"
@@ -38,6 +43,9 @@ MEMORY_LOG = "engine-memory.log"
 LOG_KEEP = re.compile(r"Model loading took|Available KV cache|KV cache size|Maximum concurrency|Using \w+LinearKernel|"
                       r"Actual usage|Error|error:")
 SEEDED_KEY = "rebuilt_from"  # run.json env: the kept folder a run folder was made from
+# A kept scores file, unpacked: MMLU's 14,042 items take 3 MB; a gzip that unpacks to more (a bomb) stops here
+KEPT_BYTES = 256 << 20
+KEPT_KIND = "kept scores file (gzip JSONL of scores)"
 
 
 def task_of(kept_file: Path) -> str:
@@ -59,22 +67,43 @@ def read_kept(folder: Path, variants: Sequence[str] = ()) -> dict[str, dict[str,
 
 
 def read_rows(path: Path) -> list[dict]:
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-    except (OSError, EOFError, ValueError, zlib.error) as e:
-        raise ConfigError(f"{path}: not a kept scores file (gzip JSONL of scores): {e}") from None
-    if not all(isinstance(r, dict) and isinstance(r.get("sample_id"), str) for r in rows):
-        raise ConfigError(f"{path}: a line without a sample_id; not a kept scores file")
+    """The Score rows of a kept file, as written: a regular file whose gzip unpacks to at most KEPT_BYTES,
+    each line a Score (strict types, each key once, a finite value); else one line naming the file and line."""
+    with open_regular(path, KEPT_KIND) as raw:
+        try:
+            with gzip.GzipFile(fileobj=raw) as gz:
+                data = gz.read(KEPT_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ConfigError(f"{path}: not a {KEPT_KIND}: {e}") from None
+    if len(data) > KEPT_BYTES:
+        raise ConfigError(f"{path}: unpacks to more than {KEPT_BYTES >> 20} MiB; not a {KEPT_KIND}")
+    rows = []
+    for n, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        row = parse_json(path, line, KEPT_KIND, n)
+        try:
+            score = Score.model_validate_json(line, strict=True)
+        except ValidationError as e:
+            err = e.errors(include_url=False, include_input=False)[0]
+            key = ".".join(map(str, err["loc"])) or "(top level)"
+            raise ConfigError(f"{path}: line {n}: not a {KEPT_KIND}: {key}: {err['msg']}") from None
+        if not math.isfinite(score.value):
+            raise ConfigError(f"{path}: line {n}: not a {KEPT_KIND}: value: {score.value} (allowed: a finite number)")
+        rows.append(row)
     return rows
 
 
-def write_rows(path: Path, rows: list[dict]) -> None:
+def gz_rows(rows: list[dict]) -> bytes:
     """gzip with no name or time in its header: the same scores make the same bytes (archives repeat)."""
     raw = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
         gz.write("".join(json.dumps(r) + "\n" for r in rows).encode())
-    path.write_bytes(raw.getvalue())
+    return raw.getvalue()
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    Inside(path.parent).write(path.name, gz_rows(rows))
 
 
 def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[str]:
@@ -83,11 +112,13 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
     rd = RunDir(run)
     record = rd.load_run()
     seeded = record.env.get(SEEDED_KEY) is not None
-    names = list(variants) or [p.name for p in sorted(run.iterdir()) if (p / RESULT_FILE).is_file()]
+    # a result.json that is no file (a FIFO) is the variant's all the same, and refused when read
+    names = list(variants) or [p.name for p in sorted(run.iterdir()) if os.path.lexists(p / RESULT_FILE)]
     missing = [v for v in names if rd.load_result(v) is None]
     if missing:
         raise ConfigError(f"--variant: {', '.join(missing)} not in {run} (allowed: {', '.join(v.variant for v in record.variants)})")
     said = []
+    kept = Inside(dest)
     for name in names:
         if seeded and not (run / name / ENGINE_LOG).exists():
             # made from kept scores and never started here: exporting it would replace the kept
@@ -99,41 +130,52 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
             # cut before its first item: nothing to keep, and an empty record would read as measured
             said.append(f"{name}: cut before any item; nothing exported")
             continue
-        said.append(f"{name}: {_export_variant(rd, name, result, dest / name)}")
+        said.append(f"{name}: {_export_variant(rd, name, result, kept)}")
     return said
 
 
-def _export_variant(rd: RunDir, name: str, result: dict, out: Path) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / RESULT_FILE).is_file():
-        result = with_kept_figures(result, _result_dict(out / RESULT_FILE))
-    (out / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n")
-    keep_config(rd.config_path, out / CONFIG_FILE)
-    log = rd.root / name / ENGINE_LOG
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    (out / MEMORY_LOG).write_text("\n".join(ln[:400] for ln in lines if LOG_KEEP.search(ln)) + "\n")
+def _export_variant(rd: RunDir, name: str, result: dict, kept: Inside) -> str:
+    earlier = kept.read(f"{name}/{RESULT_FILE}", RECORD_BYTES, "JSON record")
+    if earlier is not None:
+        result = with_kept_figures(result, _result_dict(kept.root / name / RESULT_FILE, earlier))
+    kept.write(f"{name}/{RESULT_FILE}", (json.dumps(result, indent=2) + "\n").encode())
+    keep_config(rd, kept, name)
+    kept.write(f"{name}/{MEMORY_LOG}", ("\n".join(_memory_lines(rd.root / name / ENGINE_LOG)) + "\n").encode())
     counts = []
     for f in rd.sample_files(name):
         rows = [r["score"] for r in rd.load_samples(name, f.stem) if isinstance(r.get("score"), dict)]
-        write_rows(out / f"{f.stem}{KEPT_SUFFIX}", rows)
+        kept.write(f"{name}/{f.stem}{KEPT_SUFFIX}", gz_rows(rows))
         counts.append(f"{f.stem} {len(rows)}")
     return ", ".join(counts) or "no scores"
 
 
-def keep_config(new: Path, kept: Path) -> None:
+def _memory_lines(log: Path) -> list[str]:
+    """The engine log's lines a reader checks memory figures against, read a line at a time."""
+    if not log.exists() and not log.is_symlink():
+        return []
+    with open_regular(log, "engine log") as fh:
+        return [text[:400] for line in bounded_lines(fh) if LOG_KEEP.search(text := line.decode(errors="replace"))]
+
+
+def keep_config(rd: RunDir, kept: Inside, name: str) -> None:
     """A variant's tasks measured by several configs (one lane a task) keep one config naming them
     all: where the kept config differs from the new run's in its tasks only, the new run's tasks
     replace those of the same name and the others stay; any other difference (model, defaults,
     variants) and the new run's config replaces the kept one whole."""
-    cfg = yaml.safe_load(new.read_text())
-    old = yaml.safe_load(kept.read_text()) if kept.is_file() else {}
+    new = read_regular(rd.config_path, RECORD_BYTES, "YAML file")
+    cfg = rd.read_config()
+    rel = f"{name}/{CONFIG_FILE}"
+    raw = kept.read(rel, RECORD_BYTES, "YAML file")
+    old = parse_yaml(kept.root / rel, raw, RECORD_DEPTH, "kept config") if raw is not None else {}
+    old = old if isinstance(old, dict) else {}
     old_tasks, new_tasks = old.pop("tasks", None) or [], cfg.pop("tasks", None) or []
-    if old != cfg:
-        shutil.copyfile(new, kept)
+    named = [t for t in (*old_tasks, *new_tasks) if isinstance(t, dict) and isinstance(t.get("name"), str)]
+    if old != cfg or len(named) != len(old_tasks) + len(new_tasks):
+        kept.write(rel, new)
         return
     names = {t["name"] for t in new_tasks}
     cfg["tasks"] = [t for t in old_tasks if t["name"] not in names] + new_tasks
-    kept.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    kept.write(rel, yaml.safe_dump(cfg, sort_keys=False).encode())
 
 
 def with_kept_figures(new: dict, kept: dict) -> dict:
@@ -165,7 +207,8 @@ def kept_variants(kept: Path, variants: Sequence[str]) -> list[str]:
     """The variants of a kept folder (all, or those asked that it holds)."""
     if not kept.is_dir():
         raise ConfigError(f"{kept}: no kept scores there (not a folder)")
-    held = sorted(p.name for p in kept.iterdir() if (p / RESULT_FILE).is_file())
+    # a result.json that is no file (a FIFO) is a variant all the same: refused when read, never dropped
+    held = sorted(p.name for p in kept.iterdir() if os.path.lexists(p / RESULT_FILE))
     return [v for v in variants if v in held] if variants else held
 
 
@@ -215,20 +258,23 @@ def _config(kept: Path, names: list[str], config: Path | None, check_models: boo
 
     if config is not None:
         return _Config(load_config(config, check_models=check_models), config)
-    texts = {n: (kept / n / CONFIG_FILE).read_text() if (kept / n / CONFIG_FILE).is_file() else None for n in names}
+    texts = {n: _kept_bytes(kept / n / CONFIG_FILE) for n in names}
     if None in texts.values() or len(set(texts.values())) > 1:
         odd = sorted(n for n, t in texts.items() if t != texts[names[0]] or t is None) or names
         raise ConfigError(f"{kept}: the kept configs of {', '.join(odd)} are missing or differ from "
                           f"{names[0]}'s; give --config CONFIG")
-    from pydantic import ValidationError
+    from evalsuite.core.configfile import MAX_DEPTH, format_validation_error
 
-    from evalsuite.core.configfile import format_validation_error
-
+    path = kept / names[0] / CONFIG_FILE
+    data = parse_yaml(path, texts[names[0]], MAX_DEPTH, "kept config")
     try:
-        return _Config(RunConfig.model_validate(yaml.safe_load(texts[names[0]])), None)
-    except (ValidationError, yaml.YAMLError, TypeError) as e:
-        what = format_validation_error(e, RunConfig) if isinstance(e, ValidationError) else "not a config"
-        raise ConfigError(f"{kept / names[0] / CONFIG_FILE}: {what}") from None
+        return _Config(RunConfig.model_validate(data), None)
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {format_validation_error(e, RunConfig)}") from None
+
+
+def _kept_bytes(path: Path) -> bytes | None:
+    return read_regular(path, RECORD_BYTES, "YAML file") if path.exists() or path.is_symlink() else None
 
 
 def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_tasks: set[str] | None,
@@ -278,9 +324,13 @@ def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str]
     rd.write_run(record)
 
 
-def _result_dict(path: Path) -> dict:
-    """A variant's result.json as this version holds it, still a mapping (export merges it as one)."""
-    return upgraded(json.loads(path.read_text()), str(path), run=False)
+def _result_dict(path: Path, raw: bytes | None = None) -> dict:
+    """A variant's result.json as this version holds it, still a mapping (export merges it as one),
+    read as data and held to the schema."""
+    raw = read_regular(path, RECORD_BYTES, "JSON record") if raw is None else raw
+    parse_result(path, raw)
+    data = parse_json(path, raw)
+    return upgraded(data, str(path), run=False)
 
 
 def _sample_meta(cfg) -> Callable[[dict], dict]:

@@ -4,9 +4,11 @@ By default, from the clone itself: rebuilt from the commit the page records (his
 sha256 checked against the page's. A mirror is named with --from (or $EVALSUITE_RESULTS_FROM): a
 folder or a URL naming the folder of the archives (or the archive file itself). Allowed: a local
 folder or file (a path or file://), https from a host named with --trust-host, and http on this
-machine's loopback only (a local mirror, the tests' server). Redirects are followed only to allowed
-places. Nothing from a mirror is kept unless its size and sha256 are the ones the page records; a
-download stops at the recorded size. No host is trusted by default.
+machine's loopback only (a local mirror, the tests' server); no host is trusted by default.
+Redirects are followed only to allowed places. Nothing from a mirror is kept unless its size and
+sha256 are the ones the page records; a download stops at the recorded size and within an overall
+deadline (a server that trickles a byte at a time never holds a fetch for more than DEADLINE_S plus
+its size at MIN_RATE).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.files import open_regular
 from evalsuite.results.history import rebuild
 from evalsuite.results.pages import ARCHIVE_SUFFIX, Archive, Page
 
@@ -28,6 +32,9 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 SCHEMES = "a folder, file://, https:// from a host named with --trust-host, http:// on 127.0.0.1"
 MAX_REDIRECTS = 5
 CHUNK = 1 << 20
+# A download's overall deadline: DEADLINE_S, plus its recorded size at MIN_RATE bytes a second; each read
+# waits at most READ_TIMEOUT_S, so a deadline is met within that.
+DEADLINE_S, MIN_RATE, READ_TIMEOUT_S = 300.0, 256 << 10, 30.0
 
 
 def default_source() -> str | None:
@@ -91,36 +98,55 @@ def _note_zlib(page: Page, archive: Archive, sha256: str) -> None:
 
 
 def _copy_local(src: Path, out, archive: Archive) -> None:
-    if not src.is_file():
+    if not src.exists():
         raise ConfigError(f"--from {src}: no such file (the page records {archive.file})")
-    with src.open("rb") as fh:
+    with open_regular(src, "archive file") as fh:
         _limited_copy(iter(lambda: fh.read(CHUNK), b""), out, archive, str(src))
+
+
+def deadline_s(archive: Archive) -> float:
+    return DEADLINE_S + archive.bytes / MIN_RATE
 
 
 def _download(url: str, out, archive: Archive, trusted: Sequence[str]) -> None:
     import requests
 
+    deadline = time.monotonic() + deadline_s(archive)
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            with requests.get(url, stream=True, allow_redirects=False, timeout=(15, 120)) as r:
+            with requests.get(url, stream=True, allow_redirects=False, timeout=(15, READ_TIMEOUT_S)) as r:
                 if r.is_redirect:
                     url = _allowed(urljoin(url, r.headers["location"]), trusted)
                     continue
                 if r.status_code != 200:
                     raise EvalsuiteError(f"{url}: HTTP {r.status_code} {r.reason}")
-                _limited_copy(r.iter_content(CHUNK), out, archive, url)
+                length = r.headers.get("content-length", "")
+                if length.isdigit() and int(length) > archive.bytes:
+                    raise ConfigError(f"{url}: {int(length):,} bytes, larger than the {archive.bytes:,} bytes the "
+                                      "page records; refused")
+                _limited_copy(_arriving(r.raw), out, archive, url, deadline)
                 return
     except requests.RequestException as e:
         raise EvalsuiteError(f"{url}: cannot download ({type(e).__name__}: {e})") from None
     raise EvalsuiteError(f"{url}: more than {MAX_REDIRECTS} redirects")
 
 
-def _limited_copy(chunks, out, archive: Archive, where: str) -> None:
+def _arriving(raw):
+    """A response's bytes as they arrive (urllib3's read1: what one read has, at most CHUNK), so that a
+    slow server is measured against the deadline after every read, never one CHUNK at a time."""
+    while chunk := raw.read1(CHUNK, decode_content=True):
+        yield chunk
+
+
+def _limited_copy(chunks, out, archive: Archive, where: str, deadline: float | None = None) -> None:
     n = 0
     for chunk in chunks:
         n += len(chunk)
         if n > archive.bytes:
-            raise EvalsuiteError(f"{where}: larger than the {archive.bytes:,} bytes the page records; refused")
+            raise ConfigError(f"{where}: larger than the {archive.bytes:,} bytes the page records; refused")
+        if deadline is not None and time.monotonic() > deadline:
+            raise EvalsuiteError(f"{where}: {n:,} of {archive.bytes:,} bytes after {deadline_s(archive):.0f} s, "
+                                 "the longest a fetch of this size may take; stopped, nothing kept")
         out.write(chunk)
 
 
@@ -131,5 +157,5 @@ def _check(path: Path, archive: Archive, where: str) -> None:
             sha.update(chunk)
     size = path.stat().st_size
     if size != archive.bytes or sha.hexdigest() != archive.sha256:
-        raise EvalsuiteError(f"{where}: sha256 {sha.hexdigest()} ({size:,} bytes) is not the page's "
+        raise ConfigError(f"{where}: sha256 {sha.hexdigest()} ({size:,} bytes) is not the page's "
                              f"{archive.sha256} ({archive.bytes:,} bytes); refused, nothing unpacked")

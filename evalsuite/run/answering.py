@@ -58,9 +58,8 @@ class Answering:
         bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
         size = task.batch_size or self.cfg.engine.batch_size
         size = watch.batch_size(size) if watch is not None else size
-        warmup = task.warmup_request() if todo else None
-        if warmup is not None:
-            engine.generate([warmup])  # first-request overheads are not latency
+        for warmup in task.warmup_requests() if todo else []:
+            engine.generate([warmup])  # first-request overheads and a cold device are not latency
         # A batch is scored and written (fsync included) on a thread while the engine answers the
         # next one: done in line, that work left the engine idle, a few % of a GPU run of many short
         # items. One thread keeps the records in order; leaving the pool waits for the batch in hand,

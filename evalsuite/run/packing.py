@@ -10,9 +10,9 @@ card with the most room and is pinned there), or on a CPU the host's available R
 split between the engines; `auto` also keeps two host cores for each GPU engine. A variant without a
 prediction (a hub id, a GGUF file), over every card's budget on its own, spread over several GPUs,
 or whose engine ran out of memory beside others runs alone. The latency pass has the device to itself
-(`scheduler.latency_pass`): on the variant's own engine with its neighbours paused, or on a second
-engine alone afterwards, whose failure leaves the variant `partial`, not `failed`. docs/config.md
-("Several engines on one card") has the settings.
+(`scheduler.latency_pass`): its own engine with the neighbours paused and the device then found
+idle (their queued GPU work runs on), or a second engine alone afterwards, whose failure leaves the
+variant `partial`, not `failed`. docs/config.md ("Several engines on one card") has the settings.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +34,14 @@ import psutil
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import FOOTPRINT_PARTS, EngineStats, Footprint, Placement, Prediction, RunRecord, Sample, Score, VariantResult
+from evalsuite.core.types import (FOOTPRINT_PARTS, Completion, EngineStats, Footprint, InFlight, Placement, Prediction,
+                                  Request, RunRecord, Sample, Score, TimingCondition, VariantResult)
 from evalsuite.core.units import GIB
 from evalsuite.engine import Engine
 from evalsuite.engine.offline import hold, release
 from evalsuite.memory.throughput import Curve, Shape, busy_concurrency, load_curves
 from evalsuite.models.checkpoint import is_gguf
+from evalsuite.run import hostload
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import SIMULATED_FIELDS, plan_inputs, planner_gpu
 from evalsuite.run.progress import Progress, console
@@ -331,21 +334,91 @@ class Interrupt:
             engine.close(wait=False)
 
 
+class Flight:
+    """What one packed engine has been sent and not yet answered, batch by batch: the record of a
+    pause says what each paused neighbour was in the middle of."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: deque[list[int]] = deque()
+        self.task: str | None = None
+
+    def sent(self, requests: list[Request]) -> None:
+        with self._lock:
+            self._sent.append([prompt_tokens(r) for r in requests])
+
+    def answered(self) -> None:
+        with self._lock:
+            if self._sent:
+                self._sent.popleft()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sent.clear()
+
+    def now(self) -> InFlight:
+        with self._lock:
+            lengths = [n for batch in self._sent for n in batch]
+        return InFlight(task=self.task if lengths else None, requests=len(lengths), longest_prompt=max(lengths, default=0))
+
+
+class _Tracked:
+    """An engine whose batches in flight its Flight keeps (the rest of it as the engine is)."""
+
+    def __init__(self, engine: Engine, flight: Flight):
+        self._engine, self._flight = engine, flight
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def generate(self, requests: list[Request], on_done: Any = None) -> list[Completion]:
+        self._flight.sent(requests)
+        try:
+            return self._engine.generate(requests, on_done)
+        finally:
+            self._flight.answered()
+
+    def pipelined(self, batches: Iterable[list[Request]]) -> Iterator[list[Completion]]:
+        def sending() -> Iterator[list[Request]]:
+            for batch in batches:  # taken from here as the engine is sent it
+                self._flight.sent(batch)
+                yield batch
+        try:
+            for completions in self._engine.pipelined(sending()):
+                self._flight.answered()
+                yield completions
+        finally:
+            self._flight.clear()
+
+
+@dataclass
+class Held:
+    """The neighbours a timed pass stopped: their names, their processes, and what each had in flight."""
+
+    names: list[str] = field(default_factory=list)
+    procs: list[psutil.Process] = field(default_factory=list)
+    in_flight: dict[str, InFlight] = field(default_factory=dict)
+    running: list[str] = field(default_factory=list)  # engines left running beside it (`pause` false)
+
+
 class Quiet:
     """A device to one engine while that engine times its latency pass (`latency_pass: pause`): the
-    pass waits until no other engine on the device is starting, then stops every other engine there
-    (their process trees, evalsuite.engine.offline.hold) and lets them go on when it ends. Starts
-    wait while a pass runs. One pass at a time; each wait and each pause is a span in phases.jsonl."""
+    pass waits until no other engine on the device is starting or closing, then stops every other one
+    (its process tree, evalsuite.engine.offline.hold), noting what each had in flight, and lets
+    them go on when it ends. Starts wait while a pass runs. One pass at a time; each wait and each
+    pause is a span in phases.jsonl. With `pause` false (latency_alone false) it only says which
+    engines work beside the pass."""
 
-    def __init__(self, run_dir: RunDir) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: RunDir, pause: bool = True) -> None:
+        self.run_dir, self.pause = run_dir, pause
         self._cond = threading.Condition()
         self._starting: dict[str, str | None] = {}  # variant -> its device (None: the one device)
-        self._working: dict[str, tuple[Engine, str | None]] = {}
+        self._working: dict[str, tuple[Engine, str | None, Flight | None]] = {}
+        self._closing: dict[str, str | None] = {}  # variant -> its device, while its engine ends
         self._timing: str | None = None  # the variant whose pass has the device now
 
     @contextlib.contextmanager
-    def starting(self, name: str, engine: Engine, gpu: str | None) -> Iterator[None]:
+    def starting(self, name: str, engine: Engine, gpu: str | None, flight: Flight | None = None) -> Iterator[None]:
         with self._cond:
             self._cond.wait_for(lambda: self._timing is None)
             self._starting[name] = gpu
@@ -357,27 +430,42 @@ class Quiet:
             with self._cond:
                 self._starting.pop(name, None)
                 if started:
-                    self._working[name] = (engine, gpu)
+                    self._working[name] = (engine, gpu, flight)
                 self._cond.notify_all()
+
+    def closing(self, name: str, gpu: str | None) -> None:
+        """`name`'s engine is ending: no neighbour to pause, but its teardown still works the device."""
+        with self._cond:
+            self._working.pop(name, None)
+            self._closing[name] = gpu
+            self._cond.notify_all()
 
     def gone(self, name: str) -> None:
         with self._cond:
             self._working.pop(name, None)
+            self._closing.pop(name, None)
             self._cond.notify_all()
 
     @contextlib.contextmanager
-    def alone(self, name: str, gpu: str | None) -> Iterator[list[str]]:
-        """The device to `name`'s engine for the block; yields the variants paused meanwhile."""
+    def alone(self, name: str, gpu: str | None) -> Iterator[Held]:
+        """The device to `name`'s engine for the block; yields whom it stopped meanwhile."""
+        if not self.pause:
+            with self._cond:
+                running = sorted(n for n, (_, g, _) in self._working.items() if n != name and g == gpu)
+            yield Held(running=running)
+            return
         with self.run_dir.phase("quiet_wait", name), self._cond:
-            self._cond.wait_for(lambda: self._timing is None and all(g != gpu for n, g in self._starting.items()
-                                                                        if n != name))
+            self._cond.wait_for(lambda: self._timing is None and all(
+                g != gpu for n, g in [*self._starting.items(), *self._closing.items()] if n != name))
             self._timing = name
-            others = {n: e for n, (e, g) in self._working.items() if n != name and g == gpu}
+            others = {n: (e, f) for n, (e, g, f) in self._working.items() if n != name and g == gpu}
+        held = Held(names=sorted(others))
         with contextlib.ExitStack() as stack:
             try:
-                for other, engine in others.items():
-                    stack.enter_context(self._paused(other, engine, name))
-                yield sorted(others)
+                for other, (engine, flight) in sorted(others.items()):
+                    held.procs += stack.enter_context(self._paused(other, engine, name))
+                    held.in_flight[other] = flight.now() if flight is not None else InFlight()
+                yield held
             finally:
                 stack.close()
                 with self._cond:
@@ -385,14 +473,15 @@ class Quiet:
                     self._cond.notify_all()
 
     @contextlib.contextmanager
-    def _paused(self, name: str, engine: Engine, by: str) -> Iterator[None]:
-        with self.run_dir.phase("paused", name, by=by):
+    def _paused(self, name: str, engine: Engine, by: str) -> Iterator[list[psutil.Process]]:
+        with self.run_dir.phase("paused", name, by=by) as span:
             procs = hold(engine.pid)
             t0 = time.monotonic()
             try:
-                yield
+                yield procs
             finally:
                 release(procs)
+                span["held_s"] = round(time.monotonic() - t0, 3)
                 if hasattr(engine, "held_s"):
                     engine.held_s += time.monotonic() - t0
 
@@ -400,7 +489,7 @@ class Quiet:
 class _PackedRunner(Runner):
     """The runner, with engine arguments of the plan over the variant's own (the fixed KV pool and
     the utilization that lets vLLM start beside others), quantized checkpoints built one at a time,
-    and its engines ended by the run's interrupt."""
+    its engines ended by the run's interrupt, and its timed pass had with the device to itself."""
 
     build_lock = threading.Lock()
 
@@ -412,19 +501,35 @@ class _PackedRunner(Runner):
         self.stopping = self.interrupt.event
         self.quiet, self.gpu = quiet, gpu  # quiet: the latency pass runs here, its neighbours paused
         self.paused: list[str] = []
+        self.flight = Flight()
 
     def _start(self, name: str, engine: Engine) -> EngineStats:
         if self.quiet is None:
             return super()._start(name, engine)
-        with self.quiet.starting(name, engine, self.gpu):
+        with self.quiet.starting(name, engine, self.gpu, self.flight):
             return super()._start(name, engine)
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
-        if self.quiet is None or not task.timed_alone:
-            return super().run_task(engine, variant, task, samples)
-        with self.quiet.alone(variant, self.gpu) as others:
-            self.paused = others
-            return super().run_task(engine, variant, task, samples)
+        self.flight.task = task.name
+        return super().run_task(_Tracked(engine, self.flight), variant, task, samples)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def _to_itself(self, name: str) -> Iterator[TimingCondition]:
+        """Its neighbours on the device paused (Quiet), then the device checked idle: a stopped
+        engine's queued GPU work runs on after SIGSTOP. Without a Quiet (Ray's shares of a card),
+        the idle check alone says whether others worked there."""
+        if self.quiet is None:
+            with super()._to_itself(name) as found:
+                yield found
+            return
+        with self.quiet.alone(name, self.gpu) as held:
+            self.paused = held.names
+            if held.running:
+                yield TimingCondition(neighbours="running")
+                return
+            found = hostload.verify_idle(self.cfg, self.device, self.gpu, held.procs)
+            yield found.model_copy(update={"neighbours": "paused" if held.names else "none",
+                                           "paused": held.in_flight})
 
     def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
         engine = super()._engine(name, variant, model_dir)
@@ -432,7 +537,11 @@ class _PackedRunner(Runner):
         return engine
 
     def _closing(self, name: str) -> None:
-        if self.quiet is not None:  # a closing engine is no neighbour to pause
+        if self.quiet is not None:  # a closing engine is no neighbour to pause, but a pass waits out its close
+            self.quiet.closing(name, self.gpu)
+
+    def _closed(self, name: str) -> None:
+        if self.quiet is not None:
             self.quiet.gone(name)
 
     def _engine_variant(self, variant: Variant) -> Variant:
@@ -526,7 +635,7 @@ class PackedRun:
         result.placement = Placement(parallel=self.cfg.scheduler.parallel, alone=not ran_with, ran_with=sorted(ran_with),
                                      predicted=self.predicted.get(slot.name, Prediction()), measured=measured(result),
                                      engine_args=slot.overrides, cpu_cores=slot.cores, gpu=slot.gpu)
-        if self.quiet is not None and any(t.timed_alone for t in self.tasks):
+        if self.quiet is not None and self.quiet.pause and any(t.timed_alone for t in self.tasks):
             # timed on this engine with the device to itself: the figures are this engine's, its pool the plan's
             result.placement.latency, result.placement.paused_for_latency = "pause", slot.paused
             result.placement.engine_alone = False
@@ -630,7 +739,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
         raise ConfigError("scheduler.latency_pass: pause stops the neighbours' processes, which `vllm serve`'s "
                           "clients would time out on; allowed with engine.mode server: restart, auto")
     record.env.setdefault("scheduler", {})["latency_pass"] = mode
-    run.quiet = Quiet(run_dir) if mode == "pause" else None
+    run.quiet = Quiet(run_dir, pause=mode == "pause") if mode != "restart" else None
     packed_tasks, alone_tasks = split_alone(cfg, tasks, mode)
     results = run.run(todo, packed_tasks or tasks, samples)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress)

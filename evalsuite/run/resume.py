@@ -70,9 +70,9 @@ def open_run_dir(config_path: Path, out: Path, resume: bool, resolved: dict) -> 
     return create_run_dir(out, config_path.stem)
 
 
-# Keys of a config that change where a run reports, not what it measures: edited between two sessions,
-# the run still resumes.
-NOT_MEASURED = ("tracking", "output_dir")
+# Keys of a config that change where a run reports (and whom it may reach), not what it measures: edited
+# between two sessions, the run still resumes.
+NOT_MEASURED = ("tracking", "output_dir", "allow_hosts")
 
 
 def differences(old: object, new: object, where: str = "", most: int = 3) -> list[str]:

@@ -7,15 +7,18 @@ evalsuite.run.hostload's; each task's items are answered and recorded by evalsui
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Build, EngineStats, Metric, MetricKind, RunRecord, Sample, VariantResult
+from evalsuite.core.types import (Build, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, TimingCondition,
+                                  VariantResult)
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.engine.factory import make_engine
 from evalsuite.memory.sharing import DeviceWatch
@@ -85,13 +88,16 @@ class Runner(Answering):
     def _engine(self, name: str, variant: Variant, model_dir: str) -> Engine:
         """The variant's engine, not yet started."""
         model, kwargs = engine_args(self.cfg, self._engine_variant(variant), model_dir)
-        return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir)
+        sched = self.cfg.scheduler  # inside a Ray task, vLLM joins the task's cluster and starts none
+        return make_engine(self.cfg.engine, model, kwargs, self.run_dir.engine_log(name), self.ctx.cache_dir,
+                           ray_loopback=not sched.unsafe_listen and sched.kind != "ray")
 
     def _opened(self, name: str, variant: Variant) -> VariantResult:
         """The variant's result as it starts: `running`, or `skipped` where this platform cannot run it."""
         earlier = self.run_dir.load_result(name)  # a resumed variant's: the load its timed items saw
         result = VariantResult(variant=name, status="running", settings=variant.model_dump(exclude_defaults=True),
-                               started_at=datetime.now(timezone.utc), host_load=earlier.host_load if earlier else None)
+                               started_at=datetime.now(timezone.utc), host_load=earlier.host_load if earlier else None,
+                               timing=earlier.timing if earlier else None)
         if variant.simulate:  # the label, whatever becomes of the run
             result.build = Build(method=variant.quantize, simulated=True)
         reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
@@ -133,8 +139,11 @@ class Runner(Answering):
                 self._engine_failed(e, variant, model_dir, result)
             finally:
                 self._closing(name)
-                with self.run_dir.phase("engine_close", name):
-                    engine.close(wait=not interrupted)
+                try:
+                    with self.run_dir.phase("engine_close", name):
+                        engine.close(wait=not interrupted)
+                finally:
+                    self._closed(name)
                 if interrupted:  # keeps start()'s figures with the planner's; run_config scores the recorded samples
                     self.run_dir.write_result(result)
         result.engine = device.ended(result.engine)
@@ -166,9 +175,18 @@ class Runner(Answering):
     def _closing(self, name: str) -> None:
         """Called as the variant's engine is about to close."""
 
+    def _closed(self, name: str) -> None:
+        """Called once the variant's engine has closed."""
+
     def _start(self, name: str, engine: Engine) -> EngineStats:
         """The engine's start (a packed run's waits while a neighbour times its latency pass)."""
         return engine.start()
+
+    @contextlib.contextmanager
+    def _to_itself(self, name: str) -> Iterator[TimingCondition]:
+        """The device to this engine for a timed pass, checked idle (hostload.verify_idle); a packed
+        run's also pauses the engines beside it first."""
+        yield hostload.verify_idle(self.cfg, self.device, None, [])
 
     def _engine_failed(self, e: EngineFailed, variant: Variant, model_dir: str, result: VariantResult) -> None:
         """`failed` where the engine completed no task. Otherwise `partial`: minutes of finished
@@ -190,10 +208,12 @@ class Runner(Answering):
             # the latency pass's load; a timed harness (the capacity pass) records each level's itself
             timed = task.timed_alone and not task.harness
             if timed:
+                timed = hostload.fresh_pass(self.run_dir, name, task.name, len(samples[task.name]))
                 hostload.pass_started(self.cfg, self.run_dir, self.device, result, task.name, len(samples[task.name]))
             try:
                 with self.run_dir.phase("task", name, task=task.name, items=len(samples[task.name])):
-                    scores = self.run_task(engine, name, task, samples[task.name])
+                    scores = self._timed(engine, name, task, samples[task.name], result) if timed else \
+                        self.run_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
                 raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
                                 metrics + interval_metrics(metrics)) from e
@@ -208,6 +228,13 @@ class Runner(Answering):
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
+
+    def _timed(self, engine: Engine, name: str, task: Task, samples: list[Sample], result: VariantResult) -> list[Score]:
+        """A timed pass with the device to itself, its condition on disk before the first request."""
+        with self._to_itself(name) as found:
+            result.timing = hostload.condition(self.cfg, found, result, self.device, task.warmup, task.repeats)
+            self.run_dir.write_result(result)
+            return self.run_task(engine, name, task, samples)
 
 
 def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,

@@ -12,6 +12,7 @@ Anything else needs `engine.unsafe_engine_args: true` (still an exact EngineArgs
 mode a `vllm serve` option) or `engine.unsafe_env: true`; `config` (a file of arguments) is refused
 always. The field names come from the installed vLLM's source, read without importing it (which is
 slow). The checks take a mapping and where it sits, so other sections that start `vllm serve` reuse them.
+Settings that reach another machine with a credential (REACHES) need `allow_hosts` to name the host.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from evalsuite.core.configfile import from_include
+from evalsuite.core.hosts import LOOPBACK, is_loopback, normal_host, tracking_host, url_host
 
 UNSAFE_ARGS = "engine.unsafe_engine_args: true"
 UNSAFE_ENV = "engine.unsafe_env: true"
@@ -175,6 +179,9 @@ def engine_arg_problems(args: Mapping[str, Any], where: str, mode: str, unsafe: 
         at = f"{where}.{key}"
         if key in REFUSED:
             problems.append(f"{at}: refused: {REFUSED[key]}")
+        elif mode == "server" and isinstance(value, list) and any(_option(str(v)) for v in value):
+            problems.append(f"{at}: an item starts with '-': on `vllm serve`'s command line it would be an option "
+                            f"of its own; refused, with or without {UNSAFE_ARGS}")
         elif key not in fields | options | extra:
             problems.append(f"{at}: {_not_a_name(key, fields | options | extra, known, bool(options))}")
         elif not unsafe and key not in ENGINE_ARGS | extra:
@@ -275,8 +282,64 @@ def outside_lists(cfg: Any) -> tuple[list[str], list[str]]:
     return args, env
 
 
+# What each setting that may name another machine sends there (evalsuite.core.hosts)
+REACHES = {
+    "engine.base_url": "the run's prompts and $VLLM_API_KEY (if set)",
+    "tracking.uri": "the run's records and $MLFLOW_TRACKING_TOKEN or $MLFLOW_TRACKING_USERNAME/PASSWORD (if set)",
+    "scheduler.address": "the run's config, model path and tasks, and $RAY_AUTH_TOKEN (if set)",
+}
+UNSAFE_LISTEN = "scheduler.unsafe_listen: true"
+
+
+def reached(cfg: Any) -> list[tuple[str, str | None]]:
+    """(key, host) of each setting of REACHES the config sets to a server; host None where it names none."""
+    out: list[tuple[str, str | None]] = []
+    if cfg.engine.base_url:
+        url = cfg.engine.base_url
+        out.append(("engine.base_url", url_host(url) if url.startswith(("http://", "https://")) else None))
+    if cfg.tracking.uri and (host := tracking_host(cfg.tracking.uri)):
+        out.append(("tracking.uri", host))
+    address = cfg.scheduler.address or ""
+    if address not in ("", "auto", "local"):  # its form was checked: HOST:PORT or ray://HOST:PORT
+        out.append(("scheduler.address", normal_host(address.removeprefix("ray://").rpartition(":")[0])))
+    return out
+
+
+def reach_problems(cfg: Any) -> list[str]:
+    """Each setting that would send a credential to a host other than this machine that `allow_hosts` does not
+    name, and each name of `allow_hosts` no setting uses (an allow kept for later is a silent one)."""
+    allowed = {normal_host(h): h for h in cfg.allow_hosts}
+    problems, used = [], set()
+    for key, host in reached(cfg):
+        if host is None:
+            problems.append(f"{key}: not a URL of a server (allowed: http://HOST:PORT or https://HOST:PORT)")
+        elif host in allowed:
+            used.add(host)
+        elif not is_loopback(host):
+            source = from_include(tuple(key.split(".")), getattr(cfg, "_included", {}))
+            named = f"host {host}" if source is None else f"its host (from included file {source}, not shown)"
+            problems.append(f"{key}: {named} is not this machine, and {REACHES[key]} would go there; refused unless "
+                            f"`allow_hosts` names it (allowed without it: {LOOPBACK})")
+    unused = [name for norm, name in allowed.items() if norm not in used]
+    if unused:
+        problems.append(f"allow_hosts: {', '.join(unused)} named by no setting (allowed: the hosts of "
+                        f"{', '.join(REACHES)}, each named where it is used)")
+    return problems
+
+
+def reach_notes(cfg: Any) -> list[str]:
+    """What in a valid config leaves this machine, or may be reached from others."""
+    notes = [f"allow_hosts: {key} reaches {host}: {REACHES[key]} go there"
+             for key, host in reached(cfg) if host is not None and not is_loopback(host)]
+    if cfg.scheduler.unsafe_listen:
+        notes.append(f"{UNSAFE_LISTEN}: a Ray head this run starts (scheduler kind ray, or a variant's "
+                     "distributed_executor_backend: ray) listens on every interface, reachable from other machines")
+    return notes
+
+
 def code_notes(cfg: Any) -> list[str]:
-    """What in a valid config will run code beyond evalsuite's and vLLM's own, said by `validate` and `run`."""
+    """What in a valid config will run code beyond evalsuite's and vLLM's own, or reach beyond this machine,
+    said by `validate` and `run`."""
     notes = []
     if cfg.model.trust_remote_code:
         notes.append("model.trust_remote_code: the model folder's own Python code will run")
@@ -292,5 +355,5 @@ def code_notes(cfg: Any) -> list[str]:
     if cfg.engine.unsafe_env:
         listed = f" ({', '.join(env)})" if env else ""
         notes.append(f"{UNSAFE_ENV}: environment variables pass unchecked{listed}; they may run code or read files")
-    return notes
+    return notes + reach_notes(cfg)
 

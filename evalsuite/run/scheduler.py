@@ -5,7 +5,8 @@ Each task runs Runner.run_variant exactly as the local path does, in a worker pr
 tensor_parallel_size x pipeline_parallel_size GPUs. Workers append samples and write results
 straight into the run folder, which therefore must have the same path on every node (one machine,
 or a shared file system; a worker that cannot see it fails its variant saying so). The driver
-keeps run.json, the progress display and MLflow, as the local path does.
+keeps run.json, the progress display and MLflow, as the local path does. A cluster this run starts
+listens on 127.0.0.1 only unless `scheduler.unsafe_listen: true`; one the user names is the user's.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import contextlib
 import hashlib
 import importlib.util
 import logging
+import os
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.hosts import RAY_LOOPBACK_ENV
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.run.config import RunConfig, SchedulerConfig, Variant, ray_address_problem, ray_host_port
@@ -64,19 +67,59 @@ def _check_reachable(address: str | None, source: str = "--ray") -> None:
                              f"`ray start --head --port={port}` or give its address") from None
 
 
-def connect(address: str | None):
-    """ray.init with Ray's own address rules; the driver's console stays evalsuite's."""
+def connect(address: str | None, listen: bool = False):
+    """ray.init with Ray's own address rules; the driver's console stays evalsuite's. A cluster Ray starts
+    here (`local`, or none running) listens on 127.0.0.1 only unless `listen`; where it is, is said."""
     ray = _ray()
     _check_reachable(address)
+    starts = _starts_one(address)
     try:
-        ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
+        with _loopback_only(starts and not listen):
+            ray.init(address=address or None, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as e:  # noqa: BLE001 - whatever Ray raises here, the user gets one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if "auth" in f"{e} {e.__cause__}".lower():
             first += ("; the cluster uses token authentication: set RAY_AUTH_MODE=token and put its token in "
                       "~/.ray/auth_token (or RAY_AUTH_TOKEN)")
         raise EvalsuiteError(f"--ray {address or '(default)'}: cannot reach a Ray cluster: {first}") from None
+    from evalsuite.run.progress import console
+
+    where = ray.get_runtime_context().gcs_address
+    said = ("on every interface (scheduler.unsafe_listen: true)" if listen else
+            "on 127.0.0.1 only (scheduler.unsafe_listen: true lets other machines join)")
+    console.print(f"Ray: {f'started a cluster here, listening {said}' if starts else f'joined the cluster at {where}'}",
+                  markup=False, highlight=False)
     return ray
+
+
+def _starts_one(address: str | None) -> bool:
+    """Whether ray.init(address) starts a cluster here, by Ray's own rules ($RAY_ADDRESS, the cluster last
+    started on this machine): None from its address resolution means "start one"."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address(address or None) is None
+    except Exception:  # noqa: BLE001 - no cluster where one was asked for: ray.init says so
+        return False
+
+
+@contextlib.contextmanager
+def _loopback_only(on: bool):
+    """Ray's single-node switch (evalsuite.core.hosts.RAY_LOOPBACK_ENV) while a head starts: read from the
+    environment by Ray's processes, and by Ray here from a constant set at its import."""
+    if not on:
+        yield
+        return
+    from ray._private import ray_constants
+
+    name, value = RAY_LOOPBACK_ENV
+    saved_env, saved_flag = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name], ray_constants.ENABLE_RAY_CLUSTER = value, False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        os.environ.pop(name) if saved_env is None else os.environ.update({name: saved_env})
 
 
 def gpus(variant: Variant) -> int:
@@ -305,7 +348,7 @@ def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: s
 
     # bad input costs nothing, before any cluster is touched
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
-    ray = connect(cfg.scheduler.address)
+    ray = connect(cfg.scheduler.address, cfg.scheduler.unsafe_listen)
     fan = _Fanout(ray, cfg, run_dir, record, progress)
     try:
         run_dir.write_run(record)

@@ -44,6 +44,10 @@ class Task:
     # a harness that sends its own requests through evaluate() (lm-eval) instead of the runner
     # sending samples(); its samples() are placeholders that name what it will evaluate
     harness: bool = False
+    # a timing pass's design, which its record states (core.types.TimingCondition): untimed requests
+    # at each prompt length right before the timed ones, and the timed requests at each length
+    warmup: int = 0
+    repeats: int | None = None
 
     def samples(self) -> list[Sample]:
         raise NotImplementedError
@@ -57,6 +61,11 @@ class Task:
     def warmup_request(self) -> Request | None:
         """A request sent before the first batch so that first-request overheads stay out of timings."""
         return None
+
+    def warmup_requests(self) -> list[Request]:
+        """The untimed requests sent one at a time before the first batch: warmup_request()'s."""
+        first = self.warmup_request()
+        return [] if first is None else [first]
 
     def calibration_samples(self) -> list[Sample]:
         """Items answered before the test items, whose scores calibrate() fits the scoring to."""

@@ -44,6 +44,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
+from evalsuite.core.hosts import is_loopback, tracking_host
 from evalsuite.core.shared import shared_text
 from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
                                     RunDir, is_safe_name)
@@ -146,6 +147,17 @@ def env_uri() -> str | None:
 def run_tracking_config(run_dir: RunDir) -> TrackingConfig:
     section = run_dir.read_config().get("tracking") or {}
     return TrackingConfig.model_validate(section)
+
+
+def recorded_host_problem(run_dir: RunDir, cfg: TrackingConfig, uri: str | None) -> str | None:
+    """Why `sync` may not send MLflow's credentials where a run folder's recorded tracking.uri points: a
+    folder is anyone's data (an archive, a CI artifact), so a server beyond this machine is reached only
+    where the user names it (--uri, $MLFLOW_TRACKING_URI); None where it may."""
+    host = tracking_host(cfg.uri) if uri is None and cfg.uri else None
+    if host is None or is_loopback(host) or host == tracking_host(os.environ.get("MLFLOW_TRACKING_URI") or ""):
+        return None
+    return (f"{run_dir.config_path}: tracking.uri names host {host}, and MLflow's credentials would go there; give "
+            f"--uri (or $MLFLOW_TRACKING_URI) naming the server to sync this run folder to it")
 
 
 def local_store(uri: str) -> Path | None:
@@ -413,6 +425,10 @@ class _Logger:
         if result.host_load is not None:  # a tag, not a metric: the load is the host's, not the variant's figure
             tags["evalsuite.latency_host_loaded"] = str(result.host_load.loaded).lower()
             tags["evalsuite.latency_host_load_1m"] = f"{result.host_load.peak:g}"
+        if (timed := result.timed_as()) is not None:  # how the latency metrics were timed, beside them in the runs view
+            tags["evalsuite.latency_timed"] = timed.describe()[:MAX_TAG]
+            tags["evalsuite.latency_neighbours"] = timed.neighbours
+            tags["evalsuite.latency_idle_verified"] = {True: "true", False: "false"}.get(timed.idle_ok, "unchecked")
         for task, stop in result.stopped.items():  # run --stop decided: its metrics are over these items
             tags[f"evalsuite.stopped.{task}"] = f"{stop.items}/{stop.of}"
         run = self.client.create_run(self.exp_id, start_time=_ms(result.started_at) or _ms(self.record.created_at),

@@ -10,8 +10,8 @@ findings that a metric got significantly worse.
 Never green without evidence: too few items, a limit this n cannot resolve, or groups a cut run never
 reached make a check "insufficient n" (it follows `insufficient_n`), a baseline at chance makes it
 `uninformative`, and a candidate with no failed check but no evidence is `inconclusive` (exit 3); a
-drop shown beyond the limit fails at any n. A control's verdict never sets the exit code. Memory and
-latency compare two measurements (latency per prompt length, not where a host was loaded).
+drop shown beyond the limit fails at any n. A control's verdict never sets the exit code. Memory
+compares two figures; latency (per length) an interval of its repeats, between passes timed alike.
 The decision rules: evalsuite/verdict/gate_rules.yaml; the reasoning: docs/statistics.md.
 """
 
@@ -25,7 +25,7 @@ from typing import Literal
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
-                                  pools_comparable, task_of)
+                                  pools_comparable, task_of, timing_unlike)
 from evalsuite.verdict.capacity import bracket_for, comparable, is_at_slo, judge_brackets
 from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
 from evalsuite.verdict.rules import Rule, Rules, resolution
@@ -34,6 +34,7 @@ from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN,
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, needed_items
+from evalsuite.stats.timing import latency_key, ratio_test, series
 
 MISSING = "missing in candidate"
 
@@ -72,7 +73,7 @@ class Check:
     evidence: bool = False  # passed because the data show it, not because a too-small check was let through
     changed: int | None = None  # paired items whose answer changed
     unmeasured: tuple[float, float] = (0.0, 0.0)  # Pairing.unmeasured: groups the paired items miss
-    noise: tuple[float, float] | None = None  # the control's two-sided interval of the same drop, points
+    noise: tuple[float, float] | None = None  # the control's interval of the same change, points (accuracy) or %
     value_unit: str = ""  # the unit of baseline and value (the metric's own; "" for a score)
 
     @property
@@ -367,6 +368,68 @@ def _loaded_host(metric: str, pair: Pair) -> str | None:
     return f"not comparable: the {' and the '.join(busy)} timed on a loaded host (see the note below the table)"
 
 
+def _other_condition(metric: str, pair: Pair) -> str | None:
+    """Latency figures timed in two conditions (core.types.timing_unlike: paused neighbours whose queued
+    work still ran, another warm-up, device or engine mode) measure the conditions as much as the
+    variants: not comparable, which is no evidence either way."""
+    if not is_latency(metric):
+        return None
+    why = timing_unlike(pair.base.timed_as(), pair.cand.timed_as())
+    return None if why is None else f"not comparable: {why}"
+
+
+def _timings(rd: RunDir, v: VariantResult, m: Metric | None) -> list[float]:
+    """The per-request figures behind a latency metric (all its repeats at its prompt length), from
+    the pass's samples; [] where none are kept."""
+    found = latency_key(m.name) if m is not None else None
+    if found is None:
+        return []
+    rows = rd.load_samples(v.variant, task_of(m.name))
+    extras = [r["score"].get("extra") or {} for r in rows
+              if m.length is None or str(r["score"].get("group")) == str(m.length)]
+    return series(found[0], extras)
+
+
+def timing_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """A latency or throughput figure's change from the two passes' repeats (evalsuite.stats.timing):
+    failed only where its interval shows it beyond the limit, passed where it shows it within, else
+    too few repeats to tell (`insufficient_n`)."""
+    b_m, c_m = pair.base.metric(metric), pair.cand.metric(metric)
+    limit, growth = rule.limit_for(metric), rule.kind == "max_growth_pct"
+    b, c = b_m.value, (c_m.value if c_m is not None else None)
+    n = c_m.n if c_m is not None else b_m.n
+    if c is None or math.isnan(c) or b_m.percentile and n is not None and n < min_samples(b_m.percentile):
+        return relative_check(rules, rule, metric, b, c, label, n, b_m.percentile, pair.cand.simulated)
+    ratio = c / b if b else math.inf
+    change = (ratio - 1) * 100 if growth else (1 - ratio) * 100
+    word = "growth" if growth else "drop"
+    stat = (latency_key(metric) or ("", "p50"))[1]
+    test = ratio_test(_timings(pair.base_rd, pair.base, b_m), _timings(pair.cand_rd, pair.cand, c_m), rules.confidence, stat)
+    check = Check(label, rule.label, metric, rules.insufficient_n, "", b, c, change, limit, "%", n=n)
+    if test is None:
+        why = f"no {rules.confidence:.0%} interval of a {stat} from these repeats (3 a side at least, each kept)"
+        check.detail = f"insufficient n: {why}; {word} {change:+.1f}%, limit {limit:g}%"
+        return check
+    edge = 1 + limit / 100 if growth else 1 - limit / 100
+    check.low, check.high = ((test.low - 1) * 100, (test.high - 1) * 100) if growth else \
+        ((1 - test.high) * 100, (1 - test.low) * 100)
+    check.method, check.n = test.method, min(test.n_base, test.n_cand)
+    beyond = test.p_above(edge) if growth else test.p_below(edge)
+    within = test.p_below(edge) if growth else test.p_above(edge)
+    bounds = f"{word} {change:+.1f}%, {rules.confidence:.0%} bounds {check.low:+.1f}..{check.high:+.1f}%"
+    if check.low > limit:
+        check.status, check.p = "fail", beyond
+        check.detail = f"{bounds}: shown beyond the limit {limit:g}% ({test.method})"
+    elif check.high <= limit:
+        check.status, check.p, check.evidence = "pass", within, True
+        check.detail = f"{bounds}: shown within the limit {limit:g}% ({test.method})"
+    else:
+        check.p = within
+        check.detail = (f"insufficient n: {bounds} reach both sides of the limit {limit:g}%; "
+                        f"{rules.insufficient_n} as configured ({test.method})")
+    return check
+
+
 def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
     """latency/<x>_p50 when per-length latency/<x>_p50/ctx<N> exist: a timing over mixed lengths."""
     return m.kind == MetricKind.timing and m.group is None and any(
@@ -395,10 +458,12 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             checks.append(capacity_check(rules, rule, metric, pair, label))
         elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
-        elif rule.kind != "max_drop_points" and (busy := _loaded_host(metric, pair)):
+        elif rule.kind != "max_drop_points" and (busy := _loaded_host(metric, pair) or _other_condition(metric, pair)):
             checks.append(Check(label, rule.label, metric, "skip", busy, b, cm.get(metric)))
         elif rule.kind != "max_drop_points" and (elsewhere := _other_pool(metric, pair)):
             checks.append(Check(label, rule.label, metric, "fail", elsewhere, b, None, None, rule.limit_for(metric), "%"))
+        elif rule.kind != "max_drop_points" and is_latency(metric) and pair.base.metric(metric) is not None:
+            checks.append(timing_check(rules, rule, metric, pair, label))
         elif rule.kind != "max_drop_points":
             m = cand.metric(metric) or pair.base.metric(metric)
             checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None,
@@ -604,6 +669,21 @@ def _add_noise(report: GateReport) -> None:
                              f"({c.noise[0]:+.2f}..{c.noise[1]:+.2f} pt): no larger than its noise")
 
 
+def _add_timing_noise(report: GateReport) -> None:
+    """Each candidate's latency or throughput check learns the control's change of the same figure
+    and its bounds: a change no larger than rerunning the baseline's is the engine's own noise."""
+    for control in report.controls:
+        band = {c.metric: c for c in report.checks
+                if c.candidate == control and c.unit == "%" and is_latency(c.metric) and c.change is not None}
+        for c in report.checks:
+            ref = band.get(c.metric)
+            if c.candidate == control or ref is None or c.status == "skip":
+                continue
+            c.noise = (ref.low, ref.high) if ref.low is not None else None
+            bounds = f" [{ref.low:+.1f}, {ref.high:+.1f}]" if ref.low is not None else ""
+            c.detail += f"; control `{control}`: {ref.change:+.1f}%{bounds}"
+
+
 def control_sides(baseline: Side, controls: list[Side] | None) -> list[Side]:
     """The controls given, else the baseline run's config `controls:` (variants of that run)."""
     if controls is not None:
@@ -696,6 +776,7 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
     report = GateReport(labels[0], rules_path, rules, checks, control_labels,
                         {label: e.host_load for (_, e), label in zip(entries, labels, strict=True)})
     _add_noise(report)
+    _add_timing_noise(report)
     return report
 
 

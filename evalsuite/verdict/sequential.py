@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import EarlyStop, Metric, VariantResult, task_of
 from evalsuite.verdict.rules import Rule, Rules
@@ -114,7 +115,12 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     at the last item, the final fixed-n look's). A futile check is a fail (not shown within the limit);
     one the task stopped before deciding, open. None: judge it fixed-n, as without --stop (a task these
     rules never watch, run to its last item)."""
-    found = _check(rules, rule, base_rd, base, base.metric(metric), stop.seed)
+    m = base.metric(metric)
+    if m is None or not read_scores(base_rd, base.variant, m):  # the items that decided the stop are not there
+        raise ConfigError(f"{base_rd.samples_file(base.variant, task_of(metric))}: no scored items of {metric}, yet "
+                          f"{cand.variant}'s record says --stop decided ended its task by them (stopped.{task_of(metric)}); "
+                          "the baseline's run folder is incomplete")
+    found = _check(rules, rule, base_rd, base, m, stop.seed)
     if isinstance(found, str) and not stop.early and isinstance(checks(rules, base_rd, base, task_of(metric),
                                                                        stop.seed), str):
         # these rules never watch the task, and it ran to its last item: its data are the full data
