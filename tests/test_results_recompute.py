@@ -30,7 +30,8 @@ WRITTEN = {
         "gate.md", "gate-128k.md", "gate-repeat.md", "gate-ruler.md", "gate-ruler-64k.md", "gate-ruler-128k.md",
         *(f"{c}/compare.md" for c in ("compare", "compare-all", "compare-128k", "compare-ruler", "compare-ruler-64k",
                                       "compare-ruler-128k")),
-        "report/report.md", "report-128k/report.md", "report-ruler/report.md"],
+        "report/report.md", "report-128k/report.md", "report-ruler/report.md",
+        "ruler.md"],  # its effective-length table: lab/scores.py effective, from the RULER gates
     "claims-2026-12-02": ["claims.md", "claims.json"],
 }
 # A rebuilt run folder's config.yaml is the config as `evalsuite import` resolves it: the checkout's
