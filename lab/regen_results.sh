@@ -171,6 +171,7 @@ page_q15() {  # h200-2026-12-01-qwen2.5-coder-1.5b
     report md runs/qwen-1.5b-32k runs/qwen-1.5b-latency --out $Q15/report
     report md runs/qwen-1.5b-128k runs/qwen-1.5b-latency --out $Q15/report-128k
     report html runs/ruler --out $Q15/report-ruler
+    "$PY" lab/quote_report.py $Q15.md >/dev/null        # the page's decision tables, from those reports
 }
 
 page_q05() {  # h200-2026-12-01-qwen2.5-coder-0.5b
@@ -191,6 +192,7 @@ page_q05() {  # h200-2026-12-01-qwen2.5-coder-0.5b
     link_runs qwen-0.5b-32k qwen-0.5b-128k qwen-0.5b-latency
     report md runs/qwen-0.5b-32k runs/qwen-0.5b-latency --out $Q05/report
     report md runs/qwen-0.5b-128k runs/qwen-0.5b-latency --out $Q05/report-128k
+    "$PY" lab/quote_report.py $Q05.md >/dev/null
 }
 
 page_claims() {  # claims-2026-12-02: the command at the bottom of its page; claim 5 reads the 1.5B's accuracy
@@ -241,4 +243,6 @@ for page in "${PAGES[@]}"; do
     esac
 done
 # what moved against the commit (the runs/ links go at exit)
-git status --short -- "${PAGES[@]/#/docs/results/}" | sed 's/^/differs: /' || true
+moved=()
+for page in "${PAGES[@]}"; do moved+=("docs/results/$page.md" "docs/results/$page"); done
+git status --short -- "${moved[@]}" | sed 's/^/differs: /' || true
