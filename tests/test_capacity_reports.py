@@ -140,3 +140,14 @@ def test_another_device_or_a_loaded_host_is_not_comparable_and_never_picked(tmp_
     cap = view([SimpleNamespace(result=r, run_dir=rd) for r in rd.load_run().variants])
     assert cap.ratios("base") == {"base": {"capacity/users_vs_baseline/ctx512": 1.0},
                                   "half": {"capacity/users_vs_baseline/ctx512": 0.5}}
+
+
+def test_a_loaded_baseline_is_its_own_reference_in_mlflows_figures(tmp_path):
+    """On a loaded host the baseline's bracket is set beside no candidate's, yet against itself it is
+    1, as the users table's reference row says (MLflow's `users_vs_baseline` of the baseline run)."""
+    run = capacity_run(tmp_path, {"base": 8, "half": 4}, loaded={"base"})
+    rd = RunDir(run)
+    cap = view([SimpleNamespace(result=r, run_dir=rd) for r in rd.load_run().variants])
+    assert cap.ratios("base") == {"base": {"capacity/users_vs_baseline/ctx512": 1.0}}
+    cols, rows = cap.users_table({}, "base")
+    assert [r[-1] for r in rows] == ["1 (reference)", "not comparable"]

@@ -500,3 +500,32 @@ def test_a_vllm_default_that_vllm_lacks_is_bad_input(tmp_path):
     text = {**bad, "metric": "tokenizer_mode"}
     res = check(write_claims(tmp_path, [claim("1", text)]))
     assert res.exit_code == 2 and "no numeric default for the engine argument" in res.output
+
+
+@pytest.mark.parametrize("timed, why", [
+    ({"block32": {"neighbours": "running"}}, "not comparable: the candidate timed beside running engines"),
+    ({"defaults": {"warmup": 2}, "block32": {"warmup": 0}},
+     "not comparable: timed with other warm-ups (baseline: 2, candidate: 0)"),
+    ({"defaults": {"warmup": 2}, "block32": {"warmup": 2}}, None),
+])
+def test_a_latency_claim_between_passes_not_timed_alike_is_not_comparable(tmp_path, timed, why):
+    """The gate's rule (core.types.timing_unlike): block32's -8.6%, measured beside running engines or
+    after another warm-up, measures the conditions as much as the block size; check said "held"."""
+    from evalsuite.core.types import TimingCondition
+
+    run = _timed_run(tmp_path, {"defaults": [1000.0, 2000.0, 3000.0, 4000.0],
+                                "block32": [800.0, 1790.0, 2780.0, 3770.0]})
+    rd = RunDir(run)
+    record = rd.load_run()
+    for v in record.variants:
+        v.timing = TimingCondition(**timed.get(v.variant, {}))
+        rd.write_result(v)
+    rd.write_run(record)
+    out = tmp_path / "r.json"
+    res = check(write_claims(tmp_path, [claim("3", TTFT_HELD)]), run, "--json", out)
+    c = json.loads(out.read_text())["claims"][0]["checks"][0]
+    if why is None:  # timed alike: the paired interval decides, as before
+        assert c["verdict"] == "held" and res.exit_code == 0, c
+    else:
+        assert c["verdict"] == "not measurable" and c["detail"] == why and c["interval"] is None, c
+        assert c["measured"] == pytest.approx(-8.6) and res.exit_code == 0  # the number shown, not judged

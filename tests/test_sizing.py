@@ -15,7 +15,9 @@ from evalsuite.run.config import load_config
 from evalsuite.run.sizing import planned, sizing_warnings
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = sorted([*(REPO / "configs").glob("*.yaml"), *(REPO / "evalsuite" / "configs").rglob("*.yaml")])
+# evalsuite/configs/models/ holds plan's index of models' config.json, not run configs
+SHIPPED = sorted([*(REPO / "configs").glob("*.yaml"), *(p for p in (REPO / "evalsuite" / "configs").rglob("*.yaml")
+                                                        if p.parent.name != "models")])
 runner = CliRunner()
 
 

@@ -3,8 +3,9 @@
 Verdicts: `held` (the measured value, or its whole interval, is what the claim says), `not held`
 (it is not: with an interval, the whole interval is outside), `not measurable` (with why: the
 claim names no number, a setting the engine does not have, a run or metric that is missing,
-too few items, or an interval that straddles the claimed bound). A claim is not held when any of
-its checks is, else not measurable when any is, else held; informational checks do not count.
+too few items, two variants' latency timed in two conditions ("not comparable"), or an interval
+that straddles the claimed bound). A claim is not held when any of its checks is, else not
+measurable when any is, else held; informational checks do not count.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from evalsuite.check.runs import Found, NotMeasurable, Run, find_variant, lookup
 from evalsuite.check.schema import Check, Claim, ClaimsFile, Side, split_at
 from evalsuite.core.configfile import format_validation_error
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.types import REQUEST_TIMINGS, UNIT_SUFFIXES, MetricKind
+from evalsuite.core.types import REQUEST_TIMINGS, TTFT_P50, UNIT_SUFFIXES, MetricKind, task_of, timing_unlike
 from evalsuite.core.units import GIB
 
 Verdict = Literal["held", "not held", "not measurable"]
@@ -286,6 +287,17 @@ def interval_for(ctx: Context, check: Check, sides: list[Measured]) -> timing.In
     return iv
 
 
+def timed_apart(sides: list[Measured]) -> str | None:
+    """Two variants' latency figures timed in two conditions (core.types.timing_unlike, the gate's rule:
+    a side beside running engines or not found idle, another warm-up, device, engine mode or cores)
+    measure the conditions as much as the settings: not comparable, whatever the numbers say."""
+    if len(sides) != 2 or any(s.found is None for s in sides) or \
+            not any(task_of(s.metric) == task_of(TTFT_P50) for s in sides):
+        return None
+    why = timing_unlike(*(s.found.result.timed_as() for s in sides))
+    return None if why is None else f"not comparable: {why}"
+
+
 def too_few(ctx: Context, sides: list[Measured]) -> str | None:
     for s in sides:
         if is_score(s) and s.record.n is not None and s.record.n < ctx.spec.min_n:
@@ -355,7 +367,7 @@ def evaluate_check(ctx: Context, check: Check) -> CheckResult:
         out.sides = measure_sides(ctx, check)
         out.unit = unit_of(check.effect.kind, out.sides[0])
         out.measured = quantity(check.effect.kind, out.sides)
-        few = too_few(ctx, out.sides)
+        few = too_few(ctx, out.sides) or timed_apart(out.sides)
         if few:
             raise NotMeasurable(few)
         out.interval = interval_for(ctx, check, out.sides)

@@ -163,14 +163,17 @@ class View:
 
     def ratios(self, baseline: str | None) -> dict[str, dict[str, float]]:
         """variant -> {capacity/users_vs_baseline/ctx<L>: users at the SLO over the baseline's} where the
-        two brackets are comparable and the baseline met it at some level (MLflow's figures)."""
+        two brackets are comparable and the baseline met it at some level (MLflow's figures). The
+        baseline's own is 1 on any host (the users table's reference row): set beside itself, no condition differs."""
         if baseline not in self.swept:
             return {}
         out: dict[str, dict[str, float]] = {}
         for name in self.swept:
             for n in self.lengths:
                 a, b = self.swept[baseline][1].brackets.get(n), self.swept[name][1].brackets.get(n)
-                if a is None or b is None or not a.at_slo or self.not_comparable(name, baseline, n):
+                if a is None or b is None or not a.at_slo:
+                    continue
+                if name != baseline and self.not_comparable(name, baseline, n):
                     continue
                 out.setdefault(name, {})[f"capacity/users_vs_baseline/ctx{n}"] = b.at_slo / a.at_slo
         return out

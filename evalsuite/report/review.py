@@ -1,7 +1,8 @@
 """What MLflow shows a reviewer: per variant its gate verdict with the checks that failed it, its
-headline accuracy changes against the baseline with their paired two-sided 95% intervals, weights,
-KV capacity, TTFT and ITL, as the first columns of the runs table, which the printed link opens; on
-the parent run, the run's decision; on the experiment, a description that says where the runs are.
+headline accuracy changes against the baseline with their paired two-sided 95% intervals (§: a
+confidence sequence, said in the run's description), weights, KV capacity, TTFT and ITL, as the first
+columns of the runs table, which the printed link opens; on the parent run, the run's decision; on
+the experiment, a description that says where the runs are.
 
 The columns are display tags, each figure written at the precision its interval supports (`-8
 [-35, +18]` for a change 12 items measure, not -8.3333333): the runs table shows a metric with
@@ -20,6 +21,7 @@ import json
 import math
 from urllib.parse import urlencode
 
+from evalsuite.report.compare import SEQUENCE_NOTE
 from evalsuite.report.page import Report, Row, decision, longest_common, passed_gate
 
 VIEW_KEY = "evalsuite"
@@ -65,15 +67,24 @@ def decimals(half_width: float) -> int:
     return max(0, 1 - math.floor(math.log10(abs(half_width))))
 
 
-def change_text(delta: float, low: float, high: float) -> str:
-    """`-7.0 [-7.8, -6.3]`: a change in points with its two-sided 95% interval, at its precision."""
+def change_text(delta: float, low: float, high: float, sequence: bool = False) -> str:
+    """`-7.0 [-7.8, -6.3]`: a change in points with its two-sided 95% interval, at its precision. A
+    stopped candidate's confidence sequence that excludes the change (`sequence`) reads `§ [-4.2, +1.5]`:
+    the interval is the estimate, as compare's `confidence sequence§` cell, in no more width than a
+    change (the first screen's columns); the words are the run's description (sequence_note)."""
     d = decimals((high - low) / 2)
 
     def pt(v: float) -> str:
         text = f"{v:+.{d}f}"
         return text.replace("-", "+", 1) if float(text) == 0 else text  # never "-0.0"
 
-    return f"{pt(delta)} [{pt(low)}, {pt(high)}]"
+    return f"{'§' if sequence else pt(delta)} [{pt(low)}, {pt(high)}]"
+
+
+def sequence_note(row: Row) -> str | None:
+    """What § beside the row's changes means, naming their columns; None where none is marked."""
+    marked = [change_tag(m) for m, d in row.delta.items() if d.sequence and d.outside]
+    return f"{SEQUENCE_NOTE}: {', '.join(marked)}." if marked else None
 
 
 def verdict_text(row: Row) -> str:
@@ -91,7 +102,10 @@ def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str
     for row in report.rows:
         metrics = {delta_key(m): d.delta for m, d in row.delta.items()}
         tags = {T_VERDICT: verdict_text(row)}
-        tags.update({change_tag(m): change_text(d.delta, d.low, d.high) for m, d in row.delta.items()})
+        tags.update({change_tag(m): change_text(d.delta, d.low, d.high, d.sequence and d.outside)
+                     for m, d in row.delta.items()})
+        if note := sequence_note(row):
+            tags[T_NOTE] = note
         if row.weights_gib is not None:
             tags[T_WEIGHTS] = f"{row.weights_gib:.3f}"  # the engine's own byte count: exact to the MiB
         if row.kv_tokens is not None:
@@ -108,7 +122,9 @@ def variant_review(report: Report) -> dict[str, tuple[dict[str, float], dict[str
 def run_review(report: Report) -> dict[str, str]:
     """The parent run's tags: the run's decision, short in the verdict column (its row reads as the
     answer, its variants nested under it as the evidence) and whole as the run's description."""
-    return {T_VERDICT: short_decision(report), T_NOTE: f"Decision: {decision(report)}."}
+    marked = any(sequence_note(r) for r in report.rows)  # the report's footnote, once for the run
+    return {T_VERDICT: short_decision(report),
+            T_NOTE: f"Decision: {decision(report)}." + (f" {SEQUENCE_NOTE}." if marked else "")}
 
 
 def short_decision(report: Report) -> str:

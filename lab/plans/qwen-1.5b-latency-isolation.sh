@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/latency_isolation.py on one card (H100 or H200), run ON the machine from /root/repo after
 # `device.sh setup` and `device.sh copy`: the 1.5B's shape with dummy weights (speed does not depend on
-# weight values), so no model is carried or imported. One lane, the card to itself, every phase in one
-# process (packed twice, packed with --stop decided, each alone on a restarted engine, then the report);
-# its parts and RESULT line in runs/h200/li, which lab/poll.sh sends back.
+# weight values), so no model is carried or imported. One lane, the card to itself, one phase a step in the
+# order that leaves something whole wherever the time ends: packed, alone (each on a restarted engine:
+# with the first, a packed-vs-alone comparison), packed with --stop decided, packed again, the report;
+# its parts and RESULT line in runs/h200/li*, which lab/poll.sh sends back.
 # Budget (bench/latency_isolation.py's own estimate, H100): packed ~4.5 min cold then ~3.5, stop ~4,
 # alone ~4: about 16 minutes of card.
 # Carrying (5 calls back to back, each with the checkout, ~10 MiB): the kit re-split to fit beside the
@@ -23,4 +24,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 DL=$(($1 + $2 - ${END_MARGIN_S:-90}))
 C=lab/configs/h200/qwen-1.5b-latency-isolation.yaml
-${LANES:-bash lab/lanes.sh} $DL "py li bench/latency_isolation.py $C -w runs/h200/li/work --busy busy_triton"
+B="bench/latency_isolation.py $C -w runs/h200/li/work --busy busy_triton"
+${LANES:-bash lab/lanes.sh} $DL "py li1 $B --phase packed; py li2 $B --phase alone; py li3 $B --phase stop; \
+py li4 $B --phase packed; py li5 $B --report"
