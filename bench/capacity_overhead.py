@@ -68,13 +68,13 @@ def start_server(model: str, work: Path, extra: dict):
 
 
 def task_for(args, work: Path):
-    from evalsuite.capacity.config import CapacityConfig
+    from evalsuite.capacity.config import MAX_SLO_MS, CapacityConfig  # an SLO no level can miss
     from evalsuite.capacity.task import CapacityTask
     from evalsuite.tasks.base import TaskContext
 
     cfg = CapacityConfig(prompt_tokens=[args.prompt_tokens], output_tokens=args.output_tokens,
                          concurrency=[int(x) for x in args.levels.split(",")], requests=args.requests,
-                         metrics_interval_s=args.interval, slo={"ttft_p90_ms": 1e9, "itl_p90_ms": 1e9})
+                         metrics_interval_s=args.interval, slo={"ttft_p90_ms": MAX_SLO_MS, "itl_p90_ms": MAX_SLO_MS})
     return cfg, CapacityTask(cfg, TaskContext(base_dir=work, cache_dir=work))
 
 

@@ -123,7 +123,10 @@ WAIT_FOR_TEXT = """
     return shows(texts);
   };
   let clicked = null;
+  // The ready texts can show before the element to click is rendered (a page's header or description
+  // may hold them), so the target is waited for too.
   if (await until(ready) && click) {
+    while (Date.now() < deadline && !document.querySelector(click)) await sleep(250);
     const target = document.querySelector(click);
     if (target) { target.click(); clicked = click; }
   }

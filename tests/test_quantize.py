@@ -204,7 +204,7 @@ def test_runner_runs_variant_on_checkpoint_and_records_it(tmp_path, model_dir, f
             pass
 
     monkeypatch.setattr("evalsuite.run.runner.unsupported_reason", lambda v: None)
-    monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda launch, model, kwargs, log, cache: FakeEngine(model))
+    monkeypatch.setattr("evalsuite.run.runner.make_engine", lambda launch, model, kwargs, log, cache, **_: FakeEngine(model))
     res = _runner(tmp_path, model_dir).run_variant("awq", Variant(quantize="awq"), [], {})
     assert res.status == "ok", res.reason
     rec = res.build
