@@ -145,7 +145,8 @@ def control_checks(run_dir: Path, baseline: str, control: str | None) -> list[di
         return []
     from evalsuite.core.records import RunDir
     from evalsuite.verdict.compare import is_latency
-    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import load_rules, run_rules_path
 
     rd = RunDir(run_dir)

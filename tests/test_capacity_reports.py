@@ -15,7 +15,9 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import HostLoad, RunRecord, Sample
 from evalsuite.report.capacity_view import view
-from evalsuite.verdict.gate import Check, Side, run_gate
+from evalsuite.verdict.checks import Check
+from evalsuite.verdict.gate import run_gate
+from evalsuite.verdict.sides import Side
 from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.report.summary import table
 from evalsuite.tasks.base import TaskContext

@@ -346,7 +346,8 @@ def test_a_searched_pass_on_the_report_and_the_gate(tmp_path):
     from typer.testing import CliRunner
 
     from evalsuite.cli.main import app
-    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import default_rules_path, load_rules
     from tests.mlflow_server import build_run
 

@@ -485,7 +485,7 @@ def test_latency_is_judged_per_length_and_p99_needs_samples(tmp_path):
         "beyond the limit 25%" in res.output
     assert "latency/ttft_ms_p50 for `fp8` (pooled over prompt lengths; judged per length)" in res.output
     assert "ruler/score" not in res.output  # a rule's metric of a task the baseline never ran is no finding
-    from evalsuite.verdict.gate import relative_check
+    from evalsuite.verdict.checks import relative_check
 
     spec = Rules.model_validate({"rules": [{"metrics": "latency/*", "max_growth_pct": 10}]})
     check = relative_check(spec, spec.rules[0], "latency/ttft_ms_p99/ctx512", 10.0, 30.0, "x", n=20, percentile=99)
@@ -612,7 +612,7 @@ def test_a_control_the_run_never_measured_is_left_out(tmp_path):
 
 
 def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
-    from evalsuite.verdict.gate import Check
+    from evalsuite.verdict.checks import Check
     from evalsuite.report.gate_report import _skipped
 
     checks = [Check(c, "latency", m, "skip", "not in the baseline") for c in ("a", "b")
@@ -622,26 +622,28 @@ def test_not_checked_names_each_metric_once_with_the_candidates_it_applies_to():
                                    "engine/required_gib for `b` (measured differently)"]
 
 
-def test_the_same_gate_asked_twice_is_computed_once_and_again_when_a_record_changes(tmp_path, monkeypatch):
-    from evalsuite.core.records import RunDir
-    from evalsuite.verdict import gate as gate_mod
-    from evalsuite.verdict.gate import Side, run_gate
+def test_the_end_of_a_run_judges_once_and_hands_the_gate_to_the_page(tmp_path, monkeypatch):
+    """The summary's gate column and the report page ask the same question: the summary's report is
+    handed to the page, which judges only what it was not handed."""
+    from rich.console import Console
 
-    run = build_run(tmp_path / "runs", "20250101-000000-all", {"bf16": {}, "fp8": {"weights_gib": 0.5}}, baseline="bf16")
+    from evalsuite.core.records import RunDir
+    from evalsuite.report.page import build, rules_file
+    from evalsuite.report.summary import print_summary
+    from evalsuite.verdict import gate as gate_mod
+
+    run = build_run(tmp_path / "runs", "20250101-000000-all", {"bf16": {}, "fp8": {"weights_gib": 2.0}}, baseline="bf16")
     calls = []
     real = gate_mod.evaluate
     monkeypatch.setattr(gate_mod, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    rules, rd = load_rules(DEFAULT_RULES), RunDir(run)
-    first = run_gate(Side(rd, "bf16"), [Side(rd)], rules, str(DEFAULT_RULES))
-    first.checks.clear()  # a caller's changes stay its own
-    again = run_gate(Side(rd, "bf16"), [Side(rd)], load_rules(DEFAULT_RULES), str(DEFAULT_RULES))
-    assert len(calls) == 1 and again.checks and again.verdicts() == {"fp8": "passed"}
-    record = run / "run.json"
-    text = record.read_text()
-    assert text.count('"weights_gib": 0.5') == 1
-    record.write_text(text.replace('"weights_gib": 0.5', '"weights_gib": 2.0'))
-    changed = run_gate(Side(rd, "bf16"), [Side(rd)], rules, str(DEFAULT_RULES))
-    assert len(calls) == 2 and changed.verdicts() == {"fp8": "failed"}
+    rd = RunDir(run)
+    handed = print_summary(rd.load_run(), Console(width=160, record=True), run_dir=rd)
+    assert len(calls) == 1 and handed.verdicts() == {"fp8": "failed"}
+    path = rules_file(None, rd)
+    page = build([(rd, None)], None, load_rules(path), str(path), handed)
+    assert len(calls) == 1 and page.parts[0].gate is handed
+    asked = build([(rd, None)], None, load_rules(path), str(path))
+    assert len(calls) == 2 and asked.parts[0].gate.verdicts() == handed.verdicts()
 
 
 def _gate_cut_before_law(tmp_path, base: dict, cand: dict) -> tuple[object, str]:
@@ -685,7 +687,8 @@ def test_a_latency_check_timed_on_a_loaded_host_is_not_comparable(tmp_path):
 
 
 def _latency_checks(tmp_path, base: dict, cand: dict, control: dict | None = None):
-    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import Side
 
     variants = {"bf16": base, "fp8": cand, **({"bf16_repeat": control} if control else {})}
     root = build_run(tmp_path / "runs", "20250101-000000-one", variants, baseline="bf16")
@@ -700,7 +703,7 @@ def test_a_latency_check_fails_only_where_its_repeats_show_the_change_beyond_the
     timing): +30% with the repeats 2% apart is shown beyond a 25% limit; the same +30% from three
     requests a side spread by 2x is not shown either way (insufficient n, `warn`), and nothing but a
     shown change fails. A figure shown within passes on evidence; a throughput's drop likewise."""
-    from evalsuite.verdict.gate import timing_check
+    from evalsuite.verdict.checks import timing_check
 
     checks = _latency_checks(tmp_path, {"ttft": {512: 10.0}}, {"ttft": {512: 13.0}})
     c = checks[("fp8", "latency/ttft_ms_p50/ctx512")]
@@ -715,7 +718,7 @@ def test_a_latency_check_fails_only_where_its_repeats_show_the_change_beyond_the
             "sample_id": f"len512-r{i}", "task": "latency", "value": 1.0, "pred": "", "target": "", "group": "512",
             "extra": {"ttft_ms": v, "prompt_tokens": 512, "output_tokens": 8}}} for i, v in enumerate(values)])
     from evalsuite.core.types import Metric
-    from evalsuite.verdict.gate import Pair
+    from evalsuite.verdict.checks import Pair
 
     record = rd.load_run()
     base, cand = record.variant("bf16"), record.variant("fp8")

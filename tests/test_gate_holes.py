@@ -84,7 +84,7 @@ def test_a_candidate_saying_no_to_a_whole_clause_group_is_judged_not_crashed(tmp
 
 def test_a_bug_while_judging_is_never_exit_1(tmp_path, monkeypatch):
     """Exit 1 means "failed"; an error of the gate's own is exit 70 and one line, whatever it is."""
-    from evalsuite.verdict import gate as gate_mod
+    from evalsuite.verdict import checks as gate_mod
 
     run = legal_run(tmp_path, "20250101-000000-b", {"bf16": right(), "same": right()})
 
@@ -215,7 +215,8 @@ def test_every_failed_row_names_its_failing_check(tmp_path):
     """The run summary's gate column and the report page say which check failed a variant, not only
     that it failed."""
     from evalsuite.core.records import RunDir
-    from evalsuite.verdict.gate import Side, failed_checks_line, run_gate
+    from evalsuite.verdict.gate import failed_checks_line, run_gate
+    from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import load_rules
     from evalsuite.report.summary import gate_verdicts
 

@@ -124,7 +124,7 @@ def test_a_stopped_candidates_interval_that_excludes_its_change_says_confidence_
     from evalsuite.report.gate_report import _row
     from evalsuite.report.page_doc import delta_cell
     from evalsuite.verdict.compare import PairedDelta
-    from evalsuite.verdict.gate import Check
+    from evalsuite.verdict.checks import Check
 
     test = _excluding_sequence()
     assert test.drop > test.high  # the estimate lies outside the sequence's interval
@@ -249,7 +249,8 @@ def test_the_fast_path_never_fails_what_the_full_data_pass(tmp_path):
     from evalsuite.core.records import RunDir
     from evalsuite.stats.paired import pairing, paired_result
     from evalsuite.stats.sequential import Population, Sequential
-    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import load_rules
 
     run = _watched_run(tmp_path, lost=45, gained=39)
@@ -312,7 +313,8 @@ def test_a_task_recorded_as_watched_to_its_end_that_these_rules_never_watch_is_j
     holds the full data whatever was looked at: it is judged as a run without --stop."""
     from evalsuite.core.records import RunDir
     from evalsuite.stats.paired import pairing, paired_result
-    from evalsuite.verdict.gate import Side, run_gate
+    from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import load_rules
 
     run = _watched_run(tmp_path, lost=3, gained=3, n=132)

@@ -287,7 +287,7 @@ def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
     from evalsuite.check import stats as check_stats
     from evalsuite.core.records import RunDir
     from evalsuite.report.compare import compare
-    from evalsuite.verdict.gate import Pair, accuracy_check
+    from evalsuite.verdict.checks import Pair, accuracy_check
     from evalsuite.verdict.rules import Rule, Rules
     from evalsuite.stats.paired import read_scores
     from tests.mlflow_server import build_run

@@ -21,7 +21,8 @@ from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import one_at_a_time
-from evalsuite.verdict.gate import Side, run_gate
+from evalsuite.verdict.gate import run_gate
+from evalsuite.verdict.sides import Side
 from evalsuite.verdict.rules import default_rules_path, load_rules
 from evalsuite.verdict.sequential import decisions, stopped_interval
 from evalsuite.run.config import RunConfig

@@ -168,12 +168,13 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
     """The gate's report and the rules file that judged: --rules, else the baseline run's config's
     `gate_rules` (the rules it was made to be judged by), else the shipped default."""
     from evalsuite.verdict.gate import run_gate
+    from evalsuite.verdict.sides import OnlyControls, SideError
     from evalsuite.core.shared import shared_path
     from evalsuite.verdict.rules import SHIPPED_RULES, default_rules_path, load_rules, run_rules_path
     from evalsuite.tracking.sources import open_sources
 
     base = _one_run(open_sources([baseline], uri, scratch / "b"), "--baseline", variant_baseline, baseline)
-    path = rules or run_rules_path(base.run_dir.read_config())
+    path = rules or run_rules_path(base[0].run_dir.read_config())
     shipped = {default_rules_path().parent / f: n for n, f in SHIPPED_RULES.items()}
     # never a path of this machine in a report: a shipped set by its name
     name = shipped.get(path.resolve())
@@ -184,14 +185,45 @@ def _run_gate(baseline: str, candidates: list[str], rules: Path | None, variant_
              for i, ref in enumerate(candidates)]
     ctrl = [_one_run(open_sources([ref], uri, scratch / f"k{i}"), "--control", None, ref)
             for i, ref in enumerate(controls)] if controls else None
-    return run_gate(base, sides, spec, shown, ctrl), path
+    flags = [base, *sides, *(ctrl or [])]
+    try:
+        return run_gate(base[0], [s for s, _ in sides], spec, shown, [s for s, _ in ctrl] if ctrl else None), path
+    except (SideError, OnlyControls) as e:
+        raise ConfigError(_worded(e, flags)) from None
+
+
+FLAGS = {"baseline": "--baseline", "candidate": "--candidate", "control": "--control"}
+
+
+def _worded(e, flags: list) -> str:
+    """A side the gate could not pick, said with the flag that named it (--variant-baseline or
+    --variant-candidate where that gave its variant); a side read from the run's config, by its role."""
+    from evalsuite.verdict.sides import BaselineUnnamed, ControlTaken, NoCandidate, NotAVariant, OnlyControls
+
+    if isinstance(e, OnlyControls):
+        return f"{e}; give a --candidate that is not one"
+    flag = next((f for s, f in flags if s is e.side), FLAGS[e.role])
+    if isinstance(e, BaselineUnnamed):
+        return (f"--baseline: run {e.run_id} holds {', '.join(e.names)}; name one as {e.side.run_dir.root}:VARIANT "
+                f"or with --variant-baseline (or set `baseline` in its config)")
+    if isinstance(e, NotAVariant):
+        return f"{flag}: {e.name!r} is not a variant of run {e.run_id} (allowed: {', '.join(e.names)})"
+    if isinstance(e, NoCandidate):
+        but = f" but its controls ({', '.join(e.controls)}), which are noise references" if e.controls else ""
+        return f"{flag}: run {e.run_id} has no variant to compare with {e.baseline!r}{but}; nothing to judge"
+    if isinstance(e, ControlTaken):
+        role = "the baseline" if e.taken_by == "baseline" else "a candidate" if e.whole_run is None else \
+            f"a candidate (--candidate {e.whole_run} judges every variant of that run but its controls)"
+        return (f"{flag} {e.side.run_dir.root}:{e.side.variant}: is {role}; a control is another variant (the "
+                f"baseline rerun, or another engine mode)")
+    return str(e)
 
 
 def _one_run(sources, flag: str, variant: str | None, ref: str):
     """A gate side is one run; DIR:VARIANT or a variant's MLflow run id also picks that variant. The
-    side remembers which flag named its variant (--variant-baseline or --variant-candidate where that
-    gave it), for an error about it."""
-    from evalsuite.verdict.gate import Side
+    side comes with the flag that named its variant (--variant-baseline or --variant-candidate where
+    that gave it), for an error about it."""
+    from evalsuite.verdict.sides import Side
 
     if len(sources) != 1:
         raise ConfigError(f"{flag}: give one run (this names {len(sources)}; an experiment holds several)")
@@ -204,7 +236,7 @@ def _one_run(sources, flag: str, variant: str | None, ref: str):
     if flag == "--control" and not picked:
         _unnamed_control(rd, ref)
     named_by = flag if picked or not variant else f"--variant-{flag.removeprefix('--')}"
-    return Side(rd, picked or variant, named_by)
+    return Side(rd, picked or variant), named_by
 
 
 def _unnamed_control(rd, ref: str) -> None:

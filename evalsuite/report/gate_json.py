@@ -8,7 +8,8 @@ import json
 import math
 
 from evalsuite.core.shared import shared_text
-from evalsuite.verdict.gate import Check, GateReport
+from evalsuite.verdict.checks import Check
+from evalsuite.verdict.gate import GateReport
 from evalsuite.report.gate_view import verdict_line
 
 SCHEMA_VERSION = 1

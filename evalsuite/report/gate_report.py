@@ -8,7 +8,8 @@ from collections import defaultdict
 
 from evalsuite.core.shared import shared_text
 from evalsuite.core.types import task_of
-from evalsuite.verdict.gate import Check, GateReport, failure_kind
+from evalsuite.verdict.checks import Check
+from evalsuite.verdict.gate import GateReport, failure_kind
 from evalsuite.verdict.rules import Rules, decision_rule, resolution
 from evalsuite.report.compare import SEQUENCE_NOTE
 from evalsuite.report.names import fmt_value, loaded_note

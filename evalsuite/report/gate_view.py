@@ -17,7 +17,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from evalsuite.verdict.gate import MISSING, NO_SHARED, Check, GateReport, failure_kind
+from evalsuite.verdict.checks import MISSING, NO_SHARED, Check
+from evalsuite.verdict.gate import GateReport, failure_kind
 from evalsuite.report.gate_report import METHOD
 from evalsuite.report.terminal import Block, Blocks, aligned, fits
 from evalsuite.stats.significance import resolves

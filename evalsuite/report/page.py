@@ -24,7 +24,8 @@ from evalsuite.core.units import GIB
 from evalsuite.verdict.baseline import baseline_ref
 from evalsuite.report.compare import Comparison, compare
 from evalsuite.verdict.compare import Entry, PairedDelta, label_entries
-from evalsuite.verdict.gate import GateReport, Side, failed_checks_line, run_gate
+from evalsuite.verdict.gate import GateReport, failed_checks_line, run_gate
+from evalsuite.verdict.sides import Side
 from evalsuite.report.names import loaded_mark
 from evalsuite.verdict.rules import Rules, default_rules_path, run_rules_path
 from evalsuite.report.plots import front_labels
@@ -166,10 +167,10 @@ def home_folder(sources: list[tuple[RunDir, set[str] | None]], base: str, named:
 
 
 def _parts(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules,
-           rules_path: str) -> list[RunPart]:
+           rules_path: str, known: GateReport | None = None) -> list[RunPart]:
     """The folder's part, and, where it holds a variant of the baseline's name but is not the
     baseline's folder, that variant judged against the baseline's folder (every folder is judged)."""
-    part = _part(rd, only, base, home, rules, rules_path)
+    part = _part(rd, only, base, home, rules, rules_path, known)
     rerun = home is not None and rd.root.resolve() != home.root.resolve() and _holds(rd, base) and \
         (only is None or base in only)
     if not rerun:
@@ -188,9 +189,11 @@ def _gate(base: Side, sides: list[Side], rules: Rules, rules_path: str) -> GateR
         return None  # no metric of this folder matched a rule, or nothing to judge: figures without a verdict
 
 
-def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules, rules_path: str) -> RunPart:
+def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rules: Rules, rules_path: str,
+          known: GateReport | None = None) -> RunPart:
     """A folder that holds the baseline is set against its own (measured under the same conditions);
-    one that does not, against the home folder's, on the items both answered, as `gate` pairs them."""
+    one that does not, against the home folder's, on the items both answered, as `gate` pairs them.
+    `known`: the folder's whole gate under these rules, where a caller has it already."""
     names = {v.variant: v for v in rd.load_run().variants}
     own = base in names and names[base].status in USABLE_STATUSES
     if own or home is None:
@@ -206,19 +209,24 @@ def _part(rd: RunDir, only: set[str] | None, base: str, home: RunDir | None, rul
     candidates = [e.result.variant for e in comparison.entries if e.result.variant != base]
     if part.has_baseline and candidates:
         # the whole folder as the run summary asks for it (its verdicts, the same gate), else the variants picked
-        sides = [Side(rd)] if only is None and own else [Side(rd, c) for c in candidates]
-        part.gate = _gate(Side(base_rd, base), sides, rules, rules_path)
+        whole = only is None and own
+        sides = [Side(rd)] if whole else [Side(rd, c) for c in candidates]
+        asked = known is not None and whole and (known.baseline, known.rules_path, known.rules) == (base, rules_path, rules)
+        part.gate = known if asked else _gate(Side(base_rd, base), sides, rules, rules_path)
     return part
 
 
 def build(sources: list[tuple[RunDir, set[str] | None]], baseline: str | None, rules: Rules,
-          rules_path: str) -> Report:
+          rules_path: str, known: GateReport | None = None) -> Report:
+    """`known`: where `sources` is one run folder, its gate (every variant against its baseline under
+    these rules) as the run summary computed it, so that the end of a run judges once."""
     if not sources:
         raise ConfigError("report: give at least one run folder")
     sources = _by_run(sources)
     base, named = baseline_name(sources, baseline)
     home = home_folder(sources, base, named)
-    parts = [p for rd, only in sources for p in _parts(rd, only, base, home, rules, rules_path)]
+    known = known if len(sources) == 1 else None
+    parts = [p for rd, only in sources for p in _parts(rd, only, base, home, rules, rules_path, known)]
     primary = list(dict.fromkeys(m for p in parts for m in p.comparison.primary))
     report = Report(base, rules_path, rules, parts, [], primary)
     own = list({key_of(e): e for p in parts for e in p.entries}.values())

@@ -18,7 +18,8 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.capacity_view import summary_cell, summary_columns
 from evalsuite.verdict.capacity import length_of
-from evalsuite.verdict.gate import Side, failed_checks_line, run_gate
+from evalsuite.verdict.gate import GateReport, failed_checks_line, run_gate
+from evalsuite.verdict.sides import Side
 from evalsuite.verdict.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
 from evalsuite.report.placement import placement_table
 from evalsuite.report.terminal import Block, Blocks, fits
@@ -129,17 +130,30 @@ def table(record: RunRecord, verdicts: dict[str, str] | None = None, marks: dict
                  variant_blocks(record, verdicts or {}, marks or {}, base).render(width))
 
 
-def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str, str], dict[str, str]]:
-    """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
-    nothing where the run has no second usable variant or no metric a rule names."""
+def run_gate_report(rd: RunDir, record: RunRecord, rules: Rules) -> GateReport | None:
+    """Every variant against the run's baseline under `rules`; None where the run has no second
+    usable variant or no metric a rule names."""
     base = _baseline(rd, record)
     usable = [v for v in record.variants if v.status in USABLE_STATUSES]
     if base is None or len(usable) < 2 or record.variant(base) not in usable:
-        return {}, {}
+        return None
     try:
-        report = run_gate(Side(rd, base), [Side(rd)], rules, str(run_rules_path(rd.read_config())))
+        return run_gate(Side(rd, base), [Side(rd)], rules, str(run_rules_path(rd.read_config())))
     except ConfigError:
+        return None
+
+
+def gate_verdicts(rd: RunDir, record: RunRecord, rules: Rules) -> tuple[dict[str, str], dict[str, str]]:
+    """Each variant's verdict against the run's baseline under `rules`, and the baseline's task marks;
+    nothing where the run has no gate (run_gate_report)."""
+    return _verdict_cells(rd, record, rules, run_gate_report(rd, record, rules))
+
+
+def _verdict_cells(rd: RunDir, record: RunRecord, rules: Rules,
+                   report: GateReport | None) -> tuple[dict[str, str], dict[str, str]]:
+    if report is None:
         return {}, {}
+    base = _baseline(rd, record)
     marks = task_marks(record.variant(base), rd, rules.ceiling, chance_margins(rules, [m.name for m in record.variant(base).metrics]))
     return {v: _verdict_cell(report, v, word, base) for v, word in report.verdicts().items()}, marks
 
@@ -198,11 +212,13 @@ def _rules_path(record: RunRecord) -> Path:
     return named if named is not None and named.is_file() else default_rules_path()
 
 
-def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> None:
+def print_summary(record: RunRecord, console: Console | None = None, run_dir: RunDir | None = None) -> GateReport | None:
+    """The run's table and notes; returns the run's gate (run_gate_report), for whoever shows it next."""
     # piped output gets 160 columns, unless $COLUMNS names a width
     console = console or Console(width=None if Console().is_terminal or os.environ.get("COLUMNS") else 160)
     rules = load_rules(run_rules_path(run_dir.read_config()) if run_dir is not None else _rules_path(record))
-    verdicts, marks = gate_verdicts(run_dir, record, rules) if run_dir is not None else ({}, {})
+    report = run_gate_report(run_dir, record, rules) if run_dir is not None else None
+    verdicts, marks = _verdict_cells(run_dir, record, rules, report)
     base = _baseline(run_dir, record) if run_dir is not None else None
     console.print(table(record, verdicts, marks, console.width, base))
     early = {v.variant: [t for t, stop in v.stopped.items() if stop.early] for v in record.variants}
@@ -225,3 +241,4 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
             where = (f"stopped at {stop.items:,} of {stop.of:,} items, every check decided" if stop.early else
                      f"ran all {stop.of:,} items, judged by its confidence sequence")
             console.print(f"  {v.variant} · {task}: {where} ({decided}; --stop decided)", markup=False, highlight=False)
+    return report

@@ -86,8 +86,8 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
         finally:
             run_dir.release_space()
-        print_summary(record, run_dir=run_dir)
-        _track(cfg, run_dir, record)
+        gate = print_summary(record, run_dir=run_dir)
+        _track(cfg, run_dir, record, gate)
     return record
 
 
@@ -233,7 +233,8 @@ def min_max_model_len(cfg) -> int | None:
     return min(lens) if lens else None
 
 
-def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
+def _track(cfg, run_dir: RunDir, record: RunRecord, gate=None) -> None:
+    """The run to MLflow, with its gate as the summary judged it (`gate`), so that it is judged once."""
     if not cfg.tracking.enabled:
         return
     try:
@@ -242,7 +243,7 @@ def _track(cfg, run_dir: RunDir, record: RunRecord) -> None:
         return
     try:
         # soft_wrap: a link cut over lines (rich wraps at 80 columns off a terminal) cannot be followed
-        console.print(log_run(run_dir, cfg.tracking).link, markup=False, highlight=False, soft_wrap=True)
+        console.print(log_run(run_dir, cfg.tracking, gate=gate).link, markup=False, highlight=False, soft_wrap=True)
     except Exception as e:  # noqa: BLE001 - tracking must never lose a finished run
         console.print(f"[yellow]MLflow logging failed ({type(e).__name__}: {e}); records are in {run_dir.root}; "
                       f"run `evalsuite sync` later")

@@ -55,6 +55,7 @@ from evalsuite.report.review import (NOTE_MARK, T_NOTE, VIEW_TAG, experiment_not
                                      variant_review, view_columns, view_state)
 from evalsuite.tracking.settings import TrackingConfig, check_uri
 from evalsuite.verdict.compare import flat_metrics
+from evalsuite.verdict.gate import GateReport
 
 STATE_FILE = "tracking.json"
 # An unreachable server must fail in seconds, not after MLflow's default 7 retries with backoff;
@@ -376,8 +377,9 @@ class SyncResult:
 class _Logger:
     """One upload of one run directory to one experiment."""
 
-    def __init__(self, client: MlflowClient, exp_id: str, rd: RunDir, record: RunRecord):
+    def __init__(self, client: MlflowClient, exp_id: str, rd: RunDir, record: RunRecord, gate: GateReport | None = None):
         self.client, self.exp_id, self.rd, self.record = client, exp_id, rd, record
+        self.gate = gate  # the run's gate, where the caller judged it already (the run summary)
         self.config = rd.read_config()
         self.env = rd.read_env() or dict(record.env)
         self.existing = self.client.search_runs([exp_id], f"tags.`{T_RUN}` = {_quote(record.run_id)}",
@@ -472,7 +474,7 @@ class _Logger:
             if (self.rd.root / name).exists():
                 self.client.log_artifact(parent_id, str(self.rd.root / name), "run")
         with tempfile.TemporaryDirectory() as tmp:
-            files, report = _report(self.rd, Path(tmp))
+            files, report = _report(self.rd, Path(tmp), self.gate)
             for path in files:
                 self.client.log_artifact(parent_id, str(path), "report")
         if report is None:
@@ -493,9 +495,10 @@ class _Logger:
                                                                                 self.exp_id))
 
 
-def _report(rd: RunDir, out: Path):
+def _report(rd: RunDir, out: Path, gate: GateReport | None = None):
     """The files of report/ and the page's figures (None where the page cannot be drawn). The page's
-    own comparison writes compare.md: comparing the run a second time would redo every paired test."""
+    own comparison writes compare.md, and `gate` is the run's gate where the caller has it: judging
+    the run a second time would redo every paired test."""
     from evalsuite.report.compare import compare
     from evalsuite.report.compare_view import write_report
     from evalsuite.report.page import build, rules_file
@@ -505,7 +508,7 @@ def _report(rd: RunDir, out: Path):
     files, report = [], None
     try:
         path = rules_file(None, rd)  # a run folder as it is: no MLflow look-up (sources) from inside tracking
-        report = build([(rd, None)], None, load_rules(path), str(path))
+        report = build([(rd, None)], None, load_rules(path), str(path), gate)
     except Exception as e:  # noqa: BLE001 - a page that cannot be drawn must not keep the records out
         logging.getLogger(__name__).warning("evalsuite: no report page for %s: %s", rd.root, e)
     try:
@@ -517,8 +520,10 @@ def _report(rd: RunDir, out: Path):
     return files, report
 
 
-def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, *, uri: str | None = None) -> SyncResult:
-    """Upload a run directory (idempotently) and note where it went in tracking.json.
+def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, *, uri: str | None = None,
+            gate: GateReport | None = None) -> SyncResult:
+    """Upload a run directory (idempotently) and note where it went in tracking.json. `gate`: the
+    run's gate (report.summary.run_gate_report), where the caller has judged the run already.
 
     Raises TrackingError when MLflow is unreachable or refuses; the run directory stays as it was
     apart from tracking.json, so `evalsuite sync` can finish the job later.
@@ -527,15 +532,15 @@ def log_run(run_dir: RunDir | Path, tracking_cfg: TrackingConfig | None = None, 
     # It writes run.json (the MLflow run id): a sync beside a run still writing the folder would
     # interleave with it, so it is refused as a second `run --resume` is, naming the holder.
     with rd.held():
-        return _log_run(rd, tracking_cfg, uri)
+        return _log_run(rd, tracking_cfg, uri, gate)
 
 
-def _log_run(rd: RunDir, tracking_cfg: TrackingConfig | None, uri: str | None) -> SyncResult:
+def _log_run(rd: RunDir, tracking_cfg: TrackingConfig | None, uri: str | None, gate: GateReport | None = None) -> SyncResult:
     record = rd.load_run()
     target = resolve_target(rd, tracking_cfg, uri)
     with _session(target.uri) as client:
         exp_id = _experiment_id(client, target, rd.root.parent / "mlartifacts")
-        log = _Logger(client, exp_id, rd, record)
+        log = _Logger(client, exp_id, rd, record, gate)
         parent_id, new_parent = log.parent()
         if record.mlflow_run_id != parent_id:
             # before the upload, so the copy of run.json in MLflow names its own run
