@@ -43,8 +43,8 @@ def shipped_limits(rules) -> list[float]:
     """Every points limit the rules ship, in score units."""
     out = set()
     for r in rules.rules:
-        if r.kind == "max_drop_points":
-            out |= {r.max_drop_points / 100, *(v / 100 for v in r.tasks.values())}
+        if r.spec.per_item:
+            out |= {r.limit / 100, *(v / 100 for v in r.tasks.values())}
     return sorted(x for x in out if x > 0)
 
 

@@ -64,7 +64,7 @@ def mmlu_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
     out = []
     for name in MMLU_METRICS:
         rule = rules.rule_for(name)
-        if rule is not None and rule.kind == "max_drop_points":
+        if rule is not None and rule.spec.per_item:
             strata = rule.strata or (["group"] if name.endswith("_macro") else [])
             out.append(Check(name, sorted(base), strata, rule.limit_for(name) / 100))
     return out
@@ -77,7 +77,7 @@ def ruler_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
     for name, ids in [("ruler/score", sorted(base))] + [
             (f"ruler/score/len{n}", sorted(s for s, r in base.items() if r["extra"]["length"] == n)) for n in lengths]:
         rule = rules.rule_for(name)
-        if rule is not None and rule.kind == "max_drop_points":
+        if rule is not None and rule.spec.per_item:
             out.append(Check(name, ids, rule.strata, rule.limit_for(name) / 100))
     return out
 

@@ -283,7 +283,8 @@ def test_two_names_for_the_baseline_variant_are_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize(("data", "expect"), [
-    ({"rules": [{"metrics": "x/acc", "max_drop": 1}]}, "rules.0.max_drop: unknown key (allowed: exclude, max_drop_pct, "),
+    ({"rules": [{"metrics": "x/acc", "max_drop": 1}]},
+     "rules.0: Unknown rule kind 'max_drop'. Available: max_drop_points, max_drop_pct, max_growth_pct (a rule's other keys: "),
     ({"decision": "vibes", "rules": [{"metrics": "x", "max_drop_pct": 1}]}, "'upper_bound', 'point' or 'lower_bound'"),
     ({"rules": [{"metrics": "x", "max_drop_pct": 1, "max_growth_pct": 2}]}, "give exactly one of"),
     ({"rules": []}, "rules: List should have at least 1 item"),

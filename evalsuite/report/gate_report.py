@@ -236,9 +236,9 @@ def plan_text(rules: Rules, rules_path: str, n: int, discordance: float | None =
              f"{decision_rule(rules)}", "",
              "| rule | metrics | limit | resolvable at n | items needed | |", "|---|---|---|---|---|---|"]
     for rule in rules.rules:
-        if rule.kind != "max_drop_points":
+        if not rule.spec.per_item:
             continue
-        limits = [("", rule.max_drop_points)] + [(f" ({t})", v) for t, v in rule.tasks.items()]
+        limits = [("", rule.limit)] + [(f" ({t})", v) for t, v in rule.tasks.items()]
         for suffix, limit in limits:
             need = needed_items(keys, limit / 100, rules.confidence, rules.power, d) if limit > 0 else math.inf
             ok = "ok" if limit >= res else "⚠️ limit below resolution"

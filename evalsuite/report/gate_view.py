@@ -35,7 +35,7 @@ def _moved(c: Check, rules) -> str:
         return "not measured"
     size = f"{abs(c.change):.1f}{' pt' if c.unit == 'pt' else '%'}"
     rule = rules.rule_for(c.metric)
-    growth = rule is not None and rule.kind == "max_growth_pct"
+    growth = rule is not None and rule.spec.growth
     worse, better = ("grew", "shrank") if growth else ("dropped", "rose")
     return f"{worse if c.change >= 0 else better} {size}"
 

@@ -85,7 +85,7 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
     for task in cfg.tasks:
         for p in planned(task, cfg.limit):
             rule = rules.rule_for(p.metric)
-            if rule is None or rule.kind != "max_drop_points" or not p.n:
+            if rule is None or not rule.spec.per_item or not p.n:
                 continue
             limit = rule.limit_for(p.metric) / 100
             res = resolution(rules, p.keys, stratified=p.even_labels)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from evalsuite.core.records import RunDir
@@ -26,6 +27,7 @@ from evalsuite.verdict.compare import flat_metrics, is_latency
 from evalsuite.verdict.rules import Rule, Rules, resolution
 from evalsuite.verdict.sequential import early_stop, sequential_test
 from evalsuite.verdict.informative import AT_CEILING, AT_CHANCE, CHANCE_UNKNOWN, chance_level, mark
+from evalsuite.verdict.kinds import register_rule_kind
 from evalsuite.stats.metrics import min_samples
 from evalsuite.stats.paired import Pairing, p_exceeds_whole, paired_result, pairing, unpaired
 from evalsuite.stats.significance import PairedTest, adjust, needed_items
@@ -95,6 +97,16 @@ class Pair:
     base: VariantResult
     cand_rd: RunDir
     cand: VariantResult
+
+    @cached_property
+    def measured(self) -> dict[str, Metric]:
+        """The baseline's figures by name (VariantResult.measured), read once for every check."""
+        return self.base.measured()
+
+    @cached_property
+    def cand_values(self) -> dict[str, float]:
+        """The candidate's figures by name (flat_metrics)."""
+        return flat_metrics(self.cand)
 
 
 NO_SHARED = "no shared sample ids"
@@ -290,7 +302,7 @@ def relative_check(rules: Rules, rule: Rule, metric: str, b: float, c: float | N
     `simulated`: the candidate ran its quantized weights dense, so it has no timing or engine figure
     of its own to miss; those checks are not judged rather than failed (its accuracy still is)."""
     limit = rule.limit_for(metric)
-    growth = rule.kind == "max_growth_pct"
+    growth = rule.spec.growth
     if (c is None or math.isnan(c)) and simulated:
         return Check(label, rule.label, metric, "skip", "simulated: measures accuracy only, not this", b)
     if c is None or math.isnan(c):
@@ -390,7 +402,7 @@ def timing_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) 
     failed only where its interval shows it beyond the limit, passed where it shows it within, else
     too few repeats to tell (`insufficient_n`)."""
     b_m, c_m = pair.base.metric(metric), pair.cand.metric(metric)
-    limit, growth = rule.limit_for(metric), rule.kind == "max_growth_pct"
+    limit, growth = rule.limit_for(metric), rule.spec.growth
     b, c = b_m.value, (c_m.value if c_m is not None else None)
     n = c_m.n if c_m is not None else b_m.n
     if c is None or math.isnan(c) or b_m.percentile and n is not None and n < min_samples(b_m.percentile):
@@ -432,15 +444,63 @@ def _pooled_timing(m: Metric, measured: dict[str, Metric]) -> bool:
         for o in measured.values())
 
 
+# ---------------------------------------------------------------- the rule kinds (verdict/kinds.py)
+
+
+@register_rule_kind("max_drop_points", direction="higher", unit="pt")
+def points_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """Higher is better; an accuracy-like score in [0, 1], the limit in points: the paired per-item test."""
+    if pair.base.metric(metric) is None:
+        return Check(label, rule.label, metric, "skip", "points rules apply to task metrics, not engine stats")
+    if pair.cand.metric(metric) is None:
+        b = pair.measured[metric].value
+        return Check(label, rule.label, metric, "fail", MISSING, b, limit=rule.limit_for(metric), unit="pt")
+    return accuracy_check(rules, rule, metric, pair, label, baseline_mark(rules, rule, metric, pair))
+
+
+@register_rule_kind("max_drop_pct", direction="higher", unit="%")
+def drop_pct_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """Higher is better, the limit in percent: KV capacity, throughput, the load at the SLO."""
+    if is_at_slo(metric):
+        return capacity_check(rules, rule, metric, pair, label)
+    return figure_check(rules, rule, metric, pair, label)
+
+
+@register_rule_kind("max_growth_pct", direction="lower", unit="%")
+def growth_pct_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """Lower is better, the limit in percent: memory, latency."""
+    return figure_check(rules, rule, metric, pair, label)
+
+
+def figure_check(rules: Rules, rule: Rule, metric: str, pair: Pair, label: str) -> Check:
+    """A figure against a percent limit, where the two sides measured it alike: a latency from its
+    repeats (timing_check), anything else as two numbers (relative_check)."""
+    b, c = pair.measured[metric].value, pair.cand_values.get(metric)
+    if differ := _measured_differently(metric, pair):
+        return Check(label, rule.label, metric, "skip", differ, b, c)
+    if busy := _loaded_host(metric, pair) or _other_condition(metric, pair):
+        return Check(label, rule.label, metric, "skip", busy, b, c)
+    if elsewhere := _other_pool(metric, pair):
+        return Check(label, rule.label, metric, "fail", elsewhere, b, None, None, rule.limit_for(metric), "%")
+    if is_latency(metric) and pair.base.metric(metric) is not None:
+        return timing_check(rules, rule, metric, pair, label)
+    m = pair.cand.metric(metric) or pair.base.metric(metric)
+    return relative_check(rules, rule, metric, b, c, label, m.n if m else None, pair.measured[metric].percentile,
+                          pair.cand.simulated)
+
+
+# ---------------------------------------------------------------- the ladder
+
+
 def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check]:
-    """Every baseline metric that a rule names, checked against the candidate."""
+    """Every baseline metric that a rule names, checked against the candidate by its rule's kind."""
     cand = pair.cand
     # a partial candidate is checked too: items are paired by id, so only what both sides answered is
     # compared, and every check states its n
     if cand.status not in USABLE_STATUSES:
         status = "skip" if cand.status in ("skipped", "pending") and not explicit else "fail"
         return [Check(label, "status", "variant status", status, f"{cand.status}: {cand.reason or 'no reason given'}")]
-    measured, cm = pair.base.measured(), flat_metrics(cand)
+    measured = pair.measured
     bm = {name: m.value for name, m in measured.items()}
     checks = []
     for metric, b in bm.items():
@@ -449,26 +509,8 @@ def evaluate(rules: Rules, pair: Pair, label: str, explicit: bool) -> list[Check
             continue
         if _pooled_timing(measured[metric], measured):
             checks.append(Check(label, rule.label, metric, "skip", "pooled over prompt lengths; judged per length"))
-        elif is_at_slo(metric) and rule.kind == "max_drop_pct":
-            checks.append(capacity_check(rules, rule, metric, pair, label))
-        elif rule.kind != "max_drop_points" and (differ := _measured_differently(metric, pair)):
-            checks.append(Check(label, rule.label, metric, "skip", differ, b, cm.get(metric)))
-        elif rule.kind != "max_drop_points" and (busy := _loaded_host(metric, pair) or _other_condition(metric, pair)):
-            checks.append(Check(label, rule.label, metric, "skip", busy, b, cm.get(metric)))
-        elif rule.kind != "max_drop_points" and (elsewhere := _other_pool(metric, pair)):
-            checks.append(Check(label, rule.label, metric, "fail", elsewhere, b, None, None, rule.limit_for(metric), "%"))
-        elif rule.kind != "max_drop_points" and is_latency(metric) and pair.base.metric(metric) is not None:
-            checks.append(timing_check(rules, rule, metric, pair, label))
-        elif rule.kind != "max_drop_points":
-            m = cand.metric(metric) or pair.base.metric(metric)
-            checks.append(relative_check(rules, rule, metric, b, cm.get(metric), label, m.n if m else None,
-                                         measured[metric].percentile, cand.simulated))
-        elif pair.base.metric(metric) is None:
-            checks.append(Check(label, rule.label, metric, "skip", "points rules apply to task metrics, not engine stats"))
-        elif cand.metric(metric) is None:
-            checks.append(Check(label, rule.label, metric, "fail", MISSING, b, limit=rule.limit_for(metric), unit="pt"))
         else:
-            checks.append(accuracy_check(rules, rule, metric, pair, label, baseline_mark(rules, rule, metric, pair)))
+            checks.append(rule.spec.check(rules, rule, metric, pair, label))
     tasks = {task_of(m) for m in bm}
     for rule in rules.rules:  # a metric named outright that the baseline lacks, of a task it ran, is worth a line
         for name in rule.metrics:

@@ -1,36 +1,47 @@
 """Gate rules: which metric is judged against which limit, at what confidence, and how the pass
 decision and the findings are adjusted. The shipped default is package data (gate_rules.yaml, which
-explains every setting); verdict/gate.py applies them."""
+explains every setting); a rule's kind is one of verdict/kinds.py's; verdict/gate.py applies them."""
 
 from __future__ import annotations
 
 import fnmatch
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evalsuite.core.configfile import load_model
+from evalsuite.core.configfile import load_model, not_allowed
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.types import task_of
 from evalsuite.stats.significance import keyed_resolution
 from evalsuite.verdict.informative import CEILING
-
-LIMITS = ("max_drop_points", "max_drop_pct", "max_growth_pct")
+from evalsuite.verdict.kinds import RULE_KINDS, RuleKind, rule_kind, unknown_rule_kind
 
 
 class Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A rule: its metrics, and one limit given under its kind's name (verdict/kinds.py), e.g.
+    `max_drop_points: 2`; the kind says the direction, the unit and how a metric is checked."""
 
+    model_config = ConfigDict(extra="allow")  # the extra key is the kind, its value the limit
+
+    __pydantic_extra__: dict[str, Annotated[float, Field(ge=0)]] = Field(init=False)
     name: str | None = None
     metrics: list[str] = Field(min_length=1)  # glob patterns over metric names (engine stats: engine/<field>)
     exclude: list[str] = Field(default_factory=list)  # globs taken out again, e.g. "*_depth*" grid cells
-    max_drop_points: float | None = Field(default=None, ge=0)  # higher is better; paired per-item test
-    max_drop_pct: float | None = Field(default=None, ge=0)  # higher is better (capacity, throughput)
-    max_growth_pct: float | None = Field(default=None, ge=0)  # lower is better (memory, latency)
     # how the score weighs items; empty: as the metric does (acc_macro: group; balanced_acc: group, target)
     strata: list[Literal["group", "target"]] = Field(default_factory=list)
     tasks: dict[str, float] = Field(default_factory=dict)  # task name -> limit, same unit as the rule's
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_kinds(cls, data):
+        if isinstance(data, dict):
+            unknown = [k for k in data if k not in cls.model_fields and k not in RULE_KINDS]
+            if unknown:
+                own = ", ".join(sorted(cls.model_fields))
+                raise not_allowed(f"{unknown_rule_kind(unknown[0])} (a rule's other keys: {own})",
+                                  f"an unknown rule kind (its name is not shown); allowed: {', '.join(RULE_KINDS)}")
+        return data
 
     @field_validator("metrics", "exclude", "strata", mode="before")
     @classmethod
@@ -39,16 +50,25 @@ class Rule(BaseModel):
 
     @model_validator(mode="after")
     def _one_limit(self):
-        given = [k for k in LIMITS if getattr(self, k) is not None]
+        given = [k for k in RULE_KINDS if k in self.model_extra]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of {', '.join(LIMITS)} (got {', '.join(given) or 'none'})")
+            raise ValueError(f"give exactly one of {', '.join(RULE_KINDS)} (got {', '.join(given) or 'none'})")
         if any(v < 0 for v in self.tasks.values()):
             raise ValueError("tasks: limits must be >= 0")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in LIMITS if getattr(self, k) is not None)
+        return next(iter(self.model_extra))
+
+    @property
+    def spec(self) -> RuleKind:
+        """The rule's kind: direction, unit, check."""
+        return rule_kind(self.kind)
+
+    @property
+    def limit(self) -> float:
+        return self.model_extra[self.kind]
 
     @property
     def label(self) -> str:
@@ -59,7 +79,7 @@ class Rule(BaseModel):
         return hit and not any(fnmatch.fnmatchcase(metric, p) for p in self.exclude)
 
     def limit_for(self, metric: str) -> float:
-        return self.tasks.get(task_of(metric), getattr(self, self.kind))
+        return self.tasks.get(task_of(metric), self.limit)
 
 
 class Rules(BaseModel):
@@ -163,6 +183,6 @@ def chance_margins(rules: Rules, metrics: list[str]) -> dict[str, float]:
     out = {}
     for m in metrics:
         rule = rules.rule_for(m)
-        if rule is not None and rule.kind == "max_drop_points":
+        if rule is not None and rule.spec.per_item:
             out[m] = rule.limit_for(m) / 100
     return out

@@ -52,7 +52,7 @@ def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: 
         rule = rules.rule_for(m.name)
         if task_of(m.name) != task or rule is None:
             continue
-        if rule.kind != "max_drop_points" or m.strata is None:
+        if not rule.spec.per_item or m.strata is None:
             return f"{m.name} is judged by {rule.kind}, on the whole task"
         found = _check(rules, rule, base_rd, base, m, seed)
         if isinstance(found, str):
@@ -170,7 +170,7 @@ def stopped_interval(rules: Rules, base_rd: RunDir, base: VariantResult, cand_rd
     the metric's task early (a fixed-n interval on the items it stopped at would not hold its level),
     else None."""
     stop, rule = early_stop(cand, metric), rules.rule_for(metric)
-    if stop is None or rule is None or rule.kind != "max_drop_points":
+    if stop is None or rule is None or not rule.spec.per_item:
         return None
     at = rules.model_copy(update={"confidence": confidence})
     found = sequential_test(at, rule, base_rd, base, cand_rd, cand, metric, stop)
