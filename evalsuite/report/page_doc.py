@@ -22,7 +22,7 @@ from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
 from evalsuite.report.names import APART, loaded_mark, loaded_note
 from evalsuite.report.names import apart_note as names_apart_note
-from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
+from evalsuite.report.page import Report, Row, decision, longest_common, passed_but_held, passed_gate, picks, safe_name
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
                                    score_bases)
 
@@ -182,6 +182,9 @@ def answer(report: Report) -> list[str | Table]:
     intro = (f"Passed the gate (every check shown within its limit: accuracy on evidence, tasks at chance aside, "
              f"and memory and speed), with the baseline itself: {', '.join(f'`{n}`' for n in ok) or 'none'}. "
              "Only these are picked below.")
+    if held := passed_but_held(report):
+        intro += (" Held back, though the gate passed them (a row of the same variant, in this or another folder, "
+                  f"failed or compared nothing, as the decision says): {', '.join(f'`{n}`' for n in held)}.")
     said = decision(report)
     notes = " ".join(n + "." for n in (apart_note(report), _loaded(report)) if n)
     return [f"Decision: {said}.", intro, Table("serve", ["objective", "serve", "figure", "why"], rows, notes)]
