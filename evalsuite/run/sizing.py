@@ -9,6 +9,10 @@ and `run` print a line per metric whose limit the run cannot resolve:
 
     needle/acc: 24 items resolve 12.5 pt, the limit is 5 pt, about 124 needed
 
+and, where its n resolves the limit, whether a rerun identical but for one lost item still passes it
+(stats.significance.one_loss_bound): at a few dozen items one lost needle can move the exact bound
+past a limit the planning discordance resolves.
+
 A choice task without a limit runs its whole set, and a task that picks its own items (lm-eval)
 says nothing before it runs: neither is planned here. A balanced accuracy is planned with its labels
 split evenly, the best case (the data's own split is known only once its items are drawn).
@@ -19,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalsuite.verdict.rules import Rules, resolution
-from evalsuite.stats.significance import needed_items, resolves
+from evalsuite.stats.significance import needed_items, one_loss_bound, one_loss_items, resolves
 
 
 @dataclass
@@ -90,11 +94,25 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
             limit = rule.limit_for(p.metric) / 100
             res = resolution(rules, p.keys, stratified=p.even_labels)
             if res <= limit:
+                out += _one_loss(p, limit, rules)
                 continue
             need = _needed(p, limit, rules)
             best = " (labels split evenly: at best)" if p.even_labels else ""
             out.append(f"{p.metric}: {resolves(p.n, res)}{best}, the limit is {limit * 100:g} pt, about {need:,} needed")
     return out
+
+
+LOST = "a rerun identical but for"
+
+
+def _one_loss(p: Planned, limit: float, rules: Rules) -> list[str]:
+    """The line for a metric whose identical rerun, one item lost, would fail its limit; [] where it passes."""
+    bound = one_loss_bound(p.keys, rules.confidence, p.even_labels)
+    if bound <= limit:
+        return []
+    need = one_loss_items(p.keys, limit, rules.confidence, p.even_labels)
+    return [f"{p.metric}: {LOST} 1 of its {p.n:,} items lost fails (bound {bound * 100:.1f} pt, "
+            f"the limit is {limit * 100:g} pt), about {need:,} needed"]
 
 
 def rules_warnings(cfg) -> list[str]:
@@ -108,9 +126,14 @@ def rules_warnings(cfg) -> list[str]:
     if not found:
         return []
     how = f"{Path(cfg.gate_rules).name}; {rules.discordance:.0%} of answers changing, {rules.power:.0%} power"
-    return [*found, f"({how}): these runs cannot show such drops within their limits, so the gate leaves those "
-                    "checks inconclusive (a drop shown beyond a limit still fails); raise the items, or name rules "
-                    "they resolve in `gate_rules`. `evalsuite gate --plan --n N` plans other sizes."]
+    said = []
+    if any(LOST not in line for line in found):
+        said.append("these runs cannot show such drops within their limits, so the gate leaves those checks "
+                    "inconclusive (a drop shown beyond a limit still fails)")
+    if any(LOST in line for line in found):
+        said.append("one item lost fails those checks, so an identical rerun fails on a single unlucky answer")
+    return [*found, f"({how}): {'; '.join(said)}; raise the items, or name rules they resolve in `gate_rules`. "
+                    "`evalsuite gate --plan --n N` plans other sizes."]
 
 
 def _needed(p: Planned, limit: float, rules: Rules) -> int:
