@@ -1,29 +1,32 @@
 """How many items `run --stop decided` scores, and how often it decides otherwise than the full run.
 
-Replays the kept per-item scores of Qwen2.5-Coder-1.5B (H200): MMLU (14,042 items; bf16 as the
-baseline against fp8, awq, gptq, rtn, kv_fp8, the layer-skip FP8 and INT8 KV caches, and the bf16
-repeat of another day) and RULER per length (132 items a length at 4K-32K, and the 528 together;
-every variant of the page's `scores-ruler`). Each candidate is replayed in `--orders` seeded orders
-(stats.sequential.seeded_order, as the runner orders a task), looked at after every batch as the
-runner does (`--batch`, by default the runner's: 1/128 of the task, at least 32 items). The
-procedure is the product's (verdict/sequential.py): a task is watched only where every check on it
-is one the confidence sequence resolves at the planning discordance, else it runs whole and is
-judged fixed-n; a watched check passes where the sequence (at `sequence_share` of alpha) shows it by
-the items scored, or, for a task run to its last item, where the fixed-n test on all of them (at
-the rest of alpha) does. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
+Replays the kept per-item scores of Qwen2.5-Coder-1.5B (H200), every task of every kept run folder of
+the page (PARTS): MMLU (14,042 items) and CUAD (13,028; balanced accuracy by task and answer) of the
+32K run, needles and legal_long per length (32K and 128K runs), RULER per length (132 items a length
+at 4K-32K, 64K and 128K), each folder's candidates against its own bf16, and on MMLU the bf16 repeat
+of another day. Each candidate is replayed in `--orders` seeded orders (stats.sequential.seeded_order,
+as the runner orders a task), looked at after every batch as the runner does (`--batch`, by default
+the runner's: 1/128 of the task, at least 32 items). The procedure is the product's
+(verdict/sequential.py): a task is watched only where every check on it is one the confidence
+sequence resolves at the planning discordance, else it runs whole and is judged fixed-n (not
+replayed: the same verdict by construction); a watched check passes where the sequence (at
+`sequence_share` of alpha) shows it by the items scored, or, for a task run to its last item, where
+the fixed-n test on all of them (at the rest of alpha) does; a check decided beyond its limit or
+futile is not passed. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-11-30-qwen2.5-coder-1.5b
-    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--scores DIR]
+    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--parts scores ...] [--scores DIR]
 
 `--scores DIR` reads a kept folder (variant/task.scores.jsonl.gz, as `evalsuite export` writes)
-instead of the page: its MMLU and RULER, whichever it holds. Prints a line per candidate and task,
-then `RESULT bench=sequential_gate ...`: fast_fails_slow_pass (of the candidate-task replays whose
-every check the full data pass, the share `--stop decided` does not pass), fast_passes_slow_fails
-(the other way), ruler_fast_fails_slow_pass, items_used_frac (MMLU's share of items scored, up to the
-batch the decision was read after and the one in hand then), computed_frac (also the batch already
-sent, which the runner drops), kv_fp8_items_frac, wrong_decisions (MMLU candidates whose verdict
-differs from the full data's), and per check wrong_checks, wrong_pass (passed, full data not) and
-not_shown (full data passes, the fast path does not).
+instead of the page. Prints a line per folder, task and candidate, then `RESULT
+bench=sequential_gate ...`: candidates (candidate-task replays), watched (those whose task the
+sequence watched), fast_fails_slow_pass (of the replays whose every check the full data pass, the
+share `--stop decided` does not pass), fast_passes_slow_fails (the other way),
+ruler_fast_fails_slow_pass, items_used_frac (MMLU's share of items scored, up to the batch the
+decision was read after and the one in hand then), computed_frac (also the batch already sent, which
+the runner drops), kv_fp8_items_frac, wrong_decisions (MMLU candidates whose verdict differs from the
+full data's), and per MMLU check wrong_checks, wrong_pass (passed, full data not) and not_shown (full
+data passes, the fast path does not).
 """
 
 from __future__ import annotations
@@ -192,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     data, t0 = load(args), time.perf_counter()
     units, per_check, mmlu, per = [], [], [], {}
     for label, task, base, variants in data:
-        checks = checks_of(rules, base, task)
         for name, cand in variants.items():
-            r = task_replay(rules, task, checks, base, {s: cand[s] for s in base if s in cand}, args.orders, args.batch)
+            both = {s: row for s, row in base.items() if s in cand}  # paired on the items both answered, as the gate
+            r = task_replay(rules, task, checks_of(rules, both, task), both, cand, args.orders, args.batch)
             slow_pass = all(r["slow"])
             fast_pass = np.all(r["fast"], axis=0)
             units.append((task, slow_pass, fast_pass, r["whole"]))
