@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from evalsuite.core.types import RunWall
+
 Reading = tuple[float, float]  # (clock seconds, utilization %)
 
 
@@ -112,3 +114,19 @@ def gpu_sampler(interval_s: float = 0.25) -> BusySampler:
     names = [name for name, *_ in visible_gpus()] or [d for d in [nvml_device({})] if d is not None]
     readers = {name: r for name in names if (r := utilization_reader(name)) is not None}
     return BusySampler(readers, "nvml" if readers else "no utilization from NVML (a MIG instance)", interval_s)
+
+
+def recorded(found: Busy, before: RunWall | None = None) -> RunWall:
+    """The run record's figure: `found`, added to an earlier invocation's of the same run (--resume),
+    the idle shares weighted by wall; an invocation not sampled leaves the sum unsampled."""
+    here = RunWall(wall_s=round(found.wall_s, 3), sampled=found.sampled, devices=found.devices,
+                   readings=found.readings,
+                   gpu_idle_frac=None if found.gpu_idle_frac is None else round(found.gpu_idle_frac, 4))
+    if before is None:
+        return here
+    wall = before.wall_s + here.wall_s
+    both = before.gpu_idle_frac is not None and here.gpu_idle_frac is not None and wall > 0
+    idle = round((before.gpu_idle_frac * before.wall_s + here.gpu_idle_frac * here.wall_s) / wall, 4) if both else None
+    return RunWall(wall_s=round(wall, 3), gpu_idle_frac=idle,
+                   sampled="nvml" if idle is not None else next(w.sampled for w in (here, before) if w.gpu_idle_frac is None),
+                   devices=sorted(set(before.devices) | set(here.devices)), readings=before.readings + here.readings)
