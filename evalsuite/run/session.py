@@ -20,7 +20,7 @@ from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import config_digest, open_run_dir
-from evalsuite.run.items import in_config_order
+from evalsuite.run.items import built_once, in_config_order
 from evalsuite.run.runner import execute
 from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.stopping import phases, stop_rules, stopping
@@ -97,7 +97,7 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
     """The variants left to run, as the config's scheduler runs them."""
     try:
         # the GPU's own clock through the run: what share of its wall no kernel ran (summary, report, MLflow)
-        with Progress(show_progress, cache_dir) as progress, gpu_sampler() as busy:
+        with Progress(show_progress, cache_dir) as progress, gpu_sampler() as busy, built_once():
             parts = phases(cfg)  # --stop decided: the baseline whole, then the candidates
             for part in parts:
                 record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume)
