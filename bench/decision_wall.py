@@ -25,11 +25,13 @@ config without them) the bench also reports the items answered against that run'
 every variant's verdict (the summary's gate, the suite's one statistics path) is the same. With
 `--before-ref REF` (a commit of this repository, extracted by `git archive`) or `--before-src DIR` (such
 a tree already extracted) the same config, flags and cache treatment run a second time on that code,
-and its wall is `before_s`; without either, before_s=nan.
+and its wall is `before_s`; without either, before_s=nan. Where both do not fit one stretch of a card,
+`--before-only` runs only that code (its RESULT line says `code=before`), and a later run of the current
+code takes `--before-log LOG`, that run's output, as before_s (same variants, items and stop, or exit 2).
 
     .venv/bin/python bench/decision_wall.py CONFIG [-V VARIANT ...] [--parallel auto] [--fresh-cache
-        [--cache-root DIR]] [--full RUN_DIR] [--work-dir DIR] [--before-ref REF | --before-src DIR]
-        [-- RUN ARGS ...]
+        [--cache-root DIR]] [--full RUN_DIR] [--work-dir DIR] [--before-ref REF | --before-src DIR
+        [--before-only] | --before-log LOG] [-- RUN ARGS ...]
 
 The last line printed is the RESULT line.
 """
@@ -73,9 +75,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(git archive of this repository): its wall is before_s")
     before.add_argument("--before-src", type=Path, metavar="DIR", help="as --before-ref, on a tree already extracted "
                         "(a folder holding the evalsuite package)")
+    before.add_argument("--before-log", type=Path, metavar="LOG", help="before_s from an earlier --before-only run's "
+                        "output (its RESULT line)")
+    ap.add_argument("--before-only", action="store_true", help="run only the --before-ref/--before-src code")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.run_args = extra
+    if args.before_only and args.before_ref is None and args.before_src is None:
+        ap.error("--before-only needs --before-ref or --before-src")
     return args
+
+
+def result_fields(line: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+
+
+def logged_before(log: Path, mine: dict[str, str]) -> dict[str, str]:
+    """The RESULT line of an earlier --before-only run, which must match this run's variants, items and stop."""
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("RESULT bench=decision_wall ")] \
+        if log.is_file() else []
+    if not lines or result_fields(lines[-1]).get("code", "").split("@")[0] != "before":
+        sys.exit(f"--before-log {log}: no RESULT line of a --before-only run (allowed: that run's output)")
+    found = result_fields(lines[-1])
+    differ = [f"{k} {found.get(k)} there, {v} here" for k, v in mine.items() if found.get(k) != v]
+    if differ:
+        sys.exit(f"--before-log {log}: not the same decision ({'; '.join(differ)}); allowed: a run of the same config")
+    return found
 
 
 def flag(run_args: list[str], name: str, default: str) -> str:
@@ -270,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = (args.work_dir or Path(tempfile.mkdtemp(prefix="decision_wall-"))).resolve()
     src = before_tree(args, work)
+    if args.before_log is not None:
+        logged_before(args.before_log, {})  # a wrong log is said before the run, not after it
+    if args.before_only:
+        only = decide(args, work / "before", src)
+        return only if isinstance(only, int) else report(only, None, args, code=f"before@{commit_of(src)}")
     after = decide(args, work)
     if isinstance(after, int):
         return after
@@ -320,7 +349,11 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "nan" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
-def report(after: Timed, before: Timed | None, args: argparse.Namespace) -> int:
+def commit_of(src: Path) -> str:
+    return (src / ".commit").read_text().strip()[:12] if (src / ".commit").is_file() else "src"
+
+
+def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: str = "current") -> int:
     from evalsuite.core.records import RunDir
 
     rd = RunDir(after.run_dir)
@@ -355,11 +388,20 @@ def report(after: Timed, before: Timed | None, args: argparse.Namespace) -> int:
     extra = against_full(after.run_dir, args.full) if args.full else ""
     limit = flag(args.run_args, "--limit", "")
     run_idle = record.wall.gpu_idle_frac if record.wall else None
-    before_part = (f" before_s={before.wall_s:.1f} before_gpu_idle_frac={fmt(before.busy.result().gpu_idle_frac)}"
-                   f" before_all_ok={int(before_ok(before))}") if before else " before_s=nan"
-    print(f"RESULT bench=decision_wall variants={len(record.variants)} items={'limit' + limit if limit else 'full'} "
-          f"stop={flag(args.run_args, '--stop', 'full')} wall_s={after.wall_s:.1f} gpu_idle_frac={fmt(idle)}"
-          f"{before_part} answered={answered(after.run_dir)} run_gpu_idle_frac={fmt(run_idle)} all_ok={int(ok)} "
+    same = {"variants": str(len(record.variants)), "items": f"limit{limit}" if limit else "full",
+            "stop": flag(args.run_args, "--stop", "full")}
+    if before is not None:
+        before_part = (f" before_s={before.wall_s:.1f} before_gpu_idle_frac={fmt(before.busy.result().gpu_idle_frac)}"
+                       f" before_all_ok={int(before_ok(before))}")
+    elif args.before_log is not None:
+        found = logged_before(args.before_log, same)
+        before_part = (f" before_s={found['wall_s']} before_gpu_idle_frac={found.get('gpu_idle_frac', 'nan')}"
+                       f" before_all_ok={found.get('all_ok', 'nan')} before_code={found['code']}")
+    else:
+        before_part = " before_s=nan"
+    print(f"RESULT bench=decision_wall {' '.join(f'{k}={v}' for k, v in same.items())} wall_s={after.wall_s:.1f} "
+          f"gpu_idle_frac={fmt(idle)}{before_part} answered={answered(after.run_dir)} "
+          f"run_gpu_idle_frac={fmt(run_idle)} all_ok={int(ok)} code={code} "
           f"parallel={args.parallel} run_args={'_'.join(a.lstrip('-') for a in args.run_args) or '-'} "
           f"phases={phases}{extra}")
     return 0
