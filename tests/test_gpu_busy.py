@@ -89,3 +89,14 @@ def test_on_this_machine_the_sampler_says_why_not_when_nvml_is_absent():
     s = gpu_sampler()
     if nvml_missing():
         assert not s.readers and s.why == nvml_missing()
+
+
+def test_a_resumed_runs_wall_adds_each_invocations_and_weights_their_shares():
+    from evalsuite.memory.busy import Busy, recorded
+
+    first = recorded(Busy(100.0, 0.5, "nvml", ["0"], 400))
+    both = recorded(Busy(300.0, 0.1, "nvml", ["0"], 1200), first)
+    assert both.wall_s == 400.0 and both.gpu_idle_frac == pytest.approx((50 + 30) / 400) and both.readings == 1600
+    unsampled = recorded(Busy(50.0, None, "no GPU"), first)  # one invocation without a card: no share for the sum
+    assert unsampled.wall_s == 150.0 and unsampled.gpu_idle_frac is None and unsampled.sampled == "no GPU"
+    assert unsampled.idle_text() == "not sampled (no GPU)" and first.idle_text() == "50.0%"
