@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from evalsuite.core.types import Request, Sample
 from evalsuite.run.config import Variant
-from evalsuite.run.order import RULE, Work, longest_first, order_variants, recorded
+from evalsuite.run.order import RULE, Work, longest_first, order_record, order_variants
 from tests.shapes import LLAMA_8B
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -18,7 +18,7 @@ def test_builds_go_first_then_the_most_predicted_seconds_and_ties_keep_their_ord
     works = [Work("a", False, 60.0, 100.0), Work("b", False, 60.0, 900.0), Work("int4", True, 60.0, 50.0),
              Work("c", False, None, None), Work("d", False, None, None)]
     assert [w.variant for w in longest_first(works)] == ["int4", "b", "a", "c", "d"]
-    rows = recorded(longest_first(works))
+    rows = order_record(longest_first(works))
     assert rows["order_rule"] == RULE and rows["order"][1] == {
         "variant": "b", "build": False, "start_s": 60.0, "tasks_s": 900.0, "source": ""}
 

@@ -79,7 +79,7 @@ def predicted(name: str, variant: Variant, model_dir: str, device: str, memory_g
     return out
 
 
-def recorded(works: list[Work]) -> dict[str, Any]:
+def order_record(works: list[Work]) -> dict[str, Any]:
     """The run record's scheduler keys: the rule and each variant's figures, in the order started."""
     rows = [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in asdict(w).items()} for w in works]
     return {"order_rule": RULE, "order": rows}
