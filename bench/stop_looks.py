@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         rd = RunDir(Path(tmp) / "run")
         baseline(rd, order, prompt)
         cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}, "cand": {}},
-                                        "baseline": "bf16", "scheduler": {"stop": "decided"}, "seed": SEED})
+                                        "baseline": "bf16", "stop": "decided", "seed": SEED})
         items = [Sample(id=i, task=TASK, request=Request(prompt=prompt), target="A") for i in order]
         watch = stop_policy(cfg).start_task(rd, "cand", Mmlu(), items)
         if not isinstance(watch, Watch):

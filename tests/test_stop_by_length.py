@@ -81,7 +81,7 @@ def by_length(tmp_path_factory) -> tuple[RunDir, dict[str, Engine]]:
     rules.write_text(yaml.safe_dump({"rules": [{"metrics": ["*/acc"], "max_drop_points": 10.0},
                                                {"metrics": ["*/acc/len*"], "max_drop_points": 10.0}]}))
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"base": {}, "same": {}, "edge": {}},
-                                    "baseline": "base", "scheduler": {"stop": "decided"}, "seed": 5,
+                                    "baseline": "base", "stop": "decided", "seed": 5,
                                     "gate_rules": str(rules)})
     policy, task = stop_policy(cfg), Lengths()
     run_dir = RunDir(tmp / "run")
@@ -126,7 +126,7 @@ def test_a_task_whose_lengths_are_all_decided_stops(by_length):
 def test_the_watch_runs_a_length_the_sequence_cannot_resolve_to_its_fixed_n(by_length, tmp_path):
     run_dir, _, rules = by_length
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"base": {}, "c": {}}, "baseline": "base",
-                                    "scheduler": {"stop": "decided"}, "seed": 5, "gate_rules": "default"})
+                                    "stop": "decided", "seed": 5, "gate_rules": "default"})
     watch = stop_policy(cfg).start_task(run_dir, "c", Lengths(), Lengths().samples())
     assert isinstance(watch, Watch) and watch.fixed == {TINY}
     assert all(watch.schedule_sample(s) for s in Lengths().samples())  # nothing recorded: every length asked

@@ -74,7 +74,7 @@ def _unit(text: str) -> float:
 
 def config() -> RunConfig:
     return RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}, "cut": {}, "same": {}},
-                                     "baseline": "bf16", "scheduler": {"stop": "decided"}, "seed": 3})
+                                     "baseline": "bf16", "stop": "decided", "seed": 3})
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +200,7 @@ def test_resume_takes_the_rest_as_not_needed(stopped, tmp_path):
 def test_the_baseline_goes_first_then_the_candidates():
     first, rest = Decided(config()).phases(config())
     assert list(first.variants) == ["bf16"] and list(rest.variants) == ["cut", "same"]
-    full = config().model_copy(update={"scheduler": config().scheduler.model_copy(update={"stop": "full"})})
+    full = config().model_copy(update={"stop": "full"})
     assert isinstance(stop_policy(full), Full) and not isinstance(stop_policy(full), Decided)
     assert len(stop_policy(full).phases(full)) == 1
 
@@ -208,9 +208,9 @@ def test_the_baseline_goes_first_then_the_candidates():
 def test_a_config_that_stops_without_a_baseline_is_refused(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"model": {"path": "m"}, "variants": {"a": {}, "b": {}},
-                                    "scheduler": {"stop": "decided"}}))
+                                    "stop": "decided"}))
     res = CliRunner().invoke(app, ["validate", str(path)])
-    assert res.exit_code == 2 and "scheduler.stop: decided needs `baseline:`" in res.output
+    assert res.exit_code == 2 and "stop: decided needs `baseline:`" in res.output
 
 
 # ---------------------------------------------------------------- the CLI on the fake engine
@@ -313,7 +313,7 @@ def test_stop_rules_that_contradict_gate_rules_are_one_line_before_any_engine(tm
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "engine": {"mode": "fake"},
                                     "variants": {"a": {}, "b": {}}, "baseline": "a",
-                                    "scheduler": {"stop": "decided", "stop_rules": "nope.yaml"},
+                                    "stop": "decided", "scheduler": {"stop_rules": "nope.yaml"},
                                     "output_dir": str(tmp_path / "runs")}))
     res = CliRunner().invoke(app, ["run", str(path), "--no-progress"])
     assert res.exit_code == 2 and "scheduler.stop_rules: 'nope.yaml' is not gate_rules" in res.output

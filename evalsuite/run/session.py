@@ -35,10 +35,10 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
     only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one.
     parallel (--parallel) overrides scheduler.parallel: how many engines share a device; stop (--stop)
-    scheduler.stop: full, or decided (a candidate's task ends once the gate's checks on it are decided)."""
+    `stop`: full, or decided (a candidate's task ends once the gate's checks on it are decided)."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
     if stop is not None:
-        cfg.scheduler.stop = stop
+        cfg.stop = stop
         problems = check_semantics(cfg)
         if problems:
             raise ConfigError(f"--stop {stop}: {'; '.join(problems)}")
@@ -185,9 +185,9 @@ def model_label(source: str) -> str:
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:
     """Keys the run folder's config.yaml leaves out: where it runs is not what is measured, and an
-    unset limit is left out, so a full run's config.yaml matches one recorded without the field (--resume
-    compares them)."""
-    return {"scheduler"} | ({"limit"} if cfg.limit is None else set())
+    unset limit and `stop: full` are left out, so a full run's config.yaml matches one recorded without
+    the fields (--resume compares them)."""
+    return {"scheduler"} | ({"limit"} if cfg.limit is None else set()) | ({"stop"} if cfg.stop == "full" else set())
 
 
 def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunConfig:

@@ -1,4 +1,4 @@
-"""`run --stop decided` (scheduler.stop: decided): stop a candidate's task once the gate knows.
+"""`run --stop decided` (`stop: decided`): stop a candidate's task once the gate knows.
 
 One policy a run (stop_policy), built by the session and handed to the runner, after inspect_ai's
 EarlyStopping protocol: `start_task` gives a task's watch, whose `schedule_sample` says whether an item
@@ -196,7 +196,7 @@ class Decided(Full):
 
 def stop_policy(cfg: RunConfig) -> Full:
     """The run's one stop policy; a bad `gate_rules` is one line before any engine starts."""
-    return Decided(cfg) if cfg.scheduler.stop == "decided" else Full()
+    return Decided(cfg) if cfg.stop == "decided" else Full()
 
 
 def stop_rules(cfg: RunConfig) -> tuple[str | None, Rules]:
