@@ -389,7 +389,7 @@ def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: s
     limit = flag(args.run_args, "--limit", "")
     run_idle = record.wall.gpu_idle_frac if record.wall else None
     same = {"variants": str(len(record.variants)), "items": f"limit{limit}" if limit else "full",
-            "stop": flag(args.run_args, "--stop", "full")}
+            "stop": flag(args.run_args, "--stop", "") or str((rd.read_config() or {}).get("stop") or "full")}
     if before is not None:
         before_part = (f" before_s={before.wall_s:.1f} before_gpu_idle_frac={fmt(before.busy.result().gpu_idle_frac)}"
                        f" before_all_ok={int(before_ok(before))}")

@@ -429,6 +429,9 @@ class EarlyStop(_Model):
     # per gated metric where decided (futile: a pass by the last item predicted out of reach)
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
+    # prompt length -> its items scored when it stopped being asked, its checks decided before the
+    # others' (RULER, the needles); empty where the task stopped as a whole or ran to its end
+    lengths: dict[int, int] = Field(default_factory=dict)
 
     @property
     def early(self) -> bool:

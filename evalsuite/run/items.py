@@ -13,7 +13,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.resume import to_run
-from evalsuite.run.stopping import ordered
+from evalsuite.run.stopping import Full
 from evalsuite.tasks import Task, TaskContext
 
 
@@ -39,10 +39,11 @@ def task_chance(tasks: list[Task]) -> dict[str, float]:
     return {t.primary_metric: t.chance for t in tasks if t.chance is not None}
 
 
-def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
-    """Build every task's samples before any engine starts, so bad input costs nothing."""
-    tasks = build_tasks(cfg, ctx)
-    samples = {t.name: ordered(cfg, t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
+def preflight(cfg: RunConfig, ctx: TaskContext, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]]]:
+    """Build every task's samples before any engine starts, so bad input costs nothing; in the order
+    the stop policy asks them."""
+    tasks, stop = build_tasks(cfg, ctx), stop or Full()
+    samples = {t.name: stop.order(t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
@@ -69,18 +70,18 @@ def built_once() -> Iterator[dict[str, Built]]:
 
 
 def definition_key(cfg: RunConfig) -> str:
-    """What a config's items are built from: its tasks, passes, limit, seed and order (--stop decided)."""
-    fields = cfg.model_dump(mode="json", include={"tasks", "latency", "capacity", "limit", "seed"})
-    return json.dumps({**fields, "stop": cfg.scheduler.stop}, sort_keys=True, default=str)
+    """What a config's items are built from: its tasks, passes, limit, seed and order (stop)."""
+    fields = cfg.model_dump(mode="json", include={"tasks", "latency", "capacity", "limit", "seed", "stop"})
+    return json.dumps(fields, sort_keys=True, default=str)
 
 
-def built_items(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir) -> Built:
+def built_items(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, stop: Full | None = None) -> Built:
     """The config's tasks and items: built (a span of phases.jsonl), or those this run built already."""
     memo, key = _BUILT.get(), definition_key(cfg)
     if memo is not None and key in memo:
         return memo[key]
     with run_dir.phase("items") as span:
-        found = preflight(cfg, ctx)
+        found = preflight(cfg, ctx, stop)
         span["items"] = sum(len(s) for s in found[1].values())
     if memo is not None:
         memo[key] = found
@@ -88,10 +89,10 @@ def built_items(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir) -> Built:
 
 
 def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRecord,
-                resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
+                resume: bool, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
     """The tasks, their samples and the variants left to run; the results --resume leaves as
     recorded go into `record`."""
-    tasks, samples = built_items(cfg, ctx, run_dir)
+    tasks, samples = built_items(cfg, ctx, run_dir, stop)
     todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
     for prev in kept:
         put_result(record, prev)
