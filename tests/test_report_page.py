@@ -281,3 +281,22 @@ def test_what_to_serve_never_picks_a_variant_that_failed_or_compared_nothing_in_
     reason = "lat:small failed" if elsewhere == "failed" else "lat:small's latency/ttft_ms_p50/ctx1024 not comparable"
     assert f"passed but held back (acc:small, lat:small): {reason}" in md or \
         f"passed but held back (acc:small): {reason}" in md
+
+
+def test_the_page_says_what_each_run_cost(tmp_path):
+    """A run folder's wall and GPU-idle share, as its record holds them; a record without them says nothing."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunWall
+
+    run = build_run(tmp_path, "r1", {"base": {}, "light": {"weights_gib": 0.3}}, n=12, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "GPU idle" not in (tmp_path / "o" / "report.md").read_text()
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.wall = RunWall(wall_s=12.34, sampled="no GPU")
+    rd.write_run(record)
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o2")])
+    assert res.exit_code == 0, res.output
+    md = " ".join((tmp_path / "o2" / "report.md").read_text().split())
+    assert "Run r1: wall 12.3 s from items to the last variant's end; GPU idle not sampled (no GPU)." in md

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.verdict.rules import load_rules
+from evalsuite.verdict.rules import load_rules, named_rules_path
 from evalsuite.run.config import load_config
 from evalsuite.run.sizing import planned, sizing_warnings
 from evalsuite.stats.significance import paired_test
@@ -27,7 +27,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_shipped_config_resolves_its_rules(path):
     cfg = load_config(path)
-    assert sizing_warnings(cfg, load_rules(cfg.gate_rules)) == []
+    assert sizing_warnings(cfg, load_rules(named_rules_path(cfg.gate_rules))) == []
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
@@ -37,7 +37,7 @@ def test_every_shipped_config_passes_an_identical_rerun_that_loses_one_item(path
     length) failed the smoke rules' 10 and 20 points that way (bounds 12.5 and 23.8 pt), and 45 a length
     the default's 10 (10.1 pt)."""
     cfg = load_config(path)
-    rules = load_rules(cfg.gate_rules)
+    rules = load_rules(named_rules_path(cfg.gate_rules))
     for p in (p for task in cfg.tasks for p in planned(task, cfg.limit)):
         rule = rules.rule_for(p.metric)
         if rule is None or rule.kind != "max_drop_points":
@@ -65,7 +65,7 @@ def test_validate_says_where_one_lost_item_fails_a_check(tmp_path):
 
 
 def test_the_cpu_configs_name_the_smoke_rules_and_the_gpu_ones_the_default():
-    smoke = {p.name for p in SHIPPED if Path(load_config(p).gate_rules).name == "gate_rules_smoke.yaml"}
+    smoke = {p.name for p in SHIPPED if named_rules_path(load_config(p).gate_rules).name == "gate_rules_smoke.yaml"}
     assert {"cpu-smoke.yaml", "starter.yaml", "fp8.yaml", "ruler-cpu.yaml"} <= smoke
     assert not smoke & {"starter-gpu.yaml", "qwen2.5-7b-instruct.yaml", "llama-3.1-8b-instruct-128k.yaml"}
 

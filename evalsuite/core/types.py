@@ -429,6 +429,9 @@ class EarlyStop(_Model):
     # per gated metric where decided (futile: a pass by the last item predicted out of reach)
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
+    # prompt length -> its items scored when it stopped being asked, its checks decided before the
+    # others' (RULER, the needles); empty where the task stopped as a whole or ran to its end
+    lengths: dict[int, int] = Field(default_factory=dict)
 
     @property
     def early(self) -> bool:
@@ -511,7 +514,7 @@ class Footprint(_Model):
 
 class Prediction(Footprint):
     """The memory planner's figures for one engine (evalsuite.run.footprint at its start, or
-    evalsuite.run.packing's plan, whose KV pool it sizes), or why it has none (`error`)."""
+    evalsuite.run.pools' plan, whose KV pool it sizes), or why it has none (`error`)."""
 
     kv_bytes_per_token: Number | None = None
     kv_bytes_per_block: Number | None = None
@@ -536,7 +539,7 @@ class Prediction(Footprint):
 
 class Placement(_Model):
     """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
-    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packing)."""
+    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packed)."""
 
     parallel: int | str | None = None  # the run's `scheduler.parallel`
     alone: bool = False  # nothing ran beside it
@@ -687,6 +690,21 @@ class VariantResult(_Model):
 EngineMode = Literal["offline", "server", "fake"]
 
 
+class RunWall(_Model):
+    """What the run's variants cost in time: from the first item built to the last variant's end, and
+    the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
+
+    wall_s: float
+    gpu_idle_frac: float | None = None  # None: not sampled, `sampled` says why
+    sampled: str = "nvml"  # "nvml", or why not: "no GPU", "nvidia-ml-py not installed", ...
+    devices: list[str] = Field(default_factory=list)  # the cards read, as NVML names them
+    readings: int = 0  # utilization readings over all cards
+
+    def idle_text(self) -> str:
+        """The GPU-idle share as a report says it: `12.3%`, or `not sampled (no GPU)`."""
+        return f"{self.gpu_idle_frac:.1%}" if self.gpu_idle_frac is not None else f"not sampled ({self.sampled})"
+
+
 class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -697,6 +715,8 @@ class RunRecord(_Model):
     mode: EngineMode = "offline"
     env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
+    # the run's wall and GPU-idle share; a resumed run's adds each invocation's
+    wall: RunWall | None = None
     mlflow_run_id: str | None = None
 
     def variant(self, name: str) -> VariantResult | None:
