@@ -429,6 +429,9 @@ class EarlyStop(_Model):
     # per gated metric where decided (futile: a pass by the last item predicted out of reach)
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
+    # prompt length -> its items scored when it stopped being asked, its checks decided before the
+    # others' (RULER, the needles); empty where the task stopped as a whole or ran to its end
+    lengths: dict[int, int] = Field(default_factory=dict)
 
     @property
     def early(self) -> bool:
@@ -511,7 +514,7 @@ class Footprint(_Model):
 
 class Prediction(Footprint):
     """The memory planner's figures for one engine (evalsuite.run.footprint at its start, or
-    evalsuite.run.packing's plan, whose KV pool it sizes), or why it has none (`error`)."""
+    evalsuite.run.pools' plan, whose KV pool it sizes), or why it has none (`error`)."""
 
     kv_bytes_per_token: Number | None = None
     kv_bytes_per_block: Number | None = None
@@ -536,7 +539,7 @@ class Prediction(Footprint):
 
 class Placement(_Model):
     """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
-    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packing)."""
+    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packed)."""
 
     parallel: int | str | None = None  # the run's `scheduler.parallel`
     alone: bool = False  # nothing ran beside it

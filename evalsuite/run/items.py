@@ -8,7 +8,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.resume import to_run
-from evalsuite.run.stopping import ordered
+from evalsuite.run.stopping import Full
 from evalsuite.tasks import Task, TaskContext
 
 
@@ -34,10 +34,11 @@ def task_chance(tasks: list[Task]) -> dict[str, float]:
     return {t.primary_metric: t.chance for t in tasks if t.chance is not None}
 
 
-def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
-    """Build every task's samples before any engine starts, so bad input costs nothing."""
-    tasks = build_tasks(cfg, ctx)
-    samples = {t.name: ordered(cfg, t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
+def preflight(cfg: RunConfig, ctx: TaskContext, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]]]:
+    """Build every task's samples before any engine starts, so bad input costs nothing; in the order
+    the stop policy asks them."""
+    tasks, stop = build_tasks(cfg, ctx), stop or Full()
+    samples = {t.name: stop.order(t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
@@ -45,11 +46,11 @@ def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, l
 
 
 def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRecord,
-                resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
+                resume: bool, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
     """The tasks, their samples and the variants left to run; the results --resume leaves as
     recorded go into `record`."""
     with run_dir.phase("items") as span:
-        tasks, samples = preflight(cfg, ctx)
+        tasks, samples = preflight(cfg, ctx, stop)
         span["items"] = sum(len(s) for s in samples.values())
     todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
     for prev in kept:
