@@ -26,7 +26,7 @@ from evalsuite.tasks import registry as tasks, spec
 from evalsuite.tasks.base import Task, TaskContext
 from evalsuite.tasks.planning import Planned
 from evalsuite.tasks.registry import register_task_type, task_config
-from evalsuite.verdict.rules import load_rules
+from evalsuite.verdict.rules import load_rules, named_rules_path
 
 
 # ---------------------------------------------------------------- a toy engine: its module's part
@@ -165,7 +165,7 @@ def test_a_registered_task_type_is_validated_narrowed_and_sized(tmp_path):
     task = cfg.tasks[0]
     assert isinstance(task, ToyConfig) and task.items == 30
     assert [(p.metric, p.n) for p in planned(task)] == [("toy/acc", 30)]
-    lines = sizing_warnings(cfg, load_rules(cfg.gate_rules))  # the default rules: */acc within 2 points
+    lines = sizing_warnings(cfg, load_rules(named_rules_path(cfg.gate_rules)))  # the default rules: */acc within 2 points
     assert len(lines) == 1 and lines[0].startswith("toy/acc: 30 items resolve")
     assert narrowed(cfg, [], 7).tasks[0].items == 7
     with pytest.raises(ConfigError, match=r"c\.yaml: tasks\.0\.toy\.items: Input should be greater than 0, got 0"):
