@@ -42,7 +42,7 @@ from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScorin
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
 
-# The Python task types, filled in by the registry (evalsuite.tasks), which imports this module.
+# The Python task types, filled in by evalsuite.tasks.registry as each registers (a definition may not take their names).
 PYTHON_TYPES: set[str] = set()
 
 class _Strict(BaseModel):
