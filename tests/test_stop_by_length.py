@@ -130,6 +130,9 @@ def test_the_watch_runs_a_length_the_sequence_cannot_resolve_to_its_fixed_n(by_l
     watch = stop_policy(cfg).start_task(run_dir, "c", Lengths(), Lengths().samples())
     assert isinstance(watch, Watch) and watch.fixed == {TINY}
     assert all(watch.schedule_sample(s) for s in Lengths().samples())  # nothing recorded: every length asked
+    tiny = [s for s in Lengths().samples() if s.meta["length"] == TINY]
+    whole = stop_policy(cfg).start_task(run_dir, "c", Lengths(), tiny)
+    assert not isinstance(whole, Watch)  # every length fixed-n: nothing could stop, so nothing is watched
 
 
 def test_the_gate_judges_each_length_by_what_ran(by_length):

@@ -216,6 +216,9 @@ def test_a_config_that_stops_without_a_baseline_is_refused(tmp_path):
 # ---------------------------------------------------------------- the CLI on the fake engine
 
 
+BUILDS: list[int] = []
+
+
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("fake-stop")
@@ -232,8 +235,13 @@ def fake_run(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
            "gate_rules": str(rules), "tracking": {"enabled": False}, "output_dir": str(tmp / "runs")}
     path = tmp / "stop.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided"])
+    from evalsuite.run import items
+
+    with pytest.MonkeyPatch.context() as mp:  # counts the items built: once, for both parts of the run
+        mp.setattr(items, "preflight", lambda *a, _real=items.preflight: BUILDS.append(1) or _real(*a))
+        res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided"])
     assert res.exit_code == 0, res.output
+    (tmp / "output.txt").write_text(res.output)
     (run,) = [p for p in (tmp / "runs").iterdir() if (p / "run.json").exists()]
     return path, run
 
@@ -249,6 +257,26 @@ def test_run_stop_decided_records_where_each_task_stopped(fake_run):
         assert stop.items == len((run / v["variant"] / "samples" / "mmlu.jsonl").read_text().splitlines()) < base
         assert set(stop.decided) == {"mmlu/acc", "mmlu/acc_macro"} and stop.rules.endswith("rules.yaml")
 
+
+
+def test_items_are_built_once_for_the_baseline_and_the_candidates(fake_run):
+    """The baseline's part and the candidates' part of the run share one build of the items."""
+    _, run = fake_run
+    assert len(BUILDS) == 1
+    spans = [json.loads(line) for line in (run / "phases.jsonl").read_text().splitlines()]
+    assert [s["items"] for s in spans if s["phase"] == "items"] == [300]
+
+
+def test_the_run_records_its_wall_and_says_the_gpu_was_not_sampled_here(fake_run):
+    from evalsuite.memory.cuda import nvml_missing
+
+    _, run = fake_run
+    wall = json.loads((run / "run.json").read_text())["wall"]
+    assert wall["wall_s"] > 0
+    if nvml_missing():  # this machine: no number made up
+        assert wall["gpu_idle_frac"] is None and wall["sampled"] == nvml_missing()
+        said = " ".join((run.parent.parent / "output.txt").read_text().split())
+        assert f"GPU idle not sampled ({nvml_missing()})" in said
 
 
 def test_a_score_of_a_task_stopped_early_gets_its_confidence_sequence_not_wilson(fake_run, tmp_path):

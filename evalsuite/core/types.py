@@ -685,6 +685,21 @@ class VariantResult(_Model):
                                paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
+class RunWall(_Model):
+    """What the run's variants cost in time: from the first item built to the last variant's end, and
+    the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
+
+    wall_s: float
+    gpu_idle_frac: float | None = None  # None: not sampled, `sampled` says why
+    sampled: str = "nvml"  # "nvml", or why not: "no GPU", "nvidia-ml-py not installed", ...
+    devices: list[str] = Field(default_factory=list)  # the cards read, as NVML names them
+    readings: int = 0  # utilization readings over all cards
+
+    def idle_text(self) -> str:
+        """The GPU-idle share as a report says it: `12.3%`, or `not sampled (no GPU)`."""
+        return f"{self.gpu_idle_frac:.1%}" if self.gpu_idle_frac is not None else f"not sampled ({self.sampled})"
+
+
 class RunRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -695,6 +710,8 @@ class RunRecord(_Model):
     mode: str = "offline"  # how its engines ran: a mode of evalsuite.engine.registry, checked as the config was read
     env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
+    # the run's wall and GPU-idle share; a resumed run's adds each invocation's
+    wall: RunWall | None = None
     mlflow_run_id: str | None = None
 
     def variant(self, name: str) -> VariantResult | None:

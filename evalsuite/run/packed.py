@@ -23,6 +23,7 @@ from evalsuite.run import hostload
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import planner_gpu
 from evalsuite.run.items import in_config_order, left_to_run, put_result
+from evalsuite.run.order import order_record, order_variants
 from evalsuite.run.pools import (Packer, capacity, core_slices, engine_limit, gpu_env, measured, out_of_memory,
                                  plan_pools, shapes, utilization)
 from evalsuite.run.progress import Progress, console
@@ -199,7 +200,10 @@ class PackedRun:
 
     def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
         self.tasks = tasks
-        packer = self.plan(todo, tasks, samples)
+        works = order_variants(todo, tasks, samples, self.model_dir, self.record.env.get("device", ""), self.total_gib,
+                               getattr(self.ctx, "cache_dir", None), self.cfg.engine.mode)
+        self.record.env.setdefault("scheduler", {}).update(order_record(works))
+        packer = self.plan({w.variant: todo[w.variant] for w in works}, tasks, samples)
         results: dict[str, VariantResult] = {}
         with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
             try:

@@ -13,13 +13,14 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
+from evalsuite.memory.busy import gpu_sampler, recorded
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, check_local_model, check_semantics, check_task_data, load_config
 from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import config_digest, open_run_dir
-from evalsuite.run.items import in_config_order
+from evalsuite.run.items import built_once, in_config_order
 from evalsuite.run.runner import execute
 from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.stopping import Full, stop_policy
@@ -92,14 +93,16 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
              show_progress: bool | None, resume: bool, cache_dir: Path, stop: Full) -> RunRecord:
     """The variants left to run, as the config's scheduler runs them, in the stop policy's phases."""
     try:
-        with Progress(show_progress, cache_dir) as progress:
+        # the GPU's own clock through the run: what share of its wall no kernel ran (summary, report, MLflow)
+        with Progress(show_progress, cache_dir) as progress, gpu_sampler() as busy, built_once():
             parts = stop.phases(cfg)  # --stop decided: the baseline whole, then the candidates
             for part in parts:
                 record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume, stop)
             if len(parts) > 1:
                 in_config_order(record, cfg)
-                run_dir.write_run(record)
-            return record
+        record.wall = recorded(busy.result(), record.wall if resume else None)
+        run_dir.write_run(record)
+        return record
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         run_dir.release_space()  # the room to record that the variant in hand is `partial`
         _score_interrupted(run_dir, cache_dir, list(cfg.variants))

@@ -183,9 +183,12 @@ class Decided(Full):
             self._note(f"{task.name} runs whole: {found}")
             return WholeTask()
         checks, fixed = found
+        lengths = {sample_length(s) for s in samples}
+        if not lengths - fixed.keys():  # nothing could stop: watched, its checks would only lose alpha
+            self._note(f"{task.name} runs whole: every length's check runs to its fixed n")
+            return WholeTask()
         for length, why in sorted(fixed.items()):
             self._note(f"{task.name} at length {length} runs to its {why}")
-        lengths = {sample_length(s) for s in samples}
         return Watch(self, run_dir, variant, task.name, checks, set(fixed), lengths, len(samples))
 
     def _note(self, text: str) -> None:
