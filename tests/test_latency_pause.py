@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
+from evalsuite.engine.registry import engine_kind
 from evalsuite.run.quiet import Flight, Quiet, _Tracked, latency_pass
 from evalsuite.run.config import load_config
 
@@ -55,7 +56,7 @@ def stands():
 
 
 def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_path, stands):
-    quiet = Quiet(RunDir(tmp_path))
+    quiet = Quiet(RunDir(tmp_path), engine_kind("offline"))
     for name in "ab":
         with quiet.starting(name, stands[name], None):
             pass
@@ -89,7 +90,7 @@ def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_p
 
 
 def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands):
-    quiet = Quiet(RunDir(tmp_path))
+    quiet = Quiet(RunDir(tmp_path), engine_kind("offline"))
     for name, gpu in (("a", "0"), ("b", "1"), ("c", "0")):
         with quiet.starting(name, stands[name], gpu):
             pass
@@ -117,7 +118,7 @@ def test_a_pause_says_what_each_neighbour_had_in_flight_and_the_cpu_is_found_idl
     from evalsuite.core.types import Request
     from evalsuite.run import hostload
 
-    quiet = Quiet(RunDir(tmp_path))
+    quiet = Quiet(RunDir(tmp_path), engine_kind("offline"))
     flight = Flight()
     with quiet.starting("a", stands["a"], None):
         pass

@@ -352,7 +352,7 @@ class TimingCondition(_Model):
     warmup: int = 0  # untimed requests at each prompt length, right before the timed ones
     repeats: int | None = None  # timed requests at each prompt length
     device: str | None = None
-    engine: Literal["offline", "server", "fake"] | None = None
+    engine: str | None = None  # the engine mode (evalsuite.engine.registry)
     cores: int | None = None  # a CPU engine's compute threads; None on a GPU
     derived: bool = False  # read from an older record's placement, which kept no condition
 
@@ -685,11 +685,6 @@ class VariantResult(_Model):
                                paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
-# how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or
-# evalsuite.engine.fake's seeded stand-in for tests
-EngineMode = Literal["offline", "server", "fake"]
-
-
 class RunWall(_Model):
     """What the run's variants cost in time: from the first item built to the last variant's end, and
     the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
@@ -712,7 +707,7 @@ class RunRecord(_Model):
     config_path: str | None = None  # the config file, resolved: what `run --resume` finds its run by
     config_sha256: str | None = None  # of the resolved config (config.yaml): changed, a resume says where
     model: str
-    mode: EngineMode = "offline"
+    mode: str = "offline"  # how its engines ran: a mode of evalsuite.engine.registry, checked as the config was read
     env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
     # the run's wall and GPU-idle share; a resumed run's adds each invocation's

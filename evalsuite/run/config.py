@@ -21,14 +21,15 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.files import shown
 from evalsuite.core.hosts import normal_host
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
-from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
+from evalsuite.engine.registry import EngineKind, engine_kind, engine_modes
 from evalsuite.models.quantize import Method
 from evalsuite.verdict.rules import SHIPPED_RULES, named_rules_path
 from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems, reach_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
+from evalsuite.tasks.registry import on_register
 
 
 # Sections of a run config: unknown keys refused, and no NaN or infinity where a number is asked
@@ -197,7 +198,7 @@ class Variant(CacheSettings, _Build, WeightSettings, _Source):
 
 class EngineConfig(Strict):
     model_config = FINITE
-    mode: EngineMode = "offline"
+    mode: str = "offline"  # a mode of evalsuite.engine.registry
     # attach to a running server instead of starting one; a host other than this machine needs `allow_hosts`
     base_url: str | None = None
     batch_size: int = Field(default=256, gt=0, le=1 << 20)  # requests per engine call, for progress and resume
@@ -210,6 +211,19 @@ class EngineConfig(Strict):
     # allow-lists, which may run code, read files or open the server; off, they are refused in one line.
     unsafe_engine_args: bool = False
     unsafe_env: bool = False
+
+    @field_validator("mode")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in engine_modes():
+            raise not_allowed(f"unknown engine mode {value!r} (allowed: {', '.join(engine_modes())})",
+                              f"unknown engine mode (allowed: {', '.join(engine_modes())})")
+        return value
+
+    @property
+    def kind(self) -> EngineKind:
+        """What the mode's engine can do."""
+        return engine_kind(self.mode)
 
 
 class LatencyConfig(Strict):
@@ -411,6 +425,15 @@ class RunConfig(Strict):
         return value
 
 
+def _follow_task_types(union: Any) -> None:
+    """A task type registered after this module was imported (a plugin's) is one `tasks:` takes too."""
+    RunConfig.model_fields["tasks"].annotation = list[union]
+    RunConfig.model_rebuild(force=True)
+
+
+on_register(_follow_task_types)
+
+
 def _apply_defaults(raw: dict) -> dict:
     """Fill each variant from `defaults`; a variant may be empty (`bf16: {}` or `bf16:`)."""
     variants = raw.get("variants")
@@ -537,9 +560,10 @@ def check_semantics(cfg: RunConfig) -> list[str]:
 def _capacity_problems(cfg: RunConfig, limits: dict[str, int]) -> list[str]:
     """The load generator drives a `vllm serve` (started or attached), and its longest request must fit."""
     c = cfg.capacity
-    if cfg.engine.mode != "server":
-        return [f"capacity: needs engine.mode server, the mode is {cfg.engine.mode} (allowed: server: the load "
-                f"generator drives `vllm serve`; add `engine: {{mode: server}}`)"]
+    if not cfg.engine.kind.endpoint:
+        serving = [m for m in engine_modes() if engine_kind(m).endpoint]
+        return [f"capacity: needs engine.mode {' or '.join(serving)}, the mode is {cfg.engine.mode} (allowed: "
+                f"{', '.join(serving)}: the load generator drives `vllm serve`; add `engine: {{mode: {serving[0]}}}`)"]
     longest = [int(n * (1 + c.range_ratio)) for n in c.prompt_tokens]
     return _too_long("capacity.prompt_tokens", longest, int(c.output_tokens * (1 + c.range_ratio)), limits)
 

@@ -281,11 +281,12 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume, stop)
     run = PackedRun(cfg, run_dir, record, model_dir, ctx, progress, stop)
     mode = latency_pass(cfg, run.cpu)
-    if mode == "pause" and cfg.engine.mode == "server":
-        raise ConfigError("scheduler.latency_pass: pause stops the neighbours' processes, which `vllm serve`'s "
-                          "clients would time out on; allowed with engine.mode server: restart, auto")
+    if mode == "pause" and cfg.engine.kind.vllm and not cfg.engine.kind.pauses:
+        raise ConfigError(f"scheduler.latency_pass: pause stops the neighbours' processes, which engine.mode "
+                          f"{cfg.engine.mode}'s engines do not survive (their clients would time out); allowed with "
+                          f"engine.mode {cfg.engine.mode}: restart, auto")
     record.env.setdefault("scheduler", {})["latency_pass"] = mode
-    run.quiet = Quiet(run_dir, pause=mode == "pause") if mode != "restart" else None
+    run.quiet = Quiet(run_dir, cfg.engine.kind, pause=mode == "pause") if mode != "restart" else None
     packed_tasks, alone_tasks = split_alone(cfg, tasks, mode)
     results = run.run(todo, packed_tasks or tasks, samples)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress, stop)

@@ -23,6 +23,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import Completion, InFlight, Request
 from evalsuite.engine import Engine
 from evalsuite.engine.offline import hold, release
+from evalsuite.engine.registry import EngineKind
 from evalsuite.run.config import RunConfig
 from evalsuite.run.items import prompt_tokens
 
@@ -124,10 +125,11 @@ class Quiet:
     (its process tree, evalsuite.engine.offline.hold), noting what each had in flight, and lets
     them go on when it ends. Starts wait while a pass runs. One pass at a time; each wait and each
     pause is a span in phases.jsonl. With `pause` false (latency_alone false) it only says which
-    engines work beside the pass."""
+    engines work beside the pass. `kind`: what the run's engine mode can do (an engine that `pauses`
+    takes the time it was held off its own timeouts)."""
 
-    def __init__(self, run_dir: RunDir, pause: bool = True) -> None:
-        self.run_dir, self.pause = run_dir, pause
+    def __init__(self, run_dir: RunDir, kind: EngineKind, pause: bool = True) -> None:
+        self.run_dir, self.kind, self.pause = run_dir, kind, pause
         self._cond = threading.Condition()
         self._starting: dict[str, str | None] = {}  # variant -> its device (None: the one device)
         self._working: dict[str, tuple[Engine, str | None, Flight | None]] = {}
@@ -199,18 +201,19 @@ class Quiet:
             finally:
                 release(procs)
                 span["held_s"] = round(time.monotonic() - t0, 3)
-                if hasattr(engine, "held_s"):
+                if self.kind.pauses:
                     engine.held_s += time.monotonic() - t0
 
 
 def latency_pass(cfg: RunConfig, cpu: bool) -> str:
     """How a packed run times its latency pass: `beside` the neighbours (latency_alone false), with
-    them stopped (`pause`), or on a `restart`ed engine alone (scheduler.latency_pass; auto: paused for offline
-    GPU engines, whose figures alone are the same engine's; restarted on a CPU, where a packed engine
-    computes on a share of the cores, and for `vllm serve`, whose clients would time out)."""
+    them stopped (`pause`), or on a `restart`ed engine alone (scheduler.latency_pass; auto: paused on a GPU
+    where the engine mode `pauses` (offline), whose figures alone are the same engine's; restarted on a
+    CPU, where a packed engine computes on a share of the cores, and for other modes (`vllm serve`, whose
+    clients would time out))."""
     sched = cfg.scheduler
     if not sched.latency_alone:
         return "beside"
     if sched.latency_pass != "auto":
         return sched.latency_pass
-    return "restart" if cpu or cfg.engine.mode != "offline" else "pause"
+    return "restart" if cpu or not cfg.engine.kind.pauses else "pause"

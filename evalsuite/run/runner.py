@@ -101,7 +101,7 @@ class Runner(Answering):
                                timing=earlier.timing if earlier else None)
         if variant.simulate:  # the label, whatever becomes of the run
             result.build = Build(method=variant.quantize, simulated=True)
-        reason = None if self.cfg.engine.mode == "fake" else unsupported_reason(variant)
+        reason = unsupported_reason(variant) if self.cfg.engine.kind.vllm else None
         if reason:
             result.status, result.reason = "skipped", reason
         self.run_dir.write_result(result)
@@ -244,7 +244,7 @@ def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, 
     """Every variant left to run, one after another; each result goes into run.json as it ends."""
     tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume, stop)
     runner = Runner(cfg, run_dir, model_dir, ctx, progress, stop)
-    progress.expect(sum(cfg.engine.mode == "fake" or not unsupported_reason(v) for v in todo.values()),
+    progress.expect(sum(not cfg.engine.kind.vllm or not unsupported_reason(v) for v in todo.values()),
                     start_key(cfg.engine.mode, model_dir))
     for name, variant in todo.items():
         put_result(record, runner.run_variant(name, variant, tasks, samples))

@@ -24,9 +24,7 @@ from evalsuite.run.items import built_once, in_config_order
 from evalsuite.run.runner import execute
 from evalsuite.run.sizing import rules_warnings
 from evalsuite.run.stopping import Full, stop_policy
-from evalsuite.tasks import TaskContext
-from evalsuite.tasks.lmeval import LMEvalConfig
-from evalsuite.tasks.ruler import RulerConfig
+from evalsuite.tasks import TaskContext, task_type
 
 
 def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cache_dir: Path,
@@ -207,12 +205,7 @@ def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunCon
     if limit:
         cfg.limit = limit
         for task in cfg.tasks:
-            if isinstance(task, LMEvalConfig):  # lm-eval picks its own items
-                task.limit = min(task.limit or limit, limit)
-            elif isinstance(task, RulerConfig):
-                # a 128K RULER item takes CPU seconds to build: build no more per (task, length) than the
-                # limit can keep (the first items do not depend on n, so they are those of a full run)
-                task.n = min(task.n, -(-limit // (len(task.tasks) * len(task.lengths))))
+            task_type(task.type).narrow(task, limit)
     return cfg
 
 

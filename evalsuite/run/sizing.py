@@ -10,73 +10,24 @@ and `run` print a line per metric whose limit the run cannot resolve:
     needle/acc: 24 items resolve 12.5 pt, the limit is 5 pt, about 124 needed
 
 and one where a rerun identical but for one lost item would fail (stats.significance.one_loss_bound).
-A choice task without a limit, and a task that picks its own items (lm-eval), are not planned here. A
-balanced accuracy is planned with its labels split evenly, the best case.
+Each registered task type declares its plan (evalsuite.tasks.planning). A choice task without a limit
+runs its whole set, and a task that picks its own items (lm-eval) says nothing before it runs: neither
+is planned. A balanced accuracy is planned with its labels split evenly, the best case (the data's own
+split is known only once its items are drawn).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from evalsuite.verdict.rules import Rules, resolution
 from evalsuite.stats.significance import needed_items, one_loss_bound, one_loss_items, resolves
-
-
-@dataclass
-class Planned:
-    metric: str
-    keys: list[tuple]  # one per item: the strata the metric weighs it by (() where all weigh alike)
-    # a balanced accuracy, planned with its labels split evenly (the best case) but the strata's MOVER
-    # floor, as the gate takes for labels whose counts differ
-    even_labels: bool = False
-
-    @property
-    def n(self) -> int:
-        return len(self.keys)
-
-
-def _grid(name: str, head: str, lengths: list[int], per_length: int) -> list[Planned]:
-    whole = Planned(f"{name}/{head}", [()] * per_length * len(lengths))
-    return [whole] + [Planned(f"{name}/{head}/len{n}", [()] * per_length) for n in lengths]
-
-
-def _choice(task, limit: int | None) -> list[Planned]:
-    spec = task.definition()
-    groups = task.groups or spec.groups or []
-    per = task.limit if limit is None else min(task.limit or limit, limit)
-    if per is None or not groups:
-        return []
-    name = task.name
-    if spec.metric == "balanced":
-        keys = [(g, "ab"[i % 2]) for g in groups for i in range(per)]
-        return [Planned(f"{name}/balanced_acc", keys, even_labels=True), Planned(f"{name}/acc", [()] * len(keys))]
-    out = [Planned(f"{name}/acc", [()] * per * len(groups))]
-    if spec.metric == "macro":
-        out.append(Planned(f"{name}/acc_macro", [(g,) for g in groups for _ in range(per)]))
-    return out
+from evalsuite.tasks.planning import Planned
+from evalsuite.tasks.registry import task_type
+from evalsuite.verdict.rules import Rules, resolution
 
 
 def planned(task, limit: int | None = None) -> list[Planned]:
-    """The gated metrics a task config will make and the items behind each; [] where unknown."""
-    from evalsuite.tasks import ChoiceConfig, LongLegalConfig, LongLegalMultiConfig, NeedleConfig, RulerConfig
-
-    if isinstance(task, ChoiceConfig):
-        return _choice(task, limit)
-    if isinstance(task, RulerConfig):
-        return _capped(_grid(task.name, "score", task.lengths, len(task.tasks) * task.n), limit)
-    per_cell = {NeedleConfig: 1, LongLegalConfig: len(getattr(task, "clauses", [])),
-                LongLegalMultiConfig: len(getattr(task, "questions", []))}.get(type(task))
-    if per_cell:
-        return _capped(_grid(task.name, "acc", task.lengths, len(task.depths) * task.seeds * per_cell), limit)
-    return []
-
-
-def _capped(out: list[Planned], limit: int | None) -> list[Planned]:
-    """`run --limit` spreads at most `limit` items over the task: each metric keeps its share."""
-    if not out or limit is None or limit >= out[0].n:
-        return out
-    share = limit / out[0].n
-    return [Planned(p.metric, p.keys[:max(1, int(p.n * share))]) for p in out]
+    """The gated metrics a task config will make and the items behind each, as its registered type
+    declares them; an unregistered type is refused (evalsuite.core.errors.UnknownName)."""
+    return task_type(task.type).planned(task, limit)
 
 
 def sizing_warnings(cfg, rules: Rules) -> list[str]:
