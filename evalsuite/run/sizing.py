@@ -10,10 +10,9 @@ and `run` print a line per metric whose limit the run cannot resolve:
     needle/acc: 24 items resolve 12.5 pt, the limit is 5 pt, about 124 needed
 
 and one where a rerun identical but for one lost item would fail (stats.significance.one_loss_bound).
-Each registered task type declares its plan (evalsuite.tasks.planning). A choice task without a limit
-runs its whole set, and a task that picks its own items (lm-eval) says nothing before it runs: neither
-is planned. A balanced accuracy is planned with its labels split evenly, the best case (the data's own
-split is known only once its items are drawn).
+Each registered task type declares its plan (evalsuite.tasks.planning). A choice task without a limit,
+and a task that picks its own items (lm-eval), are not planned. A balanced accuracy is planned with
+its labels split evenly, the best case.
 """
 
 from __future__ import annotations
