@@ -11,8 +11,8 @@ the runner's: 1/128 of the task, at least 32 items). The procedure is the produc
 sequence resolves at the planning discordance, else it runs whole and is judged fixed-n (not
 replayed: the same verdict by construction); a watched check passes where the sequence (at
 `sequence_share` of alpha) shows it by the items scored, or, for a task run to its last item, where
-the fixed-n test on all of them (at the rest of alpha) does; a check decided beyond its limit or
-futile is not passed. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
+the fixed-n test on all of them (at the rest of alpha) does; a check decided beyond its limit is not
+passed. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-11-30-qwen2.5-coder-1.5b
     .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--parts scores ...] [--scores DIR]

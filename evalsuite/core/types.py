@@ -426,7 +426,7 @@ class EarlyStop(_Model):
     items: int  # scored: the first of the task's seeded order
     of: int  # the task's items
     seed: int  # the order's seed (stats.sequential.order_key)
-    # per gated metric where decided (futile: a pass by the last item predicted out of reach)
+    # per gated metric where decided (futile: a futility stop, read from records of runs that made one)
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
     # prompt length -> its items scored when it stopped being asked, its checks decided before the

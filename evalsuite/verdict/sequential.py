@@ -1,7 +1,7 @@
 """The gate's accuracy checks on a task scored in a seeded random order (`run --stop decided`).
 
 A candidate's task may end before its last item once every check on it is decided: passed, shown
-beyond its limit, or futile (evalsuite.run.stopping asks `decisions` after each batch). The gate then
+beyond its limit (evalsuite.run.stopping asks `decisions` after each batch). The gate then
 judges every check of a task that was watched so by the same confidence sequence (`sequential_test`),
 at the rules' `sequence_share` of alpha; one that ran to its last item also by one fixed-n look on all
 of them, at the rest (after looks at every batch a fixed-n bound at the whole alpha would not hold its
@@ -134,7 +134,7 @@ def longest_prefix(order: list[str], cand: dict[str, dict]) -> list[str]:
 
 def decisions(rules: Rules, found: list[Gated], cand: Iterable[Item], prefix: bool = False) -> dict[str, str | None]:
     """Each check's decision on the candidate's items recorded so far (stats.paired.scored_items of its
-    samples): pass, fail, futile, or None (open)."""
+    samples): pass, fail, or None (open)."""
     out: dict[str, str | None] = {}
     cand = tuple(cand)
     for check in found:
@@ -151,8 +151,8 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
                     cand: VariantResult, metric: str, stop: EarlyStop) -> tuple[PairedTest | None, str, str | None] | None:
     """(the test, how the items were matched, why it cannot judge) for a check of a task run under
     --stop decided: its bounds and p-values are the confidence sequence's at the items recorded (and,
-    at the last item, the final fixed-n look's). A futile check is a fail (not shown within the limit);
-    one the task stopped before deciding, open. None: judge it fixed-n, as without --stop (a task these
+    at the last item, the final fixed-n look's). One the task stopped before deciding is open (a record
+    of a futility stop, which no run makes any more, reads so). None: judge it fixed-n, as without --stop (a task these
     rules never watch, run to its last item)."""
     m = base.metric(metric)
     if m is None or not read_scores(base_rd, base.variant, m):  # the items that decided the stop are not there
@@ -173,16 +173,14 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric), prefix=bool(stop.lengths))
     if isinstance(seq, str):
         return None, "sequential", seq
-    decided, at = decision(seq, rules.decision)
+    decided, _ = decision(seq, rules.decision)
     whole = seq.n >= seq.pop.n
     share = rules.sequence_share
     how = (f"all {seq.n} items in the seeded order (run --stop decided)" if whole else
            f"stopped early at n={seq.n} of {seq.pop.n} in the seeded order (run --stop decided)")
     why = None if decided or whole else (f"the task stopped at {seq.n} of {seq.pop.n} items before this check was "
                                          f"decided (under {stop.rules or 'the shipped rules'})")
-    note = f"; stopped for futility at n={at} of {seq.pop.n}: a pass by the last item predicted out of reach" \
-        if decided == "futile" else ""
-    test = as_paired_test(seq, note, share)
+    test = as_paired_test(seq, "", share)
     if whole and rules.final_alpha and decided != "fail":  # the final fixed-n look, at the rest of alpha
         p = pairing(base_rd, base.variant, cand_rd, cand.variant, found.metric, found.rule.strata or None)
         test = with_final_look(test, paired_result(p, 1 - rules.final_alpha), share)
