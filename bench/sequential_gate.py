@@ -1,29 +1,32 @@
 """How many items `run --stop decided` scores, and how often it decides otherwise than the full run.
 
-Replays the kept per-item scores of Qwen2.5-Coder-1.5B (H200): MMLU (14,042 items; bf16 as the
-baseline against fp8, awq, gptq, rtn, kv_fp8, the layer-skip FP8 and INT8 KV caches, and the bf16
-repeat of another day) and RULER per length (132 items a length at 4K-32K, and the 528 together;
-every variant of the page's `scores-ruler`). Each candidate is replayed in `--orders` seeded orders
-(stats.sequential.seeded_order, as the runner orders a task), looked at after every batch as the
-runner does (`--batch`, by default the runner's: 1/128 of the task, at least 32 items). The
-procedure is the product's (verdict/sequential.py): a task is watched only where every check on it
-is one the confidence sequence resolves at the planning discordance, else it runs whole and is
-judged fixed-n; a watched check passes where the sequence (at `sequence_share` of alpha) shows it by
-the items scored, or, for a task run to its last item, where the fixed-n test on all of them (at
-the rest of alpha) does. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
+Replays the kept per-item scores of Qwen2.5-Coder-1.5B (H200), every task of every kept run folder of
+the page (PARTS): MMLU (14,042 items) and CUAD (13,028; balanced accuracy by task and answer) of the
+32K run, needles and legal_long per length (32K and 128K runs), RULER per length (132 items a length
+at 4K-32K, 64K and 128K), each folder's candidates against its own bf16, and on MMLU the bf16 repeat
+of another day. Each candidate is replayed in `--orders` seeded orders (stats.sequential.seeded_order,
+as the runner orders a task), looked at after every batch as the runner does (`--batch`, by default
+the runner's: 1/128 of the task, at least 32 items). The procedure is the product's
+(verdict/sequential.py): a task is watched only where every check on it is one the confidence
+sequence resolves at the planning discordance, else it runs whole and is judged fixed-n (not
+replayed: the same verdict by construction); a watched check passes where the sequence (at
+`sequence_share` of alpha) shows it by the items scored, or, for a task run to its last item, where
+the fixed-n test on all of them (at the rest of alpha) does; a check decided beyond its limit is not
+passed. The full-data verdict is the gate's fixed-n paired test on all items at alpha.
 
     evalsuite results fetch h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-11-30-qwen2.5-coder-1.5b
-    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--scores DIR]
+    .venv/bin/python bench/sequential_gate.py [--orders 1000] [--batch N] [--parts scores ...] [--scores DIR]
 
 `--scores DIR` reads a kept folder (variant/task.scores.jsonl.gz, as `evalsuite export` writes)
-instead of the page: its MMLU and RULER, whichever it holds. Prints a line per candidate and task,
-then `RESULT bench=sequential_gate ...`: fast_fails_slow_pass (of the candidate-task replays whose
-every check the full data pass, the share `--stop decided` does not pass), fast_passes_slow_fails
-(the other way), ruler_fast_fails_slow_pass, items_used_frac (MMLU's share of items scored, up to the
-batch the decision was read after and the one in hand then), computed_frac (also the batch already
-sent, which the runner drops), kv_fp8_items_frac, wrong_decisions (MMLU candidates whose verdict
-differs from the full data's), and per check wrong_checks, wrong_pass (passed, full data not) and
-not_shown (full data passes, the fast path does not).
+instead of the page. Prints a line per folder, task and candidate, then `RESULT
+bench=sequential_gate ...`: candidates (candidate-task replays), watched (those whose task the
+sequence watched), fast_fails_slow_pass (of the replays whose every check the full data pass, the
+share `--stop decided` does not pass), fast_passes_slow_fails (the other way),
+ruler_fast_fails_slow_pass, items_used_frac (MMLU's share of items scored, up to the batch the
+decision was read after and the one in hand then), computed_frac (also the batch already sent, which
+the runner drops), kv_fp8_items_frac, wrong_decisions (MMLU candidates whose verdict differs from the
+full data's), and per MMLU check wrong_checks, wrong_pass (passed, full data not) and not_shown (full
+data passes, the fast path does not).
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ PAGE, REPEAT_PAGE = "h200-2026-12-01-qwen2.5-coder-1.5b", "h200-2026-11-30-qwen2
 CANDIDATES = {"fp8": "fp8", "awq": "awq", "gptq": "gptq", "rtn": "rtn", "kv_fp8": "kv_fp8",
               "kv_fp8_skip_layers": "kv_fp8_skip_layers_0_1_triton_attn", "kv_int8": "kv_int8_per_token_head"}
 MMLU, RULER = "mmlu", "ruler"
-MMLU_METRICS = ("mmlu/acc", "mmlu/acc_macro")  # the 1.5B page's gated MMLU metrics
+CHOICE = (MMLU, "legal")  # the page's choice tasks; the others are grids of lengths (needle, legal_long, RULER)
+TASKS = (MMLU, "legal", "needle", "needle_multikey", "legal_long", "legal_long_multi", RULER)
+# the page's kept run folders: the 32K accuracy run, the 128K one, RULER 4K-32K, 64K and 128K
+PARTS = ("scores", "scores-128k", "scores-ruler", "scores-ruler-64k", "scores-ruler-128k")
 
 
 @dataclass
@@ -58,11 +64,26 @@ class Check:
     limit: float
 
 
-def mmlu_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
-    """(metric, strata, limit) of the rules for MMLU's metrics; a rule without strata weighs items as
-    the metric does (acc alike, acc_macro by subject)."""
+def grid_checks(rules: Rules, base: dict[str, dict], task: str) -> list[Check]:
+    """A grid task's whole-task check and one per length, as the task names them (ruler/score/len4096,
+    needle/acc/len32000), with the strata and limits of the rules."""
+    head = "score" if task == RULER else "acc"
+    lengths = sorted({r["extra"]["length"] for r in base.values()})
     out = []
-    for name in MMLU_METRICS:
+    for name, ids in [(f"{task}/{head}", sorted(base))] + [
+            (f"{task}/{head}/len{n}", sorted(s for s, r in base.items() if r["extra"]["length"] == n)) for n in lengths]:
+        rule = rules.rule_for(name)
+        if rule is not None and rule.spec.per_item:
+            out.append(Check(name, ids, rule.strata, rule.limit_for(name) / 100))
+    return out
+
+
+def choice_checks(rules: Rules, base: dict[str, dict], task: str) -> list[Check]:
+    """A choice task's gated metrics: acc, and MMLU's macro accuracy (by subject) or CUAD's balanced
+    accuracy (by task and answer), with the strata of the rules."""
+    names = (f"{task}/acc", f"{task}/acc_macro") if task == MMLU else (f"{task}/balanced_acc", f"{task}/acc")
+    out = []
+    for name in names:
         rule = rules.rule_for(name)
         if rule is not None and rule.spec.per_item:
             strata = rule.strata or (["group"] if name.endswith("_macro") else [])
@@ -70,16 +91,8 @@ def mmlu_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
     return out
 
 
-def ruler_checks(rules: Rules, base: dict[str, dict]) -> list[Check]:
-    """RULER's average and one check per length, as the task names them (ruler/score/len4096)."""
-    lengths = sorted({r["extra"]["length"] for r in base.values()})
-    out = []
-    for name, ids in [("ruler/score", sorted(base))] + [
-            (f"ruler/score/len{n}", sorted(s for s, r in base.items() if r["extra"]["length"] == n)) for n in lengths]:
-        rule = rules.rule_for(name)
-        if rule is not None and rule.spec.per_item:
-            out.append(Check(name, ids, rule.strata, rule.limit_for(name) / 100))
-    return out
+def checks_of(rules: Rules, base: dict[str, dict], task: str) -> list[Check]:
+    return (choice_checks if task in CHOICE else grid_checks)(rules, base, task)
 
 
 def watched(rules: Rules, pop: Population, limit: float) -> bool:
@@ -118,52 +131,52 @@ def task_replay(rules: Rules, task: str, checks: list[Check], base: dict[str, di
     total, slow_alpha, final = len(ids), rules.confidence, 1 - (rules.final_alpha or 0)
     batch = batch_override or batch_size(total, 256)
     order_all = [seeded_order(ids, seed, task) for seed in range(seeds)]
-    calls, whole_task = [], False
-    stops = np.zeros(seeds, int)
+    prepared = []
     for check in checks:
         keys = [tuple(str(base[s].get(k)) for k in check.strata) for s in check.ids]
         b = np.array([base[s]["value"] for s in check.ids])
         c = np.array([cand[s]["value"] for s in check.ids])
         slow = paired_test(b, c, keys, slow_alpha).high < check.limit
         last_look = rules.final_alpha is not None and paired_test(b, c, keys, final).high < check.limit
-        pop = Population.of(keys)
-        whole_task |= not watched(rules, pop, check.limit)
+        prepared.append((check, keys, b - c, slow, last_look, Population.of(keys)))
+    out = {"slow": [p[3] for p in prepared], "total": total, "batch": batch, "metrics": [p[0].metric for p in prepared]}
+    if not all(watched(rules, pop, check.limit) for check, *_, pop in prepared):
+        # a check the sequence cannot resolve: the task runs whole, judged fixed-n at alpha as without --stop
+        n = np.full(seeds, total)
+        return {**out, "fast": [np.full(seeds, p[3]) for p in prepared], "n": n, "computed": n, "whole": True}
+    calls, stops = [], np.zeros(seeds, int)
+    for check, _, d, slow, last_look, pop in prepared:
         mine = {s: i for i, s in enumerate(check.ids)}
         # the check's items in each order: the task's order restricted to them, as the runner scores them
         orders = [np.array([mine[s] for s in o if s in mine]) for o in order_all]
         at_task = [np.array([i for i, s in enumerate(o) if s in mine]) for o in order_all]  # their places in the task
-        passed, first, beyond = replay(rules, pop, b - c, check.limit, orders)
+        passed, first, beyond = replay(rules, pop, d, check.limit, orders)
         # items of the task scored when this check is decided (n + 1: never)
         pos = np.array([a[f - 1] + 1 if f <= len(a) else total + 1 for a, f in zip(at_task, first, strict=True)])
         pass_pos = np.array([a[p - 1] + 1 if p <= len(a) else total + 1 for a, p in zip(at_task, passed, strict=True)])
         stops = np.maximum(stops, np.minimum(pos, total))
-        calls.append((check, slow, last_look, pass_pos, beyond))
-    if whole_task:  # a check the sequence cannot resolve: the task runs whole, judged fixed-n at alpha
-        shown = [np.full(seeds, slow) for _, slow, _, _, _ in calls]
-        n = np.full(seeds, total)
-    else:
-        n = scored(stops, total, batch)
-        shown = [(pass_pos <= n) | ((n >= total) & last & ~beyond) for _, _, last, pass_pos, beyond in calls]
-    return {"slow": [slow for _, slow, _, _, _ in calls], "fast": shown, "n": n, "total": total, "batch": batch,
-            "computed": scored(stops, total, batch, ahead=2) if not whole_task else n, "whole": whole_task,
-            "metrics": [c.metric for c, *_ in calls]}
+        calls.append((last_look, pass_pos, beyond))
+    n = scored(stops, total, batch)
+    shown = [(pass_pos <= n) | ((n >= total) & last & ~beyond) for last, pass_pos, beyond in calls]
+    return {**out, "fast": shown, "n": n, "computed": scored(stops, total, batch, ahead=2), "whole": False}
 
 
-def load(args) -> dict[str, tuple[dict, dict[str, dict]]]:
-    """task -> (baseline's items, candidate -> items), from the page (or `--scores`)."""
-    out = {}
+def load(args) -> list[tuple[str, str, dict, dict[str, dict]]]:
+    """(label, task, baseline's items, candidate -> items) per run folder and task: every task of
+    every kept run folder of the page (PARTS; `--parts` picks some) and the bf16 repeat of another
+    day on MMLU, or of `--scores`."""
+    out = []
     if args.scores:
-        kept = read_kept(Path(args.scores))
-        for task in (MMLU, RULER):
+        folders = [(Path(args.scores).name, read_kept(Path(args.scores)))]
+    else:
+        folders = [(part, kept_scores(PAGE, part)) for part in (args.parts or PARTS)]
+    for label, kept in folders:
+        for task in TASKS:
             if task in kept.get("bf16", {}):
-                out[task] = (kept["bf16"][task], {v: t[task] for v, t in kept.items() if v != "bf16" and task in t})
-        return out
-    kept = kept_scores(PAGE, "scores", ("bf16", *CANDIDATES.values()))
-    mmlu = {name: kept[folder][MMLU] for name, folder in CANDIDATES.items()}
-    mmlu["bf16_repeat"] = kept_scores(REPEAT_PAGE, "scores", ("bf16",))["bf16"][MMLU]
-    out[MMLU] = (kept["bf16"][MMLU], mmlu)
-    ruler = kept_scores(PAGE, "scores-ruler")
-    out[RULER] = (ruler["bf16"][RULER], {v: t[RULER] for v, t in ruler.items() if v != "bf16" and RULER in t})
+                cands = {v: t[task] for v, t in kept.items() if v != "bf16" and task in t}
+                if task == MMLU and label == "scores" and not args.scores:
+                    cands["bf16_repeat"] = kept_scores(REPEAT_PAGE, "scores", ("bf16",))["bf16"][MMLU]
+                out.append((f"{label}/{task}", task, kept["bf16"][task], cands))
     return out
 
 
@@ -172,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--orders", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=0, help="items a batch (default: the runner's under --stop decided)")
     ap.add_argument("--scores", default="", help="a kept scores folder to read instead of the page")
+    ap.add_argument("--parts", nargs="*", choices=PARTS, default=None,
+                    help="the page's kept run folders to replay (default: all of them)")
     ap.add_argument("--share", type=float, default=None, help="the rules' sequence_share (default: the shipped rules')")
     args = ap.parse_args(argv)
     rules = load_rules(default_rules_path())
@@ -179,18 +194,18 @@ def main(argv: list[str] | None = None) -> int:
         rules = rules.model_copy(update={"sequence_share": args.share})
     data, t0 = load(args), time.perf_counter()
     units, per_check, mmlu, per = [], [], [], {}
-    for task, (base, variants) in data.items():
-        checks = (mmlu_checks if task == MMLU else ruler_checks)(rules, base)
+    for label, task, base, variants in data:
         for name, cand in variants.items():
-            r = task_replay(rules, task, checks, base, {s: cand[s] for s in base if s in cand}, args.orders, args.batch)
+            both = {s: row for s, row in base.items() if s in cand}  # paired on the items both answered, as the gate
+            r = task_replay(rules, task, checks_of(rules, both, task), both, cand, args.orders, args.batch)
             slow_pass = all(r["slow"])
             fast_pass = np.all(r["fast"], axis=0)
-            units.append((task, slow_pass, fast_pass))
+            units.append((task, slow_pass, fast_pass, r["whole"]))
             per_check += [(task, s, f) for s, f in zip(r["slow"], r["fast"], strict=True)]
             if task == MMLU:
                 mmlu.append(r)
                 per[name] = float(np.mean(r["n"]) / r["total"])
-            print(f"{task} {name}: full data {'/'.join('pass' if s else 'fail' for s in r['slow'])}; "
+            print(f"{label} {name}: full data {'/'.join('pass' if s else 'fail' for s in r['slow'])}; "
                   f"{'runs whole (a check the sequence cannot resolve)' if r['whole'] else 'watched'}; items used "
                   f"{np.mean(r['n']) / r['total']:.3f}; passed {'/'.join(f'{np.mean(f):.3f}' for f in r['fast'])}; "
                   f"verdict differs {np.mean(fast_pass != slow_pass):.4f} [{time.perf_counter() - t0:.0f} s]", flush=True)
@@ -203,20 +218,21 @@ def _rate(xs: list[np.ndarray]) -> float:
 
 
 def result_line(args, rules: Rules, units: list, per_check: list, mmlu: list[dict], per: dict) -> str:
-    good = [~fast for _, slow, fast in units if slow]
-    good_ruler = [~fast for task, slow, fast in units if slow and task == RULER]
-    bad = [fast for _, slow, fast in units if not slow]
+    good = [~fast for _, slow, fast, _ in units if slow]
+    good_ruler = [~fast for task, slow, fast, _ in units if slow and task == RULER]
+    bad = [fast for _, slow, fast, _ in units if not slow]
+    watched = sum(not whole for *_, whole in units)
     checks = [(s, f) for task, s, f in per_check if task == MMLU]
     wrong = [s != f for s, f in checks]
     wrong_pass = [f & ~s for s, f in checks]
     not_shown = [~f & s for s, f in checks]
-    wrong_decisions = [fast != slow for task, slow, fast in units if task == MMLU]
+    wrong_decisions = [fast != slow for task, slow, fast, _ in units if task == MMLU]
     batch = mmlu[0]["batch"] if mmlu else 0
     items = mmlu[0]["total"] if mmlu else 0
     used = _rate([r["n"] / r["total"] for r in mmlu])
     computed = _rate([r["computed"] / r["total"] for r in mmlu])
     return (f"RESULT bench=sequential_gate orders={args.orders} batch={batch} share={rules.sequence_share:g} "
-            f"candidates={len(units)} items={items} fast_fails_slow_pass={_rate(good):.4f} "
+            f"candidates={len(units)} watched={watched} items={items} fast_fails_slow_pass={_rate(good):.4f} "
             f"fast_passes_slow_fails={_rate(bad):.4f} ruler_fast_fails_slow_pass={_rate(good_ruler):.4f} "
             f"items_used_frac={used:.3f} computed_frac={computed:.3f} kv_fp8_items_frac={per.get('kv_fp8', float('nan')):.3f} "
             f"wrong_decisions={_rate(wrong_decisions):.4f} wrong_checks={_rate(wrong):.4f} "

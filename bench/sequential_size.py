@@ -4,7 +4,7 @@ Simulates paired items drawn i.i.d. from a superpopulation whose drop is exactly
 5 pt), at several discordance rates (the share of items that change), plain and stratified over
 unequal strata (a macro mean). The procedure is the product's, read after every batch the runner
 sends (1/128 of the task, at least 32 items): the confidence sequence at the shipped rules'
-`sequence_share` of alpha decides pass, fail or futile; a replicate that reaches its last item
+`sequence_share` of alpha decides pass or fail; a replicate that reaches its last item
 undecided gets the gate's fixed-n test on all of them at the rest of alpha (verdict/sequential.py).
 A pass is either; its rate must stay at or below alpha (0.05): Ville's inequality bounds the
 sequence's share, the fixed-n test's exact size the other's, and their sum is alpha. `--share 1`

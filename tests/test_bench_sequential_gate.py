@@ -38,17 +38,18 @@ def test_the_bench_replays_each_candidate_and_ends_in_its_result_line(monkeypatc
         kept[bench.PAGE][folder] = {"mmlu": rows(cand, groups)}
     ruler = {"bf16": {"ruler": ruler_rows(rng.random(528) < 0.85)}, "fp8": {"ruler": ruler_rows(rng.random(528) < 0.85)}}
     # kept scores of its own, in the shape the pages' reader gives (variant -> task -> id -> row)
-    monkeypatch.setattr(bench, "kept_scores", lambda page, part="scores", variants=(): ruler if part == "scores-ruler"
-                        else kept[page])
+    parts = {"scores-ruler": ruler}  # the page's other run folders hold none of these tasks here
+    monkeypatch.setattr(bench, "kept_scores", lambda page, part="scores", variants=(): kept[page] if part == "scores"
+                        else parts.get(part, {}))
     assert bench.main(["--orders", "3"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     last = out[-1]
-    assert last.startswith("RESULT bench=sequential_gate orders=3 batch=32 share=0.5 candidates=9 items=1500 "), last
+    assert last.startswith("RESULT bench=sequential_gate orders=3 batch=32 share=0.5 candidates=9 watched=8 items=1500 "), last
     fields = dict(kv.split("=") for kv in last.split()[1:])
     assert float(fields["kv_fp8_items_frac"]) < 0.3 and 0 < float(fields["items_used_frac"]) <= 1
     assert float(fields["wrong_decisions"]) <= 0.05 and float(fields["fast_fails_slow_pass"]) <= 0.05
     # 132 items a length cannot resolve 5 points in a sequence: RULER runs whole, judged as without --stop
-    assert any(line.startswith("ruler fp8: ") and "runs whole" in line for line in out), out
+    assert any(line.startswith("scores-ruler/ruler fp8: ") and "runs whole" in line for line in out), out
 
 
 def ruler_rows(found: np.ndarray) -> dict[str, dict]:

@@ -183,7 +183,9 @@ def test_latency_timed_on_a_loaded_host_is_marked_where_the_page_shows_it(tmp_pa
     assert speed == {"base": "50.0 / 5.00", "fast_ok": "40.0 / 4.00†"}
     serve = {r[0]: r[2] for r in _table(md, "| objective |")}
     assert serve["fastest first token at 1,024 prompt tokens"] == "TTFT p50 50.0 ms"
-    assert "fast_ok timed otherwise, not compared" in md
+    assert serve["least memory (weights)"] == "1.00 GiB"  # its latency check compared nothing: no pick at all
+    assert "1 passed but held back (fast_ok): fast_ok's latency/ttft_ms_p50/ctx1024 not comparable: the candidate " \
+        "timed on a loaded host" in md
     note = "fast_ok (1-min load 3.5 at start, - at end, 2 CPUs)"
     assert md.count(note) == 2 and "base (1-min" not in md
 
@@ -211,7 +213,8 @@ def test_what_to_serve_never_ranks_speed_timed_otherwise_and_says_how_each_was_t
     assert rows["fp8"][6] == "1 paused, not verified idle, 2 warm-up x 5"
     serve = {r[0]: r for r in _table(md, "| objective |")}
     assert serve["fastest decode at 1,024 prompt tokens"][1:3] == ["kv_fp8", "ITL p50 2.20 ms"]
-    assert "fp8 timed otherwise, not compared" in serve["fastest decode at 1,024 prompt tokens"][3]
+    assert serve["least memory (weights)"][1] == "bf16"  # fp8's speed compared nothing: held back from every pick
+    assert "passed but held back (fp8): fp8's latency/" in md and "Held back, though the gate passed them" in md
     assert "≠ latency not timed as the baseline's was" in md and "fp8 (the candidate neighbours paused but" not in md
     assert "fp8 (neighbours paused but the device not verified idle" in md
     assert "with the other engines on the host (a CPU engine) paused, not every time found idle" in md
@@ -250,3 +253,50 @@ def test_a_cpu_run_speaks_of_the_host_and_the_front_skips_failed_variants(tmp_pa
     assert "one engine at a time on the host (a CPU engine)" in md and "card" not in md
     rows = {r[0]: r for r in _table(md, "| variant | verdict |")}
     assert rows["light_bad"][1].startswith("failed") and rows["light_bad"][-1] == "-" and rows["base"][-1] == "mmlu"
+
+
+@pytest.mark.parametrize("elsewhere", ["failed", "not comparable"])
+def test_what_to_serve_never_picks_a_variant_that_failed_or_compared_nothing_in_another_folder(tmp_path, elsewhere):
+    """`small` passes on accuracy in one folder; in the latency folder its TTFT is 4x the baseline's
+    (failed), or timed beside neighbours on a card never found idle (not comparable). One variant is
+    one setting wherever it ran: no row of it is picked, and the decision says which row held it back."""
+    idle = {"neighbours": "none", "idle": "nvml", "idle_ok": True, "warmup": 2, "repeats": 5, "engine": "offline"}
+    undrained = {**idle, "neighbours": "paused", "idle": None, "idle_ok": None,
+                 "paused": {"base": {"task": "needle", "requests": 3, "longest_prompt": 32768}}}
+    acc = build_run(tmp_path, "acc", {"base": {}, "small": {"weights_gib": 0.3}, "mid": {"weights_gib": 0.6}},
+                    n=400, baseline="base")
+    slow = {"ttft": {1024: 200.0}, "itl": {1024: 5.0}, "timing": idle} if elsewhere == "failed" else \
+        {"ttft": {1024: 40.0}, "itl": {1024: 4.0}, "timing": undrained}
+    lat = build_run(tmp_path, "lat", {"base": {"ttft": {1024: 50.0}, "itl": {1024: 5.0}, "timing": idle},
+                                      "small": {"weights_gib": 0.3, **slow}}, n=400, baseline="base")
+    res = runner.invoke(app, ["report", str(acc), str(lat), "--baseline", "acc:base", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "o" / "report.md").read_text()
+    verdicts = {r[0]: r[1] for r in _table(md, "| variant | verdict |")}
+    assert verdicts["acc:small"] == "passed" and verdicts["mid"] == "passed"
+    assert verdicts["lat:small"].startswith("failed" if elsewhere == "failed" else "passed")
+    serve = {r[0]: r[1] for r in _table(md, "| objective |")}
+    assert serve["least memory (weights)"] == "mid"
+    assert "small" not in " ".join(serve.values())
+    reason = "lat:small failed" if elsewhere == "failed" else "lat:small's latency/ttft_ms_p50/ctx1024 not comparable"
+    assert f"passed but held back (acc:small, lat:small): {reason}" in md or \
+        f"passed but held back (acc:small): {reason}" in md
+
+
+def test_the_page_says_what_each_run_cost(tmp_path):
+    """A run folder's wall and GPU-idle share, as its record holds them; a record without them says nothing."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunWall
+
+    run = build_run(tmp_path, "r1", {"base": {}, "light": {"weights_gib": 0.3}}, n=12, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "GPU idle" not in (tmp_path / "o" / "report.md").read_text()
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.wall = RunWall(wall_s=12.34, sampled="no GPU")
+    rd.write_run(record)
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o2")])
+    assert res.exit_code == 0, res.output
+    md = " ".join((tmp_path / "o2" / "report.md").read_text().split())
+    assert "Run r1: wall 12.3 s from items to the last variant's end; GPU idle not sampled (no GPU)." in md

@@ -138,10 +138,10 @@ def _device(cfg, gpu: str | None) -> tuple[str, list[str]]:
     except ConfigError:  # a GPU the planner has no figures for
         return default, [f"planned on {default}: the planner knows no figures of this machine's "
                          f"{device_name()}; --gpu DEVICE plans on another"]
-    if cfg.engine.mode != "fake" and missing_gpu(cfg):
+    if cfg.engine.kind.vllm and missing_gpu(cfg):
         return default, [f"planned on {default}: {missing_gpu(cfg)}; --gpu DEVICE plans on another"]
     skipped = [f"{name} would be skipped here: {why}" for name, v in cfg.variants.items()
-               if cfg.engine.mode != "fake" and (why := unsupported_reason(v))]
+               if cfg.engine.kind.vllm and (why := unsupported_reason(v))]
     return here, skipped
 
 

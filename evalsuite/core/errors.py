@@ -42,3 +42,12 @@ class InternalError(EvalsuiteError):
 
 class UnsupportedVariant(EvalsuiteError):
     """The engine cannot run this variant on this platform; the variant is skipped."""
+
+
+class UnknownName(ConfigError):
+    """A name that no registry entry has (an engine mode, a task type): the message lists those there are,
+    as lm-eval's registry does."""
+
+    def __init__(self, what: str, name: object, available: list[str]):
+        super().__init__(f"Unknown {what} {name!r}. Available: {', '.join(available)}")
+        self.available = available

@@ -352,7 +352,7 @@ class TimingCondition(_Model):
     warmup: int = 0  # untimed requests at each prompt length, right before the timed ones
     repeats: int | None = None  # timed requests at each prompt length
     device: str | None = None
-    engine: Literal["offline", "server", "fake"] | None = None
+    engine: str | None = None  # the engine mode (evalsuite.engine.registry)
     cores: int | None = None  # a CPU engine's compute threads; None on a GPU
     derived: bool = False  # read from an older record's placement, which kept no condition
 
@@ -426,9 +426,12 @@ class EarlyStop(_Model):
     items: int  # scored: the first of the task's seeded order
     of: int  # the task's items
     seed: int  # the order's seed (stats.sequential.order_key)
-    # per gated metric where decided (futile: a pass by the last item predicted out of reach)
+    # per gated metric where decided (futile: a futility stop, read from records of runs that made one)
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
     rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
+    # prompt length -> its items scored when it stopped being asked, its checks decided before the
+    # others' (RULER, the needles); empty where the task stopped as a whole or ran to its end
+    lengths: dict[int, int] = Field(default_factory=dict)
 
     @property
     def early(self) -> bool:
@@ -511,7 +514,7 @@ class Footprint(_Model):
 
 class Prediction(Footprint):
     """The memory planner's figures for one engine (evalsuite.run.footprint at its start, or
-    evalsuite.run.packing's plan, whose KV pool it sizes), or why it has none (`error`)."""
+    evalsuite.run.pools' plan, whose KV pool it sizes), or why it has none (`error`)."""
 
     kv_bytes_per_token: Number | None = None
     kv_bytes_per_block: Number | None = None
@@ -536,7 +539,7 @@ class Prediction(Footprint):
 
 class Placement(_Model):
     """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
-    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packing)."""
+    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packed)."""
 
     parallel: int | str | None = None  # the run's `scheduler.parallel`
     alone: bool = False  # nothing ran beside it
@@ -682,9 +685,19 @@ class VariantResult(_Model):
                                paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
-# how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or
-# evalsuite.engine.fake's seeded stand-in for tests
-EngineMode = Literal["offline", "server", "fake"]
+class RunWall(_Model):
+    """What the run's variants cost in time: from the first item built to the last variant's end, and
+    the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
+
+    wall_s: float
+    gpu_idle_frac: float | None = None  # None: not sampled, `sampled` says why
+    sampled: str = "nvml"  # "nvml", or why not: "no GPU", "nvidia-ml-py not installed", ...
+    devices: list[str] = Field(default_factory=list)  # the cards read, as NVML names them
+    readings: int = 0  # utilization readings over all cards
+
+    def idle_text(self) -> str:
+        """The GPU-idle share as a report says it: `12.3%`, or `not sampled (no GPU)`."""
+        return f"{self.gpu_idle_frac:.1%}" if self.gpu_idle_frac is not None else f"not sampled ({self.sampled})"
 
 
 class RunRecord(_Model):
@@ -694,9 +707,11 @@ class RunRecord(_Model):
     config_path: str | None = None  # the config file, resolved: what `run --resume` finds its run by
     config_sha256: str | None = None  # of the resolved config (config.yaml): changed, a resume says where
     model: str
-    mode: EngineMode = "offline"
+    mode: str = "offline"  # how its engines ran: a mode of evalsuite.engine.registry, checked as the config was read
     env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
     variants: list[VariantResult] = Field(default_factory=list)
+    # the run's wall and GPU-idle share; a resumed run's adds each invocation's
+    wall: RunWall | None = None
     mlflow_run_id: str | None = None
 
     def variant(self, name: str) -> VariantResult | None:

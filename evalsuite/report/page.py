@@ -22,6 +22,7 @@ from evalsuite.core.records import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad, TimingCondition, timing_unlike
 from evalsuite.core.units import GIB
 from evalsuite.verdict.baseline import baseline_ref
+from evalsuite.verdict.capacity import NOT_COMPARABLE
 from evalsuite.report.compare import Comparison, compare
 from evalsuite.verdict.compare import Entry, PairedDelta, label_entries
 from evalsuite.verdict.gate import GateReport, failed_checks_line, run_gate
@@ -59,6 +60,7 @@ class Row:
     host_load: HostLoad | None = None  # over the latency pass that timed ttft and itl
     timing: TimingCondition | None = None  # how that pass was timed
     timed_apart: str | None = None  # why its ttft and itl do not compare with the baseline's (None: they do)
+    not_comparable: str = ""  # a check of its gate that compared nothing (a latency or capacity figure timed otherwise)
     accuracy: dict[str, float] = field(default_factory=dict)  # primary metric -> value
     interval: dict[str, tuple[float, float]] = field(default_factory=dict)
     n: dict[str, int] = field(default_factory=dict)
@@ -312,6 +314,9 @@ def _judge(rows: dict[Key, Row], part: RunPart) -> None:
             continue
         row.verdict, row.failing = verdict, failed_checks_line(gate, label)
         row.accuracy_ok = gate.accuracy_verdict(label) == "passed"
+        apart = next((c for c in gate.checks if c.candidate == label and c.status == "skip"
+                      and c.detail.startswith(NOT_COMPARABLE)), None)
+        row.not_comparable = f"{apart.metric} {apart.detail.split(' (see ')[0]}" if apart else ""
         for c in gate.checks:
             if c.candidate == label and c.unit == "pt" and c.changed is not None and c.n:
                 row.changed.setdefault(c.metric, c.changed / c.n)
@@ -351,14 +356,63 @@ def longest_common(report: Report, rows: list[Row]) -> int | None:
     return max(common) if common else None
 
 
+def variant_of(r: Row) -> str:
+    """The variant a row measures, whichever folder holds it: what a recommendation names."""
+    return r.entry.result.variant if r.entry is not None else r.name
+
+
+def _against(r: Row) -> str | None:
+    """Why this row speaks against serving its variant: it did not run, the gate failed it, or a
+    check of it compared nothing (no evidence that speed or capacity held)."""
+    if r.baseline or r.control:
+        return None
+    if r.status not in USABLE_STATUSES:
+        return f"{r.name} {r.status}"
+    if r.verdict == "failed":
+        return f"{r.name} failed"
+    if r.not_comparable:
+        return f"{r.name}'s {r.not_comparable}"
+    own = r.timing.doubt() if r.timing is not None else None
+    loaded = "timed on a loaded host" if r.ttft and r.host_load is not None and r.host_load.loaded else None
+    return f"{r.name}'s latency not comparable: {own or loaded}" if own or loaded else None
+
+
+def held_back(report: Report) -> dict[str, str]:
+    """Per variant, the first row of it, in any folder read, that failed, did not run or compared
+    nothing: a variant is one engine setting wherever it ran, and one such row holds every row of it
+    back from the picks. The baseline's own row is the reference, never held back (keeping it
+    changes nothing); a rerun of it that failed says its folder measured otherwise, and is shown."""
+    out: dict[str, str] = {}
+    for r in report.rows:
+        if (why := _against(r)) is not None:
+            out.setdefault(variant_of(r), why)
+    return out
+
+
 def passed_gate(report: Report) -> list[Row]:
     """The baseline and every variant the gate passed: every check shown within its limit (accuracy on
     evidence, memory and speed too) in every folder that judged it; usable, measured ones (controls
-    measure noise and are never served). A variant too small to judge, or one that failed any check,
-    is no pick: a recommendation is a verdict too, and the page never recommends what its own table
-    calls failed."""
+    measure noise and are never served). A variant too small to judge, one that failed any check in
+    any folder, or one with a check that compared nothing (held_back) is no pick: a recommendation
+    is a verdict too, and the page never recommends what its own table calls failed."""
+    held = held_back(report)
     return [r for r in report.rows if r.status == "ok" and not r.control
-            and (r.baseline or (r.accuracy_ok and r.verdict == "passed"))]
+            and (r.baseline or (r.accuracy_ok and r.verdict == "passed" and variant_of(r) not in held))]
+
+
+HELD = "passed but held back"
+
+
+def held_why(held: dict[str, str], names: list[str]) -> str:
+    """Why these passed rows are no pick: the rows of their variants that speak against them."""
+    return "; ".join(dict.fromkeys(held[n] for n in names))
+
+
+def passed_but_held(report: Report) -> dict[str, str]:
+    """Rows the gate passed whose variant another row holds back: row name -> that row's reason."""
+    held = held_back(report)
+    return {r.name: held[variant_of(r)] for r in report.rows
+            if not r.baseline and not r.control and r.verdict == "passed" and variant_of(r) in held}
 
 
 def picks(report: Report) -> list[Pick]:
@@ -399,13 +453,16 @@ def decision(report: Report) -> str:
     """The run's decision in one line: which candidates the gate passed, and where none did, why, so
     that picks of the baseline alone read as what they are."""
     cands = [r for r in report.rows if not r.baseline and not r.control]
+    held = passed_but_held(report)
     by: dict[str, list[str]] = {}
     for r in cands:
-        by.setdefault(r.verdict if r.status in USABLE_STATUSES and r.verdict else r.status, []).append(r.name)
+        by.setdefault(HELD if r.name in held else r.verdict if r.status in USABLE_STATUSES and r.verdict else r.status,
+                      []).append(r.name)
     passed = [r.name for r in passed_gate(report) if not r.baseline]
     if not cands:
         return f"only the baseline `{report.baseline}` was measured: nothing to choose between"
-    said = [f"{len(v)} {k} ({', '.join(v)})" + (f": {_undecided_why(report, v)}" if k == "inconclusive" else "")
+    why = {"inconclusive": lambda v: _undecided_why(report, v), HELD: lambda v: held_why(held, v)}
+    said = [f"{len(v)} {k} ({', '.join(v)})" + (f": {why[k](v)}" if k in why else "")
             for k, v in by.items() if k != "passed"]
     if passed:
         return f"{len(passed)} of {len(cands)} candidates passed the gate ({', '.join(passed)})" + \

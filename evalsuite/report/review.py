@@ -22,7 +22,7 @@ import math
 from urllib.parse import urlencode
 
 from evalsuite.report.compare import SEQUENCE_NOTE
-from evalsuite.report.page import Report, Row, decision, longest_common, passed_gate
+from evalsuite.report.page import HELD, Report, Row, decision, longest_common, passed_but_held, passed_gate
 
 VIEW_KEY = "evalsuite"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
@@ -135,9 +135,11 @@ def short_decision(report: Report) -> str:
         return "baseline only"
     if passed:
         return f"{len(passed)} of {len(cands)} passed: {', '.join(passed)}"
+    held = passed_but_held(report)
     counts: dict[str, int] = {}
     for r in cands:
-        counts[r.verdict or r.status] = counts.get(r.verdict or r.status, 0) + 1
+        key = HELD if r.name in held else r.verdict or r.status
+        counts[key] = counts.get(key, 0) + 1
     return "none passed: " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 

@@ -21,14 +21,15 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.core.files import shown
 from evalsuite.core.hosts import normal_host
 from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSettings
-from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
+from evalsuite.engine.registry import EngineKind, engine_kind, engine_modes
 from evalsuite.models.quantize import Method
 from evalsuite.verdict.rules import SHIPPED_RULES, named_rules_path
 from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems, reach_problems
 from evalsuite.tasks import TaskConfig, TaskContext
 from evalsuite.tasks.latency import LatencyTask
+from evalsuite.tasks.registry import on_register
 
 
 # Sections of a run config: unknown keys refused, and no NaN or infinity where a number is asked
@@ -197,7 +198,7 @@ class Variant(CacheSettings, _Build, WeightSettings, _Source):
 
 class EngineConfig(Strict):
     model_config = FINITE
-    mode: EngineMode = "offline"
+    mode: str = "offline"  # a mode of evalsuite.engine.registry
     # attach to a running server instead of starting one; a host other than this machine needs `allow_hosts`
     base_url: str | None = None
     batch_size: int = Field(default=256, gt=0, le=1 << 20)  # requests per engine call, for progress and resume
@@ -210,6 +211,19 @@ class EngineConfig(Strict):
     # allow-lists, which may run code, read files or open the server; off, they are refused in one line.
     unsafe_engine_args: bool = False
     unsafe_env: bool = False
+
+    @field_validator("mode")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in engine_modes():
+            raise not_allowed(f"unknown engine mode {value!r} (allowed: {', '.join(engine_modes())})",
+                              f"unknown engine mode (allowed: {', '.join(engine_modes())})")
+        return value
+
+    @property
+    def kind(self) -> EngineKind:
+        """What the mode's engine can do."""
+        return engine_kind(self.mode)
 
 
 class LatencyConfig(Strict):
@@ -281,16 +295,13 @@ class SchedulerConfig(Strict):
     unsafe_listen: bool = False
     num_cpus: float = Field(default=1, ge=0, le=1 << 20)  # per variant; GPUs are tensor x pipeline parallel size
     resources: dict[str, Annotated[float, Field(ge=0, le=1 << 40)]] = Field(default_factory=dict)  # custom Ray resources per variant
-    # Engines at once on one device (evalsuite.run.packing): 1 one after another; N at most N; auto
+    # Engines at once on one device (evalsuite.run.pools): 1 one after another; N at most N; auto
     # as many as the planner's footprints fit in the device's memory less `margin`
     parallel: Literal["auto"] | int = 1
     margin: float = Field(default=0.1, ge=0, lt=1)  # fraction of the device's memory kept free when packing
     # The latency pass of a packed run times each variant with the device to itself: its timings
     # are not shared with neighbours'. false: timed beside them.
     latency_alone: bool = True
-    # full: every item of every task. decided: items in a seeded random order, the baseline first and
-    # whole, and a candidate's task ends once the gate's checks on it are decided (evalsuite.run.stopping)
-    stop: Literal["full", "decided"] = "full"
     # older configs' name for the rules that decide, now always `gate_rules`: if given, it must be that file
     stop_rules: str | None = None
     # How the device is had to itself: pause (the variant's own engine, its neighbours on the device
@@ -302,6 +313,15 @@ class SchedulerConfig(Strict):
     # curve, else the roofline; evalsuite.memory.throughput) or batch (the tasks' largest batch of
     # their longest request: never fewer requests at once than a batch, more memory)
     kv_pool: Literal["throughput", "batch"] = "throughput"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "stop" in data:  # which items are asked is what is measured, not where
+            raise not_allowed(f"stop: {shown(data['stop'])} belongs at the top level of the config, beside `limit` "
+                              "(allowed there: full, decided)",
+                              "stop belongs at the top level of the config, beside `limit` (allowed there: full, decided)")
+        return data
 
     @field_validator("parallel", mode="before")
     @classmethod
@@ -336,6 +356,10 @@ class RunConfig(Strict):
     output_dir: str = "runs"
     seed: int = 0
     limit: int | None = Field(default=None, gt=0)  # at most this many items per task (`run --limit`): a quick try
+    # full: every item of every task (`run --stop`). decided: items in a seeded random order, the baseline
+    # first and whole, and a candidate's task, or one length of it, ends once the gate's checks on it are
+    # decided (evalsuite.run.stopping)
+    stop: Literal["full", "decided"] = "full"
     # the gate rules its runs are judged by: a shipped set (`default`, `smoke`) or a rules YAML beside the
     # config; `validate`, `run` (its summary, and the sizes it warns of) and `gate`/`report` without
     # --rules use them. Resolved to the file's path when the config is read, and recorded so.
@@ -399,6 +423,15 @@ class RunConfig(Strict):
         if unknown:
             raise not_allowed(f"{', '.join(map(repr, unknown))} not among the variants (allowed: {', '.join(variants)})")
         return value
+
+
+def _follow_task_types(union: Any) -> None:
+    """A task type registered after this module was imported (a plugin's) is one `tasks:` takes too."""
+    RunConfig.model_fields["tasks"].annotation = list[union]
+    RunConfig.model_rebuild(force=True)
+
+
+on_register(_follow_task_types)
 
 
 def _apply_defaults(raw: dict) -> dict:
@@ -518,8 +551,8 @@ def check_semantics(cfg: RunConfig) -> list[str]:
         problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
     if cfg.capacity is not None:
         problems += _capacity_problems(cfg, limits)
-    if cfg.scheduler.stop == "decided" and len(cfg.variants) > 1 and not cfg.baseline:
-        problems.append("scheduler.stop: decided needs `baseline:` (the variant the others are judged against, "
+    if cfg.stop == "decided" and len(cfg.variants) > 1 and not cfg.baseline:
+        problems.append("stop: decided needs `baseline:` (the variant the others are judged against, "
                         f"allowed: {', '.join(cfg.variants)})")
     return problems
 
@@ -527,9 +560,10 @@ def check_semantics(cfg: RunConfig) -> list[str]:
 def _capacity_problems(cfg: RunConfig, limits: dict[str, int]) -> list[str]:
     """The load generator drives a `vllm serve` (started or attached), and its longest request must fit."""
     c = cfg.capacity
-    if cfg.engine.mode != "server":
-        return [f"capacity: needs engine.mode server, the mode is {cfg.engine.mode} (allowed: server: the load "
-                f"generator drives `vllm serve`; add `engine: {{mode: server}}`)"]
+    if not cfg.engine.kind.endpoint:
+        serving = [m for m in engine_modes() if engine_kind(m).endpoint]
+        return [f"capacity: needs engine.mode {' or '.join(serving)}, the mode is {cfg.engine.mode} (allowed: "
+                f"{', '.join(serving)}: the load generator drives `vllm serve`; add `engine: {{mode: {serving[0]}}}`)"]
     longest = [int(n * (1 + c.range_ratio)) for n in c.prompt_tokens]
     return _too_long("capacity.prompt_tokens", longest, int(c.output_tokens * (1 + c.range_ratio)), limits)
 

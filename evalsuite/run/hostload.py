@@ -53,8 +53,8 @@ def fresh_pass(run_dir: RunDir, variant: str, task: str, items: int) -> bool:
 
 
 def engine_threads(cfg: RunConfig, device: str, cpus: int) -> int:
-    """The engine's compute threads (core.env.engine_threads); the fake engine's are none."""
-    if cfg.engine.mode == "fake":
+    """The engine's compute threads (core.env.engine_threads); a stand-in's without vLLM are none."""
+    if not cfg.engine.kind.vllm:
         return 0
     return envmod.engine_threads(device, cfg.engine.env.get("VLLM_CPU_OMP_THREADS_BIND"), cpus)
 
@@ -62,9 +62,9 @@ def engine_threads(cfg: RunConfig, device: str, cpus: int) -> int:
 def verify_idle(cfg: RunConfig, device: str, gpu: str | None, stopped: list[psutil.Process]) -> TimingCondition:
     """The device checked idle before the timed requests: on a GPU, NVML's utilization read 0 for a
     second (the kernels paused neighbours queued have run out); on a CPU, the stopped neighbours'
-    processes spend no CPU time (alone, the host's load is the check). Not checked for the fake
-    engine, or where NVML cannot read the card."""
-    if cfg.engine.mode == "fake":
+    processes spend no CPU time (alone, the host's load is the check). Not checked for a stand-in
+    without vLLM (the fake engine), or where NVML cannot read the card."""
+    if not cfg.engine.kind.vllm:
         return TimingCondition()
     if not device.startswith("CPU"):
         read = utilization_reader(nvml_device(cfg.engine.env, gpu))

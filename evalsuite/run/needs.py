@@ -85,7 +85,7 @@ def missing_gpu(cfg: RunConfig) -> str | None:
 
 def needs(cfg: RunConfig, engine: bool = True) -> list[str]:
     """What this machine lacks for `cfg`: the engine's needs (`engine`) and the hub's."""
-    if cfg.engine.mode == "fake":
+    if not cfg.engine.kind.vllm:
         return []
     return [p for p in ((missing_gpu(cfg) if engine else None), missing_hub(cfg)) if p]
 

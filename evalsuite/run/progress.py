@@ -22,6 +22,7 @@ from rich.progress import TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
 from evalsuite.core.env import default_cache_dir
+from evalsuite.engine.registry import engine_kind
 
 console = Console(stderr=True)
 DOMINATES = 0.5  # share of a run's time in engine starts from which the run says so
@@ -68,8 +69,8 @@ class StartTimes:
 
 def start_key(mode: str, model_dir: str) -> str | None:
     """What an engine's start time depends on most: the engine mode and the model folder it loads
-    (None for the fake engine, whose starts say nothing of this machine's)."""
-    return None if mode == "fake" else f"{mode} {Path(model_dir).name}"
+    (None for a stand-in without vLLM, whose starts say nothing of this machine's)."""
+    return f"{mode} {Path(model_dir).name}" if engine_kind(mode).vllm else None
 
 
 class _Count(ProgressColumn):

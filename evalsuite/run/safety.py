@@ -7,10 +7,10 @@ is listed here passes without a switch (docs/safety.md says why each is there):
   the field's exact name (no dashes, no abbreviation: vLLM's parser would complete `hos` to `host`);
   dict values (compilation_config, speculative_config) are checked key by key, hf_overrides is data.
 - ENV: variables of vLLM, CUDA, NCCL, Hugging Face's offline switches and thread counts, each set to
-  a number, a switch or a name, never a path.
-Anything else needs `engine.unsafe_engine_args: true` (still an exact EngineArgs field, or in server
-mode a `vllm serve` option) or `engine.unsafe_env: true`; `config` (a file of arguments) is refused
-always. The field names come from the installed vLLM's source, read without importing it (which is
+  a number, a switch or a name, never a path. And an engine mode's own arguments (its registry `own_args`).
+Anything else needs `engine.unsafe_engine_args: true` (still an exact EngineArgs field, or a `vllm serve`
+option where the mode's arguments land on its command line) or `engine.unsafe_env: true`; `config`
+(a file of arguments) is refused always. The field names come from the installed vLLM's source, read without importing it (which is
 slow). The checks take a mapping and where it sits, so other sections that start `vllm serve` reuse them.
 Settings that reach another machine with a credential (REACHES) need `allow_hosts` to name the host.
 """
@@ -28,6 +28,7 @@ from typing import Any
 
 from evalsuite.core.configfile import from_include
 from evalsuite.core.hosts import LOOPBACK, is_loopback, normal_host, tracking_host, url_host
+from evalsuite.engine.registry import engine_kind
 
 UNSAFE_ARGS = "engine.unsafe_engine_args: true"
 UNSAFE_ENV = "engine.unsafe_env: true"
@@ -92,8 +93,6 @@ NESTED: dict[str, frozenset[str] | None] = {
 }
 DATA = frozenset({"hf_overrides"})  # values that are data whatever their keys
 REFUSED = {"config": "a file of more arguments, which would pass unchecked; give each in engine_args"}
-# Engine arguments of the fake engine (evalsuite.engine.fake), which vLLM never sees.
-FAKE_ARGS = frozenset({"fake_disagree"})
 
 # Environment variables that tune the engine and name no file or code. Each value must be PLAIN.
 ENV = frozenset({
@@ -170,16 +169,17 @@ def engine_arg_problems(args: Mapping[str, Any], where: str, mode: str, unsafe: 
     """One message per engine argument of `args` (found at `where`, e.g. `variants.bf16.engine_args`)
     that is not an exact argument name of the installed vLLM, or needs the switch and lacks it.
     Messages name keys, never values."""
+    kind = engine_kind(mode)
     known = vllm_arguments()
     fields = known[1] if known else ENGINE_ARGS
-    options = known[2] if known and mode == "server" else frozenset()  # each needs the switch
-    extra = FAKE_ARGS if mode == "fake" else frozenset()
+    options = known[2] if known and kind.command_line else frozenset()  # each needs the switch
+    extra = kind.own_args
     problems = []
     for key, value in args.items():
         at = f"{where}.{key}"
         if key in REFUSED:
             problems.append(f"{at}: refused: {REFUSED[key]}")
-        elif mode == "server" and isinstance(value, list) and any(_option(str(v)) for v in value):
+        elif kind.command_line and isinstance(value, list) and any(_option(str(v)) for v in value):
             problems.append(f"{at}: an item starts with '-': on `vllm serve`'s command line it would be an option "
                             f"of its own; refused, with or without {UNSAFE_ARGS}")
         elif key not in fields | options | extra:

@@ -9,74 +9,24 @@ and `run` print a line per metric whose limit the run cannot resolve:
 
     needle/acc: 24 items resolve 12.5 pt, the limit is 5 pt, about 124 needed
 
-A choice task without a limit runs its whole set, and a task that picks its own items (lm-eval)
-says nothing before it runs: neither is planned here. A balanced accuracy is planned with its labels
-split evenly, the best case (the data's own split is known only once its items are drawn).
+and one where a rerun identical but for one lost item would fail (stats.significance.one_loss_bound).
+Each registered task type declares its plan (evalsuite.tasks.planning). A choice task without a limit,
+and a task that picks its own items (lm-eval), are not planned. A balanced accuracy is planned with
+its labels split evenly, the best case.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from evalsuite.stats.significance import needed_items, one_loss_bound, one_loss_items, resolves
+from evalsuite.tasks.planning import Planned
+from evalsuite.tasks.registry import task_type
 from evalsuite.verdict.rules import Rules, resolution
-from evalsuite.stats.significance import needed_items, resolves
-
-
-@dataclass
-class Planned:
-    metric: str
-    keys: list[tuple]  # one per item: the strata the metric weighs it by (() where all weigh alike)
-    # a balanced accuracy, planned with its labels split evenly (the best case) but the strata's MOVER
-    # floor, as the gate takes for labels whose counts differ
-    even_labels: bool = False
-
-    @property
-    def n(self) -> int:
-        return len(self.keys)
-
-
-def _grid(name: str, head: str, lengths: list[int], per_length: int) -> list[Planned]:
-    whole = Planned(f"{name}/{head}", [()] * per_length * len(lengths))
-    return [whole] + [Planned(f"{name}/{head}/len{n}", [()] * per_length) for n in lengths]
-
-
-def _choice(task, limit: int | None) -> list[Planned]:
-    spec = task.definition()
-    groups = task.groups or spec.groups or []
-    per = task.limit if limit is None else min(task.limit or limit, limit)
-    if per is None or not groups:
-        return []
-    name = task.name
-    if spec.metric == "balanced":
-        keys = [(g, "ab"[i % 2]) for g in groups for i in range(per)]
-        return [Planned(f"{name}/balanced_acc", keys, even_labels=True), Planned(f"{name}/acc", [()] * len(keys))]
-    out = [Planned(f"{name}/acc", [()] * per * len(groups))]
-    if spec.metric == "macro":
-        out.append(Planned(f"{name}/acc_macro", [(g,) for g in groups for _ in range(per)]))
-    return out
 
 
 def planned(task, limit: int | None = None) -> list[Planned]:
-    """The gated metrics a task config will make and the items behind each; [] where unknown."""
-    from evalsuite.tasks import ChoiceConfig, LongLegalConfig, LongLegalMultiConfig, NeedleConfig, RulerConfig
-
-    if isinstance(task, ChoiceConfig):
-        return _choice(task, limit)
-    if isinstance(task, RulerConfig):
-        return _capped(_grid(task.name, "score", task.lengths, len(task.tasks) * task.n), limit)
-    per_cell = {NeedleConfig: 1, LongLegalConfig: len(getattr(task, "clauses", [])),
-                LongLegalMultiConfig: len(getattr(task, "questions", []))}.get(type(task))
-    if per_cell:
-        return _capped(_grid(task.name, "acc", task.lengths, len(task.depths) * task.seeds * per_cell), limit)
-    return []
-
-
-def _capped(out: list[Planned], limit: int | None) -> list[Planned]:
-    """`run --limit` spreads at most `limit` items over the task: each metric keeps its share."""
-    if not out or limit is None or limit >= out[0].n:
-        return out
-    share = limit / out[0].n
-    return [Planned(p.metric, p.keys[:max(1, int(p.n * share))]) for p in out]
+    """The gated metrics a task config will make and the items behind each, as its registered type
+    declares them; an unregistered type is refused (evalsuite.core.errors.UnknownName)."""
+    return task_type(task.type).planned(task, limit)
 
 
 def sizing_warnings(cfg, rules: Rules) -> list[str]:
@@ -90,11 +40,25 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
             limit = rule.limit_for(p.metric) / 100
             res = resolution(rules, p.keys, stratified=p.even_labels)
             if res <= limit:
+                out += _one_loss(p, limit, rules)
                 continue
             need = _needed(p, limit, rules)
             best = " (labels split evenly: at best)" if p.even_labels else ""
             out.append(f"{p.metric}: {resolves(p.n, res)}{best}, the limit is {limit * 100:g} pt, about {need:,} needed")
     return out
+
+
+LOST = "a rerun identical but for"
+
+
+def _one_loss(p: Planned, limit: float, rules: Rules) -> list[str]:
+    """The line for a metric whose identical rerun, one item lost, would fail its limit; [] where it passes."""
+    bound = one_loss_bound(p.keys, rules.confidence, p.even_labels)
+    if bound <= limit:
+        return []
+    need = one_loss_items(p.keys, limit, rules.confidence, p.even_labels)
+    return [f"{p.metric}: {LOST} 1 of its {p.n:,} items lost fails (bound {bound * 100:.1f} pt, "
+            f"the limit is {limit * 100:g} pt), about {need:,} needed"]
 
 
 def rules_warnings(cfg) -> list[str]:
@@ -106,9 +70,14 @@ def rules_warnings(cfg) -> list[str]:
     if not found:
         return []
     how = f"{named_rules_path(cfg.gate_rules).name}; {rules.discordance:.0%} of answers changing, {rules.power:.0%} power"
-    return [*found, f"({how}): these runs cannot show such drops within their limits, so the gate leaves those "
-                    "checks inconclusive (a drop shown beyond a limit still fails); raise the items, or name rules "
-                    "they resolve in `gate_rules`. `evalsuite gate --plan --n N` plans other sizes."]
+    said = []
+    if any(LOST not in line for line in found):
+        said.append("these runs cannot show such drops within their limits, so the gate leaves those checks "
+                    "inconclusive (a drop shown beyond a limit still fails)")
+    if any(LOST in line for line in found):
+        said.append("one item lost fails those checks, so an identical rerun fails on a single unlucky answer")
+    return [*found, f"({how}): {'; '.join(said)}; raise the items, or name rules they resolve in `gate_rules`. "
+                    "`evalsuite gate --plan --n N` plans other sizes."]
 
 
 def _needed(p: Planned, limit: float, rules: Rules) -> int:

@@ -10,8 +10,8 @@ Ville's inequality it ever reaches 1/alpha with chance at most alpha, however of
 gate gives it a share of alpha and a fixed-n look on all N items the rest (`with_final_look`), so a
 check the full data pass is not lost at the last item. Bets are predictable and aimed at the check's
 limit (aGRAPA, at 0.7 of the Kelly fraction), capped so that the capital grows with m: each bound printed is the test that
-decides. A check stops for futility where a pass by the last item is predicted unlikely (`futile`);
-that only ever withholds a pass, so it costs no size. confseq (Howard et al.) has no wheel for this
+decides. A check neither passed nor shown beyond runs to its last item, where the final look decides:
+no stop for futility, as a predicted failure may be one the full data pass. confseq (Howard et al.) has no wheel for this
 Python and evaluates a grid of means per item; the benches replay thousands of sequences: numpy here.
 """
 
@@ -36,10 +36,9 @@ PRIOR_DISCORDANCE = 0.05
 # spread of the log capital, which early estimates of the mean make large (bench/sequential_gate.py: 1.0, 0.7
 # and 0.5 tried; 0.7 the fewest wrong checks)
 KELLY = 0.7
-FUTILITY = 0.01  # a check is futile once the predicted chance of a pass by the last item is below this
 
 Kind = Literal["within", "above"]
-Decision = Literal["pass", "fail", "futile"]
+Decision = Literal["pass", "fail"]
 
 
 @lru_cache(maxsize=64)
@@ -161,32 +160,16 @@ class Sequential:
             lo, hi = (lo, mid) if rejects == lower else (mid, hi)
         return hi if lower else lo
 
-    def futile(self) -> np.ndarray | int:
-        """Items after which a pass by the last item is first predicted to have chance < FUTILITY: the
-        mean so far, less its predictive spread for the full mean, plus the least half-width that
-        decides at N, is at the limit or above. That half-width is the betting sequence's,
-        sqrt(2 s^2 log(1/alpha) / N), or the final fixed-n look's, z s / sqrt(N), where narrower."""
-        t = np.arange(1, self.n + 1, dtype=float)
-        big_n = self.pop.n
-        mean = np.cumsum(self.y, axis=-1) / (t + PRIOR_ITEMS)  # shrunk as the bets are: one item is no trend
-        var = (np.cumsum(self._dev, axis=-1) + PRIOR_ITEMS * self.var[..., :1]) / (t + PRIOR_ITEMS)
-        spread = np.sqrt(var * np.maximum(1 / t - 1 / big_n, 0))
-        reach = np.sqrt(2 * var * math.log(1 / self.alpha) / big_n)
-        if self.final_alpha:
-            reach = np.minimum(reach, critical(1 - self.final_alpha) * np.sqrt(var / big_n))
-        return self._first_hit(mean - critical(1 - FUTILITY) * spread + reach >= self.limit)
-
 
 def decision(seq: Sequential, rule: str) -> tuple[Decision | None, int]:
-    """(pass/fail/futile/None, items after which it was first decided): a pass where the drop is shown
-    below the limit, a fail where shown above it, futile (upper_bound rules only: there a pass is
-    what must be shown) where a pass is predicted out of reach. Ties go to the shown outcome."""
+    """(pass/fail/None, items after which it was first decided): a pass where the drop is shown below
+    the limit, a fail where shown above it (`rule` is kept for the callers: either rule stops on the
+    same two outcomes). Ties go to the pass, which the bound at the limit shows."""
     passed, failed = seq.first("within", seq.limit), seq.first("above", seq.limit)
-    futile = seq.futile() if rule == "upper_bound" else seq.n + 1
-    at = min(passed, failed, futile)
+    at = min(passed, failed)
     if at > seq.n:
         return None, seq.n + 1
-    return ("pass" if passed == at else "fail" if failed == at else "futile"), at
+    return ("pass" if passed == at else "fail"), at
 
 
 def mean_interval(pop: Population, values: Sequence[float], confidence: float) -> tuple[float, float]:

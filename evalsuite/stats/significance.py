@@ -525,6 +525,37 @@ def needed_items(keys: Sequence[tuple], limit: float, confidence: float, power: 
     return lo * len(strata)
 
 
+def one_loss_bound(keys: Sequence[tuple], confidence: float, stratified: bool = False) -> float:
+    """The gate's upper bound on the drop of a rerun identical to its baseline but for one item lost,
+    in the smallest stratum (where one item weighs most): a bound above the limit fails that rerun
+    however large the rest of the run, so a config sized only to `needed_items` at its planning
+    discordance can still fail a candidate that lost one needle of 35."""
+    keys = list(keys) or [()]
+    sizes = Counter(keys)
+    smallest = min(sizes, key=lambda k: sizes[k])
+    base = np.ones(len(keys))
+    cand = base.copy()
+    cand[keys.index(smallest)] = 0.0
+    test = paired_test(base, cand, keys if stratified or len(sizes) > 1 else None, confidence)
+    return test.high
+
+
+def one_loss_items(keys: Sequence[tuple], limit: float, confidence: float, stratified: bool = False) -> int:
+    """Items (the strata grown alike) for a rerun that lost one of them to pass `limit`."""
+    strata = list(dict.fromkeys(keys)) or [()]
+
+    def bound(m: int) -> float:
+        return one_loss_bound([k for k in strata for _ in range(m)], confidence, stratified)
+
+    lo, hi = 1, max(2, len(keys) // len(strata))
+    while bound(hi) > limit:
+        lo, hi = hi, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if bound(mid) > limit else (lo, mid)
+    return lo * len(strata)
+
+
 def resolves(n: int, resolution: float) -> str:
     """`24 items resolve 12.5 pt`, or, where no drop a score can have is resolved (a bound of 100
     points or more), `cannot resolve any drop at n = 2`: a figure above 100 points means nothing."""

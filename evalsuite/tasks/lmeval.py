@@ -29,9 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from evalsuite.core.errors import ConfigError
 from evalsuite.stats.strata import mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.planning import Planned
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 
+@register_task_type
 class LMEvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -58,6 +61,12 @@ class LMEvalConfig(BaseModel):
 
     def build(self, ctx: TaskContext) -> Task:
         return LMEvalTask(self, ctx)
+
+    def planned(self, limit: int | None) -> list[Planned]:
+        return []  # lm-eval picks its own items: nothing is known of them before it runs
+
+    def narrow(self, limit: int) -> None:
+        self.limit = min(self.limit or limit, limit)  # lm-eval picks its own items, at most its limit
 
 
 @functools.lru_cache(maxsize=8)

@@ -26,6 +26,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.data.haystack import Document, encode, english_prose, load_documents, prompt_frame, splice
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.tasks.needle import (GridConfig, GridTask, cell_extra, cell_group, check_distinct, depth_pct,
                                     grid_metrics, haystack_budget, schedule_cells)
 from evalsuite.core.types import Completion, Metric, Request, Sample, Score
@@ -82,6 +83,7 @@ def conflicts(text: str) -> bool:
     return any(w in low for w in CONFLICT_WORDS) or CONFLICT_NUMBERS.search(low) is not None
 
 
+@register_task_type
 class LongLegalConfig(GridConfig):
     type: Literal["legal_long"] = "legal_long"
     name: str = "legal_long"
@@ -93,6 +95,10 @@ class LongLegalConfig(GridConfig):
     @classmethod
     def _check_clauses(cls, v: list[str]) -> list[str]:
         return check_distinct(v, "clauses")
+
+    @property
+    def per_cell(self) -> int:  # one question a clause
+        return len(self.clauses)
 
     def build(self, ctx: TaskContext) -> Task:
         return LongLegalTask(self, ctx)

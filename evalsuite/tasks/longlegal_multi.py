@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 from evalsuite.core.types import Request, Sample
 from evalsuite.data.haystack import encode, prompt_frame, splice
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.tasks.longlegal import INTRO, LongLegalTask, normalize_answer
 from evalsuite.tasks.needle import (GridConfig, cell_group, check_distinct, depth_pct, haystack_budget,
                                     schedule_cells)
@@ -51,6 +52,7 @@ TEMPLATES: dict[str, tuple[str, str | None, str]] = {
 }
 
 
+@register_task_type
 class LongLegalMultiConfig(GridConfig):
     type: Literal["legal_long_multi"] = "legal_long_multi"
     name: str = "legal_long_multi"
@@ -66,6 +68,10 @@ class LongLegalMultiConfig(GridConfig):
     @property
     def clauses(self) -> list[str]:  # legal_long's name for what its metrics break down by
         return self.questions
+
+    @property
+    def per_cell(self) -> int:
+        return len(self.questions)
 
     def build(self, ctx: TaskContext) -> Task:
         return LongLegalMultiTask(self, ctx)

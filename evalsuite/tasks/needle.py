@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +30,8 @@ from evalsuite.data.haystack import (TokenHaystack, encode, english_prose, load_
 from evalsuite.stats.metrics import accuracy
 from evalsuite.stats.strata import mean_stderr
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.planning import Planned, capped, grid
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample, Score
 
 Schedule = Literal["shared_prefix", "naive"]
@@ -66,7 +68,16 @@ class GridConfig(BaseModel):
     def _check_depths(cls, v: list[float]) -> list[float]:
         return check_depths(v)
 
+    per_cell: ClassVar[int] = 1  # samples in each (length, depth, seed) cell
 
+    def planned(self, limit: int | None) -> list[Planned]:
+        return capped(grid(self.name, "acc", self.lengths, len(self.depths) * self.seeds * self.per_cell), limit)
+
+    def narrow(self, limit: int) -> None:
+        """The runner's spread thins a grid's cells for `--limit`: nothing to narrow here."""
+
+
+@register_task_type
 class NeedleConfig(GridConfig):
     type: Literal["needle"] = "needle"
     name: str = "needle"

@@ -31,6 +31,8 @@ from evalsuite.core.types import Completion, Metric, MetricKind, Request, Sample
 from evalsuite.data.haystack import encode, resolve_source
 from evalsuite.stats.metrics import accuracy
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.planning import Planned, capped, grid
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.tasks.needle import check_distinct, check_fits, check_lengths
 
 RulerTask = Literal["niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
@@ -43,6 +45,7 @@ MIN_ANSWER_TOKENS = 16  # room an answer needs at least once the prompt is in th
 MIN_LENGTH = 1024
 
 
+@register_task_type
 class RulerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +72,14 @@ class RulerConfig(BaseModel):
 
     def build(self, ctx: TaskContext) -> Task:
         return RulerTaskRunner(self, ctx)
+
+    def planned(self, limit: int | None) -> list[Planned]:
+        return capped(grid(self.name, "score", self.lengths, len(self.tasks) * self.n), limit)
+
+    def narrow(self, limit: int) -> None:
+        # a 128K item takes CPU seconds to build: build no more per (task, length) than the limit can
+        # keep (the first items do not depend on n, so they are those of a full run)
+        self.n = min(self.n, -(-limit // (len(self.tasks) * len(self.lengths))))
 
 
 # Text of the kinds the generators size besides the essays: lm-eval's noise haystack (niah_single_1,

@@ -34,6 +34,7 @@ from evalsuite.core.errors import ConfigError
 from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.tasks.balanced import balanced_metrics
 from evalsuite.tasks.base import DatasetTask, Task, TaskContext
+from evalsuite.tasks.planning import Planned
 from evalsuite.tasks.choice import (ChoiceTokens, chat_prompt_ids, choice_rates, choice_request, fit_request,
                                     score_choice)
 from evalsuite.tasks.sources import Rows, open_source
@@ -41,7 +42,7 @@ from evalsuite.tasks.threshold import CALIBRATION_META, Scoring, ThresholdScorin
 from evalsuite.core.types import Completion, Metric, Sample, Score
 
 
-# The Python task types, filled in by the registry (evalsuite.tasks), which imports this module.
+# The Python task types, filled in by evalsuite.tasks.registry as each registers (a definition may not take their names).
 PYTHON_TYPES: set[str] = set()
 
 class _Strict(BaseModel):
@@ -159,6 +160,25 @@ class ChoiceConfig(_Strict):
         if self.chat and (ctx.tokenizer is None or not getattr(ctx.tokenizer, "chat_template", None)):
             raise ConfigError(f"tasks.{self.name}.chat: needs the model's tokenizer with a chat template")
         return ChoiceTask(self, ctx)
+
+    def planned(self, limit: int | None) -> list[Planned]:
+        """Its groups times its limit; nothing without a limit (its whole set, whose size only its data knows)."""
+        spec = self.definition()
+        groups = self.groups or spec.groups or []
+        per = self.limit if limit is None else min(self.limit or limit, limit)
+        if per is None or not groups:
+            return []
+        name = self.name
+        if spec.metric == "balanced":
+            keys = [(g, "ab"[i % 2]) for g in groups for i in range(per)]
+            return [Planned(f"{name}/balanced_acc", keys, even_labels=True), Planned(f"{name}/acc", [()] * len(keys))]
+        out = [Planned(f"{name}/acc", [()] * per * len(groups))]
+        if spec.metric == "macro":
+            out.append(Planned(f"{name}/acc_macro", [(g,) for g in groups for _ in range(per)]))
+        return out
+
+    def narrow(self, limit: int) -> None:
+        """The runner's spread thins its items for `--limit`: nothing to narrow here."""
 
 
 def open_rows(cfg: ChoiceConfig, ctx: TaskContext) -> tuple[str, Rows, dict[str, str]]:

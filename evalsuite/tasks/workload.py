@@ -23,10 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsuite.stats.metrics import latency_summary
 from evalsuite.tasks.base import Task, TaskContext
+from evalsuite.tasks.planning import Planned
+from evalsuite.tasks.registry import register_task_type
 from evalsuite.tasks.latency import timing_score
 from evalsuite.core.types import REQUEST_TIMINGS, Completion, Metric, MetricKind, Request, Sample, Score
 
 
+@register_task_type
 class WorkloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +54,12 @@ class WorkloadConfig(BaseModel):
 
     def build(self, ctx: TaskContext) -> Task:
         return WorkloadTask(self, ctx)
+
+    def planned(self, limit: int | None) -> list[Planned]:
+        return []  # throughput and timings: no accuracy a gate rule's limit is sized for
+
+    def narrow(self, limit: int) -> None:
+        """The runner's spread thins its requests for `--limit`: nothing to narrow here."""
 
 
 class WorkloadTask(Task):
