@@ -194,14 +194,15 @@ def main(argv: list[str] | None = None) -> int:
 def report(run_dir: Path, wall_run: float, run_start: float, wall_report: float, report_rc: int,
            args: argparse.Namespace) -> int:
     from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Scheduling
 
     rd = RunDir(run_dir)
     record = rd.load_run()
+    sched = record.scheduling or Scheduling()
     table = phase_table(rd.load_phases(), wall_run, run_start)
     table["report"] = {"wall_s": wall_report, "sum_s": wall_report, "n": 1}
     print(f"run {run_dir}: {wall_run:.1f} s; report {wall_report:.1f} s (exit {report_rc}); "
-          f"{record.env.get('scheduler', {}).get('most_at_once', 1)} engines at most at once, latency pass: "
-          f"{record.env.get('scheduler', {}).get('latency_pass', '-')}")
+          f"{sched.most_at_once or 1} engines at most at once, latency pass: {sched.latency_pass or '-'}")
     print(f"{'phase':24s} {'wall s':>9s} {'sum s':>9s} {'spans':>6s} {'paused s':>9s}")
     for name, t in table.items():
         print(f"{name:24s} {t['wall_s']:9.1f} {t['sum_s']:9.1f} {t['n']:6d} {t.get('paused_s', 0.0):9.1f}")
