@@ -905,6 +905,14 @@ class VariantResult(_Model):
                                paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
+def definitions_unlike(base: VariantResult, cand: VariantResult) -> dict[str, str]:
+    """Task -> how its definition's version differs between a baseline's and a candidate's record
+    (`mmlu: version 2, baseline 1`), for the tasks both recorded a version of: their scores measure
+    two definitions, which compare and gate say beside them. {} where none differs or none is known."""
+    return {task: f"{task}: version {v}, baseline {base.task_versions[task]}"
+            for task, v in cand.task_versions.items() if base.task_versions.get(task, v) != v}
+
+
 # how a run's engines run: vllm.LLM in a child process, `vllm serve` (or a running server), or
 # evalsuite.engine.fake's seeded stand-in for tests
 EngineMode = Literal["offline", "server", "fake"]

@@ -64,6 +64,7 @@ class ChoiceTaskDef(_Strict):
     """One task definition file."""
 
     name: str
+    version: int = Field(default=1, ge=1)  # raised where an edit moves what the task measures (Task.version)
     aliases: list[str] = Field(default_factory=list)  # other `type` names for this definition
     about: str = ""
     data: DataSource
@@ -319,6 +320,7 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
     def __init__(self, cfg: ChoiceConfig, ctx: TaskContext):
         super().__init__(cfg, ctx)
         self.spec = cfg.definition()
+        self.version = self.spec.version
         self._render: Renderer | None = None
         self._instructions: dict[str, str] = {}  # a data_dir group's own (task_data)
         self.scoring = cfg.scoring or self.spec.scoring

@@ -24,8 +24,8 @@ from typing import Literal
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RESULT_FILE, RUN_FILE, SAMPLES_DIR, SAMPLES_SUFFIX, RunDir
-from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, meaning_of_name,
-                                  pools_comparable, task_of, timing_unlike)
+from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, HostLoad, Metric, MetricKind, VariantResult, definitions_unlike,
+                                  meaning_of_name, pools_comparable, task_of, timing_unlike)
 from evalsuite.verdict.capacity import bracket_for, comparable, is_at_slo, judge_brackets
 from evalsuite.verdict.compare import flat_metrics, is_latency, label_entries
 from evalsuite.verdict.rules import Rule, Rules, resolution
@@ -557,6 +557,9 @@ class GateReport:
     controls: list[str] = field(default_factory=list)  # candidates that measure the engine's own noise
     # by label, the host's load over each side's latency pass: a latency check on a loaded host is said so
     loads: dict[str, HostLoad | None] = field(default_factory=dict)
+    # candidate -> task -> how its definition's version differs from the baseline's (core.types.definitions_unlike):
+    # the report says so beside its checks, which judge scores of two definitions
+    redefined: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def candidates(self) -> list[str]:
         return list(dict.fromkeys(c.candidate for c in self.checks))
@@ -775,6 +778,8 @@ def _run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: 
     decide(rules, checks)
     report = GateReport(labels[0], rules_path, rules, checks, control_labels,
                         {label: e.host_load for (_, e), label in zip(entries, labels, strict=True)})
+    report.redefined = {label: how for (_, e), label in zip(entries[1:], labels[1:], strict=True)
+                        if (how := definitions_unlike(base, e))}
     _add_noise(report)
     _add_timing_noise(report)
     return report
