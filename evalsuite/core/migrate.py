@@ -1,20 +1,15 @@
-"""Records of earlier schema versions, read up to this one (types.SCHEMA_VERSION): the one place that
-knows what an older record lacks, or holds elsewhere. run.json carries its version; a variant's
-result.json carries it from version 2 on, so one without it is version 1.
+"""Records of earlier schema versions, read up to this one (types.SCHEMA_VERSION), one step a version:
+the one place that knows what an older record lacks, or holds elsewhere. run.json carries its version;
+a result.json from version 2 on, so one without it is version 1. Damaged records pass through as they
+are, for validation to refuse them in one line.
 
-Version 1 to 2:
-- a variant's checkpoint (`settings.quantized`), the `settings.simulated` label and a simulated
-  variant's `settings.dense_engine` move to `build`: the settings say only what the config said;
-- an empty `predicted` or `placement` becomes none;
-- a metric recorded before metrics carried their meaning gets it from its name (its kind, or the prompt
-  length and depth added last), and its stored `ci95` goes: every report draws intervals from stderr.
+1 to 2: a variant's checkpoint (`settings.quantized`), `settings.simulated` and a simulated variant's
+`settings.dense_engine` move to `build` (settings say only what the config said); an empty `predicted`
+or `placement` becomes none; a metric recorded before metrics carried their meaning gets it from its
+name, and its stored `ci95` goes (reports draw intervals from stderr).
 
-Version 2 to 3:
-- run.json's `env.scheduler` (what `--parallel` or `--ray` decided) moves to `scheduling`: `env` says
-  what the run ran on, not how it was scheduled;
-- a variant's result.json gains `task_versions`, which an older one lacks (empty: unknown).
-
-Damaged records pass through as they are, for validation to refuse them in one line.
+2 to 3: run.json's `env.scheduler` (what `--parallel` or `--ray` decided) moves to `scheduling`: `env`
+says what the run ran on; a result.json gains `task_versions` (empty in an older one: unknown).
 """
 
 from __future__ import annotations
