@@ -461,7 +461,7 @@ def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp
         "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 4},
         "defaults": {"max_model_len": 2048}, "variants": {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"}},
         "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 12, "num_fewshot": 0},
-                  {"type": "legal", "data_dir": str(repo_root / "evalsuite/tasks/defs/data/legalbench-cuad"),
+                  {"type": "legal", "data_dir": str(repo_root / "tasks/data/legalbench-cuad"),
                    "tasks": ["governing_law"], "limit_per_task": 10}],
         "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
     real = FakeEngine.generate

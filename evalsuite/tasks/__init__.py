@@ -1,7 +1,7 @@
 """Tasks: each module holds a config model (`type` discriminates) whose build() makes a Task.
 
 The one registry: Python task types below; any other `type` names a definition file in the
-`evalsuite/tasks/defs/` folder, or one of its aliases (evalsuite.tasks.spec), so adding such a
+repository's `tasks/` folder (evalsuite/tasks/defs in the package), or one of its aliases (evalsuite.tasks.spec), so adding such a
 task needs no code here.
 May import: core, stats, data.
 """

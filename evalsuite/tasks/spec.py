@@ -1,4 +1,4 @@
-"""Multiple-choice tasks defined as data: one YAML file in the `evalsuite/tasks/defs/` folder each.
+"""Multiple-choice tasks defined as data: one YAML file each in the repository's `tasks/` folder.
 
 A definition names its data, the prompt template, the choices and target, the grouping, the few-shot
 source and the metric; a run config names it or overrides a few fields, so adding a task is a file,
@@ -215,7 +215,8 @@ BASE_PROMPT = "base_prompt.txt"  # LegalBench's prompt per task: its instruction
 
 
 def tasks_dir() -> Path:
-    """The definitions shipped inside the package, evalsuite/tasks/defs ($EVALSUITE_TASKS for another folder)."""
+    """The shipped definitions: the repository's tasks/, which the package names as evalsuite/tasks/defs (a link
+    in a checkout, its copy in a wheel); $EVALSUITE_TASKS for another folder."""
     env = os.environ.get("EVALSUITE_TASKS")
     return Path(env) if env else Path(__file__).resolve().parent / "defs"
 
