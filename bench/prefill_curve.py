@@ -11,7 +11,7 @@ reach 95% of the best (evalsuite.memory.throughput.saturation), the largest C me
 before it does; `estimate` is the roofline's for the same shape, up to the largest C (none on a CPU, whose roofline figures are placeholders).
 
 `--save` keeps the curves in `<cache>/throughput/`, where `run --parallel` sizes each engine's KV
-pool from them (evalsuite.run.packing) instead of the roofline; `--out FILE` writes them as JSON.
+pool from them (evalsuite.run.pools) instead of the roofline; `--out FILE` writes them as JSON.
 
     .venv/bin/python bench/prefill_curve.py CONFIG [-V VARIANT] [--shape PROMPT:OUTPUT[@C,...] ...]
         [--concurrency 1,2,4,8,16] [--rounds 3] [--save] [--out FILE]

@@ -22,7 +22,7 @@ import pytest
 from evalsuite.core.types import EngineStats, Request, VariantResult
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.offline import OfflineEngine, kill_process_group
-from evalsuite.run.packing import out_of_memory
+from evalsuite.run.pools import out_of_memory
 
 
 def grandchild_engine(conn, model, kwargs, log_path, env) -> None:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.records import RunDir
-from evalsuite.run import packing
+from evalsuite.run.quiet import Flight, Quiet, _Tracked, latency_pass
 from evalsuite.run.config import load_config
 
 cli = CliRunner()
@@ -55,7 +55,7 @@ def stands():
 
 
 def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_path, stands):
-    quiet = packing.Quiet(RunDir(tmp_path))
+    quiet = Quiet(RunDir(tmp_path))
     for name in "ab":
         with quiet.starting(name, stands[name], None):
             pass
@@ -89,7 +89,7 @@ def test_a_pass_waits_for_starts_stops_the_neighbours_and_holds_new_starts(tmp_p
 
 
 def test_engines_on_another_gpu_and_closed_ones_are_left_alone(tmp_path, stands):
-    quiet = packing.Quiet(RunDir(tmp_path))
+    quiet = Quiet(RunDir(tmp_path))
     for name, gpu in (("a", "0"), ("b", "1"), ("c", "0")):
         with quiet.starting(name, stands[name], gpu):
             pass
@@ -117,8 +117,8 @@ def test_a_pause_says_what_each_neighbour_had_in_flight_and_the_cpu_is_found_idl
     from evalsuite.core.types import Request
     from evalsuite.run import hostload
 
-    quiet = packing.Quiet(RunDir(tmp_path))
-    flight = packing.Flight()
+    quiet = Quiet(RunDir(tmp_path))
+    flight = Flight()
     with quiet.starting("a", stands["a"], None):
         pass
     with quiet.starting("b", stands["b"], None, flight):
@@ -159,7 +159,7 @@ def test_a_gpu_pass_waits_for_the_card_to_drain_and_records_what_nvml_read(tmp_p
 def test_the_tracked_engine_says_what_is_in_flight_while_a_stream_runs():
     from evalsuite.core.types import Completion, Request
 
-    flight = packing.Flight()
+    flight = Flight()
     seen = []
 
     class Engine:
@@ -168,7 +168,7 @@ def test_the_tracked_engine_says_what_is_in_flight_while_a_stream_runs():
                 seen.append(flight.now().requests)
                 yield [Completion(text="") for _ in b]
 
-    tracked = packing._Tracked(Engine(), flight)
+    tracked = _Tracked(Engine(), flight)
     batches = [[Request(prompt_token_ids=[1] * n)] for n in (10, 20, 30)]
     assert [len(c) for c in tracked.pipelined(iter(batches))] == [1, 1, 1]
     assert seen == [1, 1, 1] and flight.now().requests == 0
@@ -190,7 +190,7 @@ def test_which_way_the_latency_pass_is_timed(tmp_path, tiny_model):
     def mode(cpu: bool, mode: str = "offline", **scheduler) -> str:
         cfg = load_config(_config(tmp_path, tiny_model, **scheduler))
         cfg.engine.mode = mode
-        return packing.latency_pass(cfg, cpu)
+        return latency_pass(cfg, cpu)
 
     assert mode(cpu=False) == "pause"
     assert mode(cpu=True) == "restart"  # a packed CPU engine computes on a share of the cores

@@ -1,4 +1,4 @@
-"""`run --parallel`: which variants share a device (evalsuite.run.packing), and a packed run's answers
+"""`run --parallel`: which variants share a device (evalsuite.run.pools, evalsuite.run.packed), and a packed run's answers
 equal to a sequential run's on the real vLLM CPU engine."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import Request, RunRecord, Sample, VariantResult
-from evalsuite.run import packing
+from evalsuite.run import packed, pools
 from evalsuite.run.config import RunConfig, load_config
 from evalsuite.memory.throughput import Shape
-from evalsuite.run.packing import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
+from evalsuite.run.pools import Packer, core_slices, engine_limit, out_of_memory, pool_tokens, predict_need
 from evalsuite.run.runner import Runner
 from tests.samples_file import rows as _rows
 
@@ -69,11 +69,11 @@ def test_capacity_spreads_over_the_gpus_unless_the_config_pins_one(monkeypatch):
 
     monkeypatch.setattr(cuda, "visible_gpus", lambda: [("0", 80.0, 79.0), ("1", 80.0, 40.0)])
     monkeypatch.setattr(cuda, "device_memory_gib", lambda index=0: (80.0, 79.0))
-    assert packing.capacity(cpu=False, margin=0.1) == [("0", 80.0, 71.0), ("1", 80.0, 32.0)]
-    assert packing.capacity(cpu=False, margin=0.1, pinned=True) == [(None, 80.0, 71.0)]
+    assert pools.capacity(cpu=False, margin=0.1) == [("0", 80.0, 71.0), ("1", 80.0, 32.0)]
+    assert pools.capacity(cpu=False, margin=0.1, pinned=True) == [(None, 80.0, 71.0)]
     monkeypatch.setattr(cuda, "visible_gpus", lambda: [("3", 80.0, 79.0)])
-    assert packing.capacity(cpu=False, margin=0.1) == [(None, 80.0, 71.0)]  # one card: vLLM's own choice
-    assert packing.gpu_env({"A": "1"}, "1") == {"A": "1", "CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert pools.capacity(cpu=False, margin=0.1) == [(None, 80.0, 71.0)]  # one card: vLLM's own choice
+    assert pools.gpu_env({"A": "1"}, "1") == {"A": "1", "CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
 def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_model, monkeypatch):
@@ -83,7 +83,7 @@ def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_mo
     from evalsuite.core.types import RunRecord
     from evalsuite.run.config import load_config
 
-    monkeypatch.setattr(packing, "capacity", lambda cpu, margin, pinned=False: [("0", 80.0, 8.0), ("1", 80.0, 8.0)])
+    monkeypatch.setattr(packed, "capacity", lambda cpu, margin, pinned=False: [("0", 80.0, 8.0), ("1", 80.0, 8.0)])
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(yaml.safe_dump({
         "model": {"path": str(tiny_model)}, "defaults": {"dtype": "bfloat16", "max_model_len": 2048},
@@ -91,14 +91,14 @@ def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_mo
         "tracking": {"enabled": False}}))
     cfg = load_config(cfg_path)
     record = RunRecord(run_id="r", model="m", env={"device": "NVIDIA H100 80GB HBM3"})
-    run = packing.PackedRun(cfg, RunDir(tmp_path / "r"), record, str(tiny_model), None, None)
+    run = packed.PackedRun(cfg, RunDir(tmp_path / "r"), record, str(tiny_model), None, None)
     packer = run.plan(dict(cfg.variants), [], {})
     assert packer.start() == ["a", "b", "c"]  # the tiny model's engines fit three on the cards' 8 GiB each
     slots = {n: run._slot(n, packer) for n in "abc"}
     assert {n: s.env["CUDA_VISIBLE_DEVICES"] for n, s in slots.items()} == {"a": "0", "b": "1", "c": "0"}
     assert slots["a"].beside == ["c"] and slots["b"].beside == [] and slots["a"].gpu == "0"
     footprint = run.predicted["a"].footprint_gib
-    assert slots["a"].overrides["gpu_memory_utilization"] == packing.utilization(footprint, 80.0)
+    assert slots["a"].overrides["gpu_memory_utilization"] == pools.utilization(footprint, 80.0)
     assert [g["gpu"] for g in record.env["scheduler"]["gpus"]] == ["0", "1"]
     from rich.console import Console
 
@@ -120,8 +120,8 @@ def test_the_margin_is_what_capacity_keeps_free(monkeypatch):
     class VM:
         total, available = 20 * 2**30, 16 * 2**30
 
-    monkeypatch.setattr(packing.psutil, "virtual_memory", lambda: VM)
-    assert packing.capacity(cpu=True, margin=0.1) == [(None, 20.0, 14.0)]
+    monkeypatch.setattr(pools.psutil, "virtual_memory", lambda: VM)
+    assert pools.capacity(cpu=True, margin=0.1) == [(None, 20.0, 14.0)]
 
 
 def test_an_engine_out_of_memory_beside_others_is_retried_alone_once():
@@ -221,7 +221,7 @@ def test_quantized_checkpoints_build_one_at_a_time(monkeypatch):
         return "built"
 
     monkeypatch.setattr(Runner, "_quantized", build)
-    runner = object.__new__(packing._PackedRunner)
+    runner = object.__new__(packed._PackedRunner)
     threads = [threading.Thread(target=runner._quantized, args=("v", None, None)) for _ in range(3)]
     for t in threads:
         t.start()
@@ -243,7 +243,7 @@ def test_a_variant_out_of_memory_beside_another_reruns_alone_and_says_so(tmp_pat
     cfg = _fake_config(tmp_path, tiny_model, parallel=2)
     run_dir = RunDir(tmp_path / "run")
     record = RunRecord(run_id="r", model="m", env={"device": "CPU x86_64"})
-    run = packing.PackedRun(cfg, run_dir, record, str(tiny_model), None, None)
+    run = packed.PackedRun(cfg, run_dir, record, str(tiny_model), None, None)
     calls = []
 
     def run_slot(slot, tasks, samples):
@@ -385,13 +385,13 @@ def _env() -> dict[str, str]:
 def test_on_ray_the_plan_becomes_fractions_of_a_gpu(tmp_path, tiny_model):
     cfg = _fake_config(tmp_path, tiny_model, parallel=4)
     cfg.variants["hub"] = cfg.variants["a"].model_copy(update={"model": "org/hub-only"})
-    shares = packing.ray_shares(cfg, dict(cfg.variants), [], {}, str(tiny_model), "NVIDIA H200", 139.8)
+    shares = pools.ray_shares(cfg, dict(cfg.variants), [], {}, str(tiny_model), "NVIDIA H200", 139.8)
     assert shares["a"][0] == 0.25  # the tiny model needs far less: at least 1/N of the card under parallel: N
     assert shares["a"][1]["kv_cache_memory_bytes"] == 2**26 and 0 < shares["a"][1]["gpu_memory_utilization"] < 0.05
     assert shares["hub"] == (1.0, {})  # no prediction: a whole GPU
     cfg.scheduler.parallel = "auto"
-    assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "NVIDIA H200", 139.8)["a"][0] < 0.05
-    assert packing.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "", 0.0)["a"] == (1.0, {})
+    assert pools.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "NVIDIA H200", 139.8)["a"][0] < 0.05
+    assert pools.ray_shares(cfg, {"a": cfg.variants["a"]}, [], {}, str(tiny_model), "", 0.0)["a"] == (1.0, {})
 
 
 def test_a_failed_latency_pass_keeps_the_variants_accuracy(tmp_path, tiny_model, monkeypatch):
@@ -494,10 +494,10 @@ def test_the_measured_footprint_is_the_engines_own_nvml_peak_only():
                             source={"nvml_peak_gib": source} if source else {})
         return VariantResult(variant="bf16", engine=stats)
 
-    assert packing.measured(result("process")).model_dump() == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
+    assert pools.measured(result("process")).model_dump() == {"weights_gib": 3.3179, "kv_cache_gib": 28.4375,
                                                                 "footprint_gib": 35.7207}
-    assert "footprint_gib" not in packing.measured(result("device")).model_dump()
-    assert "footprint_gib" not in packing.measured(result(None))
+    assert "footprint_gib" not in pools.measured(result("device")).model_dump()
+    assert "footprint_gib" not in pools.measured(result(None))
 
 
 def test_the_summary_sets_the_plan_beside_the_engine():

@@ -12,7 +12,7 @@ from evalsuite.memory.planner import plan
 from evalsuite.memory.throughput import (FLAT, Curve, Shape, _costs, busy_concurrency, estimate, load_curves, nearest,
                                          saturation, wave_rate)
 from evalsuite.run.config import Variant
-from evalsuite.run.packing import busy_pool
+from evalsuite.run.pools import busy_pool
 
 DATA = Path(__file__).parent / "data" / "throughput"
 ROOT = Path(__file__).parent.parent
@@ -97,7 +97,7 @@ def test_curves_are_found_by_model_and_device_and_a_bad_file_is_passed_over(tmp_
 
 
 def test_a_packed_engine_gets_the_throughput_pool_unless_the_config_asks_for_the_batch(tmp_path):
-    from evalsuite.run.packing import predict_need
+    from evalsuite.run.pools import predict_need
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA8B))  # the planner reads the shape alone
     v = Variant(max_model_len=32768, dtype="bfloat16")
@@ -115,7 +115,7 @@ def test_a_task_of_mixed_lengths_is_sized_band_by_band():
     (2^(k-1), 2^k] gets its own shape (its longest prompt and answer, the mean answer expected:
     the target's characters and two, or every token of a request that ignores EOS) and batch need."""
     from evalsuite.core.types import Request, Sample
-    from evalsuite.run.packing import shapes
+    from evalsuite.run.pools import shapes
 
     task = type("T", (), {"name": "ruler", "batch_size": None})()
     items = [(4000, 128, "5233394", False), (4096, 30, "a b c", False), (32000, 50, "x", True), (32768, 128, "", False)]
@@ -131,7 +131,7 @@ def test_every_packed_pool_holds_the_tokens_the_neediest_variant_asks(tmp_path):
     """FP8 KV attends at FP8's peak and reads half the bytes a decode step, so its own estimate
     differs from bf16's; the plan gives every pool the most any variant needs, so that the engines
     hold alike many requests and their KV capacity figures compare (each keeps its own estimate)."""
-    from evalsuite.run.packing import plan_pools
+    from evalsuite.run.pools import plan_pools
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA8B))
     todo = {"bf16": Variant(max_model_len=32768), "kv_fp8": Variant(max_model_len=32768, kv_cache_dtype="fp8")}

@@ -600,7 +600,7 @@ class Footprint(_Model):
 
 class Prediction(Footprint):
     """The memory planner's figures for one engine (evalsuite.run.footprint at its start, or
-    evalsuite.run.packing's plan, whose KV pool it sizes), or why it has none (`error`)."""
+    evalsuite.run.pools' plan, whose KV pool it sizes), or why it has none (`error`)."""
 
     kv_bytes_per_token: Number | None = None
     """KV cache bytes one token takes, over all layers."""
@@ -640,7 +640,7 @@ class Prediction(Footprint):
 
 class Placement(_Model):
     """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
-    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packing)."""
+    shared the device with, and whether its engine figures were measured alone (evalsuite.run.packed)."""
 
     parallel: int | str | None = None
     """The run's `scheduler.parallel`."""

@@ -281,7 +281,7 @@ class SchedulerConfig(Strict):
     unsafe_listen: bool = False
     num_cpus: float = Field(default=1, ge=0, le=1 << 20)  # per variant; GPUs are tensor x pipeline parallel size
     resources: dict[str, Annotated[float, Field(ge=0, le=1 << 40)]] = Field(default_factory=dict)  # custom Ray resources per variant
-    # Engines at once on one device (evalsuite.run.packing): 1 one after another; N at most N; auto
+    # Engines at once on one device (evalsuite.run.pools): 1 one after another; N at most N; auto
     # as many as the planner's footprints fit in the device's memory less `margin`
     parallel: Literal["auto"] | int = 1
     margin: float = Field(default=0.1, ge=0, lt=1)  # fraction of the device's memory kept free when packing

@@ -240,8 +240,8 @@ def _where() -> str:
 def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: bool, work: tuple, name: str,
                      queue, digest: str, packed: dict[str, Any] | None = None) -> VariantResult:
     """The body of one variant's Ray task: the local path's run_variant, on this node; `packed`:
-    the engine arguments that let it share a GPU (evalsuite.run.packing.ray_shares)."""
-    from evalsuite.run.packing import packed_runner
+    the engine arguments that let it share a GPU (evalsuite.run.pools.ray_shares)."""
+    from evalsuite.run.packed import packed_runner
 
     progress = QueueProgress(queue, name)
     progress.node(_where())
@@ -310,7 +310,7 @@ class _Fanout:
 
     def _shares(self, todo: dict[str, Variant], model_dir: str, tasks, samples) -> dict[str, tuple[float, dict]]:
         from evalsuite.memory.cuda import device_memory_gib
-        from evalsuite.run.packing import ray_shares
+        from evalsuite.run.pools import ray_shares
 
         shares = ray_shares(self.cfg, todo, tasks, samples, model_dir, self.record.env.device or "",
                             device_memory_gib()[0])

@@ -50,7 +50,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
 
         check_ray(ray_address, cfg.scheduler.address)
     if parallel is not None:
-        from evalsuite.run.packing import parallel_flag
+        from evalsuite.run.packed import parallel_flag
 
         cfg.scheduler.parallel = parallel_flag(parallel)
     for note in code_notes(cfg):
@@ -116,7 +116,7 @@ def _execute_part(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir:
 
         return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
     if cfg.scheduler.parallel != 1:
-        from evalsuite.run.packing import execute_packed
+        from evalsuite.run.packed import execute_packed
 
         return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
     return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
