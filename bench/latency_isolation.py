@@ -298,8 +298,28 @@ def control_summary(parts: list[dict]) -> tuple[list[str], float | None, int]:
     return lines, worst, passed
 
 
-def report(work: Path, measured: list[str], long: int) -> str:
+def cut_parts(work: Path, baseline: str, control: str | None) -> dict[str, dict]:
+    """The parts of phases whose run a time limit cut before the bench saved them, from what their run
+    folders hold: the variants that finished count, the rest (not "ok") are left out as any failed one is;
+    the wall is the span of the run's recorded phases."""
+    out = {}
+    for folder in sorted(p for p in work.glob("*-[0-9]*") if p.is_dir()):
+        phase, _, k = folder.name.rpartition("-")
+        runs = sorted(p for p in folder.iterdir() if (p / "run.json").exists())
+        if phase not in ("packed", "stop", "alone") or not runs or (work / "parts" / f"{folder.name}.json").exists():
+            continue
+        spans = [json.loads(line) for line in (runs[-1] / "phases.jsonl").read_text().splitlines() if line.strip()]
+        wall = max(r["end"] for r in spans) - min(r["start"] for r in spans) if spans else float("nan")
+        judged = control if phase != "alone" else None  # the alone phase's control is not judged there
+        out[folder.name] = {**part_of(phase, int(k), runs[-1], wall, baseline, judged), "cut": True}
+        states = ", ".join(f"{n} {v['status']}" for n, v in out[folder.name]["variants"].items())
+        print(f"{folder.name}: cut before the bench saved it; read from its run folder ({states})")
+    return out
+
+
+def report(work: Path, measured: list[str], long: int, baseline: str, control: str | None) -> str:
     parts = {p.stem: json.loads(p.read_text()) for p in sorted((work / "parts").glob("*.json"))}
+    parts = dict(sorted({**parts, **cut_parts(work, baseline, control)}.items()))
     packed = [v for k, v in parts.items() if not k.startswith("alone")]
     alone = parts.get("alone-1")
     for part in packed + ([alone] if alone else []):
@@ -345,14 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = demo_config(work, args.model) if args.demo else args.config
-    measured, _, _ = roles(config, args.busy)
+    measured, baseline, control = roles(config, args.busy)
     long = args.long or long_prompt(config)
     if not args.report:
         phases = [args.phase] if args.phase else ["packed"] * PACKED_RUNS + ["stop", "alone"]
         for phase in phases:
             run_phase(config, work, phase, args.busy)
     if args.report or not args.phase:
-        print(report(work, measured, long))
+        print(report(work, measured, long, baseline, control))
     return 0
 
 

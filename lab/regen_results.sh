@@ -7,7 +7,7 @@
 #
 # PAGE: h200-2026-12-01-qwen2.5-coder-1.5b, h200-2026-12-01-qwen2.5-coder-0.5b, claims-2026-12-02 (the
 # tables as published), h200-2026-11-30-qwen2.5-coder-1.5b, h200-2026-11-29 (the statistics of today on
-# the data of then: their pages say what differs). It first puts each page's data, and the data its
+# the data of then: their pages say what differs), h100-2026-12-07-qwen2.5-coder-1.5b-latency. It first puts each page's data, and the data its
 # commands also read, beside the page (`evalsuite results fetch`: rebuilt from the clone's history,
 # sha256 checked). Each command repeats the one that last wrote its file (same runs, run-folder names,
 # variants, flags), so that a change to the statistics shows as a diff of the published files and
@@ -37,6 +37,7 @@ Q05=docs/results/h200-2026-12-01-qwen2.5-coder-0.5b
 Q1130=docs/results/h200-2026-11-30-qwen2.5-coder-1.5b
 CLAIMS=docs/results/claims-2026-12-02
 H1129=docs/results/h200-2026-11-29
+L1207=docs/results/h100-2026-12-07-qwen2.5-coder-1.5b-latency
 CFG=lab/configs/h200
 # the compare tables' rows (compare-all, compare-128k, the 0.5B's and the 2026-12-01 four-run table)
 M=(--metric 'mmlu/acc' --metric 'legal/balanced_acc' --metric 'needle*/acc*' --metric 'legal_long/acc*'
@@ -218,8 +219,18 @@ page_h1129() {  # h200-2026-11-29: today's compare and gate of its run folders (
         --markdown $H1129/smollm2/gate.md
 }
 
+page_l1207() {  # h100-2026-12-07-qwen2.5-coder-1.5b-latency: the page's commands (its RESULT line printed)
+    "$PY" bench/latency_isolation.py $CFG/qwen-1.5b-latency-isolation.yaml -w $L1207/work --busy busy_triton \
+        --report | tail -1
+    local p
+    p=$(ls -d $L1207/work/packed-1/*/)
+    p=${p%/}
+    gate --baseline "$p:bf16" --candidate "$p:fp8" --candidate "$p:kv_fp8" --control "$p:bf16_repeat" \
+        --rules evalsuite/verdict/gate_rules.yaml --markdown $L1207/gate.md
+}
+
 ALL=(h200-2026-12-01-qwen2.5-coder-1.5b h200-2026-12-01-qwen2.5-coder-0.5b claims-2026-12-02
-     h200-2026-11-30-qwen2.5-coder-1.5b h200-2026-11-29)
+     h200-2026-11-30-qwen2.5-coder-1.5b h200-2026-11-29 h100-2026-12-07-qwen2.5-coder-1.5b-latency)
 PAGES=("$@")
 [[ ${#PAGES[@]} -gt 0 ]] || PAGES=("${ALL[@]}")
 for page in "${PAGES[@]}"; do  # the data each page's commands read
@@ -229,6 +240,7 @@ for page in "${PAGES[@]}"; do  # the data each page's commands read
         claims-2026-12-02) need=("$CLAIMS" "$Q15") ;;
         h200-2026-11-30-qwen2.5-coder-1.5b) need=("$Q1130") ;;
         h200-2026-11-29) need=("$H1129") ;;
+        h100-2026-12-07-qwen2.5-coder-1.5b-latency) need=("$L1207") ;;
         *) echo "lab/regen_results.sh: $page: not a page it recomputes (allowed: ${ALL[*]})" >&2; exit 2 ;;
     esac
     evalsuite results fetch "${need[@]/%/.md}" >/dev/null
@@ -240,6 +252,7 @@ for page in "${PAGES[@]}"; do
         claims-2026-12-02) page_claims ;;
         h200-2026-11-30-qwen2.5-coder-1.5b) page_q1130 ;;
         h200-2026-11-29) page_h1129 ;;
+        h100-2026-12-07-qwen2.5-coder-1.5b-latency) page_l1207 ;;
     esac
 done
 # what moved against the commit (the runs/ links go at exit)

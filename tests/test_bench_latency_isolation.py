@@ -47,7 +47,7 @@ def test_the_report_sets_each_packed_run_against_the_alone_one(tmp_path, capsys)
           [{**ok[0], "status": "warn", "change": -12.0}])
     _part(tmp_path, "alone", 1, {n: _variant(20.0 if n != "fp8" else 18.0, 2.3 if n != "fp8" else 2.0, IDLE)
                                  for n in ("bf16", "bf16_repeat", "fp8")}, [])
-    line = li.report(tmp_path, ["bf16", "bf16_repeat", "fp8"], 32000)
+    line = li.report(tmp_path, ["bf16", "bf16_repeat", "fp8"], 32000, "bf16", "bf16_repeat")
     out = capsys.readouterr().out
     assert line.startswith("RESULT bench=latency_isolation variants=3 control_max_change_pct=12.0 "
                            "packed_vs_alone_max_pct=5.0 runs=3 control_passed=2/3 not_comparable=2 ")

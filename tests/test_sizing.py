@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.verdict.rules import load_rules
+from evalsuite.verdict.rules import load_rules, named_rules_path
 from evalsuite.run.config import load_config
 from evalsuite.run.sizing import planned, sizing_warnings
 
@@ -24,11 +24,11 @@ runner = CliRunner()
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_shipped_config_resolves_its_rules(path):
     cfg = load_config(path)
-    assert sizing_warnings(cfg, load_rules(cfg.gate_rules)) == []
+    assert sizing_warnings(cfg, load_rules(named_rules_path(cfg.gate_rules))) == []
 
 
 def test_the_cpu_configs_name_the_smoke_rules_and_the_gpu_ones_the_default():
-    smoke = {p.name for p in SHIPPED if Path(load_config(p).gate_rules).name == "gate_rules_smoke.yaml"}
+    smoke = {p.name for p in SHIPPED if named_rules_path(load_config(p).gate_rules).name == "gate_rules_smoke.yaml"}
     assert {"cpu-smoke.yaml", "starter.yaml", "fp8.yaml", "ruler-cpu.yaml"} <= smoke
     assert not smoke & {"starter-gpu.yaml", "qwen2.5-7b-instruct.yaml", "llama-3.1-8b-instruct-128k.yaml"}
 

@@ -24,7 +24,7 @@ from evalsuite.core.settings import PER_TENSOR_FP8_KV, CacheSettings, WeightSett
 from evalsuite.core.types import EngineMode
 from evalsuite.data.assets import parse_spec
 from evalsuite.models.quantize import Method
-from evalsuite.verdict.rules import named_rules_path
+from evalsuite.verdict.rules import SHIPPED_RULES, named_rules_path
 from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.run.safety import engine_problems, reach_problems
 from evalsuite.tasks import TaskConfig, TaskContext
@@ -435,8 +435,9 @@ def load_config(path: str | Path, check_models: bool = True) -> RunConfig:
     for v in cfg.variants.values():  # local folders are found relative to the config file
         v.model = _local_path(base, v.model)
     cfg.model.tokenizer = _local_path(base, cfg.model.tokenizer)
-    try:
-        cfg.gate_rules = str(named_rules_path(cfg.gate_rules, base))
+    try:  # a shipped set stays a name, so that the recorded config reads the same on any machine
+        if cfg.gate_rules not in SHIPPED_RULES:
+            cfg.gate_rules = str(named_rules_path(cfg.gate_rules, base))
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     problems = _check_variant_models(cfg) if check_models else []

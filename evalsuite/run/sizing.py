@@ -99,15 +99,13 @@ def sizing_warnings(cfg, rules: Rules) -> list[str]:
 
 def rules_warnings(cfg) -> list[str]:
     """sizing_warnings under the config's own gate rules (`gate_rules`), and what they mean."""
-    from pathlib import Path
+    from evalsuite.verdict.rules import load_rules, named_rules_path
 
-    from evalsuite.verdict.rules import load_rules
-
-    rules = load_rules(cfg.gate_rules)
+    rules = load_rules(named_rules_path(cfg.gate_rules))
     found = sizing_warnings(cfg, rules)
     if not found:
         return []
-    how = f"{Path(cfg.gate_rules).name}; {rules.discordance:.0%} of answers changing, {rules.power:.0%} power"
+    how = f"{named_rules_path(cfg.gate_rules).name}; {rules.discordance:.0%} of answers changing, {rules.power:.0%} power"
     return [*found, f"({how}): these runs cannot show such drops within their limits, so the gate leaves those "
                     "checks inconclusive (a drop shown beyond a limit still fails); raise the items, or name rules "
                     "they resolve in `gate_rules`. `evalsuite gate --plan --n N` plans other sizes."]

@@ -19,11 +19,15 @@
 #       setsid nohup bash lab/plans/qwen-1.5b-latency-isolation.sh $T0 B > /root/lanes.log 2>&1 < /dev/null &
 #       sleep 400; bash lab/poll.sh 0
 #   then `cd /root/repo && bash lab/poll.sh 540` back to back until lanes.done.
-# Usage: setsid nohup bash lab/plans/qwen-1.5b-latency-isolation.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
+# Usage: [PHASES="packed alone"] setsid nohup bash lab/plans/qwen-1.5b-latency-isolation.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DL=$(($1 + $2 - ${END_MARGIN_S:-90}))
 C=lab/configs/h200/qwen-1.5b-latency-isolation.yaml
 B="bench/latency_isolation.py $C -w runs/h200/li/work --busy busy_triton"
-${LANES:-bash lab/lanes.sh} $DL "py li1 $B --phase packed; py li2 $B --phase alone; py li3 $B --phase stop; \
-py li4 $B --phase packed; py li5 $B --report"
+# PHASES: the phases in order (default all four); a lease too short for ~16 min of card runs
+# "packed alone" (~9 min): one packed run against each variant alone, and the report of those.
+PHASES=${PHASES:-packed alone stop packed}
+steps="" k=1
+for ph in $PHASES; do steps="$steps py li$k $B --phase $ph;"; k=$((k + 1)); done
+${LANES:-bash lab/lanes.sh} $DL "$steps py li$k $B --report"
