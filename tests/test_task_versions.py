@@ -94,6 +94,8 @@ def test_gate_says_the_definitions_differ(tmp_path):
     assert f"`mmlu/acc`{REDEFINED}" in md.stdout and "fp8 (mmlu: version 2, baseline 1)" in md.stdout
     term = CliRunner().invoke(app, args)
     assert "mmlu: version 2, baseline 1" in " ".join(term.stdout.split())
+    (cand_json,) = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).stdout)["candidates"]
+    assert cand_json["redefined"] == {"mmlu": "mmlu: version 2, baseline 1"}
     same = build_run(tmp_path / "same", "20250101-000002-same", {"fp8": SPEC})
     plain = CliRunner().invoke(app, ["gate", "--baseline", str(base), "--candidate", str(same), "--rules",
                                      str(DEFAULT_RULES), "--format", "markdown"])
