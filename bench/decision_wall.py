@@ -11,16 +11,27 @@ over engines; `other` is the run's wall time outside every span (interpreter, mo
 the summary). A task's union less the pauses inside it is printed too: with the latency pass in
 place, the others' tasks stand still while one variant times.
 
+The GPU's own clock: NVML's utilization is read through the run and the report (evalsuite.memory.busy)
+and `gpu_idle_frac` is the share of that wall in which no kernel ran on the cards the run may use,
+also per phase (the share of the phase's wall); the run's own record of it (run.json's `wall`) is
+printed beside. Without NVML it says so, and the share is nan.
+
 `--fresh-cache` runs with a cache folder of its own that holds only the imported models, the
 extracted data, the downloaded wheels and the throughput curves measured on this machine
 (bench/prefill_curve.py --save) of the current one: items, W4A16 checkpoints and vLLM's
 compile caches start empty, as on a fresh machine with the model imported. Arguments after `--`
 go to `evalsuite run` as they are (`-- --stop decided`); with `--full RUN_DIR` (a run of the same
 config without them) the bench also reports the items answered against that run's and whether
-every variant's verdict (the summary's gate, the suite's one statistics path) is the same.
+every variant's verdict (the summary's gate, the suite's one statistics path) is the same. With
+`--before-ref REF` (a commit of this repository, extracted by `git archive`) or `--before-src DIR` (such
+a tree already extracted) the same config, flags and cache treatment run a second time on that code,
+and its wall is `before_s`; without either, before_s=nan. Where both do not fit one stretch of a card,
+`--before-only` runs only that code (its RESULT line says `code=before`), and a later run of the current
+code takes `--before-log LOG`, that run's output, as before_s (same variants, items and stop, or exit 2).
 
     .venv/bin/python bench/decision_wall.py CONFIG [-V VARIANT ...] [--parallel auto] [--fresh-cache
-        [--cache-root DIR]] [--full RUN_DIR] [--work-dir DIR] [-- RUN ARGS ...]
+        [--cache-root DIR]] [--full RUN_DIR] [--work-dir DIR] [--before-ref REF | --before-src DIR
+        [--before-only] | --before-log LOG] [-- RUN ARGS ...]
 
 The last line printed is the RESULT line.
 """
@@ -28,12 +39,14 @@ The last line printed is the RESULT line.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -57,9 +70,69 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "W4A16 checkpoints and compile caches land there)")
     ap.add_argument("--full", type=Path, metavar="RUN_DIR", help="a full run of CONFIG to set items and verdicts against")
     ap.add_argument("--work-dir", type=Path, help="keep the runs here (default: a temporary folder, kept)")
+    before = ap.add_mutually_exclusive_group()
+    before.add_argument("--before-ref", metavar="REF", help="run the same config a second time on this commit's code "
+                        "(git archive of this repository): its wall is before_s")
+    before.add_argument("--before-src", type=Path, metavar="DIR", help="as --before-ref, on a tree already extracted "
+                        "(a folder holding the evalsuite package)")
+    before.add_argument("--before-log", type=Path, metavar="LOG", help="before_s from an earlier --before-only run's "
+                        "output (its RESULT line)")
+    ap.add_argument("--before-only", action="store_true", help="run only the --before-ref/--before-src code")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     args.run_args = extra
+    if args.before_only and args.before_ref is None and args.before_src is None:
+        ap.error("--before-only needs --before-ref or --before-src")
     return args
+
+
+def result_fields(line: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+
+
+def logged_before(log: Path, mine: dict[str, str]) -> dict[str, str]:
+    """The RESULT line of an earlier --before-only run, which must match this run's variants, items and stop."""
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("RESULT bench=decision_wall ")] \
+        if log.is_file() else []
+    if not lines or result_fields(lines[-1]).get("code", "").split("@")[0] != "before":
+        sys.exit(f"--before-log {log}: no RESULT line of a --before-only run (allowed: that run's output)")
+    found = result_fields(lines[-1])
+    differ = [f"{k} {found.get(k)} there, {v} here" for k, v in mine.items() if found.get(k) != v]
+    if differ:
+        sys.exit(f"--before-log {log}: not the same decision ({'; '.join(differ)}); allowed: a run of the same config")
+    return found
+
+
+def flag(run_args: list[str], name: str, default: str) -> str:
+    """The value `evalsuite run` is given for `name` among the arguments after `--` (`--x v` or `--x=v`)."""
+    for i, a in enumerate(run_args):
+        if a == name and i + 1 < len(run_args):
+            return run_args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def before_tree(args: argparse.Namespace, work: Path) -> Path | None:
+    """The code the "before" run imports: --before-src as given, --before-ref extracted from this
+    repository's history into WORK_DIR/before-src; None where neither is given."""
+    if args.before_src is not None:
+        if not (args.before_src / "evalsuite" / "__main__.py").is_file():
+            sys.exit(f"--before-src {args.before_src}: no evalsuite package in it (allowed: a tree of this repository)")
+        return args.before_src.resolve()
+    if args.before_ref is None:
+        return None
+    dest = work / "before-src"
+    dest.mkdir(parents=True, exist_ok=True)
+    repo = HERE.parent
+    archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", args.before_ref],
+                             capture_output=True)
+    if archive.returncode != 0:
+        sys.exit(f"--before-ref {args.before_ref}: {archive.stderr.decode(errors='replace').strip()} "
+                 f"(allowed: a commit, branch or tag of {repo.name})")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", args.before_ref], capture_output=True, text=True)
+    (dest / ".commit").write_text(commit.stdout.strip())
+    return dest
 
 
 def fresh_cache(cache: Path) -> Path:
@@ -77,9 +150,9 @@ def fresh_cache(cache: Path) -> Path:
     return cache
 
 
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(args: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    res = subprocess.run(args, capture_output=True, text=True, env=env)
+    res = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd)
     return time.perf_counter() - t0, res
 
 
@@ -166,56 +239,179 @@ def against_full(run_dir: Path, full: Path) -> str:
     return f" items_full={theirs} items_share={share:.3f} verdicts_match={int(a == b)}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="decision_wall-"))
+@dataclass
+class Timed:
+    """One `evalsuite run` and `evalsuite report` of the bench, timed, with NVML read through both."""
+
+    run_dir: Path
+    wall_run: float
+    run_start: float
+    wall_report: float
+    report_rc: int
+    busy: object  # evalsuite.memory.busy.BusySampler, its readings on time.time()'s clock
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_run + self.wall_report
+
+
+def decide(args: argparse.Namespace, work: Path, src: Path | None = None) -> Timed | int:
+    """The config run and reported on the code in `src` (None: this checkout); the exit code where it failed."""
+    from evalsuite.memory.busy import gpu_sampler
+
     work.mkdir(parents=True, exist_ok=True)
     cache = {"EVALSUITE_CACHE": str(fresh_cache(args.cache_root or work / "cache"))} if args.fresh_cache else {}
     env = {**os.environ, **cache}
+    if src is not None:  # `python -m` puts the working folder first: the run starts in that tree
+        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])
+        # its records name its commit, not that of a repository the work folder may sit in
+        env["GIT_CEILING_DIRECTORIES"] = str(src.parent)
+        if (src / ".commit").is_file():
+            env["EVALSUITE_COMMIT"] = (src / ".commit").read_text().strip()
     config = ray_fanout.wrapped(args.config, work / "runs")
     cmd = [sys.executable, "-m", "evalsuite", "run", str(config), "--no-progress", "-o", str(work / "runs"),
            "--parallel", args.parallel, *[a for v in args.variants for a in ("-V", v)], *args.run_args]
+    busy = gpu_sampler()
+    busy.clock = time.time  # readings on the clock phases.jsonl's spans are on
     try:
-        run_start = time.time()
-        wall_run, res = timed(cmd, env)
+        with busy:
+            run_start = time.time()
+            wall_run, res = timed(cmd, env, src)
+            (work / "run.log").write_text(res.stdout + res.stderr)
+            found = [p for p in (work / "runs").glob("*") if (p / "run.json").exists()]
+            if res.returncode != 0 or len(found) != 1:
+                print(f"{' '.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}", file=sys.stderr)
+                return res.returncode or 1
+            wall_report, rep = timed([sys.executable, "-m", "evalsuite", "report", str(found[0]), "--out",
+                                      str(work / "report")], env, src)
     finally:
         config.unlink(missing_ok=True)
-    (work / "run.log").write_text(res.stdout + res.stderr)
-    found = [p for p in (work / "runs").glob("*") if (p / "run.json").exists()]
-    if res.returncode != 0 or len(found) != 1:
-        print(f"{' '.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}", file=sys.stderr)
-        return res.returncode or 1
-    run_dir = found[0]
-    wall_report, rep = timed([sys.executable, "-m", "evalsuite", "report", str(run_dir), "--out", str(work / "report")], env)
     (work / "report.log").write_text(rep.stdout + rep.stderr)
-    return report(run_dir, wall_run, run_start, wall_report, rep.returncode, args)
+    return Timed(found[0], wall_run, run_start, wall_report, rep.returncode, busy)
 
 
-def report(run_dir: Path, wall_run: float, run_start: float, wall_report: float, report_rc: int,
-           args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = (args.work_dir or Path(tempfile.mkdtemp(prefix="decision_wall-"))).resolve()
+    src = before_tree(args, work)
+    if args.before_log is not None:
+        logged_before(args.before_log, {})  # a wrong log is said before the run, not after it
+    if args.before_only:
+        only = decide(args, work / "before", src)
+        return only if isinstance(only, int) else report(only, None, args, code=f"before@{commit_of(src)}")
+    after = decide(args, work)
+    if isinstance(after, int):
+        return after
+    before = None
+    if src is not None:
+        before = decide(argparse.Namespace(**{**vars(args), "cache_root": args.cache_root and
+                                              args.cache_root.with_name(args.cache_root.name + "-before")}),
+                        work / "before", src)
+        if isinstance(before, int):
+            print("the before run failed: no before_s", file=sys.stderr)
+            return before
+    return report(after, before, args)
+
+
+def merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans' union as disjoint spans."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def idle_within(readings: dict[str, list[tuple[float, float]]], spans: list[tuple[float, float]]) -> float:
+    """The GPU-idle share of the spans' union (evalsuite.memory.busy, per card, then the mean over
+    cards); nan where no reading covers it."""
+    from evalsuite.memory.busy import idle_share, mean_share
+
+    shares = []
+    for card in readings.values():
+        parts = [(b - a, x) for a, b in merged(spans) if b > a and (x := idle_share(card, a, b)) is not None]
+        weight = sum(w for w, _ in parts)
+        shares.append(sum(w * x for w, x in parts) / weight if weight else None)
+    found = mean_share(shares)
+    return float("nan") if found is None else found
+
+
+def phase_spans(rows: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in rows:
+        spans[r.get("task") if r["phase"] == "task" else PHASES.get(r["phase"], r["phase"])].append((r["start"], r["end"]))
+    return spans
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    return "nan" if x is None or math.isnan(x) else f"{x:.{digits}f}"
+
+
+def commit_of(src: Path) -> str:
+    return (src / ".commit").read_text().strip()[:12] if (src / ".commit").is_file() else "src"
+
+
+def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: str = "current") -> int:
     from evalsuite.core.records import RunDir
     from evalsuite.core.types import Scheduling
 
-    rd = RunDir(run_dir)
+    rd = RunDir(after.run_dir)
     record = rd.load_run()
+    rows = rd.load_phases()
+    table = phase_table(rows, after.wall_run, after.run_start)
+    table["report"] = {"wall_s": after.wall_report, "sum_s": after.wall_report, "n": 1}
+    readings = after.busy.readings
+    spans = {**phase_spans(rows), "report": [(after.run_start + after.wall_run, after.run_start + after.wall_s)]}
+    whole = after.busy.result()
+    idle = float("nan") if whole.gpu_idle_frac is None else whole.gpu_idle_frac
     sched = record.scheduling or Scheduling()
-    table = phase_table(rd.load_phases(), wall_run, run_start)
-    table["report"] = {"wall_s": wall_report, "sum_s": wall_report, "n": 1}
-    print(f"run {run_dir}: {wall_run:.1f} s; report {wall_report:.1f} s (exit {report_rc}); "
+    print(f"run {after.run_dir}: {after.wall_run:.1f} s; report {after.wall_report:.1f} s (exit {after.report_rc}); "
           f"{sched.most_at_once or 1} engines at most at once, latency pass: {sched.latency_pass or '-'}")
-    print(f"{'phase':24s} {'wall s':>9s} {'sum s':>9s} {'spans':>6s} {'paused s':>9s}")
+    print("GPU idle over the bench's wall: " + (f"{idle:.1%} ({len(whole.devices)} card(s), {whole.readings} NVML "
+          "readings)" if whole.gpu_idle_frac is not None else f"not sampled ({whole.sampled})")
+          + f"; the run's own record: {record.wall.idle_text() if record.wall else 'none'}")
+    print(f"{'phase':24s} {'wall s':>9s} {'sum s':>9s} {'spans':>6s} {'paused s':>9s} {'GPU idle':>9s}")
     for name, t in table.items():
-        print(f"{name:24s} {t['wall_s']:9.1f} {t['sum_s']:9.1f} {t['n']:6d} {t.get('paused_s', 0.0):9.1f}")
+        share = idle_within(readings, spans[name]) if name in spans else float("nan")
+        print(f"{name:24s} {t['wall_s']:9.1f} {t['sum_s']:9.1f} {t['n']:6d} {t.get('paused_s', 0.0):9.1f} "
+              f"{fmt(share, 3):>9s}")
     for v in record.variants:
         print(f"variant {v.variant}: {v.status} {v.reason or ''}".rstrip())
-        print("  " + per_variant(rd.load_phases(), v.variant))
+        print("  " + per_variant(rows, v.variant))
+    if before is not None:
+        b = before.busy.result()
+        print(f"before ({before.run_dir}): run {before.wall_run:.1f} s, report {before.wall_report:.1f} s, GPU idle "
+              + (f"{b.gpu_idle_frac:.1%}" if b.gpu_idle_frac is not None else f"not sampled ({b.sampled})"))
     phases = ",".join(f"{name}:{t['wall_s']:.1f}" for name, t in table.items())
-    ok = all(v.status == "ok" for v in record.variants) and report_rc == 0
-    extra = against_full(run_dir, args.full) if args.full else ""
-    print(f"RESULT bench=decision_wall variants={len(record.variants)} items={answered(run_dir)} "
-          f"wall_s={wall_run + wall_report:.1f} all_ok={int(ok)} parallel={args.parallel} "
-          f"run_args={'_'.join(a.lstrip('-') for a in args.run_args) or '-'} phases={phases}{extra}")
+    ok = all(v.status == "ok" for v in record.variants) and after.report_rc == 0
+    extra = against_full(after.run_dir, args.full) if args.full else ""
+    limit = flag(args.run_args, "--limit", "")
+    run_idle = record.wall.gpu_idle_frac if record.wall else None
+    same = {"variants": str(len(record.variants)), "items": f"limit{limit}" if limit else "full",
+            "stop": flag(args.run_args, "--stop", "") or str((rd.read_config() or {}).get("stop") or "full")}
+    if before is not None:
+        before_part = (f" before_s={before.wall_s:.1f} before_gpu_idle_frac={fmt(before.busy.result().gpu_idle_frac)}"
+                       f" before_all_ok={int(before_ok(before))}")
+    elif args.before_log is not None:
+        found = logged_before(args.before_log, same)
+        before_part = (f" before_s={found['wall_s']} before_gpu_idle_frac={found.get('gpu_idle_frac', 'nan')}"
+                       f" before_all_ok={found.get('all_ok', 'nan')} before_code={found['code']}")
+    else:
+        before_part = " before_s=nan"
+    print(f"RESULT bench=decision_wall {' '.join(f'{k}={v}' for k, v in same.items())} wall_s={after.wall_s:.1f} "
+          f"gpu_idle_frac={fmt(idle)}{before_part} answered={answered(after.run_dir)} "
+          f"run_gpu_idle_frac={fmt(run_idle)} all_ok={int(ok)} code={code} "
+          f"parallel={args.parallel} run_args={'_'.join(a.lstrip('-') for a in args.run_args) or '-'} "
+          f"phases={phases}{extra}")
     return 0
+
+
+def before_ok(before: Timed) -> bool:
+    from evalsuite.core.records import RunDir
+
+    return all(v.status == "ok" for v in RunDir(before.run_dir).load_run().variants) and before.report_rc == 0
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import Score, VariantResult
+from evalsuite.core.types import Request, Sample, Score, VariantResult
 from evalsuite.run.config import RunConfig
-from evalsuite.run.stopping import Stopper, Watch, batch_size
+from evalsuite.run.stopping import Watch, batch_size, stop_policy
 from evalsuite.stats.metrics import accuracy, by_group, macro_accuracy
 from evalsuite.stats.paired import scored_items
 from evalsuite.stats.sequential import seeded_order
@@ -73,9 +73,9 @@ def looks(rd: RunDir, watch: Watch, order: list[str], wrong: set[str], prompt: s
     for at in range(batch, len(order) + batch, batch):
         rd.append_samples("cand", TASK, rows(order[at - batch:at], wrong, prompt))
         t0 = time.perf_counter()
-        whole = decisions(watch.stopper.rules, watch.found, scored_items(rd.load_samples("cand", TASK)))
+        whole = decisions(watch.policy.rules, watch.found, scored_items(rd.load_samples("cand", TASK)))
         t1 = time.perf_counter()
-        followed = decisions(watch.stopper.rules, watch.found, watch.recorded())
+        followed = decisions(watch.policy.rules, watch.found, watch.recorded())
         t2 = time.perf_counter()
         last_whole, last_followed = t1 - t0, t2 - t1
         whole_s, followed_s, same = whole_s + last_whole, followed_s + last_followed, same and whole == followed
@@ -95,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         rd = RunDir(Path(tmp) / "run")
         baseline(rd, order, prompt)
         cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}, "cand": {}},
-                                        "baseline": "bf16", "scheduler": {"stop": "decided"}, "seed": SEED})
-        watch = Stopper(cfg, rd).watch("cand", Mmlu(), args.items)
-        if watch is None:
+                                        "baseline": "bf16", "stop": "decided", "seed": SEED})
+        items = [Sample(id=i, task=TASK, request=Request(prompt=prompt), target="A") for i in order]
+        watch = stop_policy(cfg).start_task(rd, "cand", Mmlu(), items)
+        if not isinstance(watch, Watch):
             print("the shipped rules do not watch this task", file=sys.stderr)
             return 1
         batch = batch_size(args.items, 256)

@@ -250,3 +250,22 @@ def test_a_cpu_run_speaks_of_the_host_and_the_front_skips_failed_variants(tmp_pa
     assert "one engine at a time on the host (a CPU engine)" in md and "card" not in md
     rows = {r[0]: r for r in _table(md, "| variant | verdict |")}
     assert rows["light_bad"][1].startswith("failed") and rows["light_bad"][-1] == "-" and rows["base"][-1] == "mmlu"
+
+
+def test_the_page_says_what_each_run_cost(tmp_path):
+    """A run folder's wall and GPU-idle share, as its record holds them; a record without them says nothing."""
+    from evalsuite.core.records import RunDir
+    from evalsuite.core.types import RunWall
+
+    run = build_run(tmp_path, "r1", {"base": {}, "light": {"weights_gib": 0.3}}, n=12, baseline="base")
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "GPU idle" not in (tmp_path / "o" / "report.md").read_text()
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.wall = RunWall(wall_s=12.34, sampled="no GPU")
+    rd.write_run(record)
+    res = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "o2")])
+    assert res.exit_code == 0, res.output
+    md = " ".join((tmp_path / "o2" / "report.md").read_text().split())
+    assert "Run r1: wall 12.3 s from items to the last variant's end; GPU idle not sampled (no GPU)." in md

@@ -29,7 +29,7 @@ from evalsuite.run.progress import Progress
 from evalsuite.run.finish import finish_run
 from evalsuite.run.resume import finished
 from evalsuite.run.runner import Runner
-from evalsuite.run.stopping import Stopper, ordered, phases
+from evalsuite.run.stopping import Decided, Full, Watch, stop_policy
 from evalsuite.stats.metrics import accuracy, accuracy_interval
 from evalsuite.stats.paired import scored_items
 from evalsuite.stats.sequential import seeded_order
@@ -74,7 +74,7 @@ def _unit(text: str) -> float:
 
 def config() -> RunConfig:
     return RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}, "cut": {}, "same": {}},
-                                     "baseline": "bf16", "scheduler": {"stop": "decided"}, "seed": 3})
+                                     "baseline": "bf16", "stop": "decided", "seed": 3})
 
 
 @pytest.fixture(scope="module")
@@ -83,15 +83,16 @@ def stopped(tmp_path_factory) -> tuple[RunDir, dict[str, Engine], Runner]:
     tmp = tmp_path_factory.mktemp("stop")
     cfg, task = config(), EchoTask()
     run_dir = RunDir(tmp / "run")
-    runner = Runner(cfg, run_dir, "m", TaskContext(base_dir=tmp, cache_dir=tmp), Progress(False))
-    samples = ordered(cfg, task, task.samples())
+    policy = stop_policy(cfg)
+    runner = Runner(cfg, run_dir, "m", TaskContext(base_dir=tmp, cache_dir=tmp), Progress(False), policy)
+    samples = policy.order(task, task.samples())
     engines = {"bf16": Engine(0.0), "cut": Engine(0.3), "same": Engine(0.0)}
     record = RunRecord(run_id="stop", model="m", mode="fake")
     for name, engine in engines.items():
-        scores = runner.run_task(engine, name, task, samples)
+        scores, stop = runner.answer_task(engine, name, task, samples)
         result = VariantResult(variant=name, status="ok", metrics=task.metrics(scores))
-        if (name, task.name) in runner.stops:
-            result.stopped[task.name] = runner.stops[(name, task.name)]
+        if stop is not None:
+            result.stopped[task.name] = stop
         run_dir.write_result(result)
         record.variants.append(result)
     run_dir.write_run(record)
@@ -130,12 +131,13 @@ def test_a_watch_reads_each_batch_once_and_decides_as_a_whole_read_would(stopped
     shutil.copytree(stopped[0].root, tmp_path / "run")
     run_dir = RunDir(tmp_path / "run")
     rows = run_dir.load_samples("same", "echo")
-    watch = Stopper(config(), run_dir).watch("late", EchoTask(), N)
+    watch = stop_policy(config()).start_task(run_dir, "late", EchoTask(), EchoTask().samples())
+    assert isinstance(watch, Watch)
     found = watch.found
     for at in range(BATCH, 6 * BATCH + 1, BATCH):
         run_dir.append_samples("late", "echo", rows[at - BATCH:at])
-        ours = decisions(watch.stopper.rules, found, watch.recorded())
-        whole = decisions(watch.stopper.rules, found, scored_items(run_dir.load_samples("late", "echo")))
+        ours = decisions(watch.policy.rules, found, watch.recorded())
+        whole = decisions(watch.policy.rules, found, scored_items(run_dir.load_samples("late", "echo")))
         assert ours == whole and len(watch._items) == at
         assert watch._tail.offset == run_dir.samples_file("late", "echo").stat().st_size
 
@@ -187,7 +189,7 @@ def test_check_judges_a_stopped_task_by_the_gates_sequence(stopped, tmp_path):
 def test_resume_takes_the_rest_as_not_needed(stopped, tmp_path):
     run_dir, _, runner = stopped
     cfg, task = config(), EchoTask()
-    samples = {"echo": ordered(cfg, task, task.samples())}
+    samples = {"echo": stop_policy(cfg).order(task, task.samples())}
     for name in ("cut", "same"):
         assert finished(run_dir.load_result(name), run_dir, cfg.variants[name], [task], samples)
     # a candidate cut mid-run (its record gone) is asked for nothing: what it recorded decides already
@@ -196,20 +198,25 @@ def test_resume_takes_the_rest_as_not_needed(stopped, tmp_path):
 
 
 def test_the_baseline_goes_first_then_the_candidates():
-    first, rest = phases(config())
+    first, rest = Decided(config()).phases(config())
     assert list(first.variants) == ["bf16"] and list(rest.variants) == ["cut", "same"]
-    assert len(phases(config().model_copy(update={"scheduler": config().scheduler.model_copy(update={"stop": "full"})}))) == 1
+    full = config().model_copy(update={"stop": "full"})
+    assert isinstance(stop_policy(full), Full) and not isinstance(stop_policy(full), Decided)
+    assert len(stop_policy(full).phases(full)) == 1
 
 
 def test_a_config_that_stops_without_a_baseline_is_refused(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"model": {"path": "m"}, "variants": {"a": {}, "b": {}},
-                                    "scheduler": {"stop": "decided"}}))
+                                    "stop": "decided"}))
     res = CliRunner().invoke(app, ["validate", str(path)])
-    assert res.exit_code == 2 and "scheduler.stop: decided needs `baseline:`" in res.output
+    assert res.exit_code == 2 and "stop: decided needs `baseline:`" in res.output
 
 
 # ---------------------------------------------------------------- the CLI on the fake engine
+
+
+BUILDS: list[int] = []
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +235,13 @@ def fake_run(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
            "gate_rules": str(rules), "tracking": {"enabled": False}, "output_dir": str(tmp / "runs")}
     path = tmp / "stop.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided"])
+    from evalsuite.run import items
+
+    with pytest.MonkeyPatch.context() as mp:  # counts the items built: once, for both parts of the run
+        mp.setattr(items, "preflight", lambda *a, _real=items.preflight: BUILDS.append(1) or _real(*a))
+        res = CliRunner().invoke(app, ["run", str(path), "--no-progress", "--stop", "decided"])
     assert res.exit_code == 0, res.output
+    (tmp / "output.txt").write_text(res.output)
     (run,) = [p for p in (tmp / "runs").iterdir() if (p / "run.json").exists()]
     return path, run
 
@@ -245,6 +257,26 @@ def test_run_stop_decided_records_where_each_task_stopped(fake_run):
         assert stop.items == len((run / v["variant"] / "samples" / "mmlu.jsonl").read_text().splitlines()) < base
         assert set(stop.decided) == {"mmlu/acc", "mmlu/acc_macro"} and stop.rules.endswith("rules.yaml")
 
+
+
+def test_items_are_built_once_for_the_baseline_and_the_candidates(fake_run):
+    """The baseline's part and the candidates' part of the run share one build of the items."""
+    _, run = fake_run
+    assert len(BUILDS) == 1
+    spans = [json.loads(line) for line in (run / "phases.jsonl").read_text().splitlines()]
+    assert [s["items"] for s in spans if s["phase"] == "items"] == [300]
+
+
+def test_the_run_records_its_wall_and_says_the_gpu_was_not_sampled_here(fake_run):
+    from evalsuite.memory.cuda import nvml_missing
+
+    _, run = fake_run
+    wall = json.loads((run / "run.json").read_text())["wall"]
+    assert wall["wall_s"] > 0
+    if nvml_missing():  # this machine: no number made up
+        assert wall["gpu_idle_frac"] is None and wall["sampled"] == nvml_missing()
+        said = " ".join((run.parent.parent / "output.txt").read_text().split())
+        assert f"GPU idle not sampled ({nvml_missing()})" in said
 
 
 def test_a_score_of_a_task_stopped_early_gets_its_confidence_sequence_not_wilson(fake_run, tmp_path):
@@ -309,7 +341,7 @@ def test_stop_rules_that_contradict_gate_rules_are_one_line_before_any_engine(tm
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"model": {"path": str(tiny_model)}, "engine": {"mode": "fake"},
                                     "variants": {"a": {}, "b": {}}, "baseline": "a",
-                                    "scheduler": {"stop": "decided", "stop_rules": "nope.yaml"},
+                                    "stop": "decided", "scheduler": {"stop_rules": "nope.yaml"},
                                     "output_dir": str(tmp_path / "runs")}))
     res = CliRunner().invoke(app, ["run", str(path), "--no-progress"])
     assert res.exit_code == 2 and "scheduler.stop_rules: 'nope.yaml' is not gate_rules" in res.output

@@ -37,7 +37,7 @@ def test_a_candidate_stops_early_and_resume_and_gate_need_no_more(tmp_path, tiny
         "baseline": "bf16",
         "tasks": [{"type": "mmlu", "subjects": ["abstract_algebra", "anatomy", "astronomy", "college_biology"],
                    "limit_per_subject": ITEMS // 4, "num_fewshot": 0}],
-        "scheduler": {"stop": "decided"}, "gate_rules": str(rules),
+        "stop": "decided", "gate_rules": str(rules),
         "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}, sort_keys=False))
     res = evalsuite("run", str(cfg), "--no-progress", "--parallel", "auto")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

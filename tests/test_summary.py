@@ -103,3 +103,22 @@ def test_a_cpu_engines_own_threads_do_not_make_its_host_loaded():
     assert not HostLoad(cpus=2, start=[2.6, 2.0, 1.0], end=[2.9, 2.0, 1.0], engine_threads=2).loaded
     assert HostLoad(cpus=2, start=[3.4, 2.0, 1.0], engine_threads=2).loaded
     assert HostLoad(cpus=16, start=[18.0, 0.0, 0.0], engine_threads=16).loaded
+
+
+def test_summary_says_what_the_run_cost_and_where_the_gpu_was_not_sampled(tmp_path):
+    """The decision's wall and GPU-idle share, as the run recorded them (evalsuite.memory.busy)."""
+    from evalsuite.core.types import RunWall
+
+    run = build_run(tmp_path, "20250101-000000-w", {"bf16": {}, "fp8": {"wrong": range(2)}}, n=12, baseline="bf16")
+    rd = RunDir(run)
+    for wall, said in ((RunWall(wall_s=1045.04, gpu_idle_frac=0.1912, devices=["0"], readings=4180),
+                        "Wall 1,045.0 s from items to the last variant's end; GPU idle 19.1% of it (NVML utilization, "
+                        "1 card)"),
+                       (RunWall(wall_s=3.2, sampled="no GPU"),
+                        "Wall 3.2 s from items to the last variant's end; GPU idle not sampled (no GPU)")):
+        record = rd.load_run()
+        record.wall = wall
+        rd.write_run(record)
+        console = Console(width=200, record=True, file=io.StringIO())
+        print_summary(rd.load_run(), console, run_dir=rd)
+        assert said in " ".join(console.export_text().split())

@@ -133,6 +133,27 @@ def test_figures_and_changes_reach_mlflow_at_full_precision(tmp_path, client, ml
     assert fp8["delta/mmlu/acc_pt"] == pytest.approx(-6.5)
 
 
+def test_the_parent_run_carries_the_runs_wall_and_gpu_idle_share(tmp_path, client, mlflow_server):
+    """What the decision cost, on the parent run: a sampled share as a metric, an unsampled one said in a
+    tag and never logged as a number; a resumed run's grown wall replaces the figure."""
+    from evalsuite.core.types import RunWall
+
+    run = build_run(tmp_path / "runs", "20250101-000000-cost", {"bf16": {}}, baseline="bf16")
+    rd = RunDir(run)
+    record = rd.load_run()
+    record.wall = RunWall(wall_s=3.5, sampled="no GPU")
+    rd.write_run(record)
+    cfg = TrackingConfig(experiment="t-cost")
+    parent = client.get_run(log_run(rd, cfg, uri=mlflow_server.uri).parent_run_id).data
+    assert parent.metrics["run/wall_s"] == 3.5 and "run/gpu_idle_frac" not in parent.metrics
+    assert parent.tags["evalsuite.gpu_idle"] == "not sampled (no GPU)"
+    record.wall = RunWall(wall_s=900.25, gpu_idle_frac=0.0421, devices=["0"], readings=3600)
+    rd.write_run(record)
+    parent = client.get_run(log_run(rd, cfg, uri=mlflow_server.uri).parent_run_id).data
+    assert parent.metrics["run/wall_s"] == 900.25 and parent.metrics["run/gpu_idle_frac"] == 0.0421
+    assert parent.tags["evalsuite.gpu_idle"] == "4.2%"
+
+
 def test_a_variant_never_started_is_not_uploaded_until_it_runs(tmp_path, client, mlflow_server):
     """An interrupted run's `pending` variants hold nothing: MLflow gets the ones that ran, and the
     pending one once a --resume has run it."""

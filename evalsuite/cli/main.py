@@ -170,7 +170,7 @@ def prepare(
         typer.echo(f"{f}: ready in {done.seconds:.0f} s: {counts} (model {done.model}; cache {cache})")
 
 
-Stop = StrEnum("Stop", ["full", "decided"])  # scheduler.stop's values, checked by typer before anything runs
+Stop = StrEnum("Stop", ["full", "decided"])  # the config's `stop` values, checked by typer before anything runs
 
 
 @app.command()
@@ -200,9 +200,9 @@ def run(
                                              "scheduler.parallel (1: one after another)."),
     stop: Stop | None = typer.Option(None, "--stop", metavar="full|decided",
                                      help="decided: items in a seeded random order, the baseline first and whole; "
-                                          "a candidate's task ends once every gate check on it is decided by an "
-                                          "anytime-valid test (docs/statistics.md). Default: the config's "
-                                          "scheduler.stop (full)."),
+                                          "a candidate's task, or one prompt length of it, ends once every gate "
+                                          "check on it is decided by an anytime-valid test (docs/statistics.md). "
+                                          "Default: the config's `stop` (full)."),
 ) -> None:
     """Run every variant of CONFIG through its tasks; record to runs/ and MLflow.
 

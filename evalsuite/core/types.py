@@ -517,6 +517,9 @@ class EarlyStop(_Model):
     """Per gated metric where decided (futile: a pass by the last item predicted out of reach)."""
     rules: str | None = None
     """The gate rules file that named the checks; None: the shipped rules."""
+    lengths: dict[int, int] = Field(default_factory=dict)
+    """Prompt length -> its items scored when it stopped being asked, its checks decided before the
+    others' (RULER, the needles); empty where the task stopped as a whole or ran to its end."""
 
     @property
     def early(self) -> bool:
@@ -719,6 +722,21 @@ class CardBudget(_Sparse):
     """What the plan may fill of it (the memory less `scheduler.margin`)."""
 
 
+class StartedWork(_Sparse):
+    """One variant in the order a packed run started them, with the figures that ordered it (evalsuite.run.order)."""
+
+    variant: str
+    """The variant."""
+    build: bool = False
+    """A `quantize:` variant: its checkpoint is built (or found) before its engine starts."""
+    start_s: Number | None = None
+    """The median of this machine's past starts of its model, in s."""
+    tasks_s: Number | None = None
+    """Its items' predicted GPU seconds; None: `source` says why none."""
+    source: str = ""
+    """Where the prediction came from, or why there is none."""
+
+
 class Scheduling(CardBudget):
     """How the run's variants were scheduled (evalsuite.run: `--parallel` packs engines on the device, `--ray`
     spreads them over a cluster): what the scheduler decided, not what was measured."""
@@ -743,6 +761,10 @@ class Scheduling(CardBudget):
     """Variant -> the Ray node its task ran on."""
     gpu_shares: dict[str, Number] | None = None
     """Variant -> the fraction of a GPU Ray reserved for it (the packing plan's)."""
+    order_rule: str | None = None
+    """The rule a packed run started its variants by (evalsuite.run.order.RULE)."""
+    order: list[StartedWork] | None = None
+    """The variants in the order started, each with its figures."""
 
 
 class _Latency(_Shape):
@@ -918,6 +940,26 @@ def definitions_unlike(base: VariantResult, cand: VariantResult) -> dict[str, st
 EngineMode = Literal["offline", "server", "fake"]
 
 
+class RunWall(_Model):
+    """What the run's variants cost in time: from the first item built to the last variant's end, and
+    the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
+
+    wall_s: float
+    """From the first item built to the last variant's end, in s."""
+    gpu_idle_frac: float | None = None
+    """The share of it in which no kernel ran on the run's GPUs; None: not sampled, `sampled` says why."""
+    sampled: str = "nvml"
+    """"nvml", or why not: "no GPU", "nvidia-ml-py not installed", ..."""
+    devices: list[str] = Field(default_factory=list)
+    """The cards read, as NVML names them."""
+    readings: int = 0
+    """Utilization readings over all cards."""
+
+    def idle_text(self) -> str:
+        """The GPU-idle share as a report says it: `12.3%`, or `not sampled (no GPU)`."""
+        return f"{self.gpu_idle_frac:.1%}" if self.gpu_idle_frac is not None else f"not sampled ({self.sampled})"
+
+
 class RunRecord(_Model):
     """run.json: the run and its variants."""
 
@@ -941,6 +983,8 @@ class RunRecord(_Model):
     """What the scheduler decided (`--parallel`, `--ray`); None for variants run one after another."""
     variants: list[VariantResult] = Field(default_factory=list)
     """Each variant's result, in the config's order."""
+    wall: RunWall | None = None
+    """The run's wall and GPU-idle share; a resumed run's adds each invocation's."""
     mlflow_run_id: str | None = None
     """The MLflow parent run it was logged to."""
 

@@ -27,6 +27,19 @@ def _nvml():
         return None
 
 
+def nvml_missing() -> str | None:
+    """Why NVML cannot be read here ("nvidia-ml-py not installed", "no GPU"); None where it can."""
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return "nvidia-ml-py not installed"
+    nv = _nvml()
+    try:
+        return None if nv is not None and nv.nvmlDeviceGetCount() > 0 else "no GPU"
+    except Exception:  # noqa: BLE001 - a driver that lists no device
+        return "no GPU"
+
+
 def device_total_gib(index: int = 0) -> float | None:
     nv = _nvml()
     if nv is None:

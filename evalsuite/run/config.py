@@ -288,9 +288,6 @@ class SchedulerConfig(Strict):
     # The latency pass of a packed run times each variant with the device to itself: its timings
     # are not shared with neighbours'. false: timed beside them.
     latency_alone: bool = True
-    # full: every item of every task. decided: items in a seeded random order, the baseline first and
-    # whole, and a candidate's task ends once the gate's checks on it are decided (evalsuite.run.stopping)
-    stop: Literal["full", "decided"] = "full"
     # older configs' name for the rules that decide, now always `gate_rules`: if given, it must be that file
     stop_rules: str | None = None
     # How the device is had to itself: pause (the variant's own engine, its neighbours on the device
@@ -302,6 +299,15 @@ class SchedulerConfig(Strict):
     # curve, else the roofline; evalsuite.memory.throughput) or batch (the tasks' largest batch of
     # their longest request: never fewer requests at once than a batch, more memory)
     kv_pool: Literal["throughput", "batch"] = "throughput"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "stop" in data:  # which items are asked is what is measured, not where
+            raise not_allowed(f"stop: {shown(data['stop'])} belongs at the top level of the config, beside `limit` "
+                              "(allowed there: full, decided)",
+                              "stop belongs at the top level of the config, beside `limit` (allowed there: full, decided)")
+        return data
 
     @field_validator("parallel", mode="before")
     @classmethod
@@ -336,6 +342,10 @@ class RunConfig(Strict):
     output_dir: str = "runs"
     seed: int = 0
     limit: int | None = Field(default=None, gt=0)  # at most this many items per task (`run --limit`): a quick try
+    # full: every item of every task (`run --stop`). decided: items in a seeded random order, the baseline
+    # first and whole, and a candidate's task, or one length of it, ends once the gate's checks on it are
+    # decided (evalsuite.run.stopping)
+    stop: Literal["full", "decided"] = "full"
     # the gate rules its runs are judged by: a shipped set (`default`, `smoke`) or a rules YAML beside the
     # config; `validate`, `run` (its summary, and the sizes it warns of) and `gate`/`report` without
     # --rules use them. Resolved to the file's path when the config is read, and recorded so.
@@ -518,8 +528,8 @@ def check_semantics(cfg: RunConfig) -> list[str]:
         problems += _too_long("latency.prompt_tokens", cfg.latency.prompt_tokens, cfg.latency.output_tokens, limits)
     if cfg.capacity is not None:
         problems += _capacity_problems(cfg, limits)
-    if cfg.scheduler.stop == "decided" and len(cfg.variants) > 1 and not cfg.baseline:
-        problems.append("scheduler.stop: decided needs `baseline:` (the variant the others are judged against, "
+    if cfg.stop == "decided" and len(cfg.variants) > 1 and not cfg.baseline:
+        problems.append("stop: decided needs `baseline:` (the variant the others are judged against, "
                         f"allowed: {', '.join(cfg.variants)})")
     return problems
 

@@ -1,14 +1,19 @@
-"""A config's items, built before any engine starts (so that bad input costs nothing), the batches the
-runner asks an engine for, and the run record's variants as results come in."""
+"""A config's items, built before any engine starts (so that bad input costs nothing) and once per run,
+the batches the runner asks an engine for, and the run record's variants as results come in."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
 from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.resume import to_run
-from evalsuite.run.stopping import ordered
+from evalsuite.run.stopping import Full
 from evalsuite.tasks import Task, TaskContext
 
 
@@ -34,23 +39,60 @@ def task_chance(tasks: list[Task]) -> dict[str, float]:
     return {t.primary_metric: t.chance for t in tasks if t.chance is not None}
 
 
-def preflight(cfg: RunConfig, ctx: TaskContext) -> tuple[list[Task], dict[str, list[Sample]]]:
-    """Build every task's samples before any engine starts, so bad input costs nothing."""
-    tasks = build_tasks(cfg, ctx)
-    samples = {t.name: ordered(cfg, t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
+def preflight(cfg: RunConfig, ctx: TaskContext, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]]]:
+    """Build every task's samples before any engine starts, so bad input costs nothing; in the order
+    the stop policy asks them."""
+    tasks, stop = build_tasks(cfg, ctx), stop or Full()
+    samples = {t.name: stop.order(t, spread(t.samples(), cfg.limit if t.limited else None)) for t in tasks}
     for t in tasks:
         if not samples[t.name]:
             raise ConfigError(f"tasks: task {t.name!r} produced no samples (check its data and filters)")
     return tasks, samples
 
 
+Built = tuple[list[Task], dict[str, list[Sample]]]
+# A run's items by the task definitions they were built from, while `built_once` holds: a run in parts
+# (--stop decided: the baseline, then the candidates) builds them for its first part only, not again
+# with the GPU idle (tens of seconds of tokenizing on a full decision). Held by the run, not the
+# TaskContext, which Ray ships to every worker beside the items themselves.
+_BUILT: ContextVar[dict[str, Built] | None] = ContextVar("evalsuite_built_items", default=None)
+
+
+@contextmanager
+def built_once() -> Iterator[dict[str, Built]]:
+    """Within the block, left_to_run builds each task definition's items once."""
+    memo: dict[str, Built] = {}
+    token = _BUILT.set(memo)
+    try:
+        yield memo
+    finally:
+        _BUILT.reset(token)
+
+
+def definition_key(cfg: RunConfig) -> str:
+    """What a config's items are built from: its tasks, passes, limit, seed and order (stop)."""
+    fields = cfg.model_dump(mode="json", include={"tasks", "latency", "capacity", "limit", "seed", "stop"})
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def built_items(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, stop: Full | None = None) -> Built:
+    """The config's tasks and items: built (a span of phases.jsonl), or those this run built already."""
+    memo, key = _BUILT.get(), definition_key(cfg)
+    if memo is not None and key in memo:
+        return memo[key]
+    with run_dir.phase("items") as span:
+        found = preflight(cfg, ctx, stop)
+        span["items"] = sum(len(s) for s in found[1].values())
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
 def left_to_run(cfg: RunConfig, ctx: TaskContext, run_dir: RunDir, record: RunRecord,
-                resume: bool) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
+                resume: bool, stop: Full | None = None) -> tuple[list[Task], dict[str, list[Sample]], dict[str, Variant]]:
     """The tasks, their samples and the variants left to run; the results --resume leaves as
     recorded go into `record`."""
-    with run_dir.phase("items") as span:
-        tasks, samples = preflight(cfg, ctx)
-        span["items"] = sum(len(s) for s in samples.values())
+    tasks, samples = built_items(cfg, ctx, run_dir, stop)
     todo, kept = to_run(cfg, run_dir, tasks, samples, resume)
     for prev in kept:
         put_result(record, prev)

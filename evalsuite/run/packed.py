@@ -17,18 +17,20 @@ from typing import Any
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import (CardBudget, EngineStats, Placement, Prediction, RunRecord, Sample, Scheduling, Score,
-                                  TimingCondition, VariantResult)
+from evalsuite.core.types import (CardBudget, EarlyStop, EngineStats, Placement, Prediction, RunRecord, Sample,
+                                  Scheduling, Score, TimingCondition, VariantResult)
 from evalsuite.engine import Engine
 from evalsuite.run import hostload
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
 from evalsuite.run.footprint import planner_gpu
 from evalsuite.run.items import in_config_order, left_to_run, put_result
+from evalsuite.run.order import order_record, order_variants
 from evalsuite.run.pools import (Packer, capacity, core_slices, engine_limit, gpu_env, measured, out_of_memory,
                                  plan_pools, shapes, utilization)
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.quiet import Flight, Interrupt, Quiet, _Tracked, latency_pass
 from evalsuite.run.runner import Runner
+from evalsuite.run.stopping import Full
 from evalsuite.tasks import Task, TaskContext
 
 
@@ -48,8 +50,8 @@ class _PackedRunner(Runner):
     build_lock = threading.Lock()
 
     def __init__(self, *args: Any, overrides: dict[str, Any], interrupt: Interrupt | None = None,
-                 quiet: Quiet | None = None, gpu: str | None = None):
-        super().__init__(*args)
+                 quiet: Quiet | None = None, gpu: str | None = None, stop: Full | None = None):
+        super().__init__(*args, stop=stop)
         self.overrides = overrides
         self.interrupt = interrupt or Interrupt()
         self.stopping = self.interrupt.event
@@ -63,9 +65,10 @@ class _PackedRunner(Runner):
         with self.quiet.starting(name, engine, self.gpu, self.flight):
             return super()._start(name, engine)
 
-    def run_task(self, engine: Engine, variant: str, task: Task, samples: list[Sample]) -> list[Score]:
+    def answer_task(self, engine: Engine, variant: str, task: Task,
+                    samples: list[Sample]) -> tuple[list[Score], EarlyStop | None]:
         self.flight.task = task.name
-        return super().run_task(_Tracked(engine, self.flight), variant, task, samples)  # type: ignore[arg-type]
+        return super().answer_task(_Tracked(engine, self.flight), variant, task, samples)  # type: ignore[arg-type]
 
     @contextlib.contextmanager
     def _to_itself(self, name: str) -> Iterator[TimingCondition]:
@@ -108,11 +111,11 @@ class _PackedRunner(Runner):
 
 
 def packed_runner(cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Any,
-                  overrides: dict[str, Any]) -> Runner:
+                  overrides: dict[str, Any], stop: Full | None = None) -> Runner:
     """A runner whose engines take `overrides` over the variant's own arguments (none: the plain runner)."""
     if not overrides:
-        return Runner(cfg, run_dir, model_dir, ctx, progress)
-    return _PackedRunner(cfg, run_dir, model_dir, ctx, progress, overrides=overrides)
+        return Runner(cfg, run_dir, model_dir, ctx, progress, stop)
+    return _PackedRunner(cfg, run_dir, model_dir, ctx, progress, overrides=overrides, stop=stop)
 
 
 @dataclass
@@ -131,8 +134,8 @@ class PackedRun:
     engine (itself a child process) as Runner.run_variant does alone."""
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-                 progress: Progress):
-        self.cfg, self.run_dir, self.record, self.model_dir = cfg, run_dir, record, model_dir
+                 progress: Progress, stop: Full | None = None):
+        self.cfg, self.run_dir, self.record, self.model_dir, self.stop = cfg, run_dir, record, model_dir, stop
         self.ctx, self.progress = ctx, progress
         self.cpu = planner_gpu(record.env.device) == "cpu"
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
@@ -178,7 +181,7 @@ class PackedRun:
     def _run_slot(self, slot: _Slot, tasks: list[Task], samples: dict[str, list[Sample]]) -> VariantResult:
         cfg = self.cfg.model_copy(update={"engine": self.cfg.engine.model_copy(update={"env": slot.env})})
         runner = _PackedRunner(cfg, self.run_dir, self.model_dir, self.ctx, self.progress, overrides=slot.overrides,
-                               interrupt=self.interrupt, quiet=self.quiet, gpu=slot.gpu)
+                               interrupt=self.interrupt, quiet=self.quiet, gpu=slot.gpu, stop=self.stop)
         try:
             return runner.run_variant(slot.name, self.cfg.variants[slot.name], tasks, samples)
         finally:
@@ -198,7 +201,10 @@ class PackedRun:
 
     def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
         self.tasks = tasks
-        packer = self.plan(todo, tasks, samples)
+        works = order_variants(todo, tasks, samples, self.model_dir, self.record.env.device or "", self.total_gib,
+                               getattr(self.ctx, "cache_dir", None), self.cfg.engine.mode)
+        self.record.scheduling = Scheduling.model_validate({**scheduling(self.record).model_dump(), **order_record(works)})
+        packer = self.plan({w.variant: todo[w.variant] for w in works}, tasks, samples)
         results: dict[str, VariantResult] = {}
         with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
             try:
@@ -279,10 +285,10 @@ def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task])
 
 
 def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-                   progress: Progress, resume: bool) -> RunRecord:
+                   progress: Progress, resume: bool, stop: Full | None = None) -> RunRecord:
     """The local path's execute(), with engines packed on the device, then the alone passes."""
-    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
-    run = PackedRun(cfg, run_dir, record, model_dir, ctx, progress)
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume, stop)
+    run = PackedRun(cfg, run_dir, record, model_dir, ctx, progress, stop)
     mode = latency_pass(cfg, run.cpu)
     if mode == "pause" and cfg.engine.mode == "server":
         raise ConfigError("scheduler.latency_pass: pause stops the neighbours' processes, which `vllm serve`'s "
@@ -291,7 +297,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
     run.quiet = Quiet(run_dir, pause=mode == "pause") if mode != "restart" else None
     packed_tasks, alone_tasks = split_alone(cfg, tasks, mode)
     results = run.run(todo, packed_tasks or tasks, samples)
-    runner = Runner(cfg, run_dir, model_dir, ctx, progress)
+    runner = Runner(cfg, run_dir, model_dir, ctx, progress, stop)
     for name in todo:
         first = results.get(name)
         if not alone_tasks or not packed_tasks or first is None or first.status != "ok" or cfg.variants[name].simulate:

@@ -61,25 +61,41 @@ def expected_answer(sample: Sample) -> int:
     return r.max_tokens if r.ignore_eos else min(r.max_tokens, len(sample.target or "") + 2)
 
 
-def shapes(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int,
-           batch_tokens: int) -> list[tuple[str, Shape, int, int]]:
-    """(task, the band's shape, the batch, the batch's KV tokens) per task and band of prompt lengths
-    (2^(k-1), 2^k]: a task of mixed lengths keeps its engine busy with fewer long requests than short
-    ones, so each band is sized for itself. A shape is the band's longest prompt and answer, and
-    the answer its requests are expected to decode, on average."""
+def banded(tasks: list[Task], samples: dict[str, list[Sample]]) -> list[tuple[str, Shape, int]]:
+    """(task, the band's shape, its items) per task and band of prompt lengths (2^(k-1), 2^k]. A shape
+    is the band's longest prompt and answer, and the answer its requests are expected to decode, on
+    average."""
     out = []
     for t in tasks:
-        size, bands = t.batch_size or batch_size, {}
+        bands: dict[int, list[int]] = {}
         for s in samples.get(t.name, []):
             n = prompt_tokens(s.request)
             band = bands.setdefault(max(n - 1, 1).bit_length(), [0, 0, 0, 0])  # a RULER length and its items
             band[0], band[1] = max(band[0], n), max(band[1], s.request.max_tokens)
             band[2], band[3] = band[2] + expected_answer(s), band[3] + 1
-        for longest, out_tokens, decoded, count in bands.values():
-            need = min((longest + out_tokens) * size, batch_tokens + size * out_tokens)
-            out.append((t.name, Shape(longest, out_tokens, math.ceil(decoded / count)), size,
-                        max(need, longest + out_tokens)))
+        out += [(t.name, Shape(longest, out_tokens, math.ceil(decoded / count)), count)
+                for longest, out_tokens, decoded, count in bands.values()]
     return out
+
+
+def shapes(tasks: list[Task], samples: dict[str, list[Sample]], batch_size: int,
+           batch_tokens: int) -> list[tuple[str, Shape, int, int]]:
+    """(task, the band's shape, the batch, the batch's KV tokens) per task and band (banded): a task of
+    mixed lengths keeps its engine busy with fewer long requests than short ones, so each band is
+    sized for itself."""
+    size_of = {t.name: t.batch_size or batch_size for t in tasks}
+    out = []
+    for task, shape, _ in banded(tasks, samples):
+        size, longest, out_tokens = size_of[task], shape.prompt_tokens, shape.output_tokens
+        need = min((longest + out_tokens) * size, batch_tokens + size * out_tokens)
+        out.append((task, shape, size, max(need, longest + out_tokens)))
+    return out
+
+
+def roofline_settings(variant: Variant) -> dict[str, Any]:
+    """The variant's settings the roofline's speed depends on."""
+    return {k: v for k, v in plan_inputs(variant).items()
+            if k in ("quantization", "kv_cache_dtype", "dtype", "kv_cache_dtype_skip_layers") and v is not None}
 
 
 def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands: list[tuple[str, Shape, int, int]],
@@ -88,8 +104,7 @@ def busy_pool(config: dict[str, Any], p: Any, variant: Variant, gpu: str, bands:
     per band, the requests at once at which throughput flattens (evalsuite.memory.throughput) times
     the band's longest request, never above the batch's own need; a band the estimate cannot size
     (a CPU without a measured curve) keeps the batch's need."""
-    settings = {k: v for k, v in plan_inputs(variant).items()
-                if k in ("quantization", "kv_cache_dtype", "dtype", "kv_cache_dtype_skip_layers") and v is not None}
+    settings = roofline_settings(variant)
     tokens, how = 0, {}
     for task, shape, size, need in bands:
         most = min(size, p.max_num_seqs)

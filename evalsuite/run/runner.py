@@ -17,7 +17,7 @@ from typing import Any
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import EvalsuiteError, UnsupportedVariant
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import (Build, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, TimingCondition,
+from evalsuite.core.types import (Build, EarlyStop, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, TimingCondition,
                                   VariantResult)
 from evalsuite.engine import Engine, EngineFailed
 from evalsuite.engine.factory import make_engine
@@ -30,7 +30,7 @@ from evalsuite.run.footprint import floor_metrics, record_figures
 from evalsuite.run.answering import Answering
 from evalsuite.run.items import in_config_order, left_to_run, put_result, task_chance
 from evalsuite.run.progress import Progress, start_key
-from evalsuite.run.stopping import fix_intervals
+from evalsuite.run.stopping import Full, fix_intervals
 from evalsuite.run.support import unsupported_reason
 from evalsuite.stats.metrics import interval_metrics
 from evalsuite.tasks import Task, TaskContext
@@ -53,8 +53,9 @@ class Runner(Answering):
     """Runs each variant: its checkpoint built, its engine started, every task answered on it
     (Answering), its figures recorded, the engine closed; an engine that fails ends the variant."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress):
-        super().__init__(cfg, run_dir, ctx, progress)
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, model_dir: str, ctx: TaskContext, progress: Progress,
+                 stop: Full | None = None):
+        super().__init__(cfg, run_dir, ctx, progress, stop)
         self.model_dir = model_dir
         self.device = envmod.device_name()
         self.engine_defaults: dict[str, Any] = {}  # engine arguments a scheduler adds under the variant's own
@@ -213,36 +214,37 @@ class Runner(Answering):
                 hostload.pass_started(self.cfg, self.run_dir, self.device, result, task.name, len(samples[task.name]))
             try:
                 with self.run_dir.phase("task", name, task=task.name, items=len(samples[task.name])):
-                    scores = self._timed(engine, name, task, samples[task.name], result) if timed else \
-                        self.run_task(engine, name, task, samples[task.name])
+                    scores, stopped = self._timed(engine, name, task, samples[task.name], result) if timed else \
+                        self.answer_task(engine, name, task, samples[task.name])
             except EngineFailed as e:
                 raise EngineCut(e, f"in {task.name}", [t.name for t in tasks[:i]],
                                 metrics + interval_metrics(metrics)) from e
             if timed:
                 hostload.pass_ended(result)
             made = task.metrics(scores)
-            if (name, task.name) in self.stops:  # said in the record at once: a later cut keeps it
-                result.stopped[task.name] = self.stops[(name, task.name)]
+            if stopped is not None:  # said in the record at once: a later cut keeps it
+                result.stopped[task.name] = stopped
                 self.run_dir.write_result(result)
-                fix_intervals(self.run_dir, self.cfg.baseline, name, made, self.stops[(name, task.name)])
+                fix_intervals(self.run_dir, self.cfg.baseline, name, made, stopped)
             metrics += made
             metrics.append(Metric(name=f"{task.name}/wall_s", value=time.perf_counter() - t_task,
                                   kind=MetricKind.timing, unit="s", direction="lower"))
         return metrics + interval_metrics(metrics)
 
-    def _timed(self, engine: Engine, name: str, task: Task, samples: list[Sample], result: VariantResult) -> list[Score]:
+    def _timed(self, engine: Engine, name: str, task: Task, samples: list[Sample],
+               result: VariantResult) -> tuple[list[Score], EarlyStop | None]:
         """A timed pass with the device to itself, its condition on disk before the first request."""
         with self._to_itself(name) as found:
             result.timing = hostload.condition(self.cfg, found, result, self.device, task.warmup, task.repeats)
             self.run_dir.write_result(result)
-            return self.run_task(engine, name, task, samples)
+            return self.answer_task(engine, name, task, samples)
 
 
 def execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-            progress: Progress, resume: bool) -> RunRecord:
+            progress: Progress, resume: bool, stop: Full | None = None) -> RunRecord:
     """Every variant left to run, one after another; each result goes into run.json as it ends."""
-    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
-    runner = Runner(cfg, run_dir, model_dir, ctx, progress)
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume, stop)
+    runner = Runner(cfg, run_dir, model_dir, ctx, progress, stop)
     progress.expect(sum(cfg.engine.mode == "fake" or not unsupported_reason(v) for v in todo.values()),
                     start_key(cfg.engine.mode, model_dir))
     for name, variant in todo.items():

@@ -246,8 +246,8 @@ def run_variant_task(cfg: RunConfig, root: str, model_dir: str, model_is_local: 
     progress = QueueProgress(queue, name)
     progress.node(_where())
     _check_node(Path(root), digest, model_dir, model_is_local)
-    ctx, tasks, samples = work
-    runner = packed_runner(cfg, RunDir(Path(root)), model_dir, ctx, progress, packed or {})
+    ctx, tasks, samples, stop = work
+    runner = packed_runner(cfg, RunDir(Path(root)), model_dir, ctx, progress, packed or {}, stop)
     variant = cfg.variants[name]
     if gpus(variant) > 1:  # inside a Ray task vLLM would otherwise consider a nested Ray executor
         runner.engine_defaults["distributed_executor_backend"] = "mp"
@@ -283,12 +283,12 @@ class _Fanout:
             sched.nodes = {}
         self.display = _Display(progress, sched.nodes)
 
-    def submit(self, todo: dict[str, Variant], model_dir: str, ctx: TaskContext, tasks, samples) -> None:
+    def submit(self, todo: dict[str, Variant], model_dir: str, ctx: TaskContext, tasks, samples, stop=None) -> None:
         from ray.util.queue import Queue
 
         ray = self.ray
         self.queue = Queue(actor_options={"num_cpus": 0})
-        work = ray.put((ctx, tasks, samples))  # once in the object store, not once per variant
+        work = ray.put((ctx, tasks, samples, stop))  # once in the object store, not once per variant
         alive = [n["Resources"] for n in ray.nodes() if n["Alive"]]
         has_gpus = any(n.get("GPU", 0) for n in alive)
         digest = config_digest(self.run_dir)
@@ -344,17 +344,18 @@ class _Fanout:
 
 
 def execute_ray(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-                progress: Progress, resume: bool) -> RunRecord:
-    """The local path's execute(), with every variant left to do running as a Ray task."""
+                progress: Progress, resume: bool, stop=None) -> RunRecord:
+    """The local path's execute(), with every variant left to do running as a Ray task; `stop`: the
+    run's stop policy (evalsuite.run.stopping), which each task's runner is handed."""
     from evalsuite.run.items import in_config_order, left_to_run
 
     # bad input costs nothing, before any cluster is touched
-    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume)
+    tasks, samples, todo = left_to_run(cfg, ctx, run_dir, record, resume, stop)
     ray = connect(cfg.scheduler.address, cfg.scheduler.unsafe_listen)
     fan = _Fanout(ray, cfg, run_dir, record, progress)
     try:
         run_dir.write_run(record)
-        fan.submit(todo, model_dir, ctx, tasks, samples)
+        fan.submit(todo, model_dir, ctx, tasks, samples, stop)
         fan.wait()
     finally:
         fan.cancel()

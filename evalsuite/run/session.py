@@ -13,16 +13,17 @@ from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
 from evalsuite.core.records import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
+from evalsuite.memory.busy import gpu_sampler, recorded
 from evalsuite.report.summary import print_summary
 from evalsuite.run.config import RunConfig, check_local_model, check_semantics, check_task_data, load_config
 from evalsuite.run.needs import check_needs
 from evalsuite.run.progress import Progress, console
 from evalsuite.run.safety import code_notes
 from evalsuite.run.resume import config_digest, open_run_dir
-from evalsuite.run.items import in_config_order
+from evalsuite.run.items import built_once, in_config_order
 from evalsuite.run.runner import execute
 from evalsuite.run.sizing import rules_warnings
-from evalsuite.run.stopping import phases, stop_rules, stopping
+from evalsuite.run.stopping import Full, stop_policy
 from evalsuite.tasks import TaskContext
 from evalsuite.tasks.lmeval import LMEvalConfig
 from evalsuite.tasks.ruler import RulerConfig
@@ -35,15 +36,14 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
     """ray_address: None runs as the config's scheduler says; "" (a bare --ray) or an address runs on Ray.
     only_tasks and limit narrow the config for a quick try; the run folder records the narrowed one.
     parallel (--parallel) overrides scheduler.parallel: how many engines share a device; stop (--stop)
-    scheduler.stop: full, or decided (a candidate's task ends once the gate's checks on it are decided)."""
+    `stop`: full, or decided (a candidate's task ends once the gate's checks on it are decided)."""
     cfg = narrowed(load_config(config_path), only_tasks or [], limit)
     if stop is not None:
-        cfg.scheduler.stop = stop
+        cfg.stop = stop
         problems = check_semantics(cfg)
         if problems:
             raise ConfigError(f"--stop {stop}: {'; '.join(problems)}")
-    if stopping(cfg):
-        stop_rules(cfg)
+    stop_by = stop_policy(cfg)  # the run's one: a bad gate_rules is said before any engine starts
     check_local_model(cfg, config_path)
     if ray_address is not None or cfg.scheduler.kind == "ray":
         from evalsuite.run.scheduler import check_ray
@@ -83,7 +83,7 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
             console.print(f"warning: {line}", markup=False, highlight=False)
         run_dir.reserve_space()
         try:
-            record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir)
+            record = _execute(cfg, run_dir, record, model_dir, ctx, show_progress, resume, cache_dir, stop_by)
         finally:
             run_dir.release_space()
         print_summary(record, run_dir=run_dir)
@@ -92,17 +92,19 @@ def run_config(config_path: Path, *, output_dir: Path | None, resume: bool, cach
 
 
 def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-             show_progress: bool | None, resume: bool, cache_dir: Path) -> RunRecord:
-    """The variants left to run, as the config's scheduler runs them."""
+             show_progress: bool | None, resume: bool, cache_dir: Path, stop: Full) -> RunRecord:
+    """The variants left to run, as the config's scheduler runs them, in the stop policy's phases."""
     try:
-        with Progress(show_progress, cache_dir) as progress:
-            parts = phases(cfg)  # --stop decided: the baseline whole, then the candidates
+        # the GPU's own clock through the run: what share of its wall no kernel ran (summary, report, MLflow)
+        with Progress(show_progress, cache_dir) as progress, gpu_sampler() as busy, built_once():
+            parts = stop.phases(cfg)  # --stop decided: the baseline whole, then the candidates
             for part in parts:
-                record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume)
+                record = _execute_part(part, run_dir, record, model_dir, ctx, progress, resume, stop)
             if len(parts) > 1:
                 in_config_order(record, cfg)
-                run_dir.write_run(record)
-            return record
+        record.wall = recorded(busy.result(), record.wall if resume else None)
+        run_dir.write_run(record)
+        return record
     except (KeyboardInterrupt, StorageError):  # StorageError: a full disk, a folder turned read-only
         run_dir.release_space()  # the room to record that the variant in hand is `partial`
         _score_interrupted(run_dir, cache_dir, list(cfg.variants))
@@ -110,16 +112,16 @@ def _execute(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str,
 
 
 def _execute_part(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir: str, ctx: TaskContext,
-                  progress: Progress, resume: bool) -> RunRecord:
+                  progress: Progress, resume: bool, stop: Full) -> RunRecord:
     if cfg.scheduler.kind == "ray":
         from evalsuite.run.scheduler import execute_ray
 
-        return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume)
+        return execute_ray(cfg, run_dir, record, model_dir, ctx, progress, resume, stop)
     if cfg.scheduler.parallel != 1:
         from evalsuite.run.packed import execute_packed
 
-        return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume)
-    return execute(cfg, run_dir, record, model_dir, ctx, progress, resume)
+        return execute_packed(cfg, run_dir, record, model_dir, ctx, progress, resume, stop)
+    return execute(cfg, run_dir, record, model_dir, ctx, progress, resume, stop)
 
 
 def resolve_model(cfg: RunConfig, base_dir: Path, cache_dir: Path) -> str:
@@ -186,9 +188,9 @@ def model_label(source: str) -> str:
 
 def recorded_exclude(cfg: RunConfig) -> set[str]:
     """Keys the run folder's config.yaml leaves out: where it runs is not what is measured, and an
-    unset limit is left out, so a full run's config.yaml matches one recorded without the field (--resume
-    compares them)."""
-    return {"scheduler"} | ({"limit"} if cfg.limit is None else set())
+    unset limit and `stop: full` are left out, so a full run's config.yaml matches one recorded without
+    the fields (--resume compares them)."""
+    return {"scheduler"} | ({"limit"} if cfg.limit is None else set()) | ({"stop"} if cfg.stop == "full" else set())
 
 
 def narrowed(cfg: RunConfig, only_tasks: list[str], limit: int | None) -> RunConfig:

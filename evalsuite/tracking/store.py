@@ -279,6 +279,19 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
     return {k: shared_text(str(v))[:MAX_TAG] for k, v in tags.items() if v is not None}
 
 
+def run_metrics(record: RunRecord) -> dict[str, float]:
+    """What the run cost (core.types.RunWall): its wall and, where sampled, its GPU-idle share."""
+    w = record.wall
+    if w is None:
+        return {}
+    return {"run/wall_s": w.wall_s, **({"run/gpu_idle_frac": w.gpu_idle_frac} if w.gpu_idle_frac is not None else {})}
+
+
+def run_cost_tags(record: RunRecord) -> dict[str, str]:
+    """The GPU-idle share as a reader of the run page sees it, also where it was not sampled."""
+    return {"evalsuite.gpu_idle": record.wall.idle_text()} if record.wall is not None else {}
+
+
 def variant_metrics(result: VariantResult) -> dict[str, float]:
     out = {sanitize(k): v for k, v in {**flat_metrics(result), **placement_metrics(result)}.items() if v is not None}
     if result.duration_s is not None:
@@ -392,11 +405,14 @@ class _Logger:
         if found:
             run = found[0]
             params = {k: v for k, v in run_params(self.record, self.config).items() if sanitize(k) not in run.data.params}
-            _log_batch(self.client, run.info.run_id, params=params)
+            # a resumed run's cost grows: logged again where it changed
+            metrics = {k: v for k, v in run_metrics(self.record).items() if run.data.metrics.get(k) != v}
+            _log_batch(self.client, run.info.run_id, params=params, metrics=metrics, tags=run_cost_tags(self.record))
             return run.info.run_id, False
         tags = {**run_tags(self.record, self.env), T_ROLE: "parent", "mlflow.runName": self.record.run_id}
         run = self.client.create_run(self.exp_id, start_time=_ms(self.record.created_at), tags=tags)
-        _log_batch(self.client, run.info.run_id, params=run_params(self.record, self.config))
+        _log_batch(self.client, run.info.run_id, params=run_params(self.record, self.config),
+                   metrics=run_metrics(self.record), tags=run_cost_tags(self.record))
         return run.info.run_id, True
 
     def variant(self, parent_id: str, result: VariantResult) -> tuple[str, bool]:

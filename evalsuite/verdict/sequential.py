@@ -61,6 +61,32 @@ def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: 
     return out or "no accuracy rule names its metrics"
 
 
+def watched(rules: Rules, base_rd: RunDir, base: VariantResult, task: str,
+            seed: int) -> tuple[list[Gated], dict[int, str]] | str:
+    """(the checks a candidate's task is watched by, length -> why its check runs to its fixed n), or
+    why the whole task runs whole. As `checks`, but one length's check the sequence cannot resolve
+    keeps only that length's items running: the others stop as their own checks are decided."""
+    if rules.decision not in DECISIONS:
+        return f"decision {rules.decision!r} is decided on the whole task"
+    out, fixed = [], {}
+    for m in base.metrics:
+        rule = rules.rule_for(m.name)
+        if task_of(m.name) != task or rule is None:
+            continue
+        if rule.kind != "max_drop_points" or m.strata is None:
+            return f"{m.name} is judged by {rule.kind}, on the whole task"
+        found = _check(rules, rule, base_rd, base, m, seed)
+        if isinstance(found, str) and m.length is not None and m.depth is None:
+            fixed[m.length] = f"fixed n: {found}"
+        elif isinstance(found, str):
+            return found
+        else:
+            out.append(found)
+    if not out:
+        return "no accuracy rule names its metrics" if not fixed else "no check of it can be decided early"
+    return out, fixed
+
+
 def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Metric, seed: int) -> Gated | str:
     items = read_scores(base_rd, base.variant, m)
     if not all(0 <= r["value"] <= 1 for r in items.values()):
@@ -79,9 +105,11 @@ def _check(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResult, m: Me
     return Gated(m, rule, limit, order, items, pop)
 
 
-def sequence(rules: Rules, check: Gated, cand: dict[str, dict]) -> Sequential | str:
-    """The check's test on the candidate's items, which must be the first n of the seeded order."""
-    seen = first_in_order(check.order, cand)
+def sequence(rules: Rules, check: Gated, cand: dict[str, dict], prefix: bool = False) -> Sequential | str:
+    """The check's test on the candidate's items, which must be the first n of the seeded order; with
+    `prefix`, on the longest run of them that is (a task stopped by length: its task-wide checks were
+    decided on such a run, and a confidence sequence holds at any n)."""
+    seen = longest_prefix(check.order, cand) if prefix else first_in_order(check.order, cand)
     if seen is None:
         return f"the candidate's {len(cand)} items of {check.metric.name} are not the first of the seeded order"
     drops = [check.base[s]["value"] - cand[s]["value"] for s in seen]
@@ -94,12 +122,23 @@ def first_in_order(order: list[str], cand: dict[str, dict]) -> list[str] | None:
     return seen if seen == order[: len(seen)] else None
 
 
-def decisions(rules: Rules, found: list[Gated], cand: Iterable[Item]) -> dict[str, str | None]:
+def longest_prefix(order: list[str], cand: dict[str, dict]) -> list[str]:
+    """The first ids of `order`, up to the first the candidate did not score."""
+    out = []
+    for s in order:
+        if s not in cand:
+            break
+        out.append(s)
+    return out
+
+
+def decisions(rules: Rules, found: list[Gated], cand: Iterable[Item], prefix: bool = False) -> dict[str, str | None]:
     """Each check's decision on the candidate's items recorded so far (stats.paired.scored_items of its
     samples): pass, fail, futile, or None (open)."""
     out: dict[str, str | None] = {}
+    cand = tuple(cand)
     for check in found:
-        seq = sequence(rules, check, scores_of(cand, check.metric))
+        seq = sequence(rules, check, scores_of(cand, check.metric), prefix)
         out[check.metric.name] = None if isinstance(seq, str) else decision(seq, rules.decision)[0]
     return out
 
@@ -126,9 +165,12 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
         # these rules never watch the task, and it ran to its last item: its data are the full data
         # whatever was looked at, so it is judged as a run without --stop would be
         return None
+    if isinstance(found, str) and m.length is not None and m.length not in stop.lengths \
+            and read_scores(base_rd, base.variant, m).keys() <= read_scores(cand_rd, cand.variant, m).keys():
+        return None  # a length whose check the sequence cannot resolve ran to its fixed n: judged fixed-n
     if isinstance(found, str):
         return None, "sequential", f"run under --stop decided, but {found}"
-    seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric))
+    seq = sequence(rules, found, read_scores(cand_rd, cand.variant, found.metric), prefix=bool(stop.lengths))
     if isinstance(seq, str):
         return None, "sequential", seq
     decided, at = decision(seq, rules.decision)
@@ -153,8 +195,8 @@ def stopped_score(base: dict[str, dict], cand: dict[str, dict], metric: Metric, 
     mean over the seeded order (stats.sequential.mean_interval), the strata weighed as in the
     population, which the baseline's items (run whole first) give; or why none holds its level."""
     order = seeded_order(base, stop.seed, metric.task)
-    seen = first_in_order(order, cand)
-    if not seen or len(seen) < len(cand):
+    seen = longest_prefix(order, cand) if stop.lengths else first_in_order(order, cand)
+    if not seen or (len(seen) < len(cand) and not stop.lengths):
         return (f"{metric.name}: the items scored are not the first {len(cand):,} of the baseline's {len(order):,} "
                 "in the seeded order")
     values = [cand[s]["value"] for s in seen]

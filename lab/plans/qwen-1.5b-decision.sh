@@ -49,6 +49,20 @@
 # Triton variants are 62% of the total): not reachable on vLLM 0.26 with this config; packing and
 # early stopping can remove only the starts, builds and the items a verdict does not need.
 #
+# PART=wall-before, then PART=wall-after: the whole decision's wall, before and after, by the GPU's own
+# clock (decision_wall's gpu_idle_frac), on qwen-1.5b-decision-wall.yaml (the eight variants, MMLU
+# 5-shot and CUAD whole, the needle at 64 cells, RULER at 12 items a task on 4K/16K/32K, the 32K
+# contract questions, the latency pass), full items, `--stop decided`, --fresh-cache. Two leases of one
+# card of the same model (nvidia-h100-x1 both times: an H100's targets are wall_s <= 900 and <= 0.75 x
+# before_s), at most 30 minutes each:
+#   lease 1  wall-before  the code before (lab/before: a tree of the commit the change is measured
+#            against, made here by `BEFORE=COMMIT bash lab/plans/qwen-1.5b-decision.sh before-tree` and
+#            carried, as it is ignored), --before-only; ~17 min of run (the 6-variant decision took
+#            1,045 s), ~3 min of setup and copy, ~1 min of margin: 21 of 30. It starts only with 1,260 s left.
+#   lease 2  wall-after   this checkout, with lease 1's bench.log copied to lab/before/bench.log (before_s
+#            and its gpu_idle_frac then stand in the RESULT line); ~15 min of run (the target), the same
+#            setup: 19 of 30. It starts only with 1,080 s left.
+# Budget: 2 leases, ~40 of their 60 minutes on the card; each RESULT line in runs/h200/{dwb71,dwa71}/bench.log.
 # Carrying and start: as lab/plans/qwen-1.5b-yarn-rest.sh (slim.sh aside with nothing kept, pack.sh,
 # the kit, .gpu/carry with `device.sh prepare`, the model's pieces), the last call running
 #   T0=$(date +%s); set -e; bash lab/device.sh stash; bash lab/device.sh setup 2>&1 | tail -4
@@ -60,6 +74,12 @@
 # Usage: setsid nohup bash lab/plans/qwen-1.5b-decision.sh T0 BUDGET_S > /root/lanes.log 2>&1 < /dev/null &
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${1:-}" = before-tree ]; then  # here, before lease 1: the before code as decision_wall --before-src reads it
+  [ -n "${BEFORE:-}" ] || { echo "BEFORE: the commit to measure against (e.g. main as it stood)" >&2; exit 2; }
+  rm -rf lab/before && mkdir -p lab/before
+  git archive --format=tar "$BEFORE" | tar -x -C lab/before && git rev-parse "$BEFORE" > lab/before/.commit
+  echo "lab/before: $(cat lab/before/.commit)"; exit
+fi
 DL=$(($1 + $2 - ${END_MARGIN_S:-150}))
 C=lab/configs/h200/qwen-1.5b-decision.yaml
 V="-V bf16 -V bf16_repeat -V fp8 -V awq_int4 -V gptq_int4 -V kv_fp8 -V kv_fp8_skip_layers_0_1 -V fp8_kv_fp8"
@@ -83,6 +103,17 @@ SP="[ \$(left) -gt 400 ] && py lp bench/latency_pause.py lab/configs/h200/qwen-1
 S4="[ \$(left) -gt 420 ] && run lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml c64 bf16_triton_attn"
 S5="[ \$(left) -gt 800 ] && $(dw dwb lab/configs/h200/qwen-1.5b-decision-before.yaml -- $ITEMS)"
 LANES=${LANES:-bash lab/lanes.sh}  # LANES=printf prints the lanes instead (tests/test_decision_plan.py)
+CW=lab/configs/h200/qwen-1.5b-decision-wall.yaml
+WALL="bench/decision_wall.py $CW $V --parallel auto --fresh-cache"
+case ${PART:-} in
+  wall-before) $LANES $DL "[ \$(left) -gt 1260 ] && py dwb71 $WALL --cache-root $R-dwb71 \
+--work-dir runs/h200/dwb71/work --before-only --before-src lab/before -- --stop decided"; exit ;;
+  wall-after) BL=$([ -f lab/before/bench.log ] && echo "--before-log lab/before/bench.log")
+              $LANES $DL "[ \$(left) -gt 1080 ] && py dwa71 $WALL --cache-root $R-dwa71 \
+--work-dir runs/h200/dwa71/work $BL -- --stop decided"; exit ;;
+  "") ;;
+  *) echo "PART: wall-before, wall-after or unset, not ${PART}" >&2; exit 2 ;;
+esac
 case ${CONTROL:-after} in
   after) $LANES $DL "$S1; $S2; $SP; $S3; $S4; $S5" ;;
   beside) echo "CONTROL=beside: the card is shared; decision_wall's times are not a quiet card's"

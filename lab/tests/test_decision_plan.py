@@ -36,3 +36,22 @@ def test_the_control_beside_is_a_second_lane_and_full_items_drop_the_limit():
     assert "ruler-64k-single" not in first and second.startswith("run lab/configs/h200/qwen-1.5b-ruler-64k-single.yaml")
     (_, lane) = lanes(CONTROL="no", ITEMS="full")
     assert "ruler-64k-single" not in lane and "--limit" not in lane
+
+
+def test_the_wall_before_and_after_are_one_step_a_lease_on_the_same_config():
+    deadline, before = lanes(PART="wall-before")
+    assert before.startswith("[ $(left) -gt 1260 ] && py dwb71 bench/decision_wall.py "
+                             "lab/configs/h200/qwen-1.5b-decision-wall.yaml ")
+    assert "--before-only --before-src lab/before -- --stop decided" in before and before.count("-V ") == 8
+    deadline, after = lanes(PART="wall-after")
+    assert after.startswith("[ $(left) -gt 1080 ] && py dwa71 ") and after.endswith("-- --stop decided")
+    assert "--before" not in after  # no lab/before/bench.log here: before_s=nan, never a made-up one
+    res = subprocess.run(["bash", str(PLAN), "1000", "2000"], capture_output=True, text=True,
+                         env={**os.environ, "LANES": "printf [%s]\\n", "PART": "other"})
+    assert res.returncode == 2 and "PART: wall-before, wall-after or unset" in res.stderr
+
+
+def test_the_before_tree_is_a_commit_of_this_repository(tmp_path):
+    res = subprocess.run(["bash", str(PLAN), "before-tree"], capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "BEFORE"})
+    assert res.returncode == 2 and "BEFORE: the commit to measure against" in res.stderr
