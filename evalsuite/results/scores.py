@@ -293,10 +293,11 @@ def _rebuild(kept: Path, config: _Config, out: Path, names: list[str], only_task
 def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str], only_tasks: set[str] | None,
           cache_dir: Path) -> None:
     from evalsuite.run.finish import finish_run
+    from evalsuite.run.session import recorded_exclude
 
     cfg = config.cfg
     rd = RunDir(root)
-    rd.write_config(cfg.model_dump(mode="json", exclude={"scheduler", "limit"}))
+    rd.write_config(cfg.model_dump(mode="json", exclude=recorded_exclude(cfg) | {"limit"}))
     results = {n: read_result(kept / n / RESULT_FILE) for n in names}
     rd.write_run(RunRecord(run_id=run_id, config_path=config.path and os.path.realpath(config.path),
                            model=cfg.model.name or cfg.model.source, env={"rebuilt_from": str(kept)}))

@@ -1,6 +1,6 @@
 """`run --stop decided` (`stop: decided`): stop a candidate's task once the gate knows.
 
-One policy a run (stop_policy), built by the session and handed to the runner, after inspect_ai's
+One policy a run (stop_policy), built once by run_config and handed to the runner, after inspect_ai's
 EarlyStopping protocol: `start_task` gives a task's watch, whose `schedule_sample` says whether an item
 is still asked, `complete_sample` reads each recorded batch and `complete_task` gives the record
 (`VariantResult.stopped`). `full` asks every item. `decided` orders each task's items by a seed, alike
