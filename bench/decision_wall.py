@@ -355,6 +355,7 @@ def commit_of(src: Path) -> str:
 
 def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: str = "current") -> int:
     from evalsuite.core.records import RunDir
+    from evalsuite.core.types import Scheduling
 
     rd = RunDir(after.run_dir)
     record = rd.load_run()
@@ -365,9 +366,9 @@ def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: s
     spans = {**phase_spans(rows), "report": [(after.run_start + after.wall_run, after.run_start + after.wall_s)]}
     whole = after.busy.result()
     idle = float("nan") if whole.gpu_idle_frac is None else whole.gpu_idle_frac
-    sched = record.env.get("scheduler", {})
+    sched = record.scheduling or Scheduling()
     print(f"run {after.run_dir}: {after.wall_run:.1f} s; report {after.wall_report:.1f} s (exit {after.report_rc}); "
-          f"{sched.get('most_at_once', 1)} engines at most at once, latency pass: {sched.get('latency_pass', '-')}")
+          f"{sched.most_at_once or 1} engines at most at once, latency pass: {sched.latency_pass or '-'}")
     print("GPU idle over the bench's wall: " + (f"{idle:.1%} ({len(whole.devices)} card(s), {whole.readings} NVML "
           "readings)" if whole.gpu_idle_frac is not None else f"not sampled ({whole.sampled})")
           + f"; the run's own record: {record.wall.idle_text() if record.wall else 'none'}")

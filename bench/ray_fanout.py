@@ -125,7 +125,7 @@ def report(variants: list[str], conc_s: float, conc: dict, seq_s: float, seq: di
         for v in rec["variants"]:
             print(f"{name:10s} {v['variant']}: {v['status']}, {v['duration_s'] or 0:.1f} s "
                   f"(engine start {v['engine'].get('startup_s') or 0:.1f} s) on "
-                  f"{rec['env'].get('scheduler', {}).get('nodes', {}).get(v['variant'], 'this machine')}")
+                  f"{((rec.get('scheduling') or {}).get('nodes') or {}).get(v['variant'], 'this machine')}")
     agree = total = 0
     for v in variants:
         a, b = scores(conc["dir"], v), scores(seq["dir"], v)

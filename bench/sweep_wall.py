@@ -48,7 +48,7 @@ import yaml
 from rich.console import Console
 
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import RunRecord
+from evalsuite.core.types import RunRecord, Scheduling
 from evalsuite.report.names import primary_metrics
 from evalsuite.report.placement import engines_at_once, placement_table
 from evalsuite.stats.paired import difference_interval, pairing
@@ -161,9 +161,9 @@ def report(seq_s: float, seq: Path, packed_s: float, packed: Path, parallel: str
     ok = all(v.status == "ok" for rec in records.values() for v in rec.variants)
     a, b = answers(seq), answers(packed)
     largest = score_deltas(dirs["sequential"], dirs["packed"], records["sequential"], records["packed"])
-    sched = records["packed"].env.get("scheduler", {})
-    print(f"packed with --parallel {parallel}: {engines_at_once(sched)}, budget {sched.get('budget_gib')} "
-          f"of {sched.get('memory_gib')} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
+    sched = records["packed"].scheduling or Scheduling()
+    print(f"packed with --parallel {parallel}: {engines_at_once(sched)}, budget {sched.budget_gib} "
+          f"of {sched.memory_gib} GiB; {len(a)} answers per mode; runs in {packed.parent.parent}")
     return (f"RESULT bench=sweep_wall variants={len(records['sequential'].variants)} parallel={parallel} "
             f"all_ok={int(ok)} sequential_s={seq_s:.1f} packed_s={packed_s:.1f} speedup={seq_s / packed_s:.3f} "
             f"same_answers={same_share(a, b):.4f} noise_floor={'-' if noise is None else f'{noise:.4f}'} "

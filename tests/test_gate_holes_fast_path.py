@@ -64,7 +64,7 @@ def test_gate_gives_json_with_every_check_and_the_exit_reason(tmp_path):
     assert printed["schema_version"] == 1 and printed["exit_code"] == 1
     assert printed["exit_reason"].startswith("failed: awq: ")
     assert printed["candidates"] == [{"name": "awq", "verdict": "failed", "control": False,
-                                      "why": printed["candidates"][0]["why"]}]
+                                      "why": printed["candidates"][0]["why"], "redefined": {}}]
     for c in printed["checks"]:
         assert {"metric", "status", "low", "high", "limit", "n", "p", "needed", "resolvable", "detail"} <= set(c)
         assert c["status"] == "fail" and c["n"] == 80 and c["limit"] == 5 and c["low"] > 5, c

@@ -217,10 +217,10 @@ def test_a_packed_run_times_latency_on_the_engine_it_started(tmp_path, tiny_mode
         others = [p for p in rows if p["phase"] == "paused" and p["variant"] == r["variant"]]
         assert all(p["end"] <= waited["end"] or p["start"] >= r["end"] for p in others)
     record = RunDir(root).load_run()
-    assert record.env["scheduler"]["latency_pass"] == "pause" and record.env["scheduler"]["most_at_once"] == 2
+    assert record.scheduling.latency_pass == "pause" and record.scheduling.most_at_once == 2
     # the order started and why: the fake engine on a CPU gives no figures to tell them apart, so as given
-    assert [w["variant"] for w in record.env["scheduler"]["order"]] == ["a", "b", "c"]
-    assert record.env["scheduler"]["order_rule"].startswith("INT4 builds first")
+    assert [w.variant for w in record.scheduling.order] == ["a", "b", "c"]
+    assert record.scheduling.order_rule.startswith("INT4 builds first")
     for v in record.variants:
         assert v.status == "ok" and v.placement.latency == "pause" and v.metric("latency/ttft_ms_p50")
         # the fake engine has no device to check; the record still says whom it paused and how it warmed up

@@ -1,4 +1,4 @@
-"""`type: legal`: LegalBench's CUAD tasks as evalsuite/tasks/defs/legalbench_cuad.yaml defines them,
+"""`type: legal`: LegalBench's CUAD tasks as tasks/legalbench_cuad.yaml defines them,
 under the name `legal`: LegalBench's own prompts, label-stratified subsets, Yes/No scoring."""
 
 import functools
@@ -16,7 +16,7 @@ from evalsuite.tasks.spec import ChoiceConfig, Renderer, load_definition
 LegalConfig = functools.partial(ChoiceConfig, type="legal")  # as a run config's `- type: legal` block
 SPEC = load_definition("legal")
 
-CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"  # shipped in the repository
+CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"  # shipped in the repository
 
 
 def _ctx(tmp_path, **kw):

@@ -1,6 +1,7 @@
-"""Records of schema 1 read through one migration (evalsuite.core.migrate): the published H200 run folders
-and kept results as fetched, and a version-1 variant with a quantized checkpoint, a simulated label and
-metrics recorded before they carried their meaning."""
+"""Records of schemas 1 and 2 read through the migration (evalsuite.core.migrate): the published H200 run
+folders and kept results as fetched, a version-1 variant with a quantized checkpoint, a simulated label and
+metrics recorded before they carried their meaning, and a version-2 run record whose scheduler's
+decisions sit in its `env`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ V1_SIMULATED = {
 def test_a_v1_variant_moves_its_build_out_of_its_settings_and_gets_its_metrics_meaning():
     v = VariantResult.model_validate_json(json.dumps(upgraded(json.loads(json.dumps(V1_SIMULATED)), "r", run=False)),
                                           strict=True)
-    assert v.settings == {"quantize": "rtn", "simulate": True, "dtype": "bfloat16"}  # the config alone
+    assert v.settings.model_dump() == {"quantize": "rtn", "simulate": True, "dtype": "bfloat16"}  # the config alone
     assert v.simulated and isinstance(v.build, Build) and v.build.checkpoint == "/cache/quantized/m-rtn-w4a16-1"
     assert v.build.dense_engine == {"weights_gib": 0.531, "kv_cache_tokens": 145221} and v.build.tensors_rounded == 14
     assert v.predicted is None and v.placement is None
@@ -43,7 +44,7 @@ def test_a_v1_variant_moves_its_build_out_of_its_settings_and_gets_its_metrics_m
     assert legal.strata == meaning_of_name("legal/balanced_acc")["strata"] and "ci95" not in legal.model_dump()
 
 
-def test_a_v1_result_json_reads_and_is_written_back_as_v2(tmp_path):
+def test_a_v1_result_json_reads_and_is_written_back_as_this_version(tmp_path):
     (tmp_path / "w4a16_sim").mkdir()
     (tmp_path / "w4a16_sim" / "result.json").write_text(json.dumps(V1_SIMULATED))
     rd = RunDir(tmp_path)
@@ -51,17 +52,17 @@ def test_a_v1_result_json_reads_and_is_written_back_as_v2(tmp_path):
     assert v.simulated and v.build.method == "rtn"
     rd.write_result(v)
     written = json.loads((tmp_path / "w4a16_sim" / "result.json").read_text())
-    assert written["schema_version"] == SCHEMA_VERSION == 2 and "simulated" not in written["settings"]
+    assert written["schema_version"] == SCHEMA_VERSION == 3 and "simulated" not in written["settings"]
     assert rd.load_result("w4a16_sim") == v
 
 
 def test_an_unknown_schema_version_is_one_line(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"schema_version": 9, "run_id": "r", "model": "m", "variants": []}))
-    with pytest.raises(ConfigError, match=r"run.json: schema_version 9 is not supported \(this evalsuite reads 1 to 2\)"):
+    with pytest.raises(ConfigError, match=r"run.json: schema_version 9 is not supported \(this evalsuite reads 1 to 3\)"):
         RunDir(tmp_path).load_run()
     (tmp_path / "v").mkdir()
-    (tmp_path / "v" / "result.json").write_text(json.dumps({**V1_SIMULATED, "variant": "v", "schema_version": 3}))
-    with pytest.raises(ConfigError, match="result.json: schema_version 3 is not supported"):
+    (tmp_path / "v" / "result.json").write_text(json.dumps({**V1_SIMULATED, "variant": "v", "schema_version": 4}))
+    with pytest.raises(ConfigError, match="result.json: schema_version 4 is not supported"):
         RunDir(tmp_path).load_result("v")
 
 
@@ -75,8 +76,8 @@ def test_the_published_v1_run_folders_read_through_the_migration(results_pages):
         raw = json.loads(path.read_text())
         assert raw["schema_version"] == 1
         record = RunDir(path.parent).load_run()
-        assert record == RunRecord.model_validate_json(json.dumps(migrate_v1(raw)), strict=True)
-        assert record.schema_version == 2
+        assert record == RunRecord.model_validate_json(json.dumps(upgraded(raw, "r", run=True)), strict=True)
+        assert record.schema_version == 3 and migrate_v1(raw)["schema_version"] == 2
         for v in record.variants:
             _migrated(v, next(r for r in raw["variants"] if r["variant"] == v.variant))
     for path in results:
@@ -84,7 +85,7 @@ def test_the_published_v1_run_folders_read_through_the_migration(results_pages):
 
 
 def _migrated(v: VariantResult, raw: dict) -> None:
-    assert not {"quantized", "simulated", "dense_engine"} & v.settings.keys()
+    assert not {"quantized", "simulated", "dense_engine"} & v.settings.model_dump().keys()
     assert (v.build is not None) == ("quantized" in raw["settings"] or "simulated" in raw["settings"])
     if raw.get("predicted"):
         assert v.predicted is not None and v.predicted.model_dump(exclude_none=True) == raw["predicted"]
@@ -92,3 +93,33 @@ def _migrated(v: VariantResult, raw: dict) -> None:
         assert m.name == r["name"] and m.value == pytest.approx(r["value"], nan_ok=True)
         if "kind" not in r:
             assert m.kind == meaning_of_name(m.name)["kind"]
+
+
+# a version-2 run record of `run --parallel`: the scheduler's decisions in its env
+V2_PACKED = {"schema_version": 2, "run_id": "r", "model": "m", "mode": "fake",
+             "env": {"python": "3.12.3", "device": "cpu", "model_dir": "m",
+                     "scheduler": {"kind": "local", "parallel": "auto", "limit": 2, "memory_gib": 31.2,
+                                   "budget_gib": 28.1, "kv_pool": "throughput", "most_at_once": 2,
+                                   "latency_pass": "pause"}},
+             "variants": [{"schema_version": 2, "variant": "bf16", "status": "ok", "settings": {"dtype": "bfloat16"}}]}
+
+
+def test_a_v2_run_records_scheduler_decisions_move_out_of_its_env(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(V2_PACKED))
+    rd = RunDir(tmp_path)
+    record = rd.load_run()
+    assert record.schema_version == 3 and record.variants[0].schema_version == 3
+    assert record.scheduling is not None and record.scheduling.most_at_once == 2
+    assert record.scheduling.latency_pass == "pause" and record.scheduling.kind == "local"
+    assert record.env.device == "cpu" and "scheduler" not in record.env.model_dump()
+    assert record.variants[0].task_versions == {}  # unknown in a record older than them
+    rd.write_run(record)
+    written = json.loads((tmp_path / "run.json").read_text())
+    assert written["env"] == {"python": "3.12.3", "device": "cpu", "model_dir": "m"}  # as given, nothing added
+    assert written["scheduling"] == V2_PACKED["env"]["scheduler"] and rd.load_run() == record
+
+
+def test_a_run_without_a_scheduler_writes_no_scheduling(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.write_run(RunRecord(run_id="r", model="m", env={"device": "cpu"}))
+    assert "scheduling" not in json.loads((tmp_path / "run.json").read_text())

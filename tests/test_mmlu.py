@@ -1,4 +1,4 @@
-"""`type: mmlu`: evalsuite/tasks/defs/mmlu.yaml through the definition engine (evalsuite.tasks.spec),
+"""`type: mmlu`: tasks/mmlu.yaml through the definition engine (evalsuite.tasks.spec),
 held to lm-eval 0.4.13's own mmlu task: prompts, chat messages and the tokens read for each letter."""
 
 import functools

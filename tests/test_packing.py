@@ -99,7 +99,7 @@ def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_mo
     assert slots["a"].beside == ["c"] and slots["b"].beside == [] and slots["a"].gpu == "0"
     footprint = run.predicted["a"].footprint_gib
     assert slots["a"].overrides["gpu_memory_utilization"] == pools.utilization(footprint, 80.0)
-    assert [g["gpu"] for g in record.env["scheduler"]["gpus"]] == ["0", "1"]
+    assert [g.gpu for g in record.scheduling.gpus] == ["0", "1"] and "scheduler" not in record.env.model_dump()
     from rich.console import Console
 
     from evalsuite.core.types import VariantResult
@@ -332,7 +332,7 @@ def test_a_packed_run_answers_as_a_sequential_run(tmp_path, tiny_model):
         assert place["measured"]["kv_cache_gib"] == pytest.approx(place["predicted"]["kv_cache_gib"], rel=0.02)
         names = {m["name"] for m in result["metrics"]}
         assert {"mmlu/acc", "needle/acc", "latency/ttft_ms_p50"} <= names
-    sched = json.loads((runs["packed"] / "run.json").read_text())["env"]["scheduler"]
+    sched = json.loads((runs["packed"] / "run.json").read_text())["scheduling"]
     assert sched["parallel"] == 2 and sched["budget_gib"] > 0
 
 
@@ -461,7 +461,7 @@ def test_an_engine_out_of_memory_mid_variant_beside_another_is_retried_alone(tmp
         "model": {"path": str(tiny_model)}, "engine": {"mode": "fake", "batch_size": 4},
         "defaults": {"max_model_len": 2048}, "variants": {"bf16": {}, "fp8": {"kv_cache_dtype": "fp8"}},
         "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 12, "num_fewshot": 0},
-                  {"type": "legal", "data_dir": str(repo_root / "evalsuite/tasks/defs/data/legalbench-cuad"),
+                  {"type": "legal", "data_dir": str(repo_root / "tasks/data/legalbench-cuad"),
                    "tasks": ["governing_law"], "limit_per_task": 10}],
         "tracking": {"enabled": False}, "output_dir": str(tmp_path / "runs")}))
     real = FakeEngine.generate
@@ -504,7 +504,7 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     """Pure: a packed record's placement table and MLflow metrics; an unpacked record shows none."""
     from rich.console import Console
 
-    from evalsuite.core.types import RunRecord, VariantResult
+    from evalsuite.core.types import RunRecord, Scheduling, VariantResult
     from evalsuite.report.placement import engines_at_once, part_error, placement_metrics, placement_table
 
     packed = VariantResult(variant="fp8", status="ok", placement={
@@ -514,14 +514,14 @@ def test_the_summary_sets_the_plan_beside_the_engine():
     lone = VariantResult(variant="gguf", status="ok", placement={
         "parallel": "auto", "ran_with": [], "predicted": {"error": "no config.json"}, "measured": {}})
     record = RunRecord(run_id="r", model="m", variants=[packed, lone],
-                       env={"scheduler": {"parallel": "auto", "limit": 8, "most_at_once": 2, "budget_gib": 120.0,
-                                          "memory_gib": 139.8}})
+                       scheduling={"parallel": "auto", "limit": 8, "most_at_once": 2, "budget_gib": 120.0,
+                                   "memory_gib": 139.8})
     console = Console(width=200, record=True)
     console.print(placement_table(record))
     text = " ".join(console.export_text().split())  # the caption wraps
     # the engines that ran together, not only the plan's allowance (which once read as the count)
     assert "packing (--parallel auto): 2 engines ran at once (at most 8 allowed), 120.0 of 139.8 GiB" in text
-    assert engines_at_once({"limit": 8}) == "at most 8 engines allowed at once"  # a record before the count
+    assert engines_at_once(Scheduling(limit=8)) == "at most 8 engines allowed at once"  # a record before the count
     assert "2.200 / 2.000 (+10%)" in text and "0.500 / -" in text
     assert "3.700 / 4.000 (-7%)" in text  # the planner's footprint against the engine's NVML peak
     assert "alone" in text and "no prediction: no config.json" in text

@@ -221,7 +221,7 @@ def test_failure_keeps_what_the_worker_recorded(tmp_path):
 
     got = failure(run_dir, "b", Variant(), since, WorkerCrashedError("The worker died unexpectedly.\nmore"))
     assert got.status == "failed" and got.reason == "WorkerCrashedError: The worker died unexpectedly."
-    assert got.settings == {"dtype": "bfloat16"} and got.started_at == since
+    assert got.settings.model_dump() == {"dtype": "bfloat16"} and got.started_at == since
     assert run_dir.load_result("b") == got
 
     class RayTaskError(Exception):
@@ -377,7 +377,7 @@ def test_two_nodes_killed_worker_then_resume(tmp_path, tiny_model, two_nodes):
     kept = {r["sample"]["id"]: r["score"] for r in rows(run, "b")}
     assert 0 < len(kept) < N_SAMPLES, "the kill came too late to test resume"
     assert all_gone(engine), "the killed worker's engine survived"
-    sched = json.loads((run / "run.json").read_text())["env"]["scheduler"]
+    sched = json.loads((run / "run.json").read_text())["scheduling"]
     assert sched["kind"] == "ray" and sched["nodes"]["a"] != sched["nodes"]["b"]  # one per node
     (a0, a1), (b0, b1) = interval(first["a"]), interval(first["b"])
     assert a0 < b1 and b0 < a1, "the two variants did not run at the same time"

@@ -67,11 +67,11 @@ def test_resolved_config_stays_in_the_repo(path):
 
 
 def test_default_legal_data_is_the_bundled_copy():
-    """Configs leave `legal.data_dir` unset, so a clone reads evalsuite/tasks/defs/data/legalbench-cuad."""
+    """Configs leave `legal.data_dir` unset, so a clone reads tasks/data/legalbench-cuad."""
     from evalsuite.tasks.spec import load_definition, tasks_dir
 
     assert (tasks_dir() / load_definition("legal").data.path.split("{group}")[0]).resolve() == (
-        REPO / "evalsuite" / "tasks" / "defs" / "data" / "legalbench-cuad")
+        REPO / "tasks" / "data" / "legalbench-cuad")
     for path in RUNNABLE:
         for t in load_config(path).tasks:
             if t.type == "legal":
@@ -88,7 +88,7 @@ def test_nothing_in_the_repo_reaches_beside_it():
     needles = (f"../{sibling}", f"/tmp/{sibling}", f"/work/{sibling}")
     hits = []
     for name in files:
-        if name == this or name.startswith(("docs/results/", "evalsuite/tasks/defs/data/")):
+        if name == this or name.startswith(("docs/results/", "tasks/data/")):
             continue  # dated records of past runs say where they ran; the data is data
         f = REPO / name
         if f.suffix not in {".py", ".sh", ".yaml", ".yml", ".md", ".toml", ""} or not f.is_file():
@@ -103,3 +103,14 @@ def test_the_largest_file_in_the_repo_is_below_5_mib():
                            text=True, check=True).stdout.split()
     big = [n for n in files if (REPO / n).is_file() and (REPO / n).stat().st_size > 5 * 2**20]
     assert not big, big
+
+
+def test_the_task_definitions_live_at_the_top_and_the_package_names_them():
+    """tasks/ at the repository's top holds the definitions a user reads and copies; the package reads them
+    through its evalsuite/tasks/defs link, which a wheel carries as files (tests/test_wheel.py)."""
+    from evalsuite.tasks.spec import defined_tasks, tasks_dir
+
+    defs = REPO / "evalsuite" / "tasks" / "defs"
+    assert defs.is_symlink() and defs.resolve() == REPO / "tasks"
+    assert tasks_dir().resolve() == REPO / "tasks" and len(defined_tasks()) == len(list((REPO / "tasks").glob("*.yaml")))
+    assert (REPO / "runs" / "README.md").is_file()

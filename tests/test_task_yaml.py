@@ -1,4 +1,4 @@
-"""Tasks as data: the definitions in evalsuite/tasks/defs/*.yaml, their prompts, scoring and metrics.
+"""Tasks as data: the definitions in tasks/*.yaml, their prompts, scoring and metrics.
 
 MMLU's definition must give lm-eval's prompts byte for byte (tests/test_mmlu.py compares them with
 lm-eval itself); CUAD's LegalBench's (tests/test_legal.py). tests/test_task_golden.py holds both,

@@ -21,7 +21,7 @@ from evalsuite.tasks.choice import choice_request
 from evalsuite.tasks.spec import Renderer, load_definition
 from evalsuite.tasks.threshold import (apply_threshold, argmax_value, decide, fit_threshold, fit_thresholds, margin)
 
-CUAD = Path(__file__).resolve().parents[1] / "evalsuite/tasks/defs/data/legalbench-cuad"
+CUAD = Path(__file__).resolve().parents[1] / "tasks/data/legalbench-cuad"
 
 
 def LegalConfig(**kw) -> ChoiceConfig:  # noqa: N802 - a run config's `- type: legal` block

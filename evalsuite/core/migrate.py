@@ -1,15 +1,15 @@
-"""Records of earlier schema versions, read up to this one (types.SCHEMA_VERSION): the one place that
-knows what an older record lacks, or holds elsewhere. run.json carries its version; a variant's
-result.json carries it from version 2 on, so one without it is version 1.
+"""Records of earlier schema versions, read up to this one (types.SCHEMA_VERSION), one step a version:
+the one place that knows what an older record lacks, or holds elsewhere. run.json carries its version;
+a result.json from version 2 on, so one without it is version 1. Damaged records pass through as they
+are, for validation to refuse them in one line.
 
-Version 1 to 2:
-- a variant's checkpoint (`settings.quantized`), the `settings.simulated` label and a simulated
-  variant's `settings.dense_engine` move to `build`: the settings say only what the config said;
-- an empty `predicted` or `placement` becomes none;
-- a metric recorded before metrics carried their meaning gets it from its name (its kind, or the prompt
-  length and depth added last), and its stored `ci95` goes: every report draws intervals from stderr.
+1 to 2: a variant's checkpoint (`settings.quantized`), `settings.simulated` and a simulated variant's
+`settings.dense_engine` move to `build` (settings say only what the config said); an empty `predicted`
+or `placement` becomes none; a metric recorded before metrics carried their meaning gets it from its
+name, and its stored `ci95` goes (reports draw intervals from stderr).
 
-Damaged records pass through as they are, for validation to refuse them in one line.
+2 to 3: run.json's `env.scheduler` (what `--parallel` or `--ray` decided) moves to `scheduling`: `env`
+says what the run ran on; a result.json gains `task_versions` (empty in an older one: unknown).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ def upgraded(raw: dict[str, Any], where: str, run: bool) -> dict[str, Any]:
     """A run record (run.json, `run`) or one variant's result (result.json) as this version holds it; a
     version this evalsuite cannot read is refused, naming `where`."""
     version = raw.get("schema_version", None if run else 1)
-    if version == 1:
-        return migrate_v1(raw)
-    if version != SCHEMA_VERSION:
+    if version not in _STEPS and version != SCHEMA_VERSION:
         raise ConfigError(f"{where}: schema_version {version!r} is not supported (this evalsuite reads "
                           f"1 to {SCHEMA_VERSION})")
+    while version in _STEPS:
+        raw = _STEPS[version](raw)
+        version = raw["schema_version"]
     return raw
 
 
@@ -73,3 +74,21 @@ def _metric(m: Any) -> Any:
     if "kind" not in m or ("length" not in m and _BEFORE_LENGTH <= m.keys()):
         return {**meaning_of_name(m["name"]), **m}
     return m
+
+
+def migrate_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """A version-2 run record or variant result, as version 3 holds it."""
+    out = {**raw, "schema_version": 3}
+    if "variants" not in raw:
+        return out
+    if isinstance(out["variants"], list):
+        out["variants"] = [{**v, "schema_version": 3} if isinstance(v, dict) else v for v in out["variants"]]
+    env = out.get("env")
+    if isinstance(env, dict) and "scheduler" in env:
+        env = dict(env)
+        out["scheduling"], out["env"] = env.pop("scheduler"), env
+    return out
+
+
+# version -> the step that reads it as the next one
+_STEPS = {1: migrate_v1, 2: migrate_v2}

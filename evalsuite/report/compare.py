@@ -16,12 +16,14 @@ import pandas as pd
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import POOL_METRICS, HostLoad, Metric, TimingCondition, pools_comparable, timing_unlike
+from evalsuite.core.types import (POOL_METRICS, HostLoad, Metric, TimingCondition, definitions_unlike, pools_comparable,
+                                  task_of, timing_unlike)
 from evalsuite.report.capacity_view import headline_rows, loaded_at
 from evalsuite.report.names import (
     APART,
     ENGINE_HEADLINE,
     LATENCY_HEADLINE,
+    REDEFINED,
     fmt_delta,
     fmt_value,
     in_points,
@@ -139,6 +141,13 @@ class Comparison:
                 out[label] = why
         return out
 
+    def redefined(self) -> dict[str, dict[str, str]]:
+        """label -> task -> how its definition's version differs from the baseline's (core.types.definitions_unlike),
+        for the variants with such a task."""
+        base = next(e.result for e in self.entries if e.label == self.baseline)
+        found = {e.label: definitions_unlike(base, e.result) for e in self.entries if e.label != self.baseline}
+        return {label: how for label, how in found.items() if how}
+
     def capacity_loaded(self, label: str, metric: str) -> bool:
         """A capacity figure of the variant swept on a loaded host (evalsuite.report.capacity_view)."""
         return loaded_at(self.frame.loc[label].to_dict(), metric)
@@ -166,6 +175,7 @@ class Comparison:
             return lines
         lines[0] += loaded_mark(metric, self.loads()[label]) or ("†" if self.capacity_loaded(label, metric) else "") \
             or (APART if is_latency(metric) and label in self.timed_apart() else "")
+        lines[0] += REDEFINED if task_of(metric) in self.redefined().get(label, {}) else ""
         ci = self.intervals.get((label, metric))
         if ci:
             n = self.counts().get((label, metric))

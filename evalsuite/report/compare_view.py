@@ -18,7 +18,7 @@ from rich.text import Text
 from evalsuite.core.types import USABLE_STATUSES
 from evalsuite.report.capacity_view import loaded_note as capacity_note
 from evalsuite.report.compare import OTHER_POOL, SEQUENCE_NOTE, Comparison
-from evalsuite.report.names import STATUS_CELLS, apart_note, loaded_note, status_word, stopped_note
+from evalsuite.report.names import STATUS_CELLS, apart_note, loaded_note, redefined_note, status_word, stopped_note
 from evalsuite.report.plots import write_plots
 from evalsuite.report.terminal import Block, Blocks, fits
 
@@ -33,7 +33,8 @@ def legend(c: Comparison) -> str:
     """What a cell holds, and which variants' latency a loaded host slowed."""
     swept = [e.label for e in c.entries if any(c.capacity_loaded(e.label, m) for m in c.columns)]
     early = {e.label: [t for t, stop in e.result.stopped.items() if stop.early] for e in c.entries}
-    notes = [n for n in (loaded_note(c.loads()), apart_note(c.timed_apart()), stopped_note(early),
+    notes = [n for n in (redefined_note(c.redefined()), loaded_note(c.loads()), apart_note(c.timed_apart()),
+                         stopped_note(early),
                          capacity_note(swept),
                          POOL_NOTE if c.elsewhere else "", SEQUENCE_NOTE if c.sequence_outside() else "") if n]
     return ". ".join([LEGEND, *notes])

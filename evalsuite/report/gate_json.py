@@ -59,7 +59,8 @@ def to_json(report: GateReport) -> str:
         "exit_code": report.exit_code,
         "exit_reason": exit_reason(report),
         "candidates": [{"name": cand, "verdict": "control" if cand in report.controls else report.verdict(cand),
-                        "control": cand in report.controls, "why": verdict_line(report, cand)[1]}
+                        "control": cand in report.controls, "why": verdict_line(report, cand)[1],
+                        "redefined": report.redefined.get(cand, {})}
                        for cand in report.candidates()],
         "checks": [check_dict(c) for c in report.checks],
     }

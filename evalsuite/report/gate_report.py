@@ -12,7 +12,7 @@ from evalsuite.verdict.checks import Check
 from evalsuite.verdict.gate import GateReport, failure_kind
 from evalsuite.verdict.rules import Rules, decision_rule, resolution
 from evalsuite.report.compare import SEQUENCE_NOTE
-from evalsuite.report.names import fmt_value, loaded_note
+from evalsuite.report.names import REDEFINED, fmt_value, loaded_note, redefined_note
 from evalsuite.verdict.compare import is_latency
 from evalsuite.stats.significance import needed_items, resolves
 
@@ -74,10 +74,10 @@ def _method(report: GateReport) -> list[str]:
             f"(small: shown to exceed the limit). The method, with its references: {METHOD}."]
 
 
-def _row(c: Check) -> str:
+def _row(c: Check, redefined: bool = False) -> str:
     limit = "-" if c.limit is None else f"{c.limit:g}{'%' if c.unit == '%' else ' pt'}"
     bounds = "-" if c.low is None else f"{c.low:+.2f}..{c.high:+.2f}" + (" (confidence sequence§)" if c.outside else "")
-    metric = f"`{c.metric}`" + (f" ({c.mark})" if c.mark else "")
+    metric = f"`{c.metric}`" + (REDEFINED if redefined else "") + (f" ({c.mark})" if c.mark else "")
     return (f"| {ICON[c.status]} | `{c.candidate}` | {c.rule} | {metric} | {fmt_value(c.value_unit, c.baseline)} | "
             f"{fmt_value(c.value_unit, c.value)} | {_change(c.change, c.unit)} | {bounds} | {limit} | {_p(c.p)} | "
             f"{_p(c.p_adj)} | {c.detail.replace('|', '/')} |")
@@ -167,10 +167,12 @@ def to_markdown(report: GateReport) -> str:
         "| detail |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {"fail": 0, "warn": 1, "uninformative": 2, "pass": 3}
     for c in sorted((c for c in report.checks if c.status != "skip"), key=lambda c: order[c.status]):
-        lines.append(_row(c))
+        lines.append(_row(c, task_of(c.metric) in report.redefined.get(c.candidate, {})))
     if any(c.outside for c in report.checks):
         lines += ["", SEQUENCE_NOTE + "."]
     lines += _resolution(report) + _loaded(report)
+    if (note := redefined_note(report.redefined)) is not None:
+        lines += ["", note + "."]
     skipped = [c for c in report.checks if c.status == "skip"]
     if skipped:
         lines += ["", "Not checked: " + "; ".join(_skipped(skipped, len(_by_candidate(report.checks))))]

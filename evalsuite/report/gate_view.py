@@ -20,6 +20,7 @@ from rich.text import Text
 from evalsuite.verdict.checks import MISSING, NO_SHARED, Check
 from evalsuite.verdict.gate import GateReport, failure_kind
 from evalsuite.report.gate_report import METHOD
+from evalsuite.report.names import redefined_note
 from evalsuite.report.terminal import Block, Blocks, aligned, fits
 from evalsuite.stats.significance import resolves
 
@@ -219,6 +220,8 @@ def terminal_view(report: GateReport, width: int, markdown: Path | None = None) 
     table = open_table(report, width)
     if table is not None:
         parts += [Text(""), table]
+    if (note := redefined_note(report.redefined)) is not None:
+        parts += [Text(""), Text(note + ".", style="yellow")]
     parts += [Text(""), Text(f"Baseline {report.baseline}, rules: {report.rules_path}. Method: {METHOD}. "
                              f"Every check: {full}.", style="dim")]
     return parts

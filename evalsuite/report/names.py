@@ -17,6 +17,7 @@ LATENCY_HEADLINE = [TTFT_P50, ITL_P50]
 ENGINE_COLUMNS = [("weights_gib", "weights GiB", "{:.3f}"), ("kv_cache_tokens", "KV tokens", "{:,}")]
 WHOLE_UNITS = ("tokens", "blocks")  # counted, shown without decimals
 LOADED = "†"  # beside a latency figure timed on a loaded host
+REDEFINED = "◊"  # beside a score of a task whose definition's version is not the baseline's (redefined_note)
 APART = "≠"  # beside a latency figure not timed as the baseline's was (core.types.timing_unlike)
 
 # A variant's status as tables show it (rich markup): `pending` is a variant an interrupted run never reached.
@@ -121,6 +122,16 @@ def apart_note(apart: dict[str, str]) -> str | None:
         return None
     return (f"{APART} latency not timed as the baseline's was, so not compared (the gate does not judge it, "
             f"report does not rank it): {'; '.join(f'{n} ({why})' for n, why in apart.items())}")
+
+
+def redefined_note(redefined: dict[str, dict[str, str]]) -> str | None:
+    """What the mark beside scores of a task defined otherwise than in the baseline's run says, per
+    variant (label -> task -> how, core.types.definitions_unlike); None where every definition agrees."""
+    parts = [f"{label} ({'; '.join(how.values())})" for label, how in redefined.items() if how]
+    if not parts:
+        return None
+    return (f"{REDEFINED} task definition of another version than the baseline's, so its scores measure another "
+            f"task (its change is not the variant's alone): {'; '.join(parts)}")
 
 
 def cost_note(wall: RunWall | None) -> str | None:

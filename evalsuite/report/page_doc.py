@@ -306,7 +306,7 @@ def provenance(report: Report, command: str) -> list[str | Table]:
         record = rd.load_run()
         engines = [e.result.engine for e in part.entries]
         vllm = sorted({x.vllm_version for x in engines if x.vllm_version}) or [env.get("vllm_version") or "-"]
-        gpus = sorted({x.device for x in engines if x.device}) or [record.env.get("device") or "-"]
+        gpus = sorted({x.device for x in engines if x.device}) or [record.env.device or "-"]
         version = env.get("evalsuite_version") or "-"
         commit = env.get("evalsuite_commit")
         rows.append([rd.run_id, record.model, version + (f" ({commit[:10]})" if commit else ""), ", ".join(vllm),

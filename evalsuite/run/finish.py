@@ -68,6 +68,7 @@ def _score(run_dir: RunDir, cfg: RunConfig, record: RunRecord, result: VariantRe
             result.primary_metrics.append(task.primary_metric)
         if task.chance is not None:
             result.chance.setdefault(task.primary_metric, task.chance)
+        result.task_versions.setdefault(task.name, task.version)
         counts.append(f"{name} {len(scores)}")
     result.metrics = metrics + interval_metrics(metrics)
     if result.engine == EngineStats():

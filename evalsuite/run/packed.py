@@ -17,7 +17,8 @@ from typing import Any
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import EarlyStop, EngineStats, Placement, Prediction, RunRecord, Sample, Score, TimingCondition, VariantResult
+from evalsuite.core.types import (CardBudget, EarlyStop, EngineStats, Placement, Prediction, RunRecord, Sample,
+                                  Scheduling, Score, TimingCondition, VariantResult)
 from evalsuite.engine import Engine
 from evalsuite.run import hostload
 from evalsuite.run.config import RunConfig, Variant, parse_parallel
@@ -136,7 +137,7 @@ class PackedRun:
                  progress: Progress, stop: Full | None = None):
         self.cfg, self.run_dir, self.record, self.model_dir, self.stop = cfg, run_dir, record, model_dir, stop
         self.ctx, self.progress = ctx, progress
-        self.cpu = planner_gpu(record.env.get("device")) == "cpu"
+        self.cpu = planner_gpu(record.env.device) == "cpu"
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
         self.devices = capacity(self.cpu, cfg.scheduler.margin, pinned="CUDA_VISIBLE_DEVICES" in cfg.engine.env)
         _, self.total_gib, self.budget_gib = self.devices[0]  # the planner's card: a host's GPUs taken as alike
@@ -147,18 +148,18 @@ class PackedRun:
 
     def plan(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> Packer:
         bands = shapes(tasks, samples, self.cfg.engine.batch_size, self.cfg.engine.batch_tokens)
-        self.predicted = plan_pools(self.model_dir, todo, self.record.env.get("device", ""), self.total_gib, bands,
+        self.predicted = plan_pools(self.model_dir, todo, self.record.env.device or "", self.total_gib, bands,
                                     getattr(self.ctx, "cache_dir", None), self.cfg.scheduler.kv_pool)
         needs: dict[str, float | None] = {name: p.footprint_gib for name, p in self.predicted.items()}
         limit = engine_limit(self.cfg.scheduler.parallel, self.cpu, len(self.cores))
         multi = {n for n, v in todo.items() if v.tensor_parallel_size * v.pipeline_parallel_size > 1}
         self.slices = core_slices(self.cores, limit) if self.cpu else []
-        self.record.env.setdefault("scheduler", {}).update(
-            {"kind": "local", "parallel": self.cfg.scheduler.parallel, "limit": limit,
-             "memory_gib": round(self.total_gib, 3), "budget_gib": round(self.budget_gib, 3),
-             "kv_pool": self.cfg.scheduler.kv_pool,
-             **({"gpus": [{"gpu": i, "memory_gib": round(t, 3), "budget_gib": round(b, 3)} for i, t, b in self.devices]}
-                if len(self.devices) > 1 else {})})
+        sched = scheduling(self.record)
+        sched.kind, sched.parallel, sched.limit, sched.kv_pool = "local", self.cfg.scheduler.parallel, limit, \
+            self.cfg.scheduler.kv_pool
+        sched.memory_gib, sched.budget_gib = round(self.total_gib, 3), round(self.budget_gib, 3)
+        if len(self.devices) > 1:
+            sched.gpus = [CardBudget(gpu=i, memory_gib=round(t, 3), budget_gib=round(b, 3)) for i, t, b in self.devices]
         return Packer(needs, [b for _, _, b in self.devices], limit, alone=multi)
 
     def _slot(self, name: str, packer: Packer) -> _Slot:
@@ -200,9 +201,9 @@ class PackedRun:
 
     def run(self, todo: dict[str, Variant], tasks: list[Task], samples: dict[str, list[Sample]]) -> dict[str, VariantResult]:
         self.tasks = tasks
-        works = order_variants(todo, tasks, samples, self.model_dir, self.record.env.get("device", ""), self.total_gib,
+        works = order_variants(todo, tasks, samples, self.model_dir, self.record.env.device or "", self.total_gib,
                                getattr(self.ctx, "cache_dir", None), self.cfg.engine.mode)
-        self.record.env.setdefault("scheduler", {}).update(order_record(works))
+        self.record.scheduling = Scheduling.model_validate({**scheduling(self.record).model_dump(), **order_record(works)})
         packer = self.plan({w.variant: todo[w.variant] for w in works}, tasks, samples)
         results: dict[str, VariantResult] = {}
         with ThreadPoolExecutor(max_workers=packer.limit, thread_name_prefix="evalsuite-variant") as pool:
@@ -228,7 +229,7 @@ class PackedRun:
                 live[pool.submit(self._run_slot, slot, tasks, samples)] = slot
             if len(live) > self.most:  # what the summary says ran together, not only what was allowed
                 self.most = len(live)
-                self.record.env.setdefault("scheduler", {})["most_at_once"] = self.most
+                scheduling(self.record).most_at_once = self.most
                 self.run_dir.write_run(self.record)
             finished, _ = wait(list(live), return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -253,6 +254,13 @@ def split_alone(cfg: RunConfig, tasks: list[Task], mode: str = "restart") -> tup
     return [t for t in tasks if not t.timed_alone], [t for t in tasks if t.timed_alone]
 
 
+def scheduling(record: RunRecord) -> Scheduling:
+    """The record's account of what the packing decided, begun where it has none."""
+    if record.scheduling is None:
+        record.scheduling = Scheduling()
+    return record.scheduling
+
+
 def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task]) -> VariantResult:
     """One variant's record of both passes: the packed tasks' metrics with the alone pass's, whose
     engine (alone on the device) gives the memory figures. An alone pass that failed costs the
@@ -263,6 +271,7 @@ def merged(packed: VariantResult, alone: VariantResult, alone_tasks: list[Task])
     out.metrics = packed.metrics + alone.metrics
     out.primary_metrics = packed.primary_metrics + [m for m in alone.primary_metrics if m not in packed.primary_metrics]
     out.chance = {**packed.chance, **alone.chance}
+    out.task_versions = {**packed.task_versions, **alone.task_versions}
     out.started_at = packed.started_at
     out.duration_s = (packed.duration_s or 0.0) + (alone.duration_s or 0.0)
     out.placement = (packed.placement or Placement()).model_copy(
@@ -285,7 +294,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
         raise ConfigError(f"scheduler.latency_pass: pause stops the neighbours' processes, which engine.mode "
                           f"{cfg.engine.mode}'s engines do not survive (their clients would time out); allowed with "
                           f"engine.mode {cfg.engine.mode}: restart, auto")
-    record.env.setdefault("scheduler", {})["latency_pass"] = mode
+    scheduling(record).latency_pass = mode
     run.quiet = Quiet(run_dir, cfg.engine.kind, pause=mode == "pause") if mode != "restart" else None
     packed_tasks, alone_tasks = split_alone(cfg, tasks, mode)
     results = run.run(todo, packed_tasks or tasks, samples)

@@ -122,6 +122,7 @@ class Runner(Answering):
             tasks = [t for t in tasks if t.runs_simulated]
         result.primary_metrics = [t.primary_metric for t in tasks]
         result.chance = task_chance(tasks)
+        result.task_versions = {t.name: t.version for t in tasks}
         t0 = time.perf_counter()
         engine = self._engine(name, variant, model_dir)
         interrupted = False

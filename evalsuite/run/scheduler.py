@@ -24,7 +24,7 @@ from typing import Any
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.hosts import RAY_LOOPBACK_ENV
 from evalsuite.core.records import RunDir
-from evalsuite.core.types import RunRecord, VariantResult
+from evalsuite.core.types import RunRecord, Scheduling, VariantResult
 from evalsuite.run.config import RunConfig, SchedulerConfig, Variant, ray_address_problem, ray_host_port
 from evalsuite.run.progress import Progress
 from evalsuite.tasks import TaskContext
@@ -277,9 +277,11 @@ class _Fanout:
     def __init__(self, ray, cfg: RunConfig, run_dir: RunDir, record: RunRecord, progress: Progress):
         self.ray, self.cfg, self.run_dir, self.record = ray, cfg, run_dir, record
         self.pending: dict[Any, tuple[str, datetime]] = {}
-        sched = record.env.setdefault("scheduler", {})
-        sched.update({"kind": "ray", "address": ray.get_runtime_context().gcs_address})
-        self.display = _Display(progress, sched.setdefault("nodes", {}))
+        self.sched = sched = record.scheduling = record.scheduling or Scheduling()
+        sched.kind, sched.address = "ray", ray.get_runtime_context().gcs_address
+        if sched.nodes is None:
+            sched.nodes = {}
+        self.display = _Display(progress, sched.nodes)
 
     def submit(self, todo: dict[str, Variant], model_dir: str, ctx: TaskContext, tasks, samples, stop=None) -> None:
         from ray.util.queue import Queue
@@ -310,9 +312,9 @@ class _Fanout:
         from evalsuite.memory.cuda import device_memory_gib
         from evalsuite.run.pools import ray_shares
 
-        shares = ray_shares(self.cfg, todo, tasks, samples, model_dir, self.record.env.get("device", ""),
+        shares = ray_shares(self.cfg, todo, tasks, samples, model_dir, self.record.env.device or "",
                             device_memory_gib()[0])
-        self.record.env["scheduler"]["gpu_shares"] = {n: s[0] for n, s in shares.items()}
+        self.sched.gpu_shares = {n: s[0] for n, s in shares.items()}
         return shares
 
     def wait(self) -> None:

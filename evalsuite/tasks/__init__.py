@@ -1,8 +1,8 @@
 """Tasks: each module holds a config model (`type` discriminates) whose build() makes a Task.
 
 Python task types register themselves (evalsuite.tasks.registry) as their modules are imported below;
-any other `type` names a definition file in the `evalsuite/tasks/defs/` folder, or one of its aliases
-(evalsuite.tasks.spec), so adding such a task needs no code here.
+any other `type` names a definition file in the repository's `tasks/` folder (evalsuite/tasks/defs in
+the package), or one of its aliases (evalsuite.tasks.spec), so adding such a task needs no code here.
 May import: core, stats, data.
 """
 

@@ -30,6 +30,11 @@ class Task:
 
     name: str
     primary_metric: str  # the headline metric's full key, `task/metric`
+    # the definition's version, recorded beside its scores (VariantResult.task_versions) as lm-eval's
+    # `metadata: version` is: raised where a change to the task moves what it measures (prompt, data,
+    # scoring), so that compare and gate say two runs' definitions differ; a Python type sets it on
+    # its class, a YAML definition in its `version:`
+    version: int = 1
     # the headline's value for answers that ignore the item (1/k for k choices); None where no such
     # level exists (generated answers); reports mark a task whose baseline is there as uninformative
     chance: float | None = None

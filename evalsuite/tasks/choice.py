@@ -11,7 +11,7 @@ when the model puts almost no mass on any of the choices.
 log-likelihood; vLLM reports a SentencePiece "▁A" as " A" too. `fold` takes the best of " A" and "A".
 Exact ties go to the first choice (lm-eval's argmax; `<task>/tie_rate`). An item with no choice in the
 top-k predicts nothing and is wrong (`<task>/no_choice_rate`): counting it as the first choice would
-credit chance for an answer the model never gave. docs/tasks.md and tasks/defs/README.md say more.
+credit chance for an answer the model never gave. docs/tasks.md and tasks/README.md say more.
 """
 
 from __future__ import annotations

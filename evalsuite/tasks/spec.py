@@ -1,4 +1,4 @@
-"""Multiple-choice tasks defined as data: one YAML file in the `evalsuite/tasks/defs/` folder each.
+"""Multiple-choice tasks defined as data: one YAML file each in the repository's `tasks/` folder.
 
 A definition names its data, the prompt template, the choices and target, the grouping, the few-shot
 source and the metric; a run config names it or overrides a few fields, so adding a task is a file,
@@ -65,6 +65,7 @@ class ChoiceTaskDef(_Strict):
     """One task definition file."""
 
     name: str
+    version: int = Field(default=1, ge=1)  # raised where an edit moves what the task measures (Task.version)
     aliases: list[str] = Field(default_factory=list)  # other `type` names for this definition
     about: str = ""
     data: DataSource
@@ -234,7 +235,8 @@ BASE_PROMPT = "base_prompt.txt"  # LegalBench's prompt per task: its instruction
 
 
 def tasks_dir() -> Path:
-    """The definitions shipped inside the package, evalsuite/tasks/defs ($EVALSUITE_TASKS for another folder)."""
+    """The shipped definitions: the repository's tasks/, which the package names as evalsuite/tasks/defs (a link
+    in a checkout, its copy in a wheel); $EVALSUITE_TASKS for another folder."""
     env = os.environ.get("EVALSUITE_TASKS")
     return Path(env) if env else Path(__file__).resolve().parent / "defs"
 
@@ -339,6 +341,7 @@ class ChoiceTask(ThresholdScoring, DatasetTask):
     def __init__(self, cfg: ChoiceConfig, ctx: TaskContext):
         super().__init__(cfg, ctx)
         self.spec = cfg.definition()
+        self.version = self.spec.version
         self._render: Renderer | None = None
         self._instructions: dict[str, str] = {}  # a data_dir group's own (task_data)
         self.scoring = cfg.scoring or self.spec.scoring

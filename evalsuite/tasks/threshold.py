@@ -11,7 +11,7 @@ Margins are compared to 1e-4 nats: recorded log-probabilities are float32 roundi
 so two items the model scores alike can differ by 1e-7, and a threshold between them would split a
 tie by rounding noise. The train items are recorded in samples/<task>.calibration.jsonl and every
 test score keeps its margin and threshold, so the headline recomputes from the records alone.
-The rule and the figures that motivate it: evalsuite/tasks/defs/README.md ("Scoring rules").
+The rule and the figures that motivate it: tasks/README.md ("Scoring rules").
 """
 
 from __future__ import annotations

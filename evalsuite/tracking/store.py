@@ -260,8 +260,8 @@ def _quote(value: str) -> str:
 def run_params(record: RunRecord, config: dict) -> dict[str, str]:
     """What every run of this config shares: model identity, tasks, latency pass, seed."""
     params = {"model.name": record.model, "engine.mode": record.mode}
-    if record.env.get("model_dir"):
-        params["model.dir"] = str(record.env["model_dir"])
+    if record.env.model_dir:
+        params["model.dir"] = record.env.model_dir
     params.update(flatten({k: v for k, v in (config.get("model") or {}).items() if k != "name"}, "model"))
     for task in config.get("tasks") or []:
         params.update(flatten({k: v for k, v in task.items() if k != "name"}, f"task.{task.get('name')}"))
@@ -275,7 +275,7 @@ def run_tags(record: RunRecord, env: dict) -> dict[str, str]:
     """What every run of evalsuite tags (create_run's tags, written as _log_batch writes its own)."""
     tags = {T_RUN: record.run_id, "evalsuite.commit": env.get("evalsuite_commit"),
             "evalsuite.version": env.get("evalsuite_version"), "vllm.version": env.get("vllm_version"),
-            "vllm.distribution": env.get("vllm_distribution"), "device": record.env.get("device"),
+            "vllm.distribution": env.get("vllm_distribution"), "device": record.env.device,
             "evalsuite.model": record.model}
     return {k: shared_text(str(v))[:MAX_TAG] for k, v in tags.items() if v is not None}
 
@@ -394,7 +394,7 @@ class _Logger:
         self.client, self.exp_id, self.rd, self.record = client, exp_id, rd, record
         self.gate = gate  # the run's gate, where the caller judged it already (the run summary)
         self.config = rd.read_config()
-        self.env = rd.read_env() or dict(record.env)
+        self.env = rd.read_env() or record.env.model_dump()
         self.existing = self.client.search_runs([exp_id], f"tags.`{T_RUN}` = {_quote(record.run_id)}",
                                                 max_results=1000)
 
@@ -453,7 +453,7 @@ class _Logger:
                                      tags=tags)
         run_id = run.info.run_id
         build = {"build": result.build.model_dump(exclude_none=True)} if result.build is not None else {}
-        params = {**run_params(self.record, self.config), **flatten(result.settings), **flatten(build)}
+        params = {**run_params(self.record, self.config), **flatten(result.settings.model_dump()), **flatten(build)}
         _log_batch(self.client, run_id, params=params, metrics=variant_metrics(result))
         self._variant_datasets(run_id, result)
         self._variant_artifacts(run_id, result)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.types import HostLoad
+from evalsuite.core.types import HostLoad, definitions_unlike
 from evalsuite.verdict.checks import MISSING, Check, Pair, decide, evaluate
 from evalsuite.verdict.compare import is_latency, label_entries
 from evalsuite.verdict.rules import Rules
@@ -35,6 +35,9 @@ class GateReport:
     controls: list[str] = field(default_factory=list)  # candidates that measure the engine's own noise
     # by label, the host's load over each side's latency pass: a latency check on a loaded host is said so
     loads: dict[str, HostLoad | None] = field(default_factory=dict)
+    # candidate -> task -> how its definition's version differs from the baseline's (core.types.definitions_unlike):
+    # the report says so beside its checks, which judge scores of two definitions
+    redefined: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def candidates(self) -> list[str]:
         return list(dict.fromkeys(c.candidate for c in self.checks))
@@ -196,6 +199,8 @@ def run_gate(baseline: Side, candidates: list[Side], rules: Rules, rules_path: s
     decide(rules, checks)
     report = GateReport(labels[0], rules_path, rules, checks, control_labels,
                         {label: e.host_load for (_, e), label in zip(entries, labels, strict=True)})
+    report.redefined = {label: how for (_, e), label in zip(entries[1:], labels[1:], strict=True)
+                        if (how := definitions_unlike(base, e))}
     _add_noise(report)
     _add_timing_noise(report)
     return report
