@@ -104,7 +104,7 @@ def through_pass(task, engine, work: Path, tag: str) -> tuple[float, list[float]
     """The capacity pass over the same levels, recording as a run does: `work` as a run folder, each
     round a variant of it (the pass keeps its files in the folder its engine logs into).
     Returns (wall, req/s per level, seconds inside the load generator)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     variant = f"pass-{tag}"
     (work / variant).mkdir()

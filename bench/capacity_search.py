@@ -103,7 +103,7 @@ def through_pass(cfg, engine, work: Path, tag: str):
     (wall s, its levels, its bracket)."""
     from evalsuite.capacity.sweep import Level
     from evalsuite.capacity.task import CapacityTask
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.tasks.base import TaskContext
     from evalsuite.verdict.capacity import brackets_of
 

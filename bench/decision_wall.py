@@ -211,7 +211,7 @@ def per_variant(rows: list[dict], variant: str) -> str:
 
 def answered(run_dir: Path) -> int:
     """Task items answered (the latency pass's timed requests left out)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     rd = RunDir(run_dir)
     return sum(len(rd.load_samples(f.parent.parent.name, f.stem)) for f in run_dir.glob("*/samples/*.jsonl")
@@ -220,7 +220,7 @@ def answered(run_dir: Path) -> int:
 
 def verdicts(run_dir: Path) -> dict[str, str]:
     """Each variant's verdict as the run's summary gives it (its gate against the baseline)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.verdict.rules import default_rules_path, load_rules
     from evalsuite.report.summary import gate_verdicts
 
@@ -354,7 +354,7 @@ def commit_of(src: Path) -> str:
 
 
 def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: str = "current") -> int:
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import Scheduling
 
     rd = RunDir(after.run_dir)
@@ -409,7 +409,7 @@ def report(after: Timed, before: Timed | None, args: argparse.Namespace, code: s
 
 
 def before_ok(before: Timed) -> bool:
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     return all(v.status == "ok" for v in RunDir(before.run_dir).load_run().variants) and before.report_rc == 0
 

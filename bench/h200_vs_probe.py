@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 
 # variant: (weights GiB from vLLM's log, KV capacity tokens, TTFT s at 130K, ITL ms at 130K)
 PROBE = {

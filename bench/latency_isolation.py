@@ -127,7 +127,7 @@ def evalsuite_run(config: Path, out: Path, args: list[str]) -> tuple[float, Path
 
 def requests_of(run_dir: Path, variant: str) -> dict[str, dict[str, list[float]]]:
     """figure -> prompt length -> the per-request values, in request order (evalsuite.stats.timing.series)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.stats.timing import series
 
     rows = RunDir(run_dir).load_samples(variant, "latency")
@@ -143,7 +143,7 @@ def control_checks(run_dir: Path, baseline: str, control: str | None) -> list[di
     """The gate's latency and throughput checks of the control against the baseline, in this run."""
     if control is None:
         return []
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.verdict.compare import is_latency
     from evalsuite.verdict.gate import run_gate
     from evalsuite.verdict.sides import Side

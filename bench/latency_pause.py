@@ -71,7 +71,7 @@ def mode_config(config: Path, work: Path, mode: str) -> Path:
 
 def timings(run_dir: Path) -> dict[str, dict[str, dict[str, float]]]:
     """variant -> figure -> request id -> value, from the latency pass's samples."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     rd, out = RunDir(run_dir), defaultdict(lambda: defaultdict(dict))
     for f in run_dir.glob("*/samples/latency.jsonl"):

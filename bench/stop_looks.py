@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Request, Sample, Score, VariantResult
 from evalsuite.run.config import RunConfig
 from evalsuite.run.stopping import Watch, batch_size, stop_policy

@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import RunRecord, Scheduling
 from evalsuite.report.names import primary_metrics
 from evalsuite.report.placement import engines_at_once, placement_table

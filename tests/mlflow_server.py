@@ -110,7 +110,7 @@ def build_run(out: Path, run_id: str, variants: dict[str, dict], *, n: int = 200
     host_load (HostLoad fields: the host's load over the latency pass), timing (TimingCondition fields: how
     it was timed), needle (length -> accuracy). A latency figure is the median of 5 requests recorded
     beside it, spread +-2% around it (repeats: another count, 0 for none)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 
 
 def rows(run: Path, variant: str, task: str = "mmlu") -> list[dict]:

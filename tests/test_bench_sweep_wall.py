@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from tests.mlflow_server import build_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -12,7 +12,7 @@ from evalsuite.capacity.config import CapacityConfig
 from evalsuite.capacity.sweep import Level, judge
 from evalsuite.capacity.task import CapacityTask, level_id
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import HostLoad, RunRecord, Sample
 from evalsuite.report.capacity_view import view
 from evalsuite.verdict.checks import Check

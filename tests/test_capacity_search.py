@@ -23,7 +23,7 @@ from evalsuite.capacity.scrape import PREEMPTIONS
 from evalsuite.capacity.search import predict, prefill_bound, requests_for, search_bracket, start_level, step
 from evalsuite.capacity.sweep import Level, bracket, judge
 from evalsuite.capacity.task import CapacityTask
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.tasks.base import TaskContext
 from evalsuite.verdict.capacity import brackets_of
 

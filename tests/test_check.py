@@ -15,7 +15,7 @@ from evalsuite.check import evaluate as ev
 from evalsuite.check.runs import NotMeasurable, open_run
 from evalsuite.check.schema import load_claims
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.stats import metrics as M
 from evalsuite.stats.strata import mean_stderr
@@ -424,7 +424,7 @@ def test_a_variant_an_interrupted_run_never_started_is_no_holder(tmp_path):
     from datetime import datetime, timezone
 
     from evalsuite.check.runs import Run, find_variant
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunRecord, VariantResult
 
     def run(run_id: str, status: str, when: int) -> Run:

@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.report.compare import compare
 from evalsuite.core.types import Metric, meaning_of_name
 from evalsuite.report.plots import context_series, front_labels, pareto_front, write_plots

@@ -74,7 +74,7 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path,
     assert first.wait(timeout=600) == 0, first.communicate()
     (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "run.json").exists()]
     before = (run / "run.json").read_bytes()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from evalsuite.core.records import RunDir\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from evalsuite.core.rundir import RunDir\n"
                                "with RunDir(sys.argv[1]).held():\n    print('held', flush=True); sys.stdin.read()",
                                str(run)], env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import HostLoad, RunRecord, Score, VariantResult
 from evalsuite.run.finish import NOT_STARTED, finish_run
 

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core import records
+from evalsuite.core import rundir
 
 cli = CliRunner()
 
@@ -34,7 +34,7 @@ def config(tmp: Path, model: Path) -> Path:
 
 def test_full_disk_leaves_a_resumable_partial_variant(tmp_path, tiny_model, monkeypatch):
     cfg = config(tmp_path, tiny_model)
-    real, calls = records._write_fd, []
+    real, calls = rundir._write_fd, []
 
     def fills_up(path, flags):
         if Path(path).name == "mmlu.jsonl":  # the samples file; the run's other appends (phases.jsonl) go by
@@ -43,7 +43,7 @@ def test_full_disk_leaves_a_resumable_partial_variant(tmp_path, tiny_model, monk
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, flags)
 
-    monkeypatch.setattr(records, "_write_fd", fills_up)
+    monkeypatch.setattr(rundir, "_write_fd", fills_up)
     res = cli.invoke(app, ["run", str(cfg), "--no-progress"])
     assert res.exit_code == 4, res.output
     last = res.stderr.strip().splitlines()[-1]
@@ -52,7 +52,7 @@ def test_full_disk_leaves_a_resumable_partial_variant(tmp_path, tiny_model, monk
     (run,) = (tmp_path / "runs").iterdir()
     result = json.loads((run / "bf16" / "result.json").read_text())
     assert result["status"] == "partial" and "mmlu 4" in result["reason"]
-    monkeypatch.setattr(records, "_write_fd", real)
+    monkeypatch.setattr(rundir, "_write_fd", real)
     res = cli.invoke(app, ["run", str(cfg), "--resume", "--no-progress"])
     assert res.exit_code == 0, res.output
     ids = [json.loads(line)["sample"]["id"] for line in (run / "bf16" / "samples" / "mmlu.jsonl").read_text().splitlines()]

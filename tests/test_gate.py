@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.verdict.rules import Rules, load_rules
 from tests.mlflow_server import build_run
 
@@ -523,7 +523,7 @@ def test_a_partial_candidate_is_shown_on_the_items_both_answered(tmp_path):
 
 def _choice_run(tmp_path, run_id: str, variants: dict[str, list[float]], controls=None, yes_every: int = 2) -> Path:
     """A two-choice task (Yes/No, one item in `yes_every` a Yes) whose baseline may sit at chance."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunRecord, Score, VariantResult
     from evalsuite.stats import metrics as M
 
@@ -564,7 +564,7 @@ def test_a_task_at_chance_is_uninformative_never_a_pass(tmp_path):
 def test_chance_for_a_plain_accuracy_is_the_majority_labels_share(tmp_path):
     """A quarter of the labels are Yes: a model answering No to everything scores 0.75 in accuracy,
     so 0.75 is that metric's chance, not 1/2 (an identical candidate is no evidence of kept skill)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.verdict.informative import chance_level
 
     all_no = [float(i % 4 != 0) for i in range(2000)]
@@ -628,7 +628,7 @@ def test_the_end_of_a_run_judges_once_and_hands_the_gate_to_the_page(tmp_path, m
     handed to the page, which judges only what it was not handed."""
     from rich.console import Console
 
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.report.page import build, rules_file
     from evalsuite.report.summary import print_summary
     from evalsuite.verdict import gate as gate_mod

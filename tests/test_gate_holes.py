@@ -34,7 +34,7 @@ def legal_run(tmp_path: Path, run_id: str, answers: dict[str, list[str]], *, dec
     """CUAD-like clause groups (`non_compete` and `governing_law`, 40 items each, Yes on every
     fourth), each variant's answers given per item in that order; `declared`: the record states its
     chance level as a run does; `logprobs`/`targets`: what the scores kept (older records: neither)."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunRecord, Score, VariantResult
     from evalsuite.tasks.balanced import balanced_metrics
 
@@ -154,7 +154,7 @@ def test_a_collapse_between_runs_that_share_no_items_fails(tmp_path):
 def test_a_collapse_on_a_small_stratum_fails(tmp_path):
     """A macro accuracy over a subject of 3 items (under min_stratum_n 5) and one of 40: losing every
     item of both is shown beyond the limit, small stratum or not."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunRecord, Score, VariantResult
     from evalsuite.stats.metrics import by_group, macro_accuracy
 
@@ -214,7 +214,7 @@ def test_a_control_that_changed_nothing_sets_no_noise_band(tmp_path):
 def test_every_failed_row_names_its_failing_check(tmp_path):
     """The run summary's gate column and the report page say which check failed a variant, not only
     that it failed."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.verdict.gate import failed_checks_line, run_gate
     from evalsuite.verdict.sides import Side
     from evalsuite.verdict.rules import load_rules

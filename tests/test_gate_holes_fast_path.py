@@ -170,7 +170,7 @@ def test_mlflows_tags_mark_an_interval_that_excludes_the_change_in_no_more_width
 def test_the_report_keeps_one_row_per_folder_and_variant_and_judges_every_folder(tmp_path):
     """`report h1 y3 s1 --baseline h1:bf16` pooled same-named variants: awq's row showed one folder's
     figures beside another's verdict, and s1's bf16 (a rerun of the baseline's name) was never judged."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.report.page import build
     from evalsuite.verdict.rules import load_rules
 
@@ -211,7 +211,7 @@ def _watched_run(tmp_path: Path, lost: int, gained: int, n: int = 600, watched: 
                  chance: float | None = 0.25) -> Path:
     """A baseline and a candidate of one 0/1 task (`quiz`, declared chance 0.25), the candidate's task
     watched by --stop decided to its last item (items == of), `lost`/`gained` answers changed."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import EarlyStop, RunRecord, Score, VariantResult
     from evalsuite.stats.metrics import accuracy
 
@@ -246,7 +246,7 @@ def test_the_fast_path_never_fails_what_the_full_data_pass(tmp_path):
     fp8 at 8K (+0.33 pt, fixed-n bound +3.95 against 5) failed in 99.6% of orders. Here 45 of 600
     answers lost and 39 gained (a drop of 1 pt, 14% changed): the fixed-n test on all items passes 5 pt,
     the sequence at N alone does not; with the final look at the rest of alpha, the gate passes it."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.stats.paired import pairing, paired_result
     from evalsuite.stats.sequential import Population, Sequential
     from evalsuite.verdict.gate import run_gate
@@ -284,7 +284,7 @@ def test_chance_marks_agree_across_a_tasks_lengths(tmp_path):
     """legal_long/acc/len8192 read "chance unknown" and len24576 "evidence": each length's few targets
     were read alone (repeating by chance at one length, all distinct at another). The task's nature,
     free-form or a label set, is read on all its items, so every length gets the same."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import Score, VariantResult
     from evalsuite.stats.metrics import accuracy
     from evalsuite.verdict.informative import chance_level
@@ -311,7 +311,7 @@ def test_a_task_recorded_as_watched_to_its_end_that_these_rules_never_watch_is_j
     sequence: "dropped 1.4 pt (<= 5.7 pt, 95% upper bound), limit 5", exit 1. A task the rules never
     watch (132 items cannot resolve 5 points in a sequence at 5% changed) that ran to its last item
     holds the full data whatever was looked at: it is judged as a run without --stop."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.stats.paired import pairing, paired_result
     from evalsuite.verdict.gate import run_gate
     from evalsuite.verdict.sides import Side

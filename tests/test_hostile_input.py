@@ -430,7 +430,7 @@ def test_init_never_writes_through_a_symbolic_link(tmp_path, link):
 def test_a_full_disk_leaves_the_variant_partial(tmp_path, tiny_model, monkeypatch):
     """Every write refused (samples, result.json, run.json) once the disk fills, until a file is removed:
     the run's reserve, given back, holds the records that say the variant is `partial`."""
-    from evalsuite.core import records
+    from evalsuite.core import rundir
 
     cfg = tmp_path / "disk.yaml"
     cfg.write_text(yaml.safe_dump({
@@ -438,7 +438,7 @@ def test_a_full_disk_leaves_the_variant_partial(tmp_path, tiny_model, monkeypatc
         "variants": {"bf16": {}}, "tracking": {"enabled": False},
         "tasks": [{"type": "mmlu", "subjects": ["anatomy"], "limit_per_subject": 8, "num_fewshot": 0}]}))
     full = {"writes": 0, "now": False}
-    real_fd, real_atomic, real_release = records._write_fd, records._atomic_write, records.RunDir.release_space
+    real_fd, real_atomic, real_release = rundir._write_fd, rundir._atomic_write, rundir.RunDir.release_space
 
     def refused(path):
         raise OSError(28, os.strerror(28), str(path))
@@ -455,16 +455,16 @@ def test_a_full_disk_leaves_the_variant_partial(tmp_path, tiny_model, monkeypatc
         full["now"] = False  # a file removed: room again
         real_release(self)
 
-    monkeypatch.setattr(records, "_write_fd", write_fd)
-    monkeypatch.setattr(records, "_atomic_write", atomic)
-    monkeypatch.setattr(records.RunDir, "release_space", release)
+    monkeypatch.setattr(rundir, "_write_fd", write_fd)
+    monkeypatch.setattr(rundir, "_atomic_write", atomic)
+    monkeypatch.setattr(rundir.RunDir, "release_space", release)
     res = invoke("run", str(cfg), "-o", str(tmp_path / "runs"), "--no-progress")
     assert res.exit_code == 4 and "No space left on device" in res.stderr.splitlines()[-1], res.output
     (run,) = (tmp_path / "runs").iterdir()
     result = json.loads((run / "bf16" / "result.json").read_text())
     assert result["status"] == "partial" and "mmlu 4" in result["reason"], result
     assert json.loads((run / "run.json").read_text())["variants"][0]["status"] == "partial"
-    assert not (run / records.RESERVE_FILE).exists()
+    assert not (run / rundir.RESERVE_FILE).exists()
 
 
 def test_a_full_tmpfs_leaves_the_variant_partial_and_resume_completes_it(tmp_path, tiny_model):

@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.engine.registry import engine_kind
 from evalsuite.run.quiet import Flight, Quiet, _Tracked, latency_pass
 from evalsuite.run.config import load_config

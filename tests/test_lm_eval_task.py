@@ -243,7 +243,7 @@ def test_offline_picks_each_prompt_tokens_own_logprob():
 
 def test_runner_records_rows_and_does_not_rerun_a_recorded_task(tmp_path, tokenizer, include):
     from evalsuite.run.progress import Progress
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.run.runner import Runner
 
     cfg = RunConfig.model_validate({"model": {"path": "m"}, "variants": {"bf16": {}},
@@ -275,7 +275,7 @@ class _Interrupt:
 def test_a_harness_cut_while_recording_is_rerun_whole_on_resume(tmp_path, tokenizer, include, monkeypatch):
     """A resume takes any recorded rows of a harness as the whole task (it cannot know lm-eval's
     item count): rows cut short by Ctrl-C or a full disk must not pass for a finished task."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.run.progress import Progress
     from evalsuite.run.runner import Runner
     from evalsuite.tasks import lmeval

@@ -121,7 +121,7 @@ def test_a_record_without_meanings_reads_as_its_task_made_it():
 
 
 def test_a_result_round_trips_with_its_meanings(tmp_path):
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     result = VariantResult(variant="bf16", status="ok", metrics=_made(_scores()))
     rd = RunDir(tmp_path)

@@ -11,7 +11,7 @@ import pytest
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.migrate import migrate_v1, upgraded
-from evalsuite.core.records import RunDir, read_result
+from evalsuite.core.rundir import RunDir, read_result
 from evalsuite.core.types import SCHEMA_VERSION, Build, MetricKind, RunRecord, VariantResult, meaning_of_name
 
 # a version-1 simulated variant as runs wrote it (fields trimmed): the build in its settings

@@ -14,7 +14,7 @@ import pytest
 
 from mlflow.tracking import MlflowClient
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.tracking.store import log_run
 from evalsuite.report.review import VIEW_TAG
@@ -74,7 +74,7 @@ def add_task(rd, task: str, wrong: dict[str, range], n: int = 60) -> None:
 def review_run(root):
     """The demo's shape: a baseline, a variant that fails on accuracy, a simulated one, one skipped;
     three headline tasks, latency at one prompt length, memory figures."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     variants = {"bf16": {"ttft": {1024: 82.04}, "itl": {1024: 17.85}},
                 "kv_fp8": {"wrong": range(14), "kv_cache_tokens": 20000, "ttft": {1024: 87.43}, "itl": {1024: 17.83}},

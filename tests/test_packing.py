@@ -16,7 +16,7 @@ import yaml
 
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Request, RunRecord, Sample, VariantResult
 from evalsuite.run import packed, pools
 from evalsuite.run.config import RunConfig, load_config
@@ -79,7 +79,7 @@ def test_capacity_spreads_over_the_gpus_unless_the_config_pins_one(monkeypatch):
 def test_a_packed_run_on_two_gpus_puts_each_engine_on_its_card(tmp_path, tiny_model, monkeypatch):
     """The plan's side of two cards (pure: the cards' memory is given, no engine starts): each slot's
     environment names its card, its utilization is of that card, and its neighbours are that card's."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunRecord
     from evalsuite.run.config import load_config
 

@@ -166,7 +166,7 @@ def test_cli_needs_a_method_for_a_folder(model_dir):
 
 
 def _runner(tmp_path, model_dir):
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.run.progress import Progress
     from evalsuite.run.runner import Runner
     from evalsuite.tasks import TaskContext

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import VariantResult
 from evalsuite.run.config import SchedulerConfig, Variant, load_config
 from evalsuite.run.progress import Progress
@@ -254,6 +254,7 @@ def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypa
     from evalsuite.run import scheduler
     from evalsuite.run.config import RunConfig
     from evalsuite.run.runner import Runner
+    from evalsuite.run.stopping import stop_policy
     from evalsuite.tasks import TaskContext
 
     seen = {}
@@ -265,7 +266,7 @@ def test_parallel_variants_get_vllms_multiprocessing_executor(tmp_path, monkeypa
                                                            "engine_args": {"distributed_executor_backend": "uni"}}})
     run_dir = RunDir(tmp_path)
     run_dir.write_config({})
-    work = (TaskContext(base_dir=tmp_path, cache_dir=tmp_path), [], {})
+    work = (TaskContext(base_dir=tmp_path, cache_dir=tmp_path), [], {}, stop_policy(cfg))
     for name in cfg.variants:
         scheduler.run_variant_task(cfg, str(tmp_path), "m", False, work, name, _ListQueue(),
                                    scheduler.config_digest(run_dir))

@@ -1,4 +1,4 @@
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 
 
 def row(sid: str) -> dict:
@@ -71,7 +71,7 @@ import os  # noqa: E402
 import pytest  # noqa: E402
 
 from evalsuite.core.errors import ConfigError, StorageError  # noqa: E402
-from evalsuite.core.records import create_run_dir, is_safe_name, new_run_id  # noqa: E402
+from evalsuite.core.rundir import create_run_dir, is_safe_name, new_run_id  # noqa: E402
 from evalsuite.core.types import RunRecord, VariantResult  # noqa: E402
 
 

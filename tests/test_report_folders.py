@@ -26,7 +26,7 @@ def kept_run(kept: Path, variants: list[str], out: Path) -> Path:
 
 
 def _verdicts(folders: list[Path], baseline: str) -> dict[str, tuple[str | None, dict[str, str]]]:
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
 
     rules = load_rules(default_rules_path())
     report = build([(RunDir(f), None) for f in folders], baseline, rules, str(default_rules_path()))

@@ -150,7 +150,7 @@ def test_a_variant_too_small_to_judge_is_no_pick(tmp_path):
 def test_a_latency_pass_at_one_prompt_length_is_shown_at_that_length(tmp_path):
     """One prompt length records only the pooled `latency/<x>_p50` (no `/ctx<N>` twin, as the CPU demo):
     the page shows and picks them at the length the run's config timed."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import Metric
 
     rd = RunDir(build_run(tmp_path, "r1", {"base": {}, "fast": {}}, n=400, baseline="base"))
@@ -285,7 +285,7 @@ def test_what_to_serve_never_picks_a_variant_that_failed_or_compared_nothing_in_
 
 def test_the_page_says_what_each_run_cost(tmp_path):
     """A run folder's wall and GPU-idle share, as its record holds them; a record without them says nothing."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import RunWall
 
     run = build_run(tmp_path, "r1", {"base": {}, "light": {"weights_gib": 0.3}}, n=12, baseline="base")

@@ -9,7 +9,7 @@ import importlib
 import pkgutil
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, EngineStats, Request, Sample, Score, VariantResult
 from evalsuite.engine import one_at_a_time
 from evalsuite.engine.factory import make_engine

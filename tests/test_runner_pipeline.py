@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, Request, Sample, Score
 from evalsuite.engine import one_at_a_time
 from evalsuite.run.config import RunConfig

@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.shared import PACKAGE, machine_paths, shared_path, shared_text
 
 REPO = Path(__file__).resolve().parents[1]

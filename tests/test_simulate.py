@@ -151,7 +151,7 @@ def test_simulated_memory_is_the_planners_prediction(tmp_path):
 def test_a_simulated_variant_cut_mid_run_records_the_predicted_memory(tmp_path):
     """An engine that died after some tasks leaves a `partial` variant that compare and gate read: a
     simulated one's memory there is still the INT4 checkpoint's prediction, not the dense engine's."""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.core.types import Build, EngineStats, Metric, VariantResult
     from evalsuite.engine import EngineFailed
     from evalsuite.run.config import RunConfig

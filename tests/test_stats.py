@@ -285,7 +285,7 @@ def test_compare_gate_and_check_give_one_interval_for_one_pair(tmp_path):
     """One statistics path: for the same pair and level, `compare`'s paired interval, the gate's bounds
     and `check`'s interval are the same numbers (here 200 items, 10 lost, and a stratified metric)."""
     from evalsuite.check import stats as check_stats
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.report.compare import compare
     from evalsuite.verdict.checks import Pair, accuracy_check
     from evalsuite.verdict.rules import Rule, Rules

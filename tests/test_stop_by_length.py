@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 import yaml
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, Request, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import one_at_a_time
 from evalsuite.run.config import RunConfig

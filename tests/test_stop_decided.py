@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Request, RunRecord, Sample, Score, VariantResult
 from evalsuite.engine import one_at_a_time
 from evalsuite.verdict.gate import run_gate

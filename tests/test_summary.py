@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.report.summary import print_summary
 from tests.mlflow_server import build_run
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import VariantResult, definitions_unlike
 from evalsuite.report.compare import compare
 from evalsuite.report.compare_view import terminal_view, to_markdown

@@ -73,7 +73,7 @@ def test_run_summary_fits_and_never_folds_a_header(run, columns):
 
     from rich.console import Console
 
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.report.summary import print_summary
 
     console = Console(width=columns, record=True, file=io.StringIO())

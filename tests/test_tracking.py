@@ -14,7 +14,7 @@ from mlflow.utils.validation import _validate_metric_name
 from typer.testing import CliRunner
 
 from evalsuite.cli.main import app
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Metric, Placement, VariantResult
 from evalsuite.tracking.settings import TrackingConfig
 from evalsuite.tracking.store import TrackingError, _log_batch, flatten, log_run, sanitize

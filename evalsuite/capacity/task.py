@@ -31,7 +31,7 @@ from evalsuite.capacity.search import done as search_done
 from evalsuite.capacity.sweep import UNITS, Bracket, Level, Prediction, bracket, from_summary, judge
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import CAPACITY_DIR, RunDir
+from evalsuite.core.rundir import CAPACITY_DIR, RunDir
 from evalsuite.core.types import Completion, HostLoad, Metric, MetricKind, Request, Sample, Score
 from evalsuite.engine import EngineFailed
 from evalsuite.engine.server import parse_prometheus

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from evalsuite.check.schema import engine_field, split_at
 from evalsuite.core.errors import ConfigError, EvalsuiteError
-from evalsuite.core.records import RunDir, run_name
+from evalsuite.core.rundir import RunDir, run_name
 from evalsuite.core.types import Metric, RunRecord, VariantResult
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from evalsuite.check.runs import Found, NotMeasurable
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import EarlyStop, Metric, task_of
 from evalsuite.verdict.rules import Rules, default_rules_path, load_rules
 from evalsuite.verdict.sequential import stopped_interval, stopped_score

@@ -234,7 +234,7 @@ def finish(run_dir: Path = typer.Argument(..., metavar="RUN_DIR", help="A run fo
 
     Example:
       evalsuite finish runs/20260101-120000-cpu-smoke"""
-    from evalsuite.core.records import RunDir
+    from evalsuite.core.rundir import RunDir
     from evalsuite.report.summary import print_summary
     from evalsuite.run.finish import finish_run
 

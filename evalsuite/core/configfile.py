@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.files import UniqueKeyLoader, decode_utf8, nesting_depth, read_regular
-from evalsuite.core.records import SAFE_NAME_RULE, is_safe_name
+from evalsuite.core.rundir import SAFE_NAME_RULE, is_safe_name
 
 M = TypeVar("M", bound=BaseModel)
 

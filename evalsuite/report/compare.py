@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import (POOL_METRICS, HostLoad, Metric, TimingCondition, definitions_unlike, pools_comparable,
                                   task_of, timing_unlike)
 from evalsuite.report.capacity_view import headline_rows, loaded_at

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, HostLoad, TimingCondition, timing_unlike
 from evalsuite.core.units import GIB
 from evalsuite.verdict.baseline import baseline_ref

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from evalsuite.core.files import read_regular
-from evalsuite.core.records import RECORD_BYTES
+from evalsuite.core.rundir import RECORD_BYTES
 from evalsuite.core.shared import shared_path, shared_text
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, Metric, task_of
 from evalsuite.report.capacity_view import view as capacity_view

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import ITL_P50, TTFT_P50, USABLE_STATUSES, Metric, RunRecord, VariantResult
 from evalsuite.report.capacity_view import summary_cell, summary_columns
 from evalsuite.verdict.capacity import length_of

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.files import parse_json, read_regular, shown
-from evalsuite.core.records import is_safe_name
+from evalsuite.core.rundir import is_safe_name
 
 RESULTS_DIR = Path("docs") / "results"  # where a clone keeps its pages, from its root
 MANIFEST, MARKER = "archive.json", ".fetched.json"

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from evalsuite.core.errors import ConfigError
 from evalsuite.core.files import Inside, bounded_lines, open_regular, parse_json, parse_yaml, read_regular
 from evalsuite.core.migrate import upgraded
-from evalsuite.core.records import (CONFIG_FILE, ENGINE_LOG, RECORD_BYTES, RECORD_DEPTH, RESULT_FILE, RunDir,
+from evalsuite.core.rundir import (CONFIG_FILE, ENGINE_LOG, RECORD_BYTES, RECORD_DEPTH, RESULT_FILE, RunDir,
                                     new_run_id, parse_result, read_result)
 from evalsuite.core.types import RunRecord, Score
 

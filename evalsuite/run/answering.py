@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from typing import Any
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, EarlyStop, Sample, Score
 from evalsuite.engine import Engine
 from evalsuite.run.config import RunConfig

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evalsuite.capacity.task import CapacityTask
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import ENGINE_LOG, RunDir
+from evalsuite.core.rundir import ENGINE_LOG, RunDir
 from evalsuite.core.types import EngineStats, Metric, RunRecord, Score, VariantResult
 from evalsuite.memory.logparse import engine_stats_from_log
 from evalsuite.run.config import RunConfig

@@ -11,7 +11,7 @@ import time
 import psutil
 
 from evalsuite.core import env as envmod
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import TimingCondition, VariantResult
 from evalsuite.memory.cuda import nvml_device, utilization_reader, wait_idle
 from evalsuite.run.config import RunConfig

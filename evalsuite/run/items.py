@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import RunRecord, Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.resume import to_run

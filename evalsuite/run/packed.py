@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import (CardBudget, EarlyStop, EngineStats, Placement, Prediction, RunRecord, Sample,
                                   Scheduling, Score, TimingCondition, VariantResult)
 from evalsuite.engine import Engine

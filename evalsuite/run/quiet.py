@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Completion, InFlight, Request
 from evalsuite.engine import Engine
 from evalsuite.engine.offline import hold, release

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RUN_FILE, RunDir, create_run_dir, run_name, run_stem
+from evalsuite.core.rundir import RUN_FILE, RunDir, create_run_dir, run_name, run_stem
 from evalsuite.core.types import Sample, VariantResult
 from evalsuite.run.config import RunConfig, Variant
 from evalsuite.run.progress import console

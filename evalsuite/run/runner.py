@@ -16,7 +16,7 @@ from typing import Any
 
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import EvalsuiteError, UnsupportedVariant
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import (Build, EarlyStop, EngineStats, Metric, MetricKind, RunRecord, Sample, Score, TimingCondition,
                                   VariantResult)
 from evalsuite.engine import Engine, EngineFailed

@@ -23,7 +23,7 @@ from typing import Any
 
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.hosts import RAY_LOOPBACK_ENV
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import RunRecord, Scheduling, VariantResult
 from evalsuite.run.config import RunConfig, SchedulerConfig, Variant, ray_address_problem, ray_host_port
 from evalsuite.run.progress import Progress

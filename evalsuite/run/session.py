@@ -10,7 +10,7 @@ from pathlib import Path
 
 from evalsuite.core import env as envmod
 from evalsuite.core.errors import ConfigError, EvalsuiteError, StorageError
-from evalsuite.core.records import RunDir, check_output_dir
+from evalsuite.core.rundir import RunDir, check_output_dir
 from evalsuite.core.types import RunRecord
 from evalsuite.data.assets import writable_cache_dir
 from evalsuite.memory.busy import gpu_sampler, recorded

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import EarlyStop, Metric, MetricKind, Sample
 from evalsuite.verdict.rules import Rules, default_rules_path, load_rules, named_rules_path
 from evalsuite.verdict.sequential import Gated, decisions, stopped_score, watched

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Metric, MetricKind
 from evalsuite.stats.significance import (PairedTest, keyed_resolution, paired_test, score_interval, smallest_cell,
                                           stratum_weights, two_sided, unpaired_test)

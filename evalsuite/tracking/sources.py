@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 
 
 def open_sources(refs: list[str], uri: str | None, scratch: Path) -> list[tuple[RunDir, set[str] | None]]:

@@ -46,7 +46,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 from evalsuite.core.errors import ConfigError, EvalsuiteError
 from evalsuite.core.hosts import is_loopback, tracking_host
 from evalsuite.core.shared import shared_text
-from evalsuite.core.records import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
+from evalsuite.core.rundir import (CAPACITY_DIR, CONFIG_FILE, ENGINE_LOG, ENV_FILE, RESULT_FILE, RUN_FILE, SAMPLES_DIR,
                                     RunDir, is_safe_name)
 from evalsuite.core.types import RunRecord, VariantResult
 from evalsuite.report.capacity_view import view as capacity_view

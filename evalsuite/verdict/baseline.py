@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 
 BASELINE_HELP = ("Baseline variant: NAME, or RUN:NAME where runs share names (RUN: a run given, by its path "
                  "or by its folder's name as labels show it)")

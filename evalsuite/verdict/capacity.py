@@ -22,7 +22,7 @@ from evalsuite.capacity.config import CapacityConfig
 from evalsuite.capacity.search import search_bracket
 from evalsuite.capacity.sweep import Bracket, Level, bracket
 from evalsuite.capacity.task import CapacityTask
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import VariantResult
 
 TASK = CapacityTask.name

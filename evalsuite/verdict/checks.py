@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import (POOL_METRICS, USABLE_STATUSES, Metric, MetricKind, VariantResult, meaning_of_name,
                                   pools_comparable, task_of, timing_unlike)
 from evalsuite.verdict.capacity import bracket_for, comparable, is_at_slo, judge_brackets

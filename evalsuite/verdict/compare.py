@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import TTFT_P50, USABLE_STATUSES, VariantResult, task_of
 from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.metrics import accuracy_interval

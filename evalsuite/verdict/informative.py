@@ -22,7 +22,7 @@ import functools
 import math
 from pathlib import Path
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Metric, VariantResult, task_of
 from evalsuite.stats import CONFIDENCE
 from evalsuite.stats.metrics import accuracy_interval

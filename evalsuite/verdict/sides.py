@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evalsuite.core.errors import ConfigError
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import USABLE_STATUSES, VariantResult
 
 Role = Literal["baseline", "candidate", "control"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evalsuite.core.records import RunDir
+from evalsuite.core.rundir import RunDir
 from evalsuite.core.types import Metric, Score
 from evalsuite.results.scores import read_rows
 from evalsuite.stats.metrics import accuracy_interval, by_group
