@@ -41,20 +41,29 @@ class Gated:
     population: Population
 
 
-def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int) -> list[Gated] | str:
-    """The checks a candidate's task must decide before it may stop, or why it must run whole: a rule
-    of another kind (latency, memory) on its metrics, scores outside [0, 1], or a check the full data
-    could not resolve (too few items, a stratum too small) and that the gate judges on all of them."""
+def _gated(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int):
+    """Each metric of `task` a rule names, with its check or why the sequence cannot watch it, in order;
+    a str (why the task runs whole) ends the walk."""
     if rules.decision not in DECISIONS:
-        return f"decision {rules.decision!r} is decided on the whole task"
-    out = []
+        yield f"decision {rules.decision!r} is decided on the whole task"
+        return
     for m in base.metrics:
         rule = rules.rule_for(m.name)
         if task_of(m.name) != task or rule is None:
             continue
         if not rule.spec.per_item or m.strata is None:
-            return f"{m.name} is judged by {rule.kind}, on the whole task"
-        found = _check(rules, rule, base_rd, base, m, seed)
+            yield f"{m.name} is judged by {rule.kind}, on the whole task"
+            return
+        yield m, _check(rules, rule, base_rd, base, m, seed)
+
+
+def checks(rules: Rules, base_rd: RunDir, base: VariantResult, task: str, seed: int) -> list[Gated] | str:
+    """The checks a candidate's task must decide before it may stop, or why it must run whole: a rule
+    of another kind (latency, memory) on its metrics, scores outside [0, 1], or a check the full data
+    could not resolve (too few items, a stratum too small) and that the gate judges on all of them."""
+    out = []
+    for item in _gated(rules, base_rd, base, task, seed):
+        found = item if isinstance(item, str) else item[1]
         if isinstance(found, str):
             return found
         out.append(found)
@@ -66,16 +75,11 @@ def watched(rules: Rules, base_rd: RunDir, base: VariantResult, task: str,
     """(the checks a candidate's task is watched by, length -> why its check runs to its fixed n), or
     why the whole task runs whole. As `checks`, but one length's check the sequence cannot resolve
     keeps only that length's items running: the others stop as their own checks are decided."""
-    if rules.decision not in DECISIONS:
-        return f"decision {rules.decision!r} is decided on the whole task"
     out, fixed = [], {}
-    for m in base.metrics:
-        rule = rules.rule_for(m.name)
-        if task_of(m.name) != task or rule is None:
-            continue
-        if not rule.spec.per_item or m.strata is None:
-            return f"{m.name} is judged by {rule.kind}, on the whole task"
-        found = _check(rules, rule, base_rd, base, m, seed)
+    for item in _gated(rules, base_rd, base, task, seed):
+        if isinstance(item, str):
+            return item
+        m, found = item
         if isinstance(found, str) and m.length is not None and m.depth is None:
             fixed[m.length] = f"fixed n: {found}"
         elif isinstance(found, str):
@@ -152,7 +156,7 @@ def sequential_test(rules: Rules, rule: Rule, base_rd: RunDir, base: VariantResu
     """(the test, how the items were matched, why it cannot judge) for a check of a task run under
     --stop decided: its bounds and p-values are the confidence sequence's at the items recorded (and,
     at the last item, the final fixed-n look's). One the task stopped before deciding is open (a record
-    of a futility stop, which no run makes any more, reads so). None: judge it fixed-n, as without --stop (a task these
+    of a futility stop reads so). None: judge it fixed-n, as without --stop (a task these
     rules never watch, run to its last item)."""
     m = base.metric(metric)
     if m is None or not read_scores(base_rd, base.variant, m):  # the items that decided the stop are not there
