@@ -61,7 +61,7 @@ def demo_config(work: Path, model: Path | None) -> Path:
         "variants": {"bf16": {}, "bf16_repeat": {}}, "baseline": "bf16", "controls": ["bf16_repeat"],
         "tasks": [{"type": "needle", "lengths": [1024], "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "seeds": 2}],
         "latency": {"prompt_tokens": [64, 512], "output_tokens": 8, "repeats": 5, "warmup": 2},
-        "scheduler": {"latency_pass": "pause"}, "tracking": {"enabled": False}, "gate_rules": "smoke",
+        "timing": {"quiet": "pause"}, "tracking": {"enabled": False}, "gate_rules": "smoke",
         "engine": {"batch_size": 2, "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": cores}}}
     if model is None:
         cfg["include"] = str(ROOT / "configs" / "base" / "cpu.yaml")

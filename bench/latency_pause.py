@@ -1,7 +1,7 @@
 """The latency pass with the neighbours paused against today's restarted engine alone: the same figures?
 
 One packed run (`--parallel`) times each variant's latency pass in one of two ways
-(`scheduler.latency_pass`): `restart`, a second engine per variant alone on the device after the
+(`timing.quiet`): `restart`, a second engine per variant alone on the device after the
 packed tasks (the figures every published page holds), or `pause`, the variant's own packed
 engine with the other engines on its device stopped meanwhile (no second start). The bench runs
 the same config both ways, `--rounds` times in the order restart, pause, pause, restart (a drift in
@@ -60,7 +60,7 @@ def mode_config(config: Path, work: Path, mode: str) -> Path:
     from evalsuite.core import env as envmod
     from evalsuite.run.config import load_config
 
-    extra: dict = {"include": config.name, "tracking": {"enabled": False}, "scheduler": {"latency_pass": mode}}
+    extra: dict = {"include": config.name, "tracking": {"enabled": False}, "timing": {"quiet": mode}}
     if envmod.device_name().startswith("CPU"):
         cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         extra["engine"] = {"env": {**load_config(config).engine.env, "VLLM_CPU_OMP_THREADS_BIND": cores}}

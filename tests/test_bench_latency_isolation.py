@@ -76,7 +76,7 @@ def test_every_phase_on_the_fake_engine_resumable_by_part(tmp_path, tiny_model, 
         "variants": {"busy": {}, "bf16": {}, "bf16_repeat": {}}, "baseline": "bf16", "controls": ["bf16_repeat"],
         "tasks": [{"type": "needle", "lengths": [256], "depths": [0.0, 0.5, 1.0]}],
         "latency": {"prompt_tokens": [32, 64], "output_tokens": 4, "repeats": 3, "warmup": 1},
-        "scheduler": {"latency_pass": "pause"}, "tracking": {"enabled": False}}))
+        "timing": {"quiet": "pause"}, "tracking": {"enabled": False}}))
     work = tmp_path / "w"
     assert li.main([str(config), "-w", str(work), "--phase", "packed", "--busy", "busy"]) == 0
     assert li.main([str(config), "-w", str(work), "--busy", "busy"]) == 0  # the phases left, then the report

@@ -271,7 +271,7 @@ def test_an_unknown_task_key_lists_every_key_the_task_type_accepts(tmp_path, tas
 @pytest.mark.parametrize("text,key,allowed", [
     ("variants: {model: {bogus: 1}}", "variants.model.bogus", "block_size, dtype,"),
     ("variants: {a: {}}\nlatency: {prompt: [8]}", "latency.prompt", "output_tokens, prompt_tokens, repeats"),
-    ("variants: {a: {}}\nscheduler: {adress: auto}", "scheduler.adress", "address, kind, kv_pool, latency_alone,"),
+    ("variants: {a: {}}\nscheduler: {adress: auto}", "scheduler.adress", "address, kind, kv_pool, margin,"),
 ], ids=["variant_named_as_a_field", "optional_section", "scheduler"])
 def test_an_unknown_key_lists_the_keys_of_its_own_section(tmp_path, text, key, allowed):
     path = write(tmp_path, f"model: {{path: /m}}\n{text}\n")

@@ -175,7 +175,7 @@ def test_the_tracked_engine_says_what_is_in_flight_while_a_stream_runs():
     assert seen == [1, 1, 1] and flight.now().requests == 0
 
 
-def _config(tmp_path: Path, model: Path, **scheduler) -> Path:
+def _config(tmp_path: Path, model: Path, timing: dict | None = None, **scheduler) -> Path:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({
         "model": {"path": str(model)}, "engine": {"mode": "fake", "batch_size": 2},
@@ -183,27 +183,34 @@ def _config(tmp_path: Path, model: Path, **scheduler) -> Path:
         "variants": {"a": {}, "b": {}, "c": {}}, "baseline": "a",
         "tasks": [{"type": "needle", "lengths": [256], "depths": [0.0, 0.5, 1.0]}],
         "latency": {"prompt_tokens": [32], "output_tokens": 4, "repeats": 2},
-        "scheduler": scheduler, "tracking": {"enabled": False}}))
+        "scheduler": scheduler, "timing": timing or {}, "tracking": {"enabled": False}}))
     return path
 
 
 def test_which_way_the_latency_pass_is_timed(tmp_path, tiny_model):
-    def mode(cpu: bool, mode: str = "offline", **scheduler) -> str:
-        cfg = load_config(_config(tmp_path, tiny_model, **scheduler))
+    def mode(cpu: bool, mode: str = "offline", **timing) -> str:
+        cfg = load_config(_config(tmp_path, tiny_model, timing))
         cfg.engine.mode = mode
         return latency_pass(cfg, cpu)
 
     assert mode(cpu=False) == "pause"
     assert mode(cpu=True) == "restart"  # a packed CPU engine computes on a share of the cores
     assert mode(cpu=False, mode="server") == "restart"
-    assert mode(cpu=True, latency_pass="pause") == "pause"
-    assert mode(cpu=False, latency_pass="restart") == "restart"
-    assert mode(cpu=False, latency_alone=False) == "beside"
+    assert mode(cpu=True, quiet="pause") == "pause"
+    assert mode(cpu=False, quiet="restart") == "restart"
+    assert mode(cpu=False, alone=False) == "beside"
+
+
+def test_the_timing_keys_under_scheduler_are_one_line_naming_their_place(tmp_path, tiny_model):
+    for key, value, said in (("latency_pass", "pause", "timing: {quiet: ...}"), ("latency_alone", False,
+                                                                                "timing: {alone: ...}")):
+        res = cli.invoke(app, ["validate", str(_config(tmp_path, tiny_model, **{key: value}))])
+        assert res.exit_code == 2 and f"scheduler: {key}:" in res.output and said in res.output, res.output
 
 
 def test_a_packed_run_times_latency_on_the_engine_it_started(tmp_path, tiny_model):
     out = tmp_path / "runs"
-    res = cli.invoke(app, ["run", str(_config(tmp_path, tiny_model, parallel=2, latency_pass="pause")),
+    res = cli.invoke(app, ["run", str(_config(tmp_path, tiny_model, {"quiet": "pause"}, parallel=2)),
                            "--no-progress", "-o", str(out)])
     assert res.exit_code == 0, res.output
     (root,) = [p for p in out.iterdir() if (p / "run.json").exists()]

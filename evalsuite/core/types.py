@@ -754,7 +754,7 @@ class Scheduling(CardBudget):
     most_at_once: int | None = None
     """The most engines that ran at once."""
     latency_pass: str | None = None
-    """How the latency pass was timed beside packed engines (`scheduler.latency_pass`)."""
+    """How the latency pass was timed beside packed engines (the config's `timing`)."""
     address: str | None = None
     """The Ray cluster's address."""
     nodes: dict[str, str] | None = None

@@ -55,7 +55,7 @@ def alone_note(rows: list[VariantResult]) -> str:
     if len(alone) == len(rows):
         return "Latency and the memory figures above: each engine alone, after the packed tasks."
     if not alone:
-        return "Latency and memory figures: measured beside the other engines (no latency pass, or scheduler.latency_alone false)."
+        return "Latency and memory figures: measured beside the other engines (no latency pass, or timing.alone false)."
     return f"Latency and memory figures measured alone, after the packed tasks: {', '.join(alone)}; the others beside."
 
 

@@ -299,16 +299,8 @@ class SchedulerConfig(Strict):
     # as many as the planner's footprints fit in the device's memory less `margin`
     parallel: Literal["auto"] | int = 1
     margin: float = Field(default=0.1, ge=0, lt=1)  # fraction of the device's memory kept free when packing
-    # The latency pass of a packed run times each variant with the device to itself: its timings
-    # are not shared with neighbours'. false: timed beside them.
-    latency_alone: bool = True
     # older configs' name for the rules that decide, now always `gate_rules`: if given, it must be that file
     stop_rules: str | None = None
-    # How the device is had to itself: pause (the variant's own engine, its neighbours on the device
-    # stopped meanwhile: no second engine start), restart (a second engine per variant, alone, after
-    # the packed tasks), auto (pause with offline GPU engines; restart on a CPU, where a packed
-    # engine computes on a share of the cores, and for `vllm serve`, whose clients would time out)
-    latency_pass: Literal["auto", "pause", "restart"] = "auto"
     # Each packed engine's KV pool: throughput (the requests at once that keep it busy: a measured
     # curve, else the roofline; evalsuite.memory.throughput) or batch (the tasks' largest batch of
     # their longest request: never fewer requests at once than a batch, more memory)
@@ -321,6 +313,11 @@ class SchedulerConfig(Strict):
             raise not_allowed(f"stop: {shown(data['stop'])} belongs at the top level of the config, beside `limit` "
                               "(allowed there: full, decided)",
                               "stop belongs at the top level of the config, beside `limit` (allowed there: full, decided)")
+        for key, new, allowed in (("latency_alone", "alone", "true, false"), ("latency_pass", "quiet", QUIET)):
+            if isinstance(data, dict) and key in data:  # how a pass is timed is what is measured, not where
+                raise not_allowed(f"{key}: {shown(data[key])} is `timing: {{{new}: ...}}` at the top level of the "
+                                  f"config (allowed there: {allowed})",
+                                  f"{key} is `timing: {{{new}: ...}}` at the top level of the config (allowed there: {allowed})")
         return data
 
     @field_validator("parallel", mode="before")
@@ -337,6 +334,23 @@ class SchedulerConfig(Strict):
         return value
 
 
+QUIET = "auto, pause, restart"
+
+
+class TimingConfig(Strict):
+    """How a packed run's timed passes (latency, capacity) get the device: part of what is measured,
+    as the record's `timing` says for each pass."""
+
+    model_config = FINITE
+    # the device to the timed engine: its timings are not shared with neighbours'; false: timed beside them
+    alone: bool = True
+    # pause (the variant's own engine, its neighbours on the device stopped meanwhile: no second engine
+    # start), restart (a second engine per variant, alone, after the packed tasks), auto (pause with
+    # engines that pause on a GPU; restart on a CPU, where a packed engine computes on a share of the
+    # cores, and for `vllm serve`, whose clients would time out)
+    quiet: Literal["auto", "pause", "restart"] = "auto"
+
+
 class RunConfig(Strict):
     model_config = FINITE
     # key path -> the included file its value came from (load_config): messages name those keys, never their values
@@ -347,6 +361,7 @@ class RunConfig(Strict):
     tasks: list[TaskConfig] = Field(default_factory=list)
     latency: LatencyConfig | None = None
     capacity: CapacitySection | None = None  # load levels through `vllm bench serve` (evalsuite.capacity)
+    timing: TimingConfig = Field(default_factory=TimingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)

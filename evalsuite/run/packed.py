@@ -2,7 +2,7 @@
 whose engine (a child process) runs as Runner.run_variant runs it alone, with the plan's engine
 arguments over the variant's own, quantized checkpoints built one at a time, the run's interrupt and
 the latency pass's quiet (evalsuite.run.quiet). A variant whose engine ran out of memory beside others
-runs again alone; with `latency_pass: restart` the timed tasks run afterwards on an engine alone.
+runs again alone; with `timing: {quiet: restart}` the timed tasks run afterwards on an engine alone.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def execute_packed(cfg: RunConfig, run_dir: RunDir, record: RunRecord, model_dir
     run = PackedRun(cfg, run_dir, record, model_dir, ctx, progress, stop)
     mode = latency_pass(cfg, run.cpu)
     if mode == "pause" and cfg.engine.kind.vllm and not cfg.engine.kind.pauses:
-        raise ConfigError(f"scheduler.latency_pass: pause stops the neighbours' processes, which engine.mode "
+        raise ConfigError(f"timing.quiet: pause stops the neighbours' processes, which engine.mode "
                           f"{cfg.engine.mode}'s engines do not survive (their clients would time out); allowed with "
                           f"engine.mode {cfg.engine.mode}: restart, auto")
     scheduling(record).latency_pass = mode

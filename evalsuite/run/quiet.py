@@ -1,7 +1,7 @@
 """A packed run's engines kept in hand: Ctrl-C ends them all (Interrupt), what each has in flight
 (Flight), and the device to one engine while it times its latency pass (Quiet).
 
-The latency pass has the device to itself (`scheduler.latency_pass`, latency_pass): its own engine with
+The latency pass has the device to itself (`timing.quiet`, latency_pass): its own engine with
 the neighbours paused and the device then found idle (their queued GPU work runs on), or a second
 engine alone afterwards (evalsuite.run.packed), whose failure leaves the variant `partial`, not
 `failed`. docs/config.md ("Several engines on one card") has the settings.
@@ -120,11 +120,11 @@ class Held:
 
 
 class Quiet:
-    """A device to one engine while that engine times its latency pass (`latency_pass: pause`): the
+    """A device to one engine while that engine times its latency pass (`timing: {quiet: pause}`): the
     pass waits until no other engine on the device is starting or closing, then stops every other one
     (its process tree, evalsuite.engine.offline.hold), noting what each had in flight, and lets
     them go on when it ends. Starts wait while a pass runs. One pass at a time; each wait and each
-    pause is a span in phases.jsonl. With `pause` false (latency_alone false) it only says which
+    pause is a span in phases.jsonl. With `pause` false (timing.alone false) it only says which
     engines work beside the pass. `kind`: what the run's engine mode can do (an engine that `pauses`
     takes the time it was held off its own timeouts)."""
 
@@ -206,14 +206,14 @@ class Quiet:
 
 
 def latency_pass(cfg: RunConfig, cpu: bool) -> str:
-    """How a packed run times its latency pass: `beside` the neighbours (latency_alone false), with
-    them stopped (`pause`), or on a `restart`ed engine alone (scheduler.latency_pass; auto: paused on a GPU
+    """How a packed run times its latency pass: `beside` the neighbours (timing.alone false), with
+    them stopped (`pause`), or on a `restart`ed engine alone (timing.quiet; auto: paused on a GPU
     where the engine mode `pauses` (offline), whose figures alone are the same engine's; restarted on a
     CPU, where a packed engine computes on a share of the cores, and for other modes (`vllm serve`, whose
     clients would time out))."""
-    sched = cfg.scheduler
-    if not sched.latency_alone:
+    timing = cfg.timing
+    if not timing.alone:
         return "beside"
-    if sched.latency_pass != "auto":
-        return sched.latency_pass
+    if timing.quiet != "auto":
+        return timing.quiet
     return "restart" if cpu or not cfg.engine.kind.pauses else "pause"
