@@ -117,7 +117,7 @@ def _on_device(run: Path, variant: str, device: str) -> None:
 
 def test_another_device_or_a_loaded_host_is_not_comparable_and_never_picked(tmp_path):
     """base meets the SLO up to 8 users; `more` up to 16, but on another device model: no verdict, no
-    pick, no ratio; `loaded` up to 16 on a loaded host: the same, said beside the pick; `half` up to 4:
+    pick, no ratio; `loaded` up to 16 on a loaded host: the same, held back from the picks with the reason; `half` up to 4:
     0.5x, and not picked (base serves more)."""
     run = capacity_run(tmp_path, {"base": 8, "more": 16, "loaded": 16, "half": 4}, loaded={"loaded"})
     _on_device(run, "more", "NVIDIA H100 80GB HBM3")
@@ -131,7 +131,10 @@ def test_another_device_or_a_loaded_host_is_not_comparable_and_never_picked(tmp_
     md = (tmp_path / "page" / "report.md").read_text()
     pick = next(line for line in md.splitlines() if line.startswith("| most users at the SLO at 512 tokens |"))
     assert "| base | 8 users (16 broke) |" in pick and "more" not in pick  # failed its KV check: another device's pool
-    assert "not comparable, left out: loaded (the candidate's levels were timed on a loaded host)" in pick
+    # its capacity check compared nothing, so the variant is held back from every pick, and the decision says why
+    assert "loaded" not in pick
+    assert ("1 passed but held back (loaded): loaded's capacity/users_at_slo/ctx512 not comparable: the candidate's "
+            "levels were timed on a loaded host") in md
     assert "| variant | verdict | users at SLO @512 | KV-bound @512 | x base @512 |" in md
     users = md.split("| variant | verdict | users at SLO @512 |")[1].split("\n\n")[0]
     rows = {line.split(" | ")[0].strip("| "): line for line in users.splitlines()[2:]}
