@@ -113,4 +113,4 @@ def test_the_task_definitions_live_at_the_top_and_the_package_names_them():
     defs = REPO / "evalsuite" / "tasks" / "defs"
     assert defs.is_symlink() and defs.resolve() == REPO / "tasks"
     assert tasks_dir().resolve() == REPO / "tasks" and len(defined_tasks()) == len(list((REPO / "tasks").glob("*.yaml")))
-    assert (REPO / "runs" / "README.md").is_file()
+    assert (REPO / "docs" / "run-folder.md").is_file()  # the run folder's layout; runs/ itself stays ignored
